@@ -1,0 +1,45 @@
+# The command surface of ephemera.workspaces. `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: help venv system-packages test unit sanity lint integration demo
+
+help:
+	@echo "make demo          run the main job on the local try-out cluster"
+	@echo "make test          install everything needed and run every test"
+	@echo "make venv          create $(VENV) with runtime and test dependencies"
+	@echo "make unit | sanity | lint | integration    one part of 'make test'"
+
+system-packages:
+	@scripts/system-packages.sh
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt requirements-test.txt scripts/link-collection.sh
+	@scripts/system-packages.sh
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements-test.txt
+	scripts/link-collection.sh $(VENV)
+	touch $@
+
+test: venv
+	$(MAKE) --no-print-directory unit sanity lint integration
+
+unit: venv
+	$(BIN)/python -m pytest tests/unit
+
+sanity: venv
+	scripts/sanity.sh $(VENV)
+
+lint: venv
+	$(BIN)/ansible-lint
+
+integration: venv
+	$(BIN)/python -m pytest tests/integration
+
+demo: venv
+	scripts/demo.sh

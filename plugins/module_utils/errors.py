@@ -1,0 +1,35 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The collection's error types: every failure a module reports is one of these.
+
+Each error carries a message that says what went wrong, on which thing, and what to do next.
+Modules turn them into ``fail_json(msg=str(err), **err.details)``.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+
+class EphemeraError(Exception):
+    """Base class. ``details`` is a JSON-able dict that modules add to their failure result."""
+
+    def __init__(self, message, **details):
+        super(EphemeraError, self).__init__(message)
+        self.message = message
+        self.details = details
+
+    def __str__(self):
+        return self.message
+
+
+class JournalError(EphemeraError):
+    """The journal cannot be opened, read or written (path, permissions, corruption, schema)."""
+
+
+class StaleGenerationError(JournalError):
+    """A compare-and-set lost: the record changed since the caller read it. Nothing was written."""
+
+
+class IdempotencyError(EphemeraError):
+    """An idempotency key was reused with another request, or its first use is still running."""

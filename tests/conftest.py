@@ -1,0 +1,24 @@
+"""Shared pytest set-up: make this checkout importable as ansible_collections.ephemera.workspaces."""
+
+import os
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _make_collection_importable():
+    try:
+        import ansible_collections.ephemera.workspaces  # noqa: F401  (already linked, e.g. by make venv)
+        return
+    except ImportError:
+        pass
+    base = tempfile.mkdtemp(prefix='ephemera-collections-')
+    os.makedirs(os.path.join(base, 'ansible_collections', 'ephemera'))
+    os.symlink(ROOT, os.path.join(base, 'ansible_collections', 'ephemera', 'workspaces'))
+    sys.path.insert(0, base)
+    for name in [m for m in sys.modules if m == 'ansible_collections' or m.startswith('ansible_collections.')]:
+        del sys.modules[name]
+
+
+_make_collection_importable()

@@ -1,0 +1,632 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The journal: the durable record of intent that every step writes *before* it acts.
+
+One API, one embedded backend (SQLite). Many forks of one ``ansible-playbook`` run write to the
+same file at once: WAL mode lets readers run beside the one writer, ``synchronous=FULL`` makes a
+committed write survive a crash, every write transaction starts with ``BEGIN IMMEDIATE`` (so it
+takes the write lock up front and waits for it in the busy handler, instead of failing with
+"database is locked" when a read turns into a write) and the busy timeout is long.
+
+Every write that depends on what the caller read earlier is a compare-and-set on the record's
+``generation``: a writer that was superseded gets :class:`StaleGenerationError` and writes nothing.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import contextlib
+import datetime
+import errno
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import time
+import uuid
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import (
+    IdempotencyError,
+    JournalError,
+    StaleGenerationError,
+)
+from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import Owner
+
+ENV_VAR = 'EPHEMERA_JOURNAL'
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 60000
+IDEMPOTENCY_TTL = 24 * 3600
+
+WORKSPACE_STATUSES = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registering',
+                      'ready', 'failed', 'destroying', 'destroyed')
+WORKSPACE_ACTIVITIES = ('active', 'idle', 'blocked', 'unknown')
+DESIRED_STATES = ('present', 'destroyed')
+
+# Workspace columns a caller may set, and how they are stored (JSON columns hold dicts/lists).
+WORKSPACE_FIELDS = ('status', 'activity', 'desired_state', 'node', 'vmid', 'candidate_vmid', 'upids', 'address',
+                    'repo', 'ref', 'purpose', 'failure', 'params')
+JSON_FIELDS = ('upids', 'failure', 'params', 'detail', 'resources', 'result', 'owner')
+TIME_FIELDS = ('created_at', 'updated_at', 'at', 'started_at', 'ended_at', 'next_retry', 'expires_at')
+
+# Keys whose values never reach the journal, whatever a caller passes in an event or a result.
+SECRET_KEY = re.compile(r'pass(word)?|secret|token|private|credential|api_key|apikey', re.I)
+REDACTED = '********'
+
+# Each entry migrates a journal from the schema version equal to its index to the next one.
+# A released entry is never edited: later versions append entries so that any older journal
+# can be brought forward step by step.
+MIGRATIONS = [
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE workspaces (
+        name            TEXT PRIMARY KEY,
+        status          TEXT NOT NULL,
+        activity        TEXT NOT NULL DEFAULT 'unknown',
+        desired_state   TEXT NOT NULL DEFAULT 'present',
+        node            TEXT,
+        vmid            INTEGER,
+        candidate_vmid  INTEGER,
+        upids           TEXT NOT NULL DEFAULT '{}',
+        address         TEXT,
+        repo            TEXT,
+        ref             TEXT,
+        purpose         TEXT,
+        failure         TEXT,
+        params          TEXT NOT NULL DEFAULT '{}',
+        created_at      REAL NOT NULL,
+        updated_at      REAL NOT NULL,
+        generation      INTEGER NOT NULL
+    );
+    CREATE INDEX workspaces_status ON workspaces (status);
+    CREATE INDEX workspaces_vmid ON workspaces (vmid);
+    CREATE TABLE events (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        workspace  TEXT NOT NULL,
+        at         REAL NOT NULL,
+        actor      TEXT NOT NULL,
+        kind       TEXT NOT NULL,
+        action     TEXT NOT NULL,
+        detail     TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX events_workspace ON events (workspace, id);
+    CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
+        BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+    CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events
+        BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+    CREATE TABLE intents (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        op          TEXT NOT NULL,
+        target      TEXT NOT NULL,
+        owner       TEXT NOT NULL,
+        state       TEXT NOT NULL DEFAULT 'open',
+        started_at  REAL NOT NULL,
+        ended_at    REAL,
+        attempts    INTEGER NOT NULL DEFAULT 1,
+        resources   TEXT NOT NULL DEFAULT '[]',
+        result      TEXT,
+        generation  INTEGER NOT NULL DEFAULT 1
+    );
+    CREATE INDEX intents_open ON intents (state, target);
+    CREATE TABLE cleanup_debt (
+        workspace   TEXT NOT NULL,
+        resource    TEXT NOT NULL,
+        attempts    INTEGER NOT NULL,
+        last_error  TEXT NOT NULL,
+        next_retry  REAL NOT NULL,
+        created_at  REAL NOT NULL,
+        updated_at  REAL NOT NULL,
+        PRIMARY KEY (workspace, resource)
+    );
+    CREATE TABLE idempotency (
+        key_hash     TEXT PRIMARY KEY,
+        controller   TEXT NOT NULL,
+        action       TEXT NOT NULL,
+        fingerprint  TEXT NOT NULL,
+        state        TEXT NOT NULL,
+        owner        TEXT NOT NULL,
+        result       TEXT,
+        created_at   REAL NOT NULL,
+        expires_at   REAL NOT NULL
+    );
+    """,
+]
+
+
+def default_path():
+    """``$XDG_STATE_HOME/ephemera/journal.sqlite``, else ``~/.local/state/ephemera/journal.sqlite``."""
+    base = os.environ.get('XDG_STATE_HOME') or os.path.join(os.path.expanduser('~'), '.local', 'state')
+    return os.path.join(base, 'ephemera', 'journal.sqlite')
+
+
+def resolve_path(path=None):
+    """The journal path from an option, else ``EPHEMERA_JOURNAL``, else the per-user default."""
+    if path:
+        return os.path.abspath(os.path.expanduser(path))
+    if os.environ.get(ENV_VAR):
+        return os.path.abspath(os.path.expanduser(os.environ[ENV_VAR]))
+    return default_path()
+
+
+def redact(value):
+    """A copy of ``value`` with every secret-looking key's value replaced by ``********``."""
+    if isinstance(value, dict):
+        return dict((k, REDACTED if SECRET_KEY.search(str(k)) and v not in (None, '') else redact(v))
+                    for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [redact(v) for v in value]
+    return value
+
+
+def fingerprint(request):
+    """SHA-256 of the request in canonical JSON: the same request always gives the same print."""
+    return hashlib.sha256(json.dumps(request, sort_keys=True, separators=(',', ':'), default=str).encode()).hexdigest()
+
+
+def iso(ts):
+    if ts is None:
+        return None
+    return datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%fZ')
+
+
+def _dumps(value):
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _row_dict(row):
+    out = {}
+    for key in row.keys():
+        value = row[key]
+        if key in JSON_FIELDS and value is not None:
+            value = json.loads(value)
+        elif key in TIME_FIELDS:
+            value = iso(value)
+        out[key] = value
+    return out
+
+
+class IdempotencyClaim:
+    """What :meth:`Journal.begin_idempotent` hands back: a fresh claim, or the replay of a stored result."""
+
+    def __init__(self, key_hash, replayed, result=None):
+        self.key_hash = key_hash
+        self.replayed = replayed
+        self.result = result
+
+
+class Journal:
+    """One open journal. Create it with :meth:`Journal.open`; use it as a context manager or call close()."""
+
+    def __init__(self, path, conn, actor=None):
+        self.path = path
+        self._conn = conn
+        self.actor = actor or '%s pid %d' % (Owner.current().host, os.getpid())
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(cls, path=None, create=True, actor=None):
+        """Open (and with ``create``, make on first use) the journal at ``path``.
+
+        Bad input is refused before anything is written: a missing directory (other than the
+        per-user default, which is made), a file that cannot be written, a file that is not a
+        journal, a journal from a newer version.
+        """
+        path = resolve_path(path)
+        directory = os.path.dirname(path)
+        exists = os.path.exists(path)
+        if not exists:
+            if not create:
+                raise JournalError('No journal at %s: nothing has been recorded with this journal path yet. Check the '
+                                   'journal_path option or the %s environment variable.' % (path, ENV_VAR), path=path)
+            if not os.path.isdir(directory):
+                cls._check_reachable(path, directory)
+                if path == default_path():
+                    os.makedirs(directory, 0o700)
+                else:
+                    raise JournalError('The journal directory %s does not exist. Create it (mkdir -p %s) or set the '
+                                       'journal_path option / %s to a file in an existing directory.'
+                                       % (directory, directory, ENV_VAR), path=path)
+        elif os.path.isdir(path):
+            raise JournalError('The journal path %s is a directory; give the path of a file, for example %s.'
+                               % (path, os.path.join(path, 'journal.sqlite')), path=path)
+        cls._check_writable(path, directory, exists)
+        if not exists:
+            cls._create_file(path)
+        conn = cls._connect(path)
+        try:
+            cls._check_and_migrate(conn, path)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(path, conn, actor)
+
+    @staticmethod
+    def _check_reachable(path, directory):
+        # A directory behind one this user may not enter looks missing; say which one it is.
+        parent = os.path.dirname(directory)
+        while parent and not os.path.isdir(parent):
+            parent = os.path.dirname(parent)
+        if parent and not os.access(parent, os.X_OK):
+            raise JournalError('Cannot reach the journal directory %s: permission denied on %s. Choose a journal path '
+                               'this user can write (journal_path / %s).' % (directory, parent, ENV_VAR), path=path)
+
+    @staticmethod
+    def _check_writable(path, directory, exists):
+        # SQLite needs to write the file and, for its -wal and -shm files, the directory.
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise JournalError('Cannot write the journal directory %s (permission denied). Make it writable for this '
+                               'user or choose another journal path (journal_path / %s).' % (directory, ENV_VAR),
+                               path=path)
+        if exists and not os.access(path, os.R_OK | os.W_OK):
+            raise JournalError('Cannot read and write the journal %s (permission denied). Fix its owner or mode '
+                               '(it should be 0600 and owned by the user running Ansible).' % path, path=path)
+
+    @staticmethod
+    def _create_file(path):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.close(fd)
+        except OSError as exc:
+            if exc.errno != errno.EEXIST:  # another fork made it first: fine
+                raise JournalError('Cannot create the journal %s: %s.' % (path, exc.strerror), path=path)
+
+    @staticmethod
+    def _connect(path):
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000.0, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        try:
+            conn.execute('PRAGMA busy_timeout = %d' % BUSY_TIMEOUT_MS)
+            # Read first: a file that is not a database fails here, before anything is written to it.
+            conn.execute('PRAGMA user_version').fetchone()
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise JournalError('%s is not a readable journal (%s). Nothing was changed. Move it aside and restore it '
+                               'from a backup, or point journal_path / %s elsewhere.' % (path, exc, ENV_VAR), path=path)
+        return conn
+
+    @classmethod
+    def _check_and_migrate(cls, conn, path):
+        version = conn.execute('PRAGMA user_version').fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise JournalError('The journal %s has schema version %d, newer than this collection understands (%d). Use '
+                               'the newer ephemera.workspaces that wrote it; nothing was changed.'
+                               % (path, version, SCHEMA_VERSION), path=path, schema=version)
+        try:
+            if conn.execute('PRAGMA journal_mode').fetchone()[0].lower() != 'wal':
+                conn.execute('PRAGMA journal_mode = WAL')
+            conn.execute('PRAGMA synchronous = FULL')
+            conn.execute('PRAGMA foreign_keys = ON')
+            if version < SCHEMA_VERSION:
+                cls._migrate(conn)
+        except sqlite3.DatabaseError as exc:
+            raise JournalError('Cannot prepare the journal %s: %s.' % (path, exc), path=path)
+
+    @staticmethod
+    def _migrate(conn):
+        conn.execute('BEGIN IMMEDIATE')
+        try:
+            # Read again under the write lock: another fork may have migrated meanwhile.
+            version = conn.execute('PRAGMA user_version').fetchone()[0]
+            for step in range(version, SCHEMA_VERSION):
+                for statement in _split_sql(MIGRATIONS[step]):
+                    conn.execute(statement)
+            if version == 0:
+                conn.execute("INSERT INTO meta (key, value) VALUES ('controller_id', ?)", (str(uuid.uuid4()),))
+                conn.execute("INSERT INTO meta (key, value) VALUES ('created_at', ?)", (iso(time.time()),))
+            conn.execute('PRAGMA user_version = %d' % SCHEMA_VERSION)
+            conn.execute('COMMIT')
+        except BaseException:
+            conn.execute('ROLLBACK')
+            raise
+
+    def close(self):
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------ transactions
+
+    @contextlib.contextmanager
+    def transaction(self):
+        """A write transaction holding SQLite's write lock from its first statement to COMMIT."""
+        try:
+            self._conn.execute('BEGIN IMMEDIATE')
+        except sqlite3.OperationalError as exc:
+            raise JournalError('The journal %s stayed busy for %d s (%s); another process holds it. Try again.'
+                               % (self.path, BUSY_TIMEOUT_MS // 1000, exc), path=self.path)
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute('ROLLBACK')
+            raise
+        self._conn.execute('COMMIT')
+
+    def _one(self, sql, args=()):
+        row = self._conn.execute(sql, args).fetchone()
+        return _row_dict(row) if row is not None else None
+
+    def _all(self, sql, args=()):
+        return [_row_dict(row) for row in self._conn.execute(sql, args).fetchall()]
+
+    @property
+    def controller_id(self):
+        return self._conn.execute("SELECT value FROM meta WHERE key = 'controller_id'").fetchone()[0]
+
+    @property
+    def schema_version(self):
+        return self._conn.execute('PRAGMA user_version').fetchone()[0]
+
+    # --------------------------------------------------------------- workspaces
+
+    @staticmethod
+    def _check_fields(fields):
+        unknown = set(fields) - set(WORKSPACE_FIELDS)
+        if unknown:
+            raise JournalError('Unknown workspace field(s): %s.' % ', '.join(sorted(unknown)))
+        if 'status' in fields and fields['status'] not in WORKSPACE_STATUSES:
+            raise JournalError('Unknown workspace status %r; expected one of %s.'
+                               % (fields['status'], ', '.join(WORKSPACE_STATUSES)))
+        if 'activity' in fields and fields['activity'] not in WORKSPACE_ACTIVITIES:
+            raise JournalError('Unknown workspace activity %r; expected one of %s.'
+                               % (fields['activity'], ', '.join(WORKSPACE_ACTIVITIES)))
+        if 'desired_state' in fields and fields['desired_state'] not in DESIRED_STATES:
+            raise JournalError('Unknown desired state %r; expected one of %s.'
+                               % (fields['desired_state'], ', '.join(DESIRED_STATES)))
+
+    @staticmethod
+    def _column_value(key, value):
+        if key in JSON_FIELDS:
+            return _dumps(redact(value))
+        return value
+
+    def create_workspace(self, name, event=None, **fields):
+        """Record a new workspace (status ``requested`` unless given) at generation 1 and return it.
+
+        Raises :class:`JournalError` when a record with that name exists already: the caller reads
+        it and decides (resume, or refuse different parameters).
+        """
+        fields.setdefault('status', 'requested')
+        self._check_fields(fields)
+        now = time.time()
+        cols = ['name', 'created_at', 'updated_at', 'generation'] + sorted(fields)
+        values = [name, now, now, 1] + [self._column_value(k, fields[k]) for k in sorted(fields)]
+        with self.transaction() as conn:
+            try:
+                conn.execute('INSERT INTO workspaces (%s) VALUES (%s)' % (', '.join(cols), ', '.join('?' * len(cols))),
+                             values)
+            except sqlite3.IntegrityError:
+                raise JournalError('A workspace named %r is already recorded in %s.' % (name, self.path),
+                                   workspace=name)
+            self._append_event(conn, name, 'recorded', 'create_workspace', dict(fields, **(event or {})), now)
+        return self.get_workspace(name)
+
+    def get_workspace(self, name):
+        """The workspace record as a dict, or None."""
+        return self._one('SELECT * FROM workspaces WHERE name = ?', (name,))
+
+    def list_workspaces(self, status=None, activity=None, names=None):
+        """Workspace records, filtered by status, activity and names (each a value or a list), by name."""
+        where, args = [], []
+        for column, wanted in (('status', status), ('activity', activity), ('name', names)):
+            if wanted:
+                wanted = [wanted] if isinstance(wanted, str) else list(wanted)
+                where.append('%s IN (%s)' % (column, ', '.join('?' * len(wanted))))
+                args.extend(wanted)
+        sql = 'SELECT * FROM workspaces' + (' WHERE ' + ' AND '.join(where) if where else '') + ' ORDER BY name'
+        return self._all(sql, args)
+
+    def update_workspace(self, name, generation, event=None, **fields):
+        """Compare-and-set: apply ``fields`` only if the record is still at ``generation``.
+
+        ``event`` (a dict with ``kind``, ``action`` and optional ``detail``) is appended to the
+        event log in the same transaction, so the record and its history never disagree.
+        Returns the new record; raises :class:`StaleGenerationError` and writes nothing if the
+        record moved on (or vanished) since the caller read it.
+        """
+        self._check_fields(fields)
+        now = time.time()
+        keys = sorted(fields)
+        assignments = ', '.join('%s = ?' % k for k in keys + ['updated_at']) + ', generation = generation + 1'
+        args = [self._column_value(k, fields[k]) for k in keys] + [now, name, generation]
+        with self.transaction() as conn:
+            cur = conn.execute('UPDATE workspaces SET %s WHERE name = ? AND generation = ?' % assignments, args)
+            if cur.rowcount != 1:
+                row = conn.execute('SELECT generation FROM workspaces WHERE name = ?', (name,)).fetchone()
+                if row is None:
+                    raise StaleGenerationError('Workspace %r is not recorded in the journal; nothing was written.'
+                                               % name, workspace=name)
+                raise StaleGenerationError(
+                    'Workspace %r changed while this run worked on it (expected generation %d, found %d): another run '
+                    'updated it first. Nothing was written; re-read the workspace and try again.'
+                    % (name, generation, row[0]), workspace=name, expected=generation, found=row[0])
+            if event is not None:
+                self._append_event(conn, name, event.get('kind', 'transition'), event['action'],
+                                   event.get('detail', fields), now)
+        return self.get_workspace(name)
+
+    # ------------------------------------------------------------------- events
+
+    def _append_event(self, conn, workspace, kind, action, detail, now=None):
+        conn.execute('INSERT INTO events (workspace, at, actor, kind, action, detail) VALUES (?, ?, ?, ?, ?, ?)',
+                     (workspace, now or time.time(), self.actor, kind, action, _dumps(redact(detail or {}))))
+
+    def append_event(self, workspace, kind, action, detail=None):
+        """Append one entry to a workspace's event log: ``kind`` is e.g. dispatched, observed, note."""
+        with self.transaction() as conn:
+            self._append_event(conn, workspace, kind, action, detail)
+
+    def events(self, workspace, limit=None):
+        """The workspace's event log, oldest first (the last ``limit`` entries if given)."""
+        if limit:
+            rows = self._all('SELECT * FROM events WHERE workspace = ? ORDER BY id DESC LIMIT ?', (workspace, int(limit)))
+            return list(reversed(rows))
+        return self._all('SELECT * FROM events WHERE workspace = ? ORDER BY id', (workspace,))
+
+    # ------------------------------------------------------------------ intents
+
+    def open_intent(self, op, target, resources=None, owner=None):
+        """Record that ``op`` on ``target`` is about to run, owned by this process; returns the intent."""
+        owner = owner or Owner.current()
+        with self.transaction() as conn:
+            cur = conn.execute('INSERT INTO intents (op, target, owner, started_at, resources) VALUES (?, ?, ?, ?, ?)',
+                               (op, target, _dumps(owner.to_dict()), time.time(), _dumps(resources or [])))
+            intent_id = cur.lastrowid
+        return self.get_intent(intent_id)
+
+    def get_intent(self, intent_id):
+        return self._one('SELECT * FROM intents WHERE id = ?', (intent_id,))
+
+    def update_intent(self, intent_id, generation, resources=None, attempts=None, owner=None, state=None, result=None):
+        """Compare-and-set on an intent: add resources it may have allocated, take it over, or close it."""
+        sets, args = [], []
+        if resources is not None:
+            sets.append('resources = ?')
+            args.append(_dumps(resources))
+        if attempts is not None:
+            sets.append('attempts = ?')
+            args.append(int(attempts))
+        if owner is not None:
+            sets.append('owner = ?')
+            args.append(_dumps(owner.to_dict()))
+        if state is not None:
+            if state not in ('open', 'done', 'failed', 'abandoned'):
+                raise JournalError('Unknown intent state %r.' % state)
+            sets.append('state = ?')
+            args.append(state)
+            if state != 'open':
+                sets.append('ended_at = ?')
+                args.append(time.time())
+        if result is not None:
+            sets.append('result = ?')
+            args.append(_dumps(redact(result)))
+        sets.append('generation = generation + 1')
+        with self.transaction() as conn:
+            cur = conn.execute('UPDATE intents SET %s WHERE id = ? AND generation = ?' % ', '.join(sets),
+                               args + [intent_id, generation])
+            if cur.rowcount != 1:
+                raise StaleGenerationError('Intent %d changed since generation %d; nothing was written.'
+                                           % (intent_id, generation), intent=intent_id)
+        return self.get_intent(intent_id)
+
+    def open_intents(self, target=None):
+        if target is None:
+            return self._all("SELECT * FROM intents WHERE state = 'open' ORDER BY id")
+        return self._all("SELECT * FROM intents WHERE state = 'open' AND target = ? ORDER BY id", (target,))
+
+    @staticmethod
+    def intent_owner(intent):
+        return Owner.from_dict(intent['owner'])
+
+    # ------------------------------------------------------------- cleanup debt
+
+    def record_cleanup_debt(self, workspace, resource, error, retry_in=300.0):
+        """Remember a cleanup that could not finish; repeated failures count up ``attempts``."""
+        now = time.time()
+        with self.transaction() as conn:
+            conn.execute(
+                'INSERT INTO cleanup_debt (workspace, resource, attempts, last_error, next_retry, created_at, updated_at) '
+                'VALUES (?, ?, 1, ?, ?, ?, ?) ON CONFLICT (workspace, resource) DO UPDATE SET '
+                'attempts = attempts + 1, last_error = excluded.last_error, next_retry = excluded.next_retry, '
+                'updated_at = excluded.updated_at',
+                (workspace, resource, str(error), now + retry_in, now, now))
+            self._append_event(conn, workspace, 'observed', 'cleanup_debt',
+                               {'resource': resource, 'error': str(error)}, now)
+        return self._one('SELECT * FROM cleanup_debt WHERE workspace = ? AND resource = ?', (workspace, resource))
+
+    def clear_cleanup_debt(self, workspace, resource):
+        """Settle a debt once the cleanup was confirmed; returns True if there was one."""
+        with self.transaction() as conn:
+            cur = conn.execute('DELETE FROM cleanup_debt WHERE workspace = ? AND resource = ?', (workspace, resource))
+            if cur.rowcount:
+                self._append_event(conn, workspace, 'observed', 'cleanup_debt_settled', {'resource': resource})
+            return cur.rowcount == 1
+
+    def cleanup_debts(self, workspace=None, due_only=False):
+        where, args = [], []
+        if workspace is not None:
+            where.append('workspace = ?')
+            args.append(workspace)
+        if due_only:
+            where.append('next_retry <= ?')
+            args.append(time.time())
+        sql = 'SELECT * FROM cleanup_debt' + (' WHERE ' + ' AND '.join(where) if where else '')
+        return self._all(sql + ' ORDER BY workspace, resource', args)
+
+    # -------------------------------------------------------------- idempotency
+
+    def idempotency_hash(self, key, action, controller=None):
+        controller = controller or self.controller_id
+        return hashlib.sha256(('%s\0%s\0%s' % (controller, action, key)).encode('utf-8')).hexdigest()
+
+    def begin_idempotent(self, key, action, request, controller=None, owner=None, now=None):
+        """Claim an idempotency key before doing ``action`` for ``request``.
+
+        - first use: a fresh claim (``replayed`` False); the caller does the work, then calls
+          :meth:`finish_idempotent` (or :meth:`abandon_idempotent` if it failed);
+        - same key, same request, finished: the stored result (``replayed`` True); do nothing;
+        - same key, different request: :class:`IdempotencyError`;
+        - same key while its first use still runs: :class:`IdempotencyError` (refused). If that
+          first owner died, this caller takes the claim over and resumes.
+
+        Keys are scoped by controller and action and stored only as a SHA-256 hash; records
+        expire 24 h after they were made.
+        """
+        controller = controller or self.controller_id
+        owner = owner or Owner.current()
+        now = time.time() if now is None else now
+        key_hash = self.idempotency_hash(key, action, controller)
+        print_ = fingerprint(request)
+        with self.transaction() as conn:
+            conn.execute('DELETE FROM idempotency WHERE expires_at <= ?', (now,))
+            row = conn.execute('SELECT * FROM idempotency WHERE key_hash = ?', (key_hash,)).fetchone()
+            if row is None:
+                conn.execute('INSERT INTO idempotency (key_hash, controller, action, fingerprint, state, owner, '
+                             'created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+                             (key_hash, controller, action, print_, 'in_flight', _dumps(owner.to_dict()), now,
+                              now + IDEMPOTENCY_TTL))
+                return IdempotencyClaim(key_hash, replayed=False)
+            if row['fingerprint'] != print_:
+                raise IdempotencyError('The idempotency key was already used for a different %s request. Use a new '
+                                       'key for a new request, or repeat the original request unchanged.' % action,
+                                       action=action)
+            if row['state'] == 'done':
+                return IdempotencyClaim(key_hash, replayed=True, result=json.loads(row['result']))
+            first = Owner.from_dict(json.loads(row['owner']))
+            if first.is_alive(now):
+                raise IdempotencyError('A %s with this idempotency key is still running (%r). Wait for it to finish, '
+                                       'then repeat this request to get its result.' % (action, first), action=action)
+            conn.execute('UPDATE idempotency SET owner = ? WHERE key_hash = ?', (_dumps(owner.to_dict()), key_hash))
+            return IdempotencyClaim(key_hash, replayed=False)
+
+    def finish_idempotent(self, claim, result):
+        """Store the result of a claimed request, so that a repeat replays it."""
+        with self.transaction() as conn:
+            conn.execute("UPDATE idempotency SET state = 'done', result = ? WHERE key_hash = ?",
+                         (_dumps(redact(result)), claim.key_hash))
+
+    def abandon_idempotent(self, claim):
+        """Forget a claim whose work failed, so that a retry with the same key runs again."""
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM idempotency WHERE key_hash = ? AND state = 'in_flight'", (claim.key_hash,))
+
+
+def _split_sql(script):
+    """Statements of a migration script; trigger bodies keep their inner semicolons."""
+    statements, current = [], []
+    for line in script.strip().splitlines():
+        current.append(line)
+        text = '\n'.join(current).strip()
+        if text.endswith(';') and (not text.upper().startswith('CREATE TRIGGER') or text.upper().endswith('END;')):
+            statements.append(text)
+            current = []
+    if '\n'.join(current).strip():
+        statements.append('\n'.join(current).strip())
+    return statements

@@ -27,6 +27,10 @@ class JournalError(EphemeraError):
     """The journal cannot be opened, read or written (path, permissions, corruption, schema)."""
 
 
+class JournalMissing(JournalError):
+    """No journal exists at the path and the caller asked not to create one."""
+
+
 class StaleGenerationError(JournalError):
     """A compare-and-set lost: the record changed since the caller read it. Nothing was written."""
 

@@ -30,6 +30,7 @@ import uuid
 from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import (
     IdempotencyError,
     JournalError,
+    JournalMissing,
     StaleGenerationError,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import Owner
@@ -218,7 +219,7 @@ class Journal:
         exists = os.path.exists(path)
         if not exists:
             if not create:
-                raise JournalError('No journal at %s: nothing has been recorded with this journal path yet. Check the '
+                raise JournalMissing('No journal at %s: nothing has been recorded with this journal path yet. Check the '
                                    'journal_path option or the %s environment variable.' % (path, ENV_VAR), path=path)
             if not os.path.isdir(directory):
                 cls._check_reachable(path, directory)

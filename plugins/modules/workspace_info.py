@@ -1,0 +1,195 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: workspace_info
+short_description: Read workspace records from the journal
+version_added: 0.1.0
+description:
+  - Returns what the journal knows about workspaces, one record each, without asking the cluster.
+  - Use it to see a workspace's status (infrastructure readiness), its activity (what the agent inside is doing),
+    its identifiers and task UPIDs, its last failure, its cleanup debt and, on request, its event log.
+  - It only reads. A journal that does not exist yet is reported as empty, with a warning, and is not created.
+author:
+  - Ephemera maintainers (@ephemera)
+extends_documentation_fragment:
+  - ephemera.workspaces.journal
+attributes:
+  check_mode:
+    support: full
+    description: The module never changes anything.
+  diff_mode:
+    support: none
+    description: Nothing to compare.
+options:
+  name:
+    description:
+      - Name of one workspace. Without it, every workspace that matches O(status) and O(activity).
+    type: str
+  status:
+    description:
+      - Only workspaces in one of these statuses.
+    type: list
+    elements: str
+    choices: [requested, provisioning, booting, bootstrapping, registering, ready, failed, destroying, destroyed]
+  activity:
+    description:
+      - Only workspaces with one of these activities.
+    type: list
+    elements: str
+    choices: [active, idle, blocked, unknown]
+  events:
+    description:
+      - Include each workspace's event log (what was dispatched and observed, by whom, when), oldest first.
+    type: bool
+    default: false
+  events_limit:
+    description:
+      - With O(events), only the last this many entries of each log. V(0) means all.
+    type: int
+    default: 50
+'''
+
+EXAMPLES = r'''
+- name: Show one workspace with its recent history
+  ephemera.workspaces.workspace_info:
+    name: fix-login-bug
+    events: true
+  register: info
+
+- name: Every workspace whose agent waits for input
+  ephemera.workspaces.workspace_info:
+    activity: [blocked]
+  register: blocked
+'''
+
+RETURN = r'''
+workspaces:
+  description: The matching workspace records, sorted by name.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The workspace's name.
+      type: str
+    status:
+      description: Infrastructure readiness, one of the statuses in O(status).
+      type: str
+    activity:
+      description: What the agent inside is doing, one of the activities in O(activity).
+      type: str
+    desired_state:
+      description: V(present) or V(destroyed); what the last request asked for.
+      type: str
+    node:
+      description: The Proxmox node the container lives on.
+      type: str
+    vmid:
+      description: The container's VMID once the clone was confirmed, else null.
+      type: int
+    candidate_vmid:
+      description: The VMID chosen for the clone before it was confirmed.
+      type: int
+    upids:
+      description: Task UPIDs by step (for example C(clone), C(start), C(delete)).
+      type: dict
+    address:
+      description: The address the workspace is reached at.
+      type: str
+    repo:
+      description: The repository checked out in the workspace.
+      type: str
+    ref:
+      description: The branch, tag or commit checked out.
+      type: str
+    purpose:
+      description: What the agent was asked to do.
+      type: str
+    failure:
+      description: The last failure (step, message, task log tail), or null.
+      type: dict
+    generation:
+      description: Counts the record's changes; every change is a compare-and-set on it.
+      type: int
+    created_at:
+      description: When the workspace was first recorded (ISO 8601, UTC).
+      type: str
+    updated_at:
+      description: When the record last changed (ISO 8601, UTC).
+      type: str
+    cleanup_debt:
+      description: Cleanups that could not finish yet, with attempts, last error and next retry.
+      type: list
+      elements: dict
+    events:
+      description: The event log, with O(events) only.
+      type: list
+      elements: dict
+  sample:
+    - name: fix-login-bug
+      status: ready
+      activity: active
+      desired_state: present
+      node: pve1
+      vmid: 101
+      address: 10.0.0.21
+journal_path:
+  description: The journal that was read.
+  returned: always
+  type: str
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError, JournalMissing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import (
+    WORKSPACE_ACTIVITIES,
+    WORKSPACE_STATUSES,
+    Journal,
+    resolve_path,
+)
+
+
+def read_workspaces(journal, name=None, status=None, activity=None, events=False, events_limit=50):
+    """The matching records, each with its cleanup debt and (optionally) its event log."""
+    records = journal.list_workspaces(status=status, activity=activity, names=[name] if name else None)
+    for record in records:
+        record['cleanup_debt'] = journal.cleanup_debts(record['name'])
+        if events:
+            record['events'] = journal.events(record['name'], limit=events_limit or None)
+    return records
+
+
+def main():
+    argument_spec = dict(
+        name=dict(type='str'),
+        status=dict(type='list', elements='str', choices=list(WORKSPACE_STATUSES)),
+        activity=dict(type='list', elements='str', choices=list(WORKSPACE_ACTIVITIES)),
+        events=dict(type='bool', default=False),
+        events_limit=dict(type='int', default=50),
+    )
+    argument_spec.update(journal_argument_spec())
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    path = resolve_path(module.params['journal_path'])
+    try:
+        journal = Journal.open(path, create=False)
+    except JournalMissing as err:
+        module.warn('%s Reporting no workspaces.' % err)
+        module.exit_json(changed=False, workspaces=[], journal_path=path)
+    except EphemeraError as err:
+        module.fail_json(msg=str(err), journal_path=path)
+    with journal:
+        workspaces = read_workspaces(journal, **dict((k, module.params[k]) for k in
+                                                     ('name', 'status', 'activity', 'events', 'events_limit')))
+    module.exit_json(changed=False, workspaces=workspaces, journal_path=path)
+
+
+if __name__ == '__main__':
+    main()

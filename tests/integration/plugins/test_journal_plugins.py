@@ -1,0 +1,99 @@
+"""workspace_info and the journal lookup, run by a real ansible-playbook against a real journal file."""
+
+import os
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
+
+PLAY = '''
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: info one
+      ephemera.workspaces.workspace_info:
+        name: ws-a
+        events: true
+      register: one
+    - name: info blocked
+      ephemera.workspaces.workspace_info:
+        activity: [blocked]
+    - name: lookup one
+      ansible.builtin.debug:
+        msg: "{{ lookup('ephemera.workspaces.journal', 'ws-a') }}"
+    - name: lookup ready names
+      ansible.builtin.debug:
+        msg: "{{ query('ephemera.workspaces.journal', status='ready') | map(attribute='name') | list }}"
+'''
+
+
+def seed(path):
+    with Journal.open(path) as j:
+        j.create_workspace('ws-a', repo='file:///srv/repo.git', ref='main', purpose='fix it')
+        j.update_workspace('ws-a', 1, status='ready', activity='blocked', vmid=101, node='pve1',
+                           event={'kind': 'observed', 'action': 'ready'})
+        j.create_workspace('ws-b')
+        j.update_workspace('ws-b', 1, status='ready', activity='idle')
+        j.create_workspace('ws-c')
+        j.record_cleanup_debt('ws-a', 'lxc/777@pve1', 'CT is locked (backup)')
+
+
+def test_info_and_lookup_read_the_journal(tmp_path, run_playbook, task_results):
+    path = str(tmp_path / 'journal.sqlite')
+    seed(path)
+    code, data, out = run_playbook(PLAY, env={'EPHEMERA_JOURNAL': path}, check=True)
+    assert code == 0, out
+    one = task_results(data, 'info one')
+    assert one['changed'] is False
+    [ws] = one['workspaces']
+    assert (ws['name'], ws['status'], ws['activity'], ws['vmid']) == ('ws-a', 'ready', 'blocked', 101)
+    assert [e['action'] for e in ws['events']] == ['create_workspace', 'ready', 'cleanup_debt']
+    assert [d['resource'] for d in ws['cleanup_debt']] == ['lxc/777@pve1']
+    assert [w['name'] for w in task_results(data, 'info blocked')['workspaces']] == ['ws-a']
+    assert task_results(data, 'lookup one')['msg']['purpose'] == 'fix it'
+    assert task_results(data, 'lookup ready names')['msg'] == ['ws-a', 'ws-b']
+
+
+def test_missing_journal_is_empty_for_info_and_an_error_for_lookup(tmp_path, run_playbook, task_results):
+    path = str(tmp_path / 'never-made.sqlite')
+    code, data, out = run_playbook(PLAY.split('    - name: info blocked')[0], env={'EPHEMERA_JOURNAL': path})
+    assert code == 0, out
+    result = task_results(data, 'info one')
+    assert result['workspaces'] == [] and 'No journal at' in ' '.join(result['warnings'])
+    code, data, out = run_playbook(PLAY, env={'EPHEMERA_JOURNAL': path})
+    assert code != 0
+    assert 'No journal at %s' % path in task_results(data, 'lookup one')['msg']
+    assert not os.path.exists(path)
+
+
+def test_lookup_refuses_unknown_names_and_filters(tmp_path, run_playbook, task_results):
+    path = str(tmp_path / 'journal.sqlite')
+    seed(path)
+    play = '''
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: unknown name
+      ansible.builtin.debug:
+        msg: "{{ lookup('ephemera.workspaces.journal', 'nope') }}"
+      ignore_errors: true
+    - name: skipped name
+      ansible.builtin.debug:
+        msg: "{{ query('ephemera.workspaces.journal', 'nope', 'ws-b', missing='skip') | map(attribute='name') | list }}"
+    - name: bad status
+      ansible.builtin.debug:
+        msg: "{{ query('ephemera.workspaces.journal', status='sleeping') }}"
+      ignore_errors: true
+'''
+    code, data, out = run_playbook(play, env={'EPHEMERA_JOURNAL': path})
+    assert code == 0, out
+    assert "no workspace named 'nope'" in task_results(data, 'unknown name')['msg']
+    assert task_results(data, 'skipped name')['msg'] == ['ws-b']
+    assert 'unknown status sleeping' in task_results(data, 'bad status')['msg']
+
+
+def test_corrupt_journal_fails_info_with_a_clear_message(tmp_path, run_playbook, task_results):
+    path = tmp_path / 'journal.sqlite'
+    path.write_bytes(b'garbage' * 1000)
+    code, data, out = run_playbook(PLAY.split('    - name: info blocked')[0], env={'EPHEMERA_JOURNAL': str(path)})
+    assert code != 0
+    assert 'not a readable journal' in task_results(data, 'info one')['msg']
+    assert path.read_bytes() == b'garbage' * 1000

@@ -1,0 +1,85 @@
+"""Ownership markers: what verifies and what never does."""
+
+import multiprocessing
+import os
+
+import pytest
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+
+SECRET = b'0123456789abcdef' * 4
+CONTROLLER = 'c0ffee00-0000-4000-8000-000000000001'
+
+
+def desc(workspace='ws1', vmid=105, controller=CONTROLLER, secret=SECRET, extra=''):
+    return extra + marker.render(secret, controller, workspace, vmid)
+
+
+def test_own_marker_verifies():
+    assert marker.verify(desc(), SECRET, CONTROLLER, 'ws1', 105) == marker.VERIFIED
+    assert marker.verify(desc(extra='operator note\n'), SECRET, CONTROLLER) == marker.VERIFIED
+
+
+@pytest.mark.parametrize('description, expected', [
+    (None, marker.ABSENT),
+    ('', marker.ABSENT),
+    ('a container somebody made by hand', marker.ABSENT),
+    (desc(controller='another-controller'), marker.FOREIGN),
+    (desc(secret=b'not our secret'), marker.FORGED),
+    (desc().replace('vmid=105', 'vmid=106'), marker.FORGED),
+    (desc().replace('workspace=ws1', 'workspace=ws2'), marker.FORGED),
+    (desc().replace('vmid=105', 'vmid=abc'), marker.FORGED),
+    (desc()[:-4] + '0000', marker.FORGED),
+])
+def test_markers_that_do_not_verify(description, expected):
+    assert marker.verify(description, SECRET, CONTROLLER, 'ws1', 105) == expected
+
+
+def test_marker_copied_onto_another_vmid_does_not_verify():
+    copied = desc(vmid=105)
+    assert marker.verify(copied, SECRET, CONTROLLER, 'ws1', 106) == marker.MISMATCH
+
+
+def test_genuine_marker_of_another_workspace_is_a_mismatch():
+    assert marker.verify(desc(workspace='ws2'), SECRET, CONTROLLER, 'ws1', 105) == marker.MISMATCH
+
+
+def test_parse_reads_fields():
+    fields = marker.parse('note\n' + desc())
+    assert (fields['workspace'], fields['controller'], fields['vmid'], fields['version']) == ('ws1', CONTROLLER, '105', 'v1')
+
+
+def test_secret_made_once_with_0600_next_to_the_journal(tmp_path, monkeypatch):
+    monkeypatch.delenv(marker.SECRET_ENV, raising=False)
+    journal = str(tmp_path / 'journal.sqlite')
+    first = marker.load_secret(journal)
+    path = marker.secret_path(journal)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert marker.load_secret(journal) == first and len(first) == 64
+    assert sorted(os.listdir(str(tmp_path))) == ['journal.sqlite.secret']
+
+
+def test_given_secret_wins(tmp_path, monkeypatch):
+    monkeypatch.setenv(marker.SECRET_ENV, 'from-env')
+    assert marker.load_secret(str(tmp_path / 'j'), given='from-vault') == b'from-vault'
+    assert marker.load_secret(str(tmp_path / 'j')) == b'from-env'
+    assert os.listdir(str(tmp_path)) == []
+
+
+def _load(journal, out):
+    out.put(marker.load_secret(journal))
+
+
+def test_concurrent_first_use_agrees_on_one_secret(tmp_path, monkeypatch):
+    monkeypatch.delenv(marker.SECRET_ENV, raising=False)
+    journal = str(tmp_path / 'journal.sqlite')
+    ctx = multiprocessing.get_context('fork')
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_load, args=(journal, out)) for _ in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    secrets = {out.get(timeout=5) for _ in procs}
+    assert len(secrets) == 1 and len(secrets.pop()) == 64
+    assert sorted(os.listdir(str(tmp_path))) == ['journal.sqlite.secret']

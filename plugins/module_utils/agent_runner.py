@@ -1,0 +1,278 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""ephemera agent runner: the small program that lives in a workspace and runs its coding agent.
+
+The collection copies this file into the guest and starts it as the agent user; it needs only
+Python 3's standard library. It serves a Unix socket with a line-JSON protocol: one request
+object per line, one answer object per line. Requests (``op``):
+
+``ping``      -> ``{"ok": true, "alive": true, "activity": ..., "briefed": bool, "version": 1}``
+``brief``     ``{"op": "brief", "purpose": "...", "agent": "claude-code"}`` starts the agent named
+              in the configuration with the purpose. A repeat of the same brief changes nothing
+              (``"already": true``); a different brief while the agent works is refused.
+``status``    -> activity, the brief, the agent's pid and exit status, the log's last lines.
+``activity``  ``{"op": "activity", "state": "blocked"}``: the agent's own hooks report that it
+              waits for input or approval (``blocked``) or works again (``active``).
+
+Activity: ``idle`` before the brief and after the agent exits; ``active`` while it runs;
+``blocked`` while it runs and last reported waiting. The runner keeps running when the controller
+disconnects (it starts in its own session) and keeps its brief and the agent's identity in its
+state directory, so a restarted runner still knows both.
+
+Command line::
+
+    agent_runner.py serve --state-dir DIR --socket PATH --config FILE
+    agent_runner.py call --socket PATH '{"op": "ping"}'
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+PROTOCOL_VERSION = 1
+LOG_TAIL = 20
+ACTIVITIES = ('active', 'idle', 'blocked')
+
+
+def _write_json(path, data):
+    tmp = path + '.tmp'
+    with open(tmp, 'w') as out:
+        json.dump(data, out, sort_keys=True)
+        out.flush()
+        os.fsync(out.fileno())
+    os.rename(tmp, path)
+
+
+def _read_json(path, default=None):
+    try:
+        with open(path) as src:
+            return json.load(src)
+    except (IOError, OSError, ValueError):
+        return default
+
+
+def _start_time(pid):
+    try:
+        with open('/proc/%d/stat' % pid) as stat:
+            raw = stat.read()
+        return int(raw[raw.rfind(')') + 1:].split()[19])
+    except (IOError, OSError, ValueError, IndexError):
+        return None
+
+
+class Runner:
+    def __init__(self, state_dir, config):
+        self.state_dir = state_dir
+        self.config = config
+        self.lock = threading.Lock()
+        self.child = None
+        self.state_path = os.path.join(state_dir, 'state.json')
+        self.log_path = os.path.join(state_dir, 'agent.log')
+        self.state = _read_json(self.state_path, {}) or {}
+
+    # -- state -----------------------------------------------------------
+
+    def _save(self):
+        _write_json(self.state_path, self.state)
+
+    def _agent_running(self):
+        if self.child is not None:
+            code = self.child.poll()
+            if code is None:
+                return True
+            self.child = None
+            self._finished(code)
+            return False
+        agent = self.state.get('agent_process')
+        if agent and agent.get('ended_at') is None:
+            # Started by an earlier runner: alive while that pid still has the same start time.
+            if _start_time(agent['pid']) == agent.get('start_time'):
+                return True
+            self._finished(None)
+        return False
+
+    def _finished(self, code):
+        agent = self.state.get('agent_process') or {}
+        if agent.get('ended_at') is None:
+            # None: it was started by an earlier runner, so its exit status cannot be known.
+            agent['exit'] = code
+            agent['ended_at'] = time.time()
+            self.state['agent_process'] = agent
+            self.state['activity'] = 'idle'
+            self.state['activity_since'] = time.time()
+            self._save()
+
+    def activity(self):
+        if self._agent_running():
+            reported = self.state.get('activity')
+            return reported if reported in ('active', 'blocked') else 'active'
+        return 'idle'
+
+    # -- operations --------------------------------------------------------
+
+    def op_ping(self, request):
+        return {'ok': True, 'alive': True, 'activity': self.activity(), 'briefed': 'brief' in self.state,
+                'version': PROTOCOL_VERSION}
+
+    def op_status(self, request):
+        activity = self.activity()
+        return {'ok': True, 'activity': activity, 'activity_since': self.state.get('activity_since'),
+                'brief': self.state.get('brief'), 'agent_process': self.state.get('agent_process'),
+                'log_tail': self._log_tail(), 'version': PROTOCOL_VERSION}
+
+    def op_activity(self, request):
+        wanted = request.get('state')
+        if wanted not in ('active', 'blocked'):
+            return {'ok': False, 'error': 'activity state must be active or blocked, not %r' % (wanted,)}
+        if not self._agent_running():
+            return {'ok': False, 'error': 'no agent is running'}
+        if self.state.get('activity') != wanted:
+            self.state['activity'] = wanted
+            self.state['activity_since'] = time.time()
+            self._save()
+        return {'ok': True, 'activity': wanted}
+
+    def op_brief(self, request):
+        purpose = request.get('purpose')
+        agent = request.get('agent')
+        if not purpose or not agent:
+            return {'ok': False, 'error': 'a brief needs a purpose and an agent'}
+        commands = self.config.get('agents') or {}
+        if agent not in commands:
+            return {'ok': False, 'error': 'unknown agent %r; configured: %s' % (agent, ', '.join(sorted(commands)))}
+        brief = {'purpose': purpose, 'agent': agent}
+        current = self.state.get('brief')
+        if current and dict((k, current.get(k)) for k in brief) == brief:
+            return {'ok': True, 'already': True, 'activity': self.activity()}
+        if self._agent_running():
+            return {'ok': False, 'error': 'the agent is still working on an earlier brief'}
+        argv = [part.replace('{purpose}', purpose) for part in commands[agent]]
+        workdir = self.config.get('workdir') or self.state_dir
+        env = dict(os.environ, EPHEMERA_RUNNER_SOCKET=self.config.get('socket', ''), EPHEMERA_PURPOSE=purpose)
+        env.update(self.config.get('environment') or {})
+        with open(self.log_path, 'ab') as log:
+            try:
+                child = subprocess.Popen(argv, cwd=workdir, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                         start_new_session=True)
+            except OSError as exc:
+                return {'ok': False, 'error': 'cannot start the agent %r (%s): %s' % (agent, argv[0], exc)}
+        self.child = child
+        brief['briefed_at'] = time.time()
+        self.state.update(brief=brief, activity='active', activity_since=time.time(),
+                          agent_process={'pid': child.pid, 'start_time': _start_time(child.pid), 'exit': None,
+                                         'started_at': time.time(), 'ended_at': None})
+        self._save()
+        return {'ok': True, 'already': False, 'activity': 'active', 'pid': child.pid}
+
+    def _log_tail(self):
+        try:
+            with open(self.log_path, 'rb') as log:
+                log.seek(0, os.SEEK_END)
+                log.seek(max(log.tell() - 8192, 0))
+                return log.read().decode('utf-8', 'replace').splitlines()[-LOG_TAIL:]
+        except (IOError, OSError):
+            return []
+
+    def handle(self, line):
+        try:
+            request = json.loads(line)
+        except ValueError:
+            return {'ok': False, 'error': 'a request is one JSON object per line'}
+        if not isinstance(request, dict):
+            return {'ok': False, 'error': 'a request is one JSON object per line'}
+        method = getattr(self, 'op_%s' % request.get('op'), None)
+        if method is None:
+            return {'ok': False, 'error': 'unknown op %r; known: ping, brief, status, activity' % (request.get('op'),)}
+        with self.lock:
+            return method(request)
+
+
+def serve(args):
+    with open(args.config) as src:
+        config = json.load(src)
+    config['socket'] = args.socket
+    if not os.path.isdir(args.state_dir):
+        os.makedirs(args.state_dir, 0o700)
+    runner = Runner(args.state_dir, config)
+    if os.path.exists(args.socket):
+        os.unlink(args.socket)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(args.socket)
+    os.chmod(args.socket, 0o660)
+    server.listen(16)
+    _write_json(os.path.join(args.state_dir, 'runner.json'),
+                {'pid': os.getpid(), 'start_time': _start_time(os.getpid()), 'socket': args.socket})
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # Reap the agent promptly so that activity turns idle when it exits.
+    threading.Thread(target=_watch, args=(runner,), daemon=True).start()
+    while True:
+        conn, _ = server.accept()
+        threading.Thread(target=_client, args=(runner, conn), daemon=True).start()
+
+
+def _watch(runner):
+    while True:
+        with runner.lock:
+            runner.activity()
+        time.sleep(0.2)
+
+
+def _client(runner, conn):
+    with conn:
+        stream = conn.makefile('rwb')
+        for line in stream:
+            if not line.strip():
+                continue
+            stream.write((json.dumps(runner.handle(line.decode('utf-8', 'replace'))) + '\n').encode('utf-8'))
+            stream.flush()
+
+
+def call(args):
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.settimeout(args.timeout)
+    try:
+        client.connect(args.socket)
+    except (IOError, OSError) as exc:
+        print(json.dumps({'ok': False, 'alive': False, 'error': 'runner not answering on %s: %s' % (args.socket, exc)}))
+        return 3
+    with client:
+        stream = client.makefile('rwb')
+        stream.write((args.request.strip() + '\n').encode('utf-8'))
+        stream.flush()
+        answer = stream.readline().decode('utf-8')
+    print(answer.strip())
+    return 0 if json.loads(answer).get('ok') else 4
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog='agent_runner.py', description='ephemera agent runner')
+    sub = parser.add_subparsers(dest='command')
+    p_serve = sub.add_parser('serve')
+    p_serve.add_argument('--state-dir', required=True)
+    p_serve.add_argument('--socket', required=True)
+    p_serve.add_argument('--config', required=True)
+    p_call = sub.add_parser('call')
+    p_call.add_argument('--socket', required=True)
+    p_call.add_argument('--timeout', type=float, default=10.0)
+    p_call.add_argument('request')
+    args = parser.parse_args(argv)
+    if args.command == 'serve':
+        return serve(args)
+    if args.command == 'call':
+        return call(args)
+    parser.print_help()
+    return 2
+
+
+if __name__ == '__main__':
+    sys.exit(main())

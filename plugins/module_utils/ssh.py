@@ -1,0 +1,256 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The collection's one SSH wrapper (paramiko underneath) for talking to workspace guests.
+
+Host keys: a workspace is new, so its key cannot be known in advance. The first successful
+connection records the key (trust on first use, per workspace, kept in the journal); every later
+connection must present the same key or is refused.
+
+Secrets travel on a command's standard input or in files written over SFTP with 0600
+permissions, never on a command line, where the guest's process list would show them.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import base64
+import posixpath
+import shlex
+import socket
+import time
+
+try:
+    import paramiko
+    HAS_PARAMIKO = True
+    PARAMIKO_IMPORT_ERROR = None
+except ImportError as exc:  # reported by the module that needs it
+    paramiko = None
+    HAS_PARAMIKO = False
+    PARAMIKO_IMPORT_ERROR = exc
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils import waiter
+
+
+class SshError(EphemeraError):
+    """Base of the SSH errors."""
+
+
+class SshUnavailable(SshError):
+    """The guest does not accept SSH connections (yet): refused, timed out, closed during the handshake."""
+
+
+class SshAuthError(SshError):
+    """The guest refused our key."""
+
+
+class SshHostKeyMismatch(SshError):
+    """The guest presented another host key than the one recorded for this workspace."""
+
+
+class SshDropped(SshError):
+    """The connection broke while a command ran: whether it finished is unknown."""
+
+
+class SshCommandFailed(SshError):
+    """A command ended with a non-zero exit status."""
+
+
+class CommandResult:
+    __slots__ = ('rc', 'stdout', 'stderr')
+
+    def __init__(self, rc, stdout, stderr):
+        self.rc = rc
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+def tail(text, lines=15):
+    return '\n'.join(text.rstrip().splitlines()[-lines:])
+
+
+class _RecordingPolicy(paramiko.MissingHostKeyPolicy if HAS_PARAMIKO else object):
+    """Accept an unknown host key and remember it; used only when no key is recorded yet."""
+
+    def __init__(self):
+        self.key = None
+
+    def missing_host_key(self, client, hostname, key):
+        self.key = key
+
+
+class Guest:
+    """One SSH session to a guest."""
+
+    def __init__(self, host, port=22, user='root', key_file=None, host_key=None, connect_timeout=10.0):
+        if not HAS_PARAMIKO:
+            raise SshError('The Python package paramiko is required on the controller: pip install paramiko (%s).'
+                           % PARAMIKO_IMPORT_ERROR)
+        self.host = host
+        self.port = int(port)
+        self.user = user
+        self.key_file = key_file
+        self.known_host_key = host_key
+        self.connect_timeout = connect_timeout
+        self.host_key = None
+        self._client = None
+
+    @property
+    def where(self):
+        return '%s@%s:%d' % (self.user, self.host, self.port)
+
+    def connect(self):
+        client = paramiko.SSHClient()
+        policy = _RecordingPolicy()
+        if self.known_host_key:
+            keytype, _, blob = self.known_host_key.partition(' ')
+            name = self.host if self.port == 22 else '[%s]:%d' % (self.host, self.port)
+            client.get_host_keys().add(name, keytype, paramiko.PKey.from_type_string(keytype, base64.b64decode(blob)))
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        else:
+            client.set_missing_host_key_policy(policy)
+        try:
+            client.connect(self.host, port=self.port, username=self.user, key_filename=self.key_file,
+                           timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
+                           auth_timeout=self.connect_timeout, allow_agent=False, look_for_keys=False)
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise SshHostKeyMismatch('%s presented host key %s, not the one recorded for this workspace. Refusing to '
+                                     'connect: the address may now belong to another machine.'
+                                     % (self.where, exc.key.get_base64()[:24] + '...'), address=self.host)
+        except paramiko.SSHException as exc:
+            client.close()
+            if 'not found in known_hosts' in str(exc) or 'Server %r not found' in str(exc):
+                raise SshHostKeyMismatch('%s presented a host key other than the recorded one: %s' % (self.where, exc))
+            if isinstance(exc, paramiko.AuthenticationException):
+                raise SshAuthError('%s refused the key %s: %s. Check that the template carries the matching '
+                                   'authorized key.' % (self.where, self.key_file, exc), address=self.host)
+            raise SshUnavailable('%s: SSH handshake failed: %s' % (self.where, exc), address=self.host)
+        except (socket.error, EOFError) as exc:
+            client.close()
+            raise SshUnavailable('%s: cannot connect: %s' % (self.where, exc), address=self.host)
+        key = client.get_transport().get_remote_server_key()
+        self.host_key = '%s %s' % (key.get_name(), key.get_base64())
+        self._client = client
+        return self
+
+    def close(self):
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def run(self, command, stdin=None, timeout=120.0, check=True, what=None):
+        """Run ``command`` (a string for the remote shell, or an argv list that is quoted here).
+
+        ``stdin`` (str or bytes) is written to the command's standard input and closed: the place
+        for secrets. Raises SshCommandFailed on a non-zero status when ``check``, SshDropped when
+        the connection breaks before the status arrives.
+        """
+        if isinstance(command, (list, tuple)):
+            command = ' '.join(shlex.quote(str(part)) for part in command)
+        what = what or command.split('\n')[0][:80]
+        try:
+            chan = self._client.get_transport().open_session(timeout=self.connect_timeout)
+            chan.settimeout(timeout)
+            chan.exec_command(command)
+            if stdin is not None:
+                chan.sendall(stdin.encode('utf-8') if not isinstance(stdin, bytes) else stdin)
+            chan.shutdown_write()
+            out, err = self._drain(chan, timeout)
+            if not chan.exit_status_ready():
+                raise SshDropped('%s: the connection closed while "%s" ran; its outcome is unknown.' % (self.where, what))
+            rc = chan.recv_exit_status()
+        except (socket.error, paramiko.SSHException, EOFError) as exc:
+            raise SshDropped('%s: the connection broke while "%s" ran (%s); its outcome is unknown.'
+                             % (self.where, what, exc), address=self.host)
+        result = CommandResult(rc, out.decode('utf-8', 'replace'), err.decode('utf-8', 'replace'))
+        if check and rc != 0:
+            raise SshCommandFailed('%s: "%s" failed with exit status %d: %s'
+                                   % (self.where, what, rc, tail(result.stderr or result.stdout)),
+                                   rc=rc, stderr_tail=tail(result.stderr))
+        return result
+
+    @staticmethod
+    def _drain(chan, timeout):
+        out, err = [], []
+        deadline = time.monotonic() + timeout
+        while True:
+            if chan.recv_ready():
+                out.append(chan.recv(65536))
+                continue
+            if chan.recv_stderr_ready():
+                err.append(chan.recv_stderr(65536))
+                continue
+            if chan.exit_status_ready() or chan.closed or chan.eof_received:
+                # Whatever is still buffered belongs to the output.
+                while chan.recv_ready():
+                    out.append(chan.recv(65536))
+                while chan.recv_stderr_ready():
+                    err.append(chan.recv_stderr(65536))
+                if chan.exit_status_ready() or chan.closed:
+                    break
+            if time.monotonic() > deadline:
+                raise socket.timeout('no exit status within %ss' % timeout)
+            time.sleep(0.005)
+        return b''.join(out), b''.join(err)
+
+    def put(self, path, data, mode=0o600):
+        """Write ``data`` to ``path`` on the guest, created with ``mode`` before any byte is written."""
+        if not isinstance(data, bytes):
+            data = data.encode('utf-8')
+        try:
+            sftp = self._client.open_sftp()
+            try:
+                self._makedirs(sftp, posixpath.dirname(path))
+                with sftp.open(path, 'wb') as remote:
+                    remote.chmod(mode)
+                    remote.write(data)
+                sftp.chmod(path, mode)
+            finally:
+                sftp.close()
+        except (IOError, OSError, paramiko.SSHException, EOFError) as exc:
+            raise SshError('%s: cannot write %s: %s' % (self.where, path, exc), address=self.host)
+
+    @staticmethod
+    def _makedirs(sftp, directory):
+        missing = []
+        while directory not in ('', '/'):
+            try:
+                sftp.stat(directory)
+                break
+            except IOError:
+                missing.append(directory)
+                directory = posixpath.dirname(directory)
+        for path in reversed(missing):
+            sftp.mkdir(path, 0o755)
+
+
+def wait_for_guest(make_guest, timeout, backoff=None):
+    """Connect with bounded retries and backoff until the guest answers; returns the connected Guest.
+
+    Refusals, timeouts and broken handshakes are retried until ``timeout``; a wrong host key or a
+    refused key is final at once (retrying cannot fix it).
+    """
+    last = {}
+
+    def probe(remaining):
+        guest = make_guest()
+        guest.connect_timeout = max(min(guest.connect_timeout, remaining), 1.0)
+        try:
+            return waiter.done(guest.connect())
+        except SshUnavailable as exc:
+            last['error'] = exc
+            return waiter.pending(None)
+
+    result = waiter.wait_for(probe, timeout, backoff or waiter.Backoff(start=0.1, maximum=3.0, factor=1.6, jitter=0.2))
+    if result.ok:
+        return result.value
+    raise SshUnavailable('No SSH on the guest after %.0f s and %d attempts; last error: %s'
+                         % (result.elapsed, result.attempts, last.get('error')), attempts=result.attempts)

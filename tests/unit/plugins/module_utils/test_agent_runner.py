@@ -30,9 +30,12 @@ def runner(tmp_path):
                                  '--config', str(config)], start_new_session=True)
         procs.append(proc)
         deadline = time.monotonic() + 10
-        while not os.path.exists(sock) and time.monotonic() < deadline:
+        # The socket file of a killed runner may still be there: wait for an answer, not for the file.
+        while time.monotonic() < deadline:
+            if os.path.exists(sock) and call({'op': 'ping'}).get('alive'):
+                return proc
             time.sleep(0.02)
-        return proc
+        raise AssertionError('the runner did not answer')
 
     def call(request):
         out = subprocess.run([sys.executable, RUNNER, 'call', '--socket', sock, json.dumps(request)],

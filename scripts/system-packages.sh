@@ -9,6 +9,7 @@ declare -A needs=(
   [git]=git
   [sshd]=openssh-server
   [ssh-keygen]=openssh-client
+  [shellcheck]=shellcheck   # ansible-test sanity skips its shellcheck test without it
 )
 find_cmd() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
 

@@ -35,8 +35,9 @@ unit: venv
 sanity: venv
 	scripts/sanity.sh $(VENV)
 
+# The venv's bin goes first on PATH so that ansible-lint's ansible-playbook is the venv's one.
 lint: venv
-	$(BIN)/ansible-lint
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ansible-lint
 
 integration: venv
 	$(BIN)/python -m pytest tests/integration

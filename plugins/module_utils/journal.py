@@ -47,9 +47,9 @@ DESIRED_STATES = ('present', 'destroyed')
 
 # Workspace columns a caller may set, and how they are stored (JSON columns hold dicts/lists).
 WORKSPACE_FIELDS = ('status', 'activity', 'desired_state', 'node', 'vmid', 'candidate_vmid', 'upids', 'address',
-                    'repo', 'ref', 'purpose', 'failure', 'params')
-JSON_FIELDS = ('upids', 'failure', 'params', 'detail', 'resources', 'result', 'owner')
-TIME_FIELDS = ('created_at', 'updated_at', 'at', 'started_at', 'ended_at', 'next_retry', 'expires_at')
+                    'repo', 'ref', 'purpose', 'failure', 'params', 'progress', 'facts')
+JSON_FIELDS = ('upids', 'failure', 'params', 'detail', 'resources', 'result', 'owner', 'progress', 'facts')
+TIME_FIELDS = ('created_at', 'updated_at', 'at', 'started_at', 'ended_at', 'next_retry', 'expires_at', 'leased_at')
 
 # Keys whose values never reach the journal, whatever a caller passes in an event or a result.
 SECRET_KEY = re.compile(r'pass(word)?|secret|token|private|credential|api_key|apikey', re.I)
@@ -76,6 +76,8 @@ MIGRATIONS = [
         purpose         TEXT,
         failure         TEXT,
         params          TEXT NOT NULL DEFAULT '{}',
+        progress        TEXT NOT NULL DEFAULT '{}',
+        facts           TEXT NOT NULL DEFAULT '{}',
         created_at      REAL NOT NULL,
         updated_at      REAL NOT NULL,
         generation      INTEGER NOT NULL
@@ -120,6 +122,13 @@ MIGRATIONS = [
         updated_at  REAL NOT NULL,
         PRIMARY KEY (workspace, resource)
     );
+    CREATE TABLE address_leases (
+        address      TEXT PRIMARY KEY,
+        pool         TEXT NOT NULL,
+        workspace    TEXT NOT NULL,
+        leased_at    REAL NOT NULL
+    );
+    CREATE UNIQUE INDEX address_leases_workspace ON address_leases (pool, workspace);
     CREATE TABLE idempotency (
         key_hash     TEXT PRIMARY KEY,
         controller   TEXT NOT NULL,
@@ -560,6 +569,45 @@ class Journal:
             args.append(time.time())
         sql = 'SELECT * FROM cleanup_debt' + (' WHERE ' + ' AND '.join(where) if where else '')
         return self._all(sql + ' ORDER BY workspace, resource', args)
+
+    # ----------------------------------------------------------- address leases
+
+    def lease_address(self, pool, workspace, candidates):
+        """The address leased to ``workspace`` from ``pool``: its existing lease, else the first free candidate.
+
+        A lease is held until :meth:`release_address`, so an address is never handed out twice,
+        however many forks allocate at once. Raises JournalError when every candidate is taken.
+        """
+        now = time.time()
+        with self.transaction() as conn:
+            row = conn.execute('SELECT address FROM address_leases WHERE pool = ? AND workspace = ?',
+                               (pool, workspace)).fetchone()
+            if row is not None:
+                return row[0]
+            taken = set(r[0] for r in conn.execute('SELECT address FROM address_leases'))
+            for address in candidates:
+                if address not in taken:
+                    conn.execute('INSERT INTO address_leases (address, pool, workspace, leased_at) VALUES (?, ?, ?, ?)',
+                                 (address, pool, workspace, now))
+                    self._append_event(conn, workspace, 'recorded', 'address_leased', {'address': address, 'pool': pool},
+                                       now)
+                    return address
+        raise JournalError('Every address of the range %s is leased (%d in use). Release addresses by destroying '
+                           'workspaces, or widen the range.' % (pool, len(taken)), pool=pool)
+
+    def release_address(self, workspace):
+        """Give the workspace's leased addresses back; returns them."""
+        with self.transaction() as conn:
+            rows = [r[0] for r in conn.execute('SELECT address FROM address_leases WHERE workspace = ?', (workspace,))]
+            if rows:
+                conn.execute('DELETE FROM address_leases WHERE workspace = ?', (workspace,))
+                self._append_event(conn, workspace, 'recorded', 'address_released', {'addresses': rows})
+        return rows
+
+    def address_leases(self, pool=None):
+        if pool is None:
+            return self._all('SELECT * FROM address_leases ORDER BY address')
+        return self._all('SELECT * FROM address_leases WHERE pool = ? ORDER BY address', (pool,))
 
     # -------------------------------------------------------------- idempotency
 

@@ -466,3 +466,37 @@ def test_every_migration_step_applies_to_an_empty_journal(path):
     with Journal.open(path) as j:
         tables = {r[0] for r in j._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {'meta', 'workspaces', 'events', 'intents', 'cleanup_debt', 'idempotency'} <= tables
+
+
+# -------------------------------------------------------------- address leases
+
+
+def _lease_many(path, names, out):
+    with Journal.open(path) as j:
+        for name in names:
+            out.put((name, j.lease_address('range-a', name, ['127.0.9.%d' % n for n in range(10, 60)])))
+
+
+def test_addresses_are_never_handed_out_twice(path):
+    with Journal.open(path):
+        pass
+    out = FORK.Queue()
+    procs = [FORK.Process(target=_lease_many, args=(path, ['ws-%d-%d' % (p, n) for n in range(5)], out))
+             for p in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    leased = dict(out.get(timeout=5) for _ in range(40))
+    assert len(set(leased.values())) == 40
+    with Journal.open(path) as j:
+        assert j.lease_address('range-a', 'ws-0-0', []) == leased['ws-0-0']  # a lease is stable
+        assert j.release_address('ws-0-0') == [leased['ws-0-0']]
+        assert j.lease_address('range-a', 'new', [leased['ws-0-0']]) == leased['ws-0-0']
+
+
+def test_exhausted_range_is_a_clear_error(journal):
+    journal.lease_address('r', 'a', ['127.0.9.1'])
+    with pytest.raises(JournalError, match='Every address of the range r is leased'):
+        journal.lease_address('r', 'b', ['127.0.9.1'])
+    assert [l['workspace'] for l in journal.address_leases()] == ['a']

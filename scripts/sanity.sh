@@ -21,11 +21,12 @@ case $venv in /*) ;; *) venv=$top/$venv ;; esac
 
 # All sanity tests run once, on Python 3.11: the project's Python, present on every machine of the
 # project, and a controller version of ansible-core 2.19 (3.11-3.13). The modules of this
-# collection talk to the Proxmox VE API and run beside the controller, so a single version covers
-# the import, pylint and validate-modules tests. ansible-test would otherwise try every version it
-# supports and stop at the first `pythonX.Y` on PATH that does not run (pyenv shims do not).
-# Only the compile test is repeated for the other supported versions, with interpreters found
-# below: it is cheap and keeps module code loadable by the older Pythons of managed hosts.
+# collection call the Proxmox VE API and run beside the controller, so one version serves the
+# import, pylint and validate-modules tests. Without --python, ansible-test would try every version
+# it supports and stop at the first `pythonX.Y` on PATH that does not run (pyenv shims do not).
+# The compile test alone is repeated on the other supported versions whose interpreters are found
+# below: it takes a second and keeps module code, and what is copied onto guests, loadable by the
+# older Pythons of managed hosts.
 python_version=3.11
 
 for tool in "$venv/bin/ansible-test" "$venv/bin/python"; do

@@ -18,12 +18,14 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import collections
+import contextlib
 import os
 import re
 import socket
 import ssl
 import time
 import traceback
+import warnings
 from urllib.parse import quote, urlsplit
 
 from ansible.module_utils.basic import env_fallback
@@ -38,7 +40,7 @@ PVE_MISSING_LIBRARY = None
 PVE_IMPORT_ERROR = None
 try:
     import requests
-    from urllib3.exceptions import NewConnectionError
+    from urllib3.exceptions import InsecureRequestWarning, NewConnectionError
 except ImportError:
     PVE_MISSING_LIBRARY = 'requests'
     PVE_IMPORT_ERROR = traceback.format_exc()
@@ -529,6 +531,16 @@ class PveClient:
     def __repr__(self):
         return 'PveClient({0}, user={1!r}, auth={2})'.format(self.base_url, self.user, self.auth_mode)
 
+    def close(self):
+        """Close the connection (a later request logs in again)."""
+        self._logout()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
     @property
     def token_id(self):
         """The full API token id (user@realm!name), or None with password authentication."""
@@ -603,10 +615,20 @@ class PveClient:
         path, url = self._url(path)
         self.request_count += 1
         try:
-            answer = session.request(method, url, params=_form(params), data=_form(data), timeout=self._timeouts(timeout))
+            with self._quiet_tls():
+                answer = session.request(method, url, params=_form(params), data=_form(data),
+                                         timeout=self._timeouts(timeout))
         except requests.exceptions.RequestException as exc:
             raise self._transport_error(exc, method, path, timeout)
         return self._answer(answer, method, path)
+
+    @contextlib.contextmanager
+    def _quiet_tls(self):
+        """No warning per request when certificate checks were turned off on purpose (validate_certs: false)."""
+        with warnings.catch_warnings():
+            if not self._verify:
+                warnings.simplefilter('ignore', InsecureRequestWarning)
+            yield
 
     # --------------------------------------------------------------------------------- login
 
@@ -629,7 +651,8 @@ class PveClient:
             options.update(password=self._password)
             self.request_count += 1  # proxmoxer posts /access/ticket right away
         try:
-            backend = proxmoxer_https.Backend(**options)
+            with self._quiet_tls():
+                backend = proxmoxer_https.Backend(**options)
         except ProxmoxerAuthenticationError as exc:
             raise self._login_failed(exc)
         except requests.exceptions.RequestException as exc:

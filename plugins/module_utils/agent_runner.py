@@ -32,6 +32,7 @@ __metaclass__ = type
 import argparse
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -68,6 +69,29 @@ def _start_time(pid):
         return int(raw[raw.rfind(')') + 1:].split()[19])
     except (IOError, OSError, ValueError, IndexError):
         return None
+
+
+def _read_env_file(path):
+    """NAME=value lines (values shell-quoted) of the credentials file; the agent gets them in its environment."""
+    env = {}
+    if not path or not os.path.exists(path):
+        return env
+    with open(path) as src:
+        for line in src:
+            name, sep, value = line.rstrip('\n').partition('=')
+            if sep and name.strip() and not name.startswith('#'):
+                parts = shlex.split(value) if value else ['']
+                env[name.strip()] = parts[0] if parts else ''
+    return env
+
+
+def _bind_path(path):
+    """A name to bind or connect to for ``path``: Unix socket paths are limited to about 107 bytes, so a long
+    path is reached from its directory by a relative name."""
+    if len(path) < 100:
+        return path
+    os.chdir(os.path.dirname(path))
+    return os.path.basename(path)
 
 
 class Runner:
@@ -159,7 +183,7 @@ class Runner:
         argv = [part.replace('{purpose}', purpose) for part in commands[agent]]
         workdir = self.config.get('workdir') or self.state_dir
         env = dict(os.environ, EPHEMERA_RUNNER_SOCKET=self.config.get('socket', ''), EPHEMERA_PURPOSE=purpose)
-        env.update(self.config.get('environment') or {})
+        env.update(_read_env_file(self.config.get('environment_file')))
         with open(self.log_path, 'ab') as log:
             try:
                 child = subprocess.Popen(argv, cwd=workdir, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
@@ -197,6 +221,15 @@ class Runner:
             return method(request)
 
 
+def _terminate(signum, frame):
+    raise SystemExit(0)
+
+
+def _say(line):
+    sys.stdout.write(line + '\n')
+    sys.stdout.flush()
+
+
 def serve(args):
     with open(args.config) as src:
         config = json.load(src)
@@ -207,16 +240,16 @@ def serve(args):
     if os.path.exists(args.socket):
         os.unlink(args.socket)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(args.socket)
+    server.bind(_bind_path(args.socket))
     os.chmod(args.socket, 0o660)
     server.listen(16)
     _write_json(os.path.join(args.state_dir, 'runner.json'),
                 {'pid': os.getpid(), 'start_time': _start_time(os.getpid()), 'socket': args.socket})
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, _terminate)
     # Reap the agent promptly so that activity turns idle when it exits.
     threading.Thread(target=_watch, args=(runner,), daemon=True).start()
     while True:
-        conn, _ = server.accept()
+        conn = server.accept()[0]
         threading.Thread(target=_client, args=(runner, conn), daemon=True).start()
 
 
@@ -240,17 +273,18 @@ def _client(runner, conn):
 def call(args):
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     client.settimeout(args.timeout)
+    request = sys.stdin.read() if args.request == '-' else args.request
     try:
-        client.connect(args.socket)
+        client.connect(_bind_path(args.socket))
     except (IOError, OSError) as exc:
-        print(json.dumps({'ok': False, 'alive': False, 'error': 'runner not answering on %s: %s' % (args.socket, exc)}))
+        _say(json.dumps({'ok': False, 'alive': False, 'error': 'runner not answering on %s: %s' % (args.socket, exc)}))
         return 3
     with client:
         stream = client.makefile('rwb')
-        stream.write((args.request.strip() + '\n').encode('utf-8'))
+        stream.write((request.strip() + '\n').encode('utf-8'))
         stream.flush()
         answer = stream.readline().decode('utf-8')
-    print(answer.strip())
+    _say(answer.strip())
     return 0 if json.loads(answer).get('ok') else 4
 
 
@@ -264,7 +298,7 @@ def main(argv=None):
     p_call = sub.add_parser('call')
     p_call.add_argument('--socket', required=True)
     p_call.add_argument('--timeout', type=float, default=10.0)
-    p_call.add_argument('request')
+    p_call.add_argument('request', help="one JSON request, or - to read it from standard input")
     args = parser.parse_args(argv)
     if args.command == 'serve':
         return serve(args)
@@ -275,4 +309,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    raise SystemExit(main())

@@ -104,7 +104,7 @@ class Guest:
         client = paramiko.SSHClient()
         policy = _RecordingPolicy()
         if self.known_host_key:
-            keytype, _, blob = self.known_host_key.partition(' ')
+            keytype, dummy, blob = self.known_host_key.partition(' ')
             name = self.host if self.port == 22 else '[%s]:%d' % (self.host, self.port)
             client.get_host_keys().add(name, keytype, paramiko.PKey.from_type_string(keytype, base64.b64decode(blob)))
             client.set_missing_host_key_policy(paramiko.RejectPolicy())

@@ -21,7 +21,7 @@ def run_playbook(tmp_path):
                        ANSIBLE_PYTHON_INTERPRETER=sys.executable)
         environ.update(env or {})
         cmd = [os.path.join(BIN, 'ansible-playbook'), str(book)] + (['--check'] if check else []) + list(extra_args)
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=environ, timeout=300)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=environ, timeout=300, check=False)
         try:
             data = json.loads(proc.stdout)
         except ValueError:

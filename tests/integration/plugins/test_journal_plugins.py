@@ -24,6 +24,8 @@ PLAY = '''
         msg: "{{ query('ephemera.workspaces.journal', status='ready') | map(attribute='name') | list }}"
 '''
 
+PLAY_INFO_ONLY = PLAY.partition('    - name: info blocked')[0]
+
 
 def seed(path):
     with Journal.open(path) as j:
@@ -54,7 +56,7 @@ def test_info_and_lookup_read_the_journal(tmp_path, run_playbook, task_results):
 
 def test_missing_journal_is_empty_for_info_and_an_error_for_lookup(tmp_path, run_playbook, task_results):
     path = str(tmp_path / 'never-made.sqlite')
-    code, data, out = run_playbook(PLAY.split('    - name: info blocked')[0], env={'EPHEMERA_JOURNAL': path})
+    code, data, out = run_playbook(PLAY_INFO_ONLY, env={'EPHEMERA_JOURNAL': path})
     assert code == 0, out
     result = task_results(data, 'info one')
     assert result['workspaces'] == [] and 'No journal at' in ' '.join(result['warnings'])
@@ -93,7 +95,7 @@ def test_lookup_refuses_unknown_names_and_filters(tmp_path, run_playbook, task_r
 def test_corrupt_journal_fails_info_with_a_clear_message(tmp_path, run_playbook, task_results):
     path = tmp_path / 'journal.sqlite'
     path.write_bytes(b'garbage' * 1000)
-    code, data, out = run_playbook(PLAY.split('    - name: info blocked')[0], env={'EPHEMERA_JOURNAL': str(path)})
+    code, data, out = run_playbook(PLAY_INFO_ONLY, env={'EPHEMERA_JOURNAL': str(path)})
     assert code != 0
     assert 'not a readable journal' in task_results(data, 'info one')['msg']
     assert path.read_bytes() == b'garbage' * 1000

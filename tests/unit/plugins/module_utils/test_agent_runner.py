@@ -39,7 +39,7 @@ def runner(tmp_path):
 
     def call(request):
         out = subprocess.run([sys.executable, RUNNER, 'call', '--socket', sock, json.dumps(request)],
-                             capture_output=True, text=True, timeout=30)
+                             capture_output=True, text=True, timeout=30, check=False)
         return json.loads(out.stdout)
 
     start()
@@ -105,5 +105,5 @@ def test_bad_requests_get_clear_answers(runner):
 
 def test_call_to_a_dead_socket_says_not_answering(tmp_path):
     out = subprocess.run([sys.executable, RUNNER, 'call', '--socket', str(tmp_path / 'none.sock'), '{"op": "ping"}'],
-                         capture_output=True, text=True, timeout=30)
+                         capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 3 and json.loads(out.stdout)['alive'] is False

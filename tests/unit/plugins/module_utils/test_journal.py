@@ -278,10 +278,10 @@ def test_eight_processes_two_hundred_transitions_each(path):
         j.create_workspace('shared', params={'count': 0})
     ready, start, failures = FORK.Semaphore(0), FORK.Event(), FORK.Queue()
     procs = [FORK.Process(target=_transition_worker, args=(path, ready, start, transitions, failures))
-             for _ in range(processes)]
+             for dummy in range(processes)]
     for p in procs:
         p.start()
-    for _ in procs:
+    for dummy in procs:
         assert ready.acquire(timeout=60)
     start.set()
     for p in procs:
@@ -487,7 +487,7 @@ def test_addresses_are_never_handed_out_twice(path):
         p.start()
     for p in procs:
         p.join(60)
-    leased = dict(out.get(timeout=5) for _ in range(40))
+    leased = dict(out.get(timeout=5) for dummy in range(40))
     assert len(set(leased.values())) == 40
     with Journal.open(path) as j:
         assert j.lease_address('range-a', 'ws-0-0', []) == leased['ws-0-0']  # a lease is stable

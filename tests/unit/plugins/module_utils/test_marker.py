@@ -75,11 +75,11 @@ def test_concurrent_first_use_agrees_on_one_secret(tmp_path, monkeypatch):
     journal = str(tmp_path / 'journal.sqlite')
     ctx = multiprocessing.get_context('fork')
     out = ctx.Queue()
-    procs = [ctx.Process(target=_load, args=(journal, out)) for _ in range(8)]
+    procs = [ctx.Process(target=_load, args=(journal, out)) for dummy in range(8)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(30)
-    secrets = {out.get(timeout=5) for _ in procs}
+    secrets = {out.get(timeout=5) for dummy in procs}
     assert len(secrets) == 1 and len(secrets.pop()) == 64
     assert sorted(os.listdir(str(tmp_path))) == ['journal.sqlite.secret']

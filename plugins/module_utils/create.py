@@ -1,0 +1,585 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Creating a workspace: thirteen idempotent, resumable steps from "requested" to "ready".
+
+Each step reads the journal, looks at the cluster or the guest where the journal leaves doubt,
+writes what it is about to do *before* it does it, acts, and records what it observed. A step
+that finds its work done changes nothing, so a rerun resumes at the first unfinished step, and a
+controller that died anywhere leaves a journal from which the next run can finish or clean up.
+
+The VMID protocol (see docs/create.md): the candidate from /cluster/nextid is persisted before the
+clone; the clone request writes our ownership marker into the new container's description
+atomically with the VMID claim; "already exists" means take a new candidate; a lost answer means
+look at the candidate first and adopt it only when its marker verifies.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import ipaddress
+import re
+import time
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils import guest as guest_ops
+from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils import waiter
+from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import (
+    PveAlreadyExists,
+    PveApiError,
+    PveLocked,
+    PveLockTimeout,
+    PveNotFound,
+    PveTaskFailed,
+    PveTaskTimeout,
+    PveUnknownOutcome,
+)
+from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import Guest, SshError, wait_for_guest
+
+STEPS = ('request', 'vmid', 'clone', 'wait_clone', 'configure', 'start', 'address', 'ssh', 'bootstrap', 'checkout',
+         'runner', 'brief', 'ready')
+STEP_LABELS = {
+    'request': 'persist request', 'vmid': 'candidate vmid', 'clone': 'clone', 'wait_clone': 'wait clone task',
+    'configure': 'configure', 'start': 'start', 'address': 'wait address', 'ssh': 'ssh', 'bootstrap': 'bootstrap',
+    'checkout': 'checkout', 'runner': 'runner', 'brief': 'brief', 'ready': 'ready',
+}
+# The status a workspace shows while each step runs.
+STEP_STATUS = {
+    'request': 'requested', 'vmid': 'provisioning', 'clone': 'provisioning', 'wait_clone': 'provisioning',
+    'configure': 'provisioning', 'start': 'booting', 'address': 'booting', 'ssh': 'booting',
+    'bootstrap': 'bootstrapping', 'checkout': 'bootstrapping', 'runner': 'registering', 'brief': 'registering',
+    'ready': 'ready',
+}
+# Request parameters that make a workspace what it is: a second request with the same name must match them.
+IDENTITY = ('template', 'node', 'pool', 'full_clone', 'repo', 'ref', 'purpose', 'agent', 'address_mode')
+NAME = re.compile(r'^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$')
+CLONE_ATTEMPTS = 8
+
+
+class CreateError(EphemeraError):
+    """A step could not finish; the message says what to do, ``step`` which step it was."""
+
+
+def validate_name(name):
+    if not isinstance(name, str) or not NAME.match(name):
+        raise CreateError('Invalid workspace name %r: use 1 to 40 lower-case letters, digits and dashes, starting and '
+                          'ending with a letter or digit (it becomes the host name agent-<name>).' % (name,))
+
+
+def address_candidates(text):
+    """Addresses of a range: 'a.b.c.d-a.b.c.e', a CIDR network (its hosts), or one address."""
+    text = (text or '').strip()
+    try:
+        if '-' in text:
+            first, last = (ipaddress.ip_address(part.strip()) for part in text.split('-', 1))
+            if int(last) < int(first):
+                raise ValueError('the range ends before it starts')
+            return [str(ipaddress.ip_address(n)) for n in range(int(first), int(last) + 1)]
+        if '/' in text:
+            return [str(a) for a in ipaddress.ip_network(text, strict=False).hosts()]
+        return [str(ipaddress.ip_address(text))]
+    except ValueError as exc:
+        raise CreateError('address_range %r is not a range (a.b.c.d-a.b.c.e), a network (a.b.c.0/24) or an address: %s'
+                          % (text, exc))
+
+
+def usable_address(interfaces, expected=None):
+    """The first IPv4 address of a non-loopback interface (the ``ip-addresses`` list, not legacy ``inet``)."""
+    for nic in interfaces or []:
+        if nic.get('name') == 'lo':
+            continue
+        for entry in nic.get('ip-addresses') or []:
+            if entry.get('ip-address-type') != 'inet':
+                continue
+            address = entry.get('ip-address')
+            if expected is None or address == expected:
+                return address
+    return None
+
+
+class StepResult:
+    def __init__(self, changed, msg, **extra):
+        self.changed = changed
+        self.msg = msg
+        self.extra = extra
+
+
+class CreateFlow:
+    """The steps of one workspace's creation. ``params`` are the module's options.
+
+    ``journal`` is an open Journal; ``client`` a PveClient (None for steps that do not need it);
+    ``secret`` the controller secret; ``claim`` the queue claim every journal write carries.
+    """
+
+    def __init__(self, journal, client, params, secret, claim=None, check_mode=False, sleep=time.sleep):
+        self.journal = journal
+        self.client = client
+        self.params = params
+        self.secret = secret
+        self.claim = claim
+        self.check_mode = check_mode
+        self.sleep = sleep
+        self.name = params['name']
+        self.ws = journal.get_workspace(self.name)
+        self.controller = journal.controller_id
+
+    # ------------------------------------------------------------------ helpers
+
+    @property
+    def request(self):
+        """The persisted request (what step 1 recorded)."""
+        return self.ws['params'] if self.ws else {}
+
+    def _save(self, action, kind='observed', detail=None, **fields):
+        extra = {'claim': self.claim} if self.claim is not None else {}
+        self.ws = self.journal.update_workspace(self.name, self.ws['generation'],
+                                                event={'kind': kind, 'action': action, 'detail': detail or fields},
+                                                **dict(fields, **extra))
+        return self.ws
+
+    def _done(self, step, **fields):
+        progress = dict(self.ws['progress'], **{step: time.time()})
+        return self._save('step_done', detail={'step': step}, progress=progress, **fields)
+
+    def _fail(self, step, err, status='failed', **fields):
+        failure = {'step': step, 'message': str(err)}
+        log_tail = getattr(err, 'log_tail', None) or err.details.get('log_tail') if isinstance(err, EphemeraError) else None
+        if log_tail:
+            failure['log_tail'] = log_tail
+        if not self.check_mode and self.ws is not None:
+            self._save('step_failed', detail=failure, status=status, failure=failure, **fields)
+        return err
+
+    def _config_path(self, vmid=None, node=None):
+        return '/nodes/%s/lxc/%s/config' % (node or self.ws['node'] or self.request['node'], vmid or self.ws['vmid'])
+
+    def _read_config(self, vmid, node=None):
+        """The container's config, or None when it does not exist."""
+        try:
+            return self.client.get(self._config_path(vmid, node))
+        except PveNotFound:
+            return None
+
+    def _verify(self, config, vmid):
+        return marker.verify((config or {}).get('description'), self.secret, self.controller, self.name, vmid)
+
+    def _layout(self):
+        req = self.request
+        return guest_ops.Layout(req['guest_root'], self.ws['vmid'], req['checkout_path'], req['agent_user'])
+
+    def _guest(self):
+        req = self.request
+        return Guest(self.ws['address'], port=req['ssh_port'], user=req['ssh_user'], key_file=req['ssh_private_key'],
+                     host_key=self.ws['facts'].get('host_key'))
+
+    def run(self, step):
+        if step not in STEPS:
+            raise CreateError('Unknown step %r; the steps are %s.' % (step, ', '.join(STEPS)))
+        if step != 'request':
+            if self.ws is None:
+                raise CreateError('Workspace %r is not recorded: run the request step first.' % self.name)
+            if self.ws['desired_state'] == 'destroyed' or self.ws['status'] in ('destroying', 'destroyed'):
+                raise CreateError('Workspace %r is %s; it takes no further create steps.'
+                                  % (self.name, self.ws['status']), step=step)
+            if step in self.ws['progress']:
+                return StepResult(False, '%s: already done' % STEP_LABELS[step])
+            if self.check_mode:
+                return StepResult(True, '%s: would run' % STEP_LABELS[step])
+            if self.ws['status'] != STEP_STATUS[step] and step != 'ready':
+                self._save('status', detail={'step': step, 'status': STEP_STATUS[step]}, status=STEP_STATUS[step],
+                           failure=None)
+        return getattr(self, 'step_' + step)()
+
+    # ------------------------------------------------------------- 1. request
+
+    def _check_cluster(self, req):
+        """Refuse a template or pool that cannot work, before anything is recorded."""
+        guests = self.client.get('/cluster/resources', type='vm') or []
+        template = [g for g in guests if int(g.get('vmid', -1)) == req['template']]
+        if not template:
+            raise CreateError('Template %d does not exist in the cluster. Give the VMID of a prepared LXC template.'
+                              % req['template'], step='request')
+        template = template[0]
+        if template.get('type') != 'lxc' or not int(template.get('template') or 0):
+            raise CreateError('VMID %d (%s) is not an LXC template. Convert a prepared container with "pct template", '
+                              'or give another VMID.' % (req['template'], template.get('name')), step='request')
+        if req['node'] and req['node'] != template.get('node'):
+            raise CreateError('Template %d lives on node %s, not %s: linked clones are made on the template\'s node.'
+                              % (req['template'], template.get('node'), req['node']), step='request')
+        pools = [p.get('poolid') for p in self.client.get('/pools') or []]
+        if req['pool'] not in pools:
+            raise CreateError('Pool %r does not exist. Create it (pveum pool add %s) or set pool to one of: %s.'
+                              % (req['pool'], req['pool'], ', '.join(sorted(pools)) or 'none'), step='request')
+        return template.get('node')
+
+    def step_request(self):
+        validate_name(self.name)
+        req = dict((k, self.params[k]) for k in (
+            'template', 'node', 'pool', 'full_clone', 'storage', 'repo', 'ref', 'purpose', 'agent', 'agents', 'cores',
+            'memory', 'bridge', 'address_mode', 'address_range', 'address_prefix', 'gateway', 'checkout_path',
+            'guest_root', 'ssh_user', 'ssh_port', 'ssh_private_key', 'agent_user', 'tags'))
+        if req['agent'] not in req['agents']:
+            raise CreateError('Unknown agent %r; configured agents: %s.' % (req['agent'], ', '.join(sorted(req['agents']))))
+        if req['address_mode'] == 'static':
+            address_candidates(req['address_range'])
+        ws = self.ws
+        if ws is not None and ws['status'] not in ('destroyed',):
+            if ws['desired_state'] == 'destroyed' or ws['status'] == 'destroying':
+                raise CreateError('Workspace %r is being destroyed; wait for that to finish, then create it again.'
+                                  % self.name, step='request')
+            different = [k for k in IDENTITY if ws['params'].get(k) != req[k] and not (k == 'node' and not req[k])]
+            if different:
+                raise CreateError('A workspace named %r exists with other parameters (%s). Choose another name, or '
+                                  'destroy it first.' % (self.name, ', '.join('%s: %r, not %r' % (
+                                      k, ws['params'].get(k), req[k]) for k in different)), step='request')
+            return StepResult(False, 'request: already recorded (%s)' % ws['status'])
+        node = self._check_cluster(req)
+        req['node'] = node
+        if self.check_mode:
+            return StepResult(True, 'request: would record workspace %s' % self.name)
+        fields = dict(status='requested', desired_state='present', repo=req['repo'], ref=req['ref'],
+                      purpose=req['purpose'], params=req, node=node, progress={'request': time.time()})
+        if ws is None:
+            self.ws = self.journal.create_workspace(self.name, **fields)
+        else:
+            # A destroyed workspace of the same name starts a new life; its record and history stay.
+            self.ws = self._save('recreated', kind='recorded', vmid=None, candidate_vmid=None, upids={}, address=None,
+                                 failure=None, facts={}, activity='unknown', **fields)
+        return StepResult(True, 'request: recorded workspace %s' % self.name)
+
+    # --------------------------------------------------------------- 2. vmid
+
+    def _next_candidate(self, avoid=()):
+        for dummy in range(10):
+            vmid = int(self.client.get('/cluster/nextid'))
+            if vmid not in avoid:
+                return vmid
+            self.sleep(0.2)
+        raise CreateError('/cluster/nextid kept offering VMIDs that were just found taken (%s).' % sorted(avoid))
+
+    def step_vmid(self):
+        if self.ws['candidate_vmid']:
+            self._done('vmid')
+            return StepResult(False, 'candidate vmid: %d (kept)' % self.ws['candidate_vmid'])
+        vmid = self._next_candidate()
+        self._save('candidate_vmid', kind='recorded', candidate_vmid=vmid)
+        self._done('vmid')
+        return StepResult(True, 'candidate vmid: %d' % vmid, vmid=vmid)
+
+    # -------------------------------------------------------------- 3. clone
+
+    def _inspect_candidate(self, vmid):
+        """'ours' (marker verifies), 'taken' (exists, not ours), or 'absent'."""
+        config = self._read_config(vmid, self.request['node'])
+        if config is None:
+            return 'absent', None
+        return ('ours' if self._verify(config, vmid) == marker.VERIFIED else 'taken'), config
+
+    def _adopt(self, vmid, reason):
+        upid = self._find_clone_task(vmid)
+        upids = dict(self.ws['upids'])
+        if upid:
+            upids['clone'] = upid
+        self._save('adopted', detail={'vmid': vmid, 'reason': reason, 'upid': upid}, upids=upids,
+                   candidate_vmid=vmid)
+        self._done('clone')
+        return StepResult(True, 'clone: adopted CT %d (%s)' % (vmid, reason), vmid=vmid)
+
+    def _find_clone_task(self, vmid):
+        """The UPID of the clone that made ``vmid`` after its answer was lost, when one task fits."""
+        dispatched = self.ws['facts'].get('clone_dispatched_at') or 0
+        try:
+            tasks = self.client.get('/nodes/%s/tasks' % self.request['node'], typefilter='vzclone',
+                                    vmid=self.request['template'], source='all', limit=200) or []
+        except PveApiError:
+            return None
+        fits = [t['upid'] for t in tasks if int(t.get('starttime', 0)) >= int(dispatched) - 2
+                and t.get('user') == self.client.user]
+        return fits[0] if len(fits) == 1 else None
+
+    def step_clone(self):
+        req = self.request
+        candidate = self.ws['candidate_vmid']
+        taken = set()
+        facts = self.ws['facts']
+        if facts.get('clone_dispatched') == candidate:
+            # An earlier run sent this clone and may have died before hearing the answer: look first.
+            state = self._inspect_candidate(candidate)[0]
+            if state == 'ours':
+                return self._adopt(candidate, 'found after an earlier run lost track of its clone')
+            if state == 'taken':
+                taken.add(candidate)
+                candidate = self._new_candidate(candidate, taken, 'taken by another client')
+        lock_deadline = time.monotonic() + self.params['lock_timeout']
+        backoff = waiter.Backoff(start=0.5, maximum=5.0, factor=1.7, jitter=0.3)
+        attempts = 0
+        while True:
+            attempts += 1
+            if attempts > CLONE_ATTEMPTS:
+                raise self._fail('clone', CreateError('Gave up after %d clone attempts; VMIDs taken meanwhile: %s.'
+                                                      % (CLONE_ATTEMPTS, sorted(taken))))
+            args = dict(newid=candidate, hostname='agent-%s' % self.name, pool=req['pool'],
+                        description=marker.render(self.secret, self.controller, self.name, candidate))
+            if req['full_clone']:
+                args['full'] = 1
+                if req['storage']:
+                    args['storage'] = req['storage']
+            else:
+                args['full'] = 0
+            self._save('clone', kind='dispatched', detail={'vmid': candidate, 'template': req['template']},
+                       facts=dict(self.ws['facts'], clone_dispatched=candidate, clone_dispatched_at=time.time()))
+            try:
+                upid = self.client.post('/nodes/%s/lxc/%d/clone' % (req['node'], req['template']), **args)
+            except PveAlreadyExists:
+                state = self._inspect_candidate(candidate)[0]
+                if state == 'ours':
+                    return self._adopt(candidate, 'our clone was already there')
+                taken.add(candidate)
+                candidate = self._new_candidate(candidate, taken, 'already exists')
+                continue
+            except PveUnknownOutcome as err:
+                state = self._inspect_candidate(candidate)[0]
+                if state == 'ours':
+                    return self._adopt(candidate, 'the clone answer was lost (%s)' % err.transport)
+                if state == 'taken':
+                    taken.add(candidate)
+                    candidate = self._new_candidate(candidate, taken, 'taken while our answer was lost')
+                continue
+            except (PveLocked, PveLockTimeout) as err:
+                # Parallel linked clones of one template contend on its lock: back off and try again.
+                if time.monotonic() > lock_deadline:
+                    raise self._fail('clone', CreateError('Template %d stayed locked for %d s (%s). Retry later.'
+                                                          % (req['template'], self.params['lock_timeout'], err)))
+                attempts -= 1
+                self._save('clone', kind='observed', detail={'vmid': candidate, 'locked': str(err.pve_message)})
+                self.sleep(backoff.next_delay())
+                continue
+            except PveApiError as err:
+                raise self._fail('clone', err)
+            upids = dict(self.ws['upids'], clone=upid)
+            self._save('clone', kind='observed', detail={'vmid': candidate, 'upid': upid}, upids=upids)
+            self._done('clone')
+            return StepResult(True, 'clone: CT %d from template %d' % (candidate, req['template']), vmid=candidate,
+                              upid=upid)
+
+    def _new_candidate(self, old, taken, why):
+        vmid = self._next_candidate(avoid=taken)
+        self._save('candidate_vmid', kind='recorded', detail={'old': old, 'new': vmid, 'why': why},
+                   candidate_vmid=vmid)
+        return vmid
+
+    # --------------------------------------------------------- 4. wait clone
+
+    def step_wait_clone(self):
+        vmid = self.ws['candidate_vmid']
+        upid = self.ws['upids'].get('clone')
+        try:
+            if upid:
+                task = self.client.wait_task(upid, timeout=self.params['task_timeout'])
+                warnings = task.warning_lines
+            else:
+                self._wait_unlocked(vmid)
+                warnings = []
+        except PveTaskFailed as err:
+            self._clean_failed_clone(vmid)
+            raise self._fail('wait_clone', err, candidate_vmid=None,
+                             upids=dict((k, v) for k, v in self.ws['upids'].items() if k != 'clone'),
+                             progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('vmid', 'clone')))
+        except PveTaskTimeout as err:
+            raise self._fail('wait_clone', err)
+        self._save('clone_confirmed', detail={'vmid': vmid, 'warnings': warnings}, vmid=vmid,
+                   node=self.request['node'])
+        self._done('wait_clone')
+        return StepResult(True, 'wait clone task: CT %d cloned' % vmid, vmid=vmid, warnings=warnings)
+
+    def _wait_unlocked(self, vmid):
+        def probe(remaining):
+            config = self._read_config(vmid, self.request['node'])
+            if config is None:
+                return waiter.failed(None)
+            return waiter.pending(config) if config.get('lock') else waiter.done(config)
+        result = waiter.wait_for(probe, self.params['task_timeout'])
+        if result.outcome == waiter.FAILED:
+            raise self._fail('wait_clone', CreateError('CT %d vanished while its clone ran: the clone failed. Rerun to '
+                                                       'clone again.' % vmid), candidate_vmid=None,
+                             progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('vmid', 'clone')))
+        if not result.ok:
+            raise self._fail('wait_clone', CreateError('CT %d is still locked after %d s. If it stays in lock "create", '
+                                                       'run "pct unlock %d" on the node.'
+                                                       % (vmid, self.params['task_timeout'], vmid)))
+
+    def _clean_failed_clone(self, vmid):
+        """Delete what a failed clone left, only when our marker proves it is ours."""
+        state, config = self._inspect_candidate(vmid)
+        if state != 'ours':
+            return
+        try:
+            upid = self.client.delete('/nodes/%s/lxc/%d' % (self.request['node'], vmid), purge=1)
+            self.client.wait_task(upid, timeout=self.params['task_timeout'])
+            self._save('partial_clone_removed', detail={'vmid': vmid})
+        except PveApiError as err:
+            self.journal.record_cleanup_debt(self.name, 'lxc/%d@%s' % (vmid, self.request['node']), err, retry_in=60)
+
+    # ----------------------------------------------------------- 5. configure
+
+    def step_configure(self):
+        req = self.request
+        vmid = self.ws['vmid']
+        config = self._read_config(vmid)
+        if config is None or self._verify(config, vmid) != marker.VERIFIED:
+            raise self._fail('configure', CreateError('CT %d does not carry our marker for %s; refusing to touch it.'
+                                                      % (vmid, self.name)))
+        address = self.ws['address']
+        if req['address_mode'] == 'static':
+            address = self.journal.lease_address(req['address_range'], self.name, address_candidates(req['address_range']))
+            ip = 'ip=%s/%d' % (address, req['address_prefix']) + (',gw=%s' % req['gateway'] if req['gateway'] else '')
+        else:
+            ip = 'ip=dhcp'
+        net0 = 'name=eth0,bridge=%s,%s' % (req['bridge'], ip)
+        tags = ';'.join(sorted(set(['ephemera'] + list(req['tags'] or []))))
+        wanted = {'cores': req['cores'], 'memory': req['memory'], 'net0': net0, 'tags': tags}
+        changes = dict((k, v) for k, v in wanted.items() if str(config.get(k)) != str(v)
+                       and not (k == 'net0' and _same_net(config.get(k), v)))
+        if changes:
+            self._save('configure', kind='dispatched', detail=changes)
+            self.client.put(self._config_path(), digest=config.get('digest'), **changes)
+        self._done('configure', address=address if req['address_mode'] == 'static' else self.ws['address'])
+        return StepResult(bool(changes), 'configure: %s' % (', '.join(sorted(changes)) or 'nothing to change'))
+
+    # --------------------------------------------------------------- 6. start
+
+    def step_start(self):
+        vmid = self.ws['vmid']
+        status = self.client.get('/nodes/%s/lxc/%d/status/current' % (self.ws['node'], vmid)) or {}
+        if status.get('status') == 'running':
+            self._done('start')
+            return StepResult(False, 'start: CT %d is running' % vmid)
+        upid = self.ws['upids'].get('start')
+        if not upid or self.ws['failure']:
+            self._save('start', kind='dispatched', detail={'vmid': vmid})
+            try:
+                upid = self.client.post('/nodes/%s/lxc/%d/status/start' % (self.ws['node'], vmid))
+            except PveUnknownOutcome:
+                upid = None
+            except PveApiError as err:
+                if 'already running' not in (err.pve_message or ''):
+                    raise self._fail('start', err)
+            if upid:
+                self._save('start', detail={'upid': upid}, upids=dict(self.ws['upids'], start=upid))
+        try:
+            if upid:
+                self.client.wait_task(upid, timeout=self.params['task_timeout'])
+            else:
+                self._wait_running(vmid)
+        except (PveTaskFailed, PveTaskTimeout, CreateError) as err:
+            raise self._fail('start', err)
+        self._done('start')
+        return StepResult(True, 'start: CT %d started' % vmid, upid=upid)
+
+    def _wait_running(self, vmid):
+        def probe(remaining):
+            status = self.client.get('/nodes/%s/lxc/%d/status/current' % (self.ws['node'], vmid)) or {}
+            return waiter.done() if status.get('status') == 'running' else waiter.pending()
+        if not waiter.wait_for(probe, self.params['task_timeout']).ok:
+            raise CreateError('CT %d is not running %d s after it was started.' % (vmid, self.params['task_timeout']))
+
+    # ------------------------------------------------------------- 7. address
+
+    def step_address(self):
+        vmid = self.ws['vmid']
+        expected = self.ws['address'] if self.request['address_mode'] == 'static' else None
+
+        def probe(remaining):
+            try:
+                interfaces = self.client.get('/nodes/%s/lxc/%d/interfaces' % (self.ws['node'], vmid))
+            except PveApiError:
+                return waiter.pending()
+            address = usable_address(interfaces, expected)
+            return waiter.done(address) if address else waiter.pending()
+
+        result = waiter.wait_for(probe, self.params['address_timeout'], waiter.Backoff(start=0.2, maximum=3.0))
+        if not result.ok:
+            what = 'its static address %s' % expected if expected else 'an address from DHCP'
+            message = ('CT %d did not report %s within %d s (%d looks). Check the bridge and the DHCP server, then '
+                       'rerun.' % (vmid, what, self.params['address_timeout'], result.attempts))
+            raise self._fail('address', CreateError(message))
+        self._done('address', address=result.value)
+        return StepResult(True, 'wait address: %s' % result.value, address=result.value)
+
+    # ----------------------------------------------------------------- 8. ssh
+
+    def step_ssh(self):
+        try:
+            connected = wait_for_guest(self._guest, self.params['ssh_timeout'])
+        except SshError as err:
+            raise self._fail('ssh', err)
+        with connected:
+            host_key = connected.host_key
+        self._done('ssh', facts=dict(self.ws['facts'], host_key=host_key))
+        return StepResult(True, 'ssh: %s answers' % self.ws['address'])
+
+    def _with_guest(self, step, action):
+        try:
+            with self._guest().connect() as connected:
+                return action(connected)
+        except (SshError, guest_ops.GuestError) as err:
+            raise self._fail(step, err)
+
+    # ------------------------------------------------------------ 9. bootstrap
+
+    def step_bootstrap(self):
+        req = self.request
+        credentials = self.params.get('agent_credentials')
+        self._with_guest('bootstrap', lambda g: guest_ops.bootstrap(g, self._layout(), req['ssh_user'], credentials))
+        self._done('bootstrap')
+        return StepResult(True, 'bootstrap: agent user %s, credentials written' % req['agent_user'])
+
+    # ------------------------------------------------------------ 10. checkout
+
+    def step_checkout(self):
+        req = self.request
+        head = self._with_guest('checkout', lambda g: guest_ops.checkout(
+            g, self._layout(), req['ssh_user'], req['repo'], req['ref'], git_token=self.params.get('git_token'),
+            git_username=self.params.get('git_username') or 'git'))
+        self._done('checkout', facts=dict(self.ws['facts'], head=head))
+        return StepResult(True, 'checkout: %s at %s (%s)' % (req['repo'], req['ref'], head[:12]), head=head)
+
+    # -------------------------------------------------------------- 11. runner
+
+    def step_runner(self):
+        req = self.request
+        started = self._with_guest('runner', lambda g: guest_ops.install_runner(
+            g, self._layout(), req['ssh_user'], req['agents'], timeout=self.params['runner_timeout']))
+        self._done('runner')
+        return StepResult(True, 'runner: %s' % ('started' if started else 'already answering'))
+
+    # --------------------------------------------------------------- 12. brief
+
+    def step_brief(self):
+        req = self.request
+        answer = self._with_guest('brief', lambda g: guest_ops.brief(g, self._layout(), req['ssh_user'],
+                                                                     req['purpose'], req['agent']))
+        self._done('brief', activity=answer.get('activity') or 'unknown')
+        return StepResult(not answer.get('already'), 'brief: %s briefed' % req['agent'])
+
+    # --------------------------------------------------------------- 13. ready
+
+    def step_ready(self):
+        req = self.request
+        answer = self._with_guest('ready', lambda g: guest_ops.runner_call(g, self._layout(), req['ssh_user'],
+                                                                           {'op': 'ping'}))
+        if not answer.get('alive'):
+            raise self._fail('ready', CreateError('The agent runner stopped answering: %s' % answer.get('error')),
+                             progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('runner', 'brief')))
+        self._save('ready', status='ready', activity=answer.get('activity') or 'unknown', failure=None,
+                   progress=dict(self.ws['progress'], ready=time.time()))
+        return StepResult(True, 'ready: %s at %s' % (self.name, self.ws['address']))
+
+
+def _same_net(current, wanted):
+    """True when a net0 value already has the wanted name, bridge and ip (PVE adds hwaddr and type)."""
+    def fields(text):
+        return dict(part.split('=', 1) for part in (text or '').split(',') if '=' in part)
+    have, want = fields(current), fields(wanted)
+    return all(have.get(k) == v for k, v in want.items())

@@ -1,0 +1,314 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: workspace_create
+short_description: Run one step of a workspace's creation
+version_added: 0.1.0
+description:
+  - Creating a workspace takes thirteen steps, from recording the request to a briefed agent. This module runs the
+    one named by O(step). The role M(ephemera.workspaces.workspace_create) (and the playbook
+    C(ephemera.workspaces.create)) runs them in order, each as its own task, so the output shows which step runs or
+    failed.
+  - Every step is idempotent. A step whose work is done reports C(changed=false); a rerun after a failure or a crash
+    resumes at the first unfinished step, looking at the cluster before it repeats anything whose outcome is unknown.
+  - Every step records what it is about to do in the journal before it acts, and what it observed afterwards.
+  - The request (template, repository, purpose, sizes, guest settings) is recorded by the V(request) step. Later steps
+    read it from the journal; a second request for the same name with different parameters is refused.
+author:
+  - Ephemera maintainers (@ephemera)
+extends_documentation_fragment:
+  - ephemera.workspaces.proxmox
+  - ephemera.workspaces.journal
+attributes:
+  check_mode:
+    support: full
+    description: Reports whether the step would act; changes nothing in the journal, the cluster or the guest.
+  diff_mode:
+    support: none
+    description: Not supported.
+options:
+  name:
+    description:
+      - The workspace's name. It becomes the container's host name C(agent-<name>).
+      - 1 to 40 lower-case letters, digits and dashes.
+    type: str
+    required: true
+  step:
+    description:
+      - The step to run.
+    type: str
+    required: true
+    choices: [request, vmid, clone, wait_clone, configure, start, address, ssh, bootstrap, checkout, runner, brief, ready]
+  claim:
+    description:
+      - The queue claim under which this run works on the workspace, as returned by M(ephemera.workspaces.queue).
+        Every journal write carries it; a run that lost its claim writes nothing.
+    type: dict
+  controller_secret:
+    description:
+      - The secret that signs ownership markers. If not set, E(EPHEMERA_CONTROLLER_SECRET), else a secret made once
+        next to the journal (C(<journal>.secret), mode 0600).
+    type: str
+  template:
+    description: VMID of the prepared LXC template to clone. Used by the V(request) step.
+    type: int
+  node:
+    description: Node of the template. If not set, the node the cluster reports for the template.
+    type: str
+  pool:
+    description: Pool the clone joins.
+    type: str
+    default: disposable-workspaces
+  full_clone:
+    description: Make a full clone instead of a linked clone.
+    type: bool
+    default: false
+  storage:
+    description: Target storage of a full clone. Not allowed for linked clones.
+    type: str
+  repo:
+    description: URL of the repository to check out.
+    type: str
+  ref:
+    description: Branch, tag or commit to check out.
+    type: str
+    default: main
+  purpose:
+    description: What the agent is asked to do; its brief.
+    type: str
+  agent:
+    description: Which agent the runner starts, a key of O(agents).
+    type: str
+    default: claude-code
+  agents:
+    description:
+      - Command line of each agent, as a list of arguments; C({purpose}) stands for the brief.
+      - The default knows C(claude-code), C(codex) and C(opencode).
+    type: dict
+  cores:
+    description: CPU cores of the container.
+    type: int
+    default: 2
+  memory:
+    description: Memory of the container in MiB.
+    type: int
+    default: 2048
+  bridge:
+    description: Bridge of the container's C(net0).
+    type: str
+    default: vmbr0
+  address_mode:
+    description:
+      - V(dhcp) waits for the address the container gets; V(static) leases one from O(address_range), recorded in the
+        journal and never handed out twice.
+    type: str
+    choices: [dhcp, static]
+    default: dhcp
+  address_range:
+    description: With O(address_mode=static), the addresses to lease from (C(a.b.c.d-a.b.c.e), C(a.b.c.0/24)).
+    type: str
+  address_prefix:
+    description: Prefix length of a static address.
+    type: int
+    default: 24
+  gateway:
+    description: Gateway of a static address.
+    type: str
+  tags:
+    description: Extra tags for the container (C(ephemera) is always set). Tags are hints, never proof of ownership.
+    type: list
+    elements: str
+    default: []
+  checkout_path:
+    description: Where the repository is checked out inside the guest.
+    type: str
+    default: /workspace/repo
+  guest_root:
+    description:
+      - Prefix of every path the collection uses inside the guest; C({vmid}) is replaced by the container's VMID.
+        V(/) on real guests; the local try-out cluster gives each guest a directory of its own.
+    type: str
+    default: /
+  ssh_user:
+    description: User to log in to the guest as.
+    type: str
+    default: root
+  ssh_port:
+    description: SSH port of the guest.
+    type: int
+    default: 22
+  ssh_private_key:
+    description: Private key whose public half the template authorizes.
+    type: path
+  agent_user:
+    description: User the agent runner and the agent run as; made by the V(bootstrap) step if missing.
+    type: str
+    default: agent
+  agent_credentials:
+    description:
+      - Environment variables the agent needs (API keys). Written by the V(bootstrap) step into one file readable
+        only by the agent user, read by the runner when it starts the agent; never on a command line, in the journal
+        or in the output.
+    type: dict
+  git_token:
+    description:
+      - Token for cloning a private repository over HTTPS. Used only by the V(checkout) step, through a temporary
+        helper that is removed afterwards, on success and on failure.
+    type: str
+  git_username:
+    description: User name sent with O(git_token).
+    type: str
+    default: git
+  task_timeout:
+    description: Seconds to wait for a Proxmox task (clone, start).
+    type: int
+    default: 300
+  lock_timeout:
+    description: Seconds to keep retrying a clone while the template is locked by parallel clones.
+    type: int
+    default: 120
+  address_timeout:
+    description: Seconds to wait for the container's address.
+    type: int
+    default: 120
+  ssh_timeout:
+    description: Seconds to keep trying SSH, with backoff.
+    type: int
+    default: 120
+  runner_timeout:
+    description: Seconds to wait for the agent runner to answer.
+    type: int
+    default: 60
+'''
+
+EXAMPLES = r'''
+- name: Record the request
+  ephemera.workspaces.workspace_create:
+    name: fix-login
+    step: request
+    template: 9000
+    repo: https://git.example.com/app.git
+    ref: main
+    purpose: Fix the login redirect loop
+- name: Clone the template
+  ephemera.workspaces.workspace_create:
+    name: fix-login
+    step: clone
+'''
+
+RETURN = r'''
+step:
+  description: The step that ran.
+  returned: always
+  type: str
+msg:
+  description: What the step did or found.
+  returned: always
+  type: str
+  sample: "clone: CT 105 from template 9000"
+workspace:
+  description: The workspace's journal record after the step (see M(ephemera.workspaces.workspace_info)).
+  returned: when the workspace is recorded
+  type: dict
+details:
+  description: Step-specific facts (vmid, upid, address, head, warnings).
+  returned: always
+  type: dict
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec, open_journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.create import STEPS, CreateFlow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import DEFAULT_AGENTS
+from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import client_from_params, connection_argument_spec
+
+# Steps that never talk to the Proxmox API.
+GUEST_STEPS = ('ssh', 'bootstrap', 'checkout', 'runner', 'brief', 'ready')
+
+
+def argument_spec():
+    spec = dict(
+        name=dict(type='str', required=True),
+        step=dict(type='str', required=True, choices=list(STEPS)),
+        claim=dict(type='dict'),
+        controller_secret=dict(type='str', no_log=True),
+        template=dict(type='int'),
+        node=dict(type='str'),
+        pool=dict(type='str', default='disposable-workspaces'),
+        full_clone=dict(type='bool', default=False),
+        storage=dict(type='str'),
+        repo=dict(type='str'),
+        ref=dict(type='str', default='main'),
+        purpose=dict(type='str'),
+        agent=dict(type='str', default='claude-code'),
+        agents=dict(type='dict'),
+        cores=dict(type='int', default=2),
+        memory=dict(type='int', default=2048),
+        bridge=dict(type='str', default='vmbr0'),
+        address_mode=dict(type='str', default='dhcp', choices=['dhcp', 'static']),
+        address_range=dict(type='str'),
+        address_prefix=dict(type='int', default=24),
+        gateway=dict(type='str'),
+        tags=dict(type='list', elements='str', default=[]),
+        checkout_path=dict(type='str', default='/workspace/repo'),
+        guest_root=dict(type='str', default='/'),
+        ssh_user=dict(type='str', default='root'),
+        ssh_port=dict(type='int', default=22),
+        ssh_private_key=dict(type='path'),
+        agent_user=dict(type='str', default='agent'),
+        agent_credentials=dict(type='dict', no_log=True),
+        git_token=dict(type='str', no_log=True),
+        git_username=dict(type='str', default='git'),
+        task_timeout=dict(type='int', default=300),
+        lock_timeout=dict(type='int', default=120),
+        address_timeout=dict(type='int', default=120),
+        ssh_timeout=dict(type='int', default=120),
+        runner_timeout=dict(type='int', default=60),
+    )
+    spec.update(connection_argument_spec())
+    spec.update(journal_argument_spec())
+    return spec
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        supports_check_mode=True,
+        required_if=[
+            ('step', 'request', ('template', 'repo', 'purpose')),
+            ('address_mode', 'static', ('address_range',)),
+        ],
+    )
+    params = dict(module.params)
+    params['agents'] = params['agents'] or DEFAULT_AGENTS
+    if params['storage'] and not params['full_clone']:
+        module.fail_json(msg='storage is allowed for full clones only (full_clone: true); linked clones stay on the '
+                             "template's storage.")
+    step = params['step']
+    result = dict(changed=False, step=step, details={})
+    with open_journal(module) as journal:
+        try:
+            client = None if step in GUEST_STEPS else client_from_params(params)
+            secret = marker.load_secret(journal.path, params['controller_secret'])
+            flow = CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
+            outcome = flow.run(step)
+        except EphemeraError as err:
+            result.update(err.details)
+            module.fail_json(msg='%s: %s' % (step, err), workspace=journal.get_workspace(params['name']), **result)
+        result.update(changed=outcome.changed, msg=outcome.msg, details=outcome.extra)
+        if flow.ws is not None:
+            result['workspace'] = flow.ws
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

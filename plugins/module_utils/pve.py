@@ -792,8 +792,8 @@ class PveClient:
                                   errors=err.errors)
             raise
 
-    def task_log(self, upid, tail=LOG_TAIL_LINES, warnings=False):
-        """(the last `tail` lines of the task's log, its WARN lines if `warnings` else [])."""
+    def task_log(self, upid, tail=LOG_TAIL_LINES, with_warnings=False):
+        """(the last `tail` lines of the task's log, its WARN lines if with_warnings else [])."""
         task = Upid.parse(upid)
         path = self._task_path(task, 'log')
         last = collections.deque(maxlen=tail)
@@ -803,12 +803,12 @@ class PveClient:
             body = self._call('GET', path, params=dict(start=start, limit=LOG_PAGE))
             lines = [item.get('t', '') for item in sorted(body.get('data') or [], key=lambda i: i.get('n', 0))]
             last.extend(lines)
-            warned.extend(line for line in lines if warnings and line.startswith('WARN'))
+            warned.extend(line for line in lines if with_warnings and line.startswith('WARN'))
             start += len(lines)
             total = body.get('total')
             if len(lines) < LOG_PAGE or (total is not None and start >= int(total)):
                 break
-            if not warnings and total is not None and int(total) - start > tail:
+            if not with_warnings and total is not None and int(total) - start > tail:
                 # PVE says how long the log is: jump to its end.
                 start = int(total) - tail
         return list(last), warned
@@ -817,7 +817,7 @@ class PveClient:
         result = TaskResult(task, status.get('status') or 'unknown', status.get('exitstatus'), elapsed=elapsed)
         if result.status != 'running' and (not result.succeeded or result.warnings):
             try:
-                result.log_tail, result.warning_lines = self.task_log(task, log_lines, warnings=bool(result.warnings))
+                result.log_tail, result.warning_lines = self.task_log(task, log_lines, with_warnings=bool(result.warnings))
             except PveApiError as err:
                 # The task's outcome is known; a log that cannot be read must not hide it.
                 result.log_tail = ['(the task log could not be read: {0})'.format(err)]

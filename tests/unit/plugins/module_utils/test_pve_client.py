@@ -342,7 +342,7 @@ def test_catalogued_error_is_classified(fakepve, fakepve_cafile, method, path, p
     with pytest.raises(PveApiError) as info:
         client.request(method, path, **form)
     err = info.value
-    assert type(err) is cls
+    assert err.__class__ is cls  # exactly this class, not a subclass
     assert err.status == entry['status']
     assert err.pve_message == entry['message']
     assert err.errors == entry.get('errors')
@@ -613,7 +613,7 @@ def test_inspect_without_waiting(fakepve, fakepve_cafile):
 
 def test_request_count_counts_every_http_request(fakepve, fakepve_cafile):
     client = make_client(fakepve, fakepve_cafile)
-    for _ in range(3):
+    for dummy in range(3):
         client.get('/version')
     assert client.request_count == len(fakepve.requests) == 4
 

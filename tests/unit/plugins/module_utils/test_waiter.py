@@ -134,7 +134,7 @@ def test_bad_arguments_are_refused():
 
 def test_jitter_spreads_pauses_within_bounds():
     backoff = Backoff(start=1, maximum=1, factor=1, jitter=0.25, rng=random.Random(7))
-    delays = [backoff.next_delay() for _ in range(200)]
+    delays = [backoff.next_delay() for dummy in range(200)]
     assert all(0.75 <= d <= 1.25 for d in delays)
     assert len(set(round(d, 6) for d in delays)) > 100
 

@@ -1,0 +1,121 @@
+"""The command line: up, status, fault, down as processes; bad input gets a clear message and leaves nothing."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.localpve import clone_workspace, proxmox, ssh
+from tests.localpve.cluster import pick_host
+from tests.localpve.config import ROOT
+from tests.localpve.process import leftover_listeners
+from tests.localpve.system import alive, cmdline, listening
+
+
+def cli(state, *args):
+    return subprocess.run([sys.executable, '-m', 'tests.localpve'] + list(args) + ['--state-dir', str(state)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+
+
+def mentioning(text):
+    """Pids of processes whose command line contains text."""
+    return [int(p) for p in os.listdir('/proc') if p.isdigit() and text in cmdline(int(p))]
+
+
+def test_up_status_fault_down_and_up_again(tmp_path):
+    state = tmp_path / 'state'
+    host = pick_host()
+    started = cli(state, 'up', '--host', host, '--api-port', '0', '--proxy-port', '0', '--time-scale', '0', '--json')
+    assert started.returncode == 0, started.stderr
+    info = json.loads(started.stdout)
+    for key in ('api_url', 'api_host', 'api_port', 'ca_file', 'user', 'password', 'token_id', 'token_secret', 'nodes',
+                'template_vmid', 'pool', 'ssh_private_key', 'ssh_user', 'address_range', 'guest_root', 'proxy_url',
+                'control'):
+        assert info[key], key
+    api = proxmox(info)
+    vmid, _, address = clone_workspace(api, info, hostname='cli')
+    ssh(info, address).close()
+
+    status = cli(state, 'status')
+    assert status.returncode == 0 and 'running (pid {0})'.format(info['pid']) in status.stdout
+    guests = json.loads(cli(state, 'status', '--json').stdout)['guests']
+    sshd = [g['sshd_pid'] for g in guests if g['vmid'] == vmid][0]
+    assert alive(sshd)
+    added = cli(state, 'fault', 'proxy', 'drop-response', 'POST', '/nodes/*/lxc/*/clone', '--times', '2')
+    assert added.returncode == 0 and json.loads(added.stdout)['times'] == 2
+    listed = json.loads(cli(state, 'fault', 'list').stdout)
+    assert [r['action'] for r in listed['proxy_rules']] == ['drop-response']
+
+    stopped = cli(state, 'down')
+    assert stopped.returncode == 0, stopped.stderr
+    assert not alive(info['pid']) and not alive(sshd)
+    assert leftover_listeners(info) == []
+    assert not [s for s in listening() if s[0] == host or s[0] == address]
+    assert not mentioning(str(state))
+    assert cli(state, 'status').returncode == 3
+
+    again = cli(state, 'up', '--host', host, '--api-port', '0', '--proxy-port', '0', '--time-scale', '0', '--json')
+    assert again.returncode == 0, again.stderr
+    info = json.loads(again.stdout)
+    try:
+        api = proxmox(info)
+        assert api.nodes('pve1').lxc(vmid).status.current.get()['status'] == 'running'
+        ssh(info, address).close()
+    finally:
+        assert cli(state, 'down').returncode == 0
+    assert not mentioning(str(state))
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--host', '10.1.2.3'], 'not a loopback address'),
+    (['--host', '0.0.0.0'], 'not a loopback address'),
+    (['--sshd', '/nonexistent/sshd'], 'sshd not found at /nonexistent/sshd'),
+    (['--guest-range', '192.168.1.10-192.168.1.20'], 'leaves 127.0.0.0/8'),
+    (['--api-port', '70000'], 'not a port number'),
+])
+def test_bad_options_are_refused_before_anything_starts(tmp_path, args, message):
+    state = tmp_path / 'state'
+    result = cli(state, 'up', '--host', pick_host(), *args)
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert not (state / 'cluster.json').exists()
+    assert not mentioning(str(state))
+
+
+def test_port_in_use_is_named_and_nothing_stays(tmp_path):
+    state = tmp_path / 'state'
+    host = pick_host()
+    busy = socket.socket()
+    busy.bind((host, 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        result = cli(state, 'up', '--host', host, '--api-port', '0', '--proxy-port', str(port))
+        assert result.returncode == 1
+        assert 'proxy port {0} on {1} is in use'.format(port, host) in result.stderr
+        assert not (state / 'cluster.json').exists()
+        assert not mentioning(str(state))
+        assert [s for s in listening() if s[0] == host] == [(host, port)]
+    finally:
+        busy.close()
+
+
+def test_malformed_fault_rules_are_refused(localpve_process):
+    state = localpve_process.info['state_dir']
+    before = set(mentioning(state))
+    bad_method = cli(state, 'fault', 'proxy', 'drop-response', 'FETCH', '/nodes/*/lxc/*/clone')
+    assert bad_method.returncode == 1
+    assert 'malformed fault rule: method must be one of' in bad_method.stderr
+    bad_path = cli(state, 'fault', 'proxy', 'reset', 'GET', 'nodes')
+    assert 'must start with /' in bad_path.stderr
+    no_seconds = cli(state, 'fault', 'proxy', 'delay', 'GET', '/version')
+    assert no_seconds.returncode == 2 and '--seconds' in no_seconds.stderr
+    zero = cli(state, 'fault', 'proxy', 'reset', 'GET', '/version', '--times', '0')
+    assert zero.returncode == 2 and 'must be at least 1' in zero.stderr
+    unknown = cli(state, 'fault', 'pve', 'fail', 'POST', '/nodes/pve1/lxc/9000/status/start', '--error', 'bogus')
+    assert unknown.returncode == 1 and "no error 'bogus'" in unknown.stderr
+    assert localpve_process.proxy_rules() == []
+    assert set(mentioning(state)) == before

@@ -1,0 +1,186 @@
+"""Guests over real SSH: sshd follows the container's power state, each guest has its own files and key."""
+
+import os
+import socket
+import time
+
+import paramiko
+import pytest
+
+from tests.localpve import clone_workspace, guest_address, proxmox, ssh, wait_task
+
+
+def refused(address, port):
+    probe = socket.socket()
+    probe.settimeout(1)
+    try:
+        probe.connect((address, port))
+        return False
+    except ConnectionRefusedError:
+        return True
+    finally:
+        probe.close()
+
+
+def wait_for(check, timeout=10):
+    """check() until it returns something true; that value (pytest.fail after timeout seconds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail('condition not met within {0}s: {1}'.format(timeout, check))
+        time.sleep(0.05)
+
+
+def test_started_container_answers_ssh_on_its_reported_address(localpve):
+    info = localpve.info
+    api = proxmox(info)
+    vmid, _, address = clone_workspace(api, info, hostname='ws-ssh')
+    root = info['guest_root'].format(vmid=vmid)
+
+    # One attempt with a one-second budget: sshd listens before the start task reports OK.
+    client = ssh(info, address, timeout=1.0)
+    try:
+        _, out, _ = client.exec_command('echo "$LOCALPVE_VMID $LOCALPVE_GUEST_ROOT"; '
+                                        'mkdir -p "$LOCALPVE_GUEST_ROOT/workspace/repo" && '
+                                        'echo hello > "$LOCALPVE_GUEST_ROOT/workspace/repo/README"')
+        assert out.read().decode().split() == [str(vmid), root]
+        assert out.channel.recv_exit_status() == 0
+        sftp = client.open_sftp()
+        with sftp.open(root + '/workspace/repo/README') as fh:
+            assert fh.read() == b'hello\n'
+    finally:
+        client.close()
+    with open(os.path.join(root, 'workspace', 'repo', 'README'), encoding='utf-8') as fh:
+        assert fh.read() == 'hello\n'
+    # The template's authorized key came with the clone.
+    with open(os.path.join(root, 'root', '.ssh', 'authorized_keys'), encoding='utf-8') as fh:
+        assert fh.read().split()[:2] == info['ssh_public_key'].split()[:2]
+
+
+def test_stop_closes_the_address_and_destroy_removes_the_files(localpve):
+    info = localpve.info
+    api = proxmox(info)
+    vmid, node, address = clone_workspace(api, info, hostname='ws-stop')
+    client = ssh(info, address)
+    _, out, _ = client.exec_command('sleep 30')
+    pid = [g['sshd_pid'] for g in localpve.status()['guests'] if g['vmid'] == vmid][0]
+
+    assert wait_task(api, api.nodes(node).lxc(vmid).status.stop.post())['exitstatus'] == 'OK'
+    assert refused(address, info['ssh_port'])
+    assert not os.path.exists('/proc/{0}'.format(pid))
+    # The session died with the container.
+    assert out.channel.recv_exit_status() == -1
+    client.close()
+    assert api.nodes(node).lxc(vmid).interfaces.get() is None
+
+    root = info['guest_root'].format(vmid=vmid)
+    assert os.path.isdir(root)
+    assert wait_task(api, api.nodes(node).lxc(vmid).delete(purge=1))['exitstatus'] == 'OK'
+    assert not os.path.exists(os.path.dirname(root))
+
+
+def test_guests_have_their_own_address_files_and_host_key(localpve):
+    info = localpve.info
+    api = proxmox(info)
+    first = clone_workspace(api, info, hostname='ws-a')
+    second = clone_workspace(api, info, hostname='ws-b')
+    assert first[2] != second[2]
+    keys = set()
+    for vmid, _, address in (first, second):
+        client = ssh(info, address)
+        keys.add(client.get_transport().get_remote_server_key().get_base64())
+        _, out, _ = client.exec_command('echo {0} > "$LOCALPVE_GUEST_ROOT/mine"'.format(vmid))
+        assert out.channel.recv_exit_status() == 0
+        client.close()
+    assert len(keys) == 2
+    for vmid, _, _ in (first, second):
+        with open(os.path.join(info['guest_root'].format(vmid=vmid), 'mine'), encoding='utf-8') as fh:
+            assert fh.read() == '{0}\n'.format(vmid)
+    with open(info['ssh_known_hosts'], encoding='utf-8') as fh:
+        known = fh.read()
+    for key in keys:
+        assert key in known
+
+
+def test_dhcp_lease_comes_after_the_delay(localpve_factory):
+    cluster = localpve_factory(addressing='dhcp', dhcp_delay=0.5)
+    info = cluster.info
+    api = proxmox(info)
+    vmid, node, address = clone_workspace(api, info, hostname='ws-dhcp')
+    assert 'ip=dhcp' in api.nodes(node).lxc(vmid).config.get()['net0']
+    # Right after the start there is no address yet: a real "waiting for DHCP".
+    assert address is None
+    address = wait_for(lambda: guest_address(api, node, vmid))
+    client = ssh(info, address)
+    client.close()
+    # A stop and start keeps the lease address, as a DHCP server remembers the MAC.
+    assert wait_task(api, api.nodes(node).lxc(vmid).status.stop.post())['exitstatus'] == 'OK'
+    assert wait_task(api, api.nodes(node).lxc(vmid).status.start.post())['exitstatus'] == 'OK'
+    assert wait_for(lambda: guest_address(api, node, vmid)) == address
+
+
+def test_dhcp_that_never_answers_leaves_no_address(localpve_factory):
+    cluster = localpve_factory(addressing='dhcp', dhcp_delay=None)
+    info = cluster.info
+    api = proxmox(info)
+    vmid, node, _ = clone_workspace(api, info, hostname='ws-nodhcp')
+    time.sleep(1.0)
+    assert guest_address(api, node, vmid) is None
+    guest = [g for g in cluster.status()['guests'] if g['vmid'] == vmid][0]
+    assert (guest['sshd'], guest['sshd_pid']) == ('no-address', None)
+    # Turning DHCP back on reaches the waiting guest.
+    cluster.dhcp(0)
+    ssh(info, wait_for(lambda: guest_address(api, node, vmid))).close()
+
+
+def test_sshd_refuses_for_a_while_then_answers(localpve):
+    info = localpve.info
+    api = proxmox(info)
+    localpve.guest_fault('refuse', seconds=1.5)
+    vmid, _, address = clone_workspace(api, info, hostname='ws-refuse')
+    assert refused(address, info['ssh_port'])
+    assert [g['sshd'] for g in localpve.status()['guests'] if g['vmid'] == vmid] == ['refusing']
+    client = wait_for(lambda: _try_ssh(info, address))
+    client.close()
+    # The fault was for one start only.
+    assert localpve.guest_faults()[0]['times'] == 0
+
+
+def test_sshd_that_never_comes_up(localpve):
+    info = localpve.info
+    api = proxmox(info)
+    first, _, first_address = clone_workspace(api, info, hostname='ws-first')
+    localpve.guest_fault('never', vmid=first + 1)
+    vmid, _, address = clone_workspace(api, info, hostname='ws-never')
+    assert vmid == first + 1
+    time.sleep(0.5)
+    assert refused(address, info['ssh_port'])
+    assert [g['sshd'] for g in localpve.status()['guests'] if g['vmid'] == vmid] == ['suppressed']
+    ssh(info, first_address).close()
+
+
+def test_ssh_session_dropped_in_the_middle_of_a_command(localpve):
+    info = localpve.info
+    api = proxmox(info)
+    _, _, address = clone_workspace(api, info, hostname='ws-drop')
+    localpve.guest_fault('drop', match='sleep 3', after=0.3)
+    client = ssh(info, address)
+    _, out, _ = client.exec_command('echo started; sleep 3; echo finished')
+    assert out.channel.recv_exit_status() == -1
+    assert out.read().decode() == 'started\n'
+    client.close()
+    # The guest itself is still there: a new connection works.
+    client = ssh(info, address)
+    _, out, _ = client.exec_command('echo again')
+    assert out.read() == b'again\n'
+    client.close()
+
+
+def _try_ssh(info, address):
+    try:
+        return ssh(info, address, timeout=0.5)
+    except (OSError, paramiko.SSHException):
+        return None

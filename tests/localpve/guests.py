@@ -1,0 +1,473 @@
+"""Guests over real SSH: one sshd per running container, on the address its config or DHCP lease gives.
+
+The harness does not chroot: sshd runs commands on this host as the current user, and each guest's
+files live under its own root directory, <state>/guests/<vmid>/root. The collection prefixes every
+path it uses inside a guest with that directory (its guest_root option, '{vmid}' filled in).
+"""
+
+import asyncio
+import itertools
+import logging
+import os
+import re
+import shutil
+import time
+
+from . import pki, system
+from .addresses import AddressPool, loopback, net_ip, with_ip
+from .config import ClusterError
+
+LOG = logging.getLogger('localpve.guests')
+NET_KEY = re.compile(r'^net\d+$')
+# Seconds sshd has to listen on its address before the start counts as failed.
+SSHD_START_TIMEOUT = 10
+FAULT_KINDS = ('refuse', 'never', 'drop')
+
+
+def first_nic(ct):
+    """(config key, value) of the container's first NIC, or (None, None)."""
+    keys = sorted((k for k in ct.config if NET_KEY.match(k)), key=lambda k: int(k[3:]))
+    return (keys[0], ct.config[keys[0]]) if keys else (None, None)
+
+
+class Guest(object):
+    """What the harness knows about one container's sshd."""
+
+    def __init__(self, vmid):
+        self.vmid = vmid
+        self.proc = None
+        self.address = None
+        # stopped, no-address, refusing, suppressed, starting, up, failed
+        self.state = 'stopped'
+        self.booted_at = None
+        self.refuse_until = 0.0
+        self.suppressed = False
+        self.error = None
+        self.startup_secs = None
+        self.host_key = None
+
+    def view(self):
+        return {'vmid': self.vmid, 'address': self.address, 'sshd': self.state,
+                'sshd_pid': self.proc.pid if self.proc else None, 'startup_secs': self.startup_secs,
+                'host_key': self.host_key, 'error': self.error}
+
+
+class GuestManager(object):
+    """Starts and stops the guests' sshd as the containers start and stop; owns their files and addresses."""
+
+    def __init__(self, site):
+        self.site = site
+        opts = site.options
+        self.sshd = opts.sshd
+        self.port = opts.ssh_port
+        self.dir = os.path.join(opts.state_dir, 'guests')
+        self.known_hosts = os.path.join(opts.state_dir, 'ssh', 'known_hosts')
+        self.pool = AddressPool(opts.guest_range, exclude=(opts.host,))
+        self.addressing = opts.addressing
+        self.dhcp_delay = opts.dhcp_delay
+        # vmid -> delay (None: never) overriding dhcp_delay.
+        self.dhcp_override = {}
+        self.guests = {}
+        # Containers whose files exist; their boot id (FakeCt.pid changes at every start).
+        self.rooted = set()
+        self.boots = {}
+        self.leases_visible = set()
+        # New containers whose DHCP NIC the site's IPAM pins to a static address once they are created.
+        self.unpinned = set()
+        self.faults = []
+        self._fault_ids = itertools.count(1)
+        self._drop_seen = {}
+        self._known = None
+        self.lock = asyncio.Lock()
+
+    # ------------------------------------------------------------ paths
+
+    def guest_dir(self, vmid):
+        return os.path.join(self.dir, str(vmid))
+
+    def root(self, vmid):
+        """The guest's filesystem root."""
+        return os.path.join(self.guest_dir(vmid), 'root')
+
+    def authorized_keys(self, vmid):
+        return os.path.join(self.root(vmid), 'root', '.ssh', 'authorized_keys')
+
+    # ------------------------------------------------------------ state
+
+    def load(self, harness):
+        """Take the addresses and leases saved with the datacenter, and the guests whose files exist."""
+        self.pool.assigned = dict((int(k), v) for k, v in harness.get('addresses', {}).items())
+        if os.path.isdir(self.dir):
+            self.rooted = set(int(n) for n in os.listdir(self.dir) if n.isdigit())
+
+    def saved(self):
+        return {'addresses': dict((str(k), v) for k, v in sorted(self.pool.assigned.items()))}
+
+    def seed_template(self, vmid, public_key):
+        """The template's files: the authorized key of the cluster's key pair, and an empty /workspace."""
+        keys = self.authorized_keys(vmid)
+        os.makedirs(os.path.dirname(keys), mode=0o700, exist_ok=True)
+        os.makedirs(os.path.join(self.root(vmid), 'workspace'), exist_ok=True)
+        with open(keys, 'w', encoding='utf-8') as out:
+            out.write(public_key + '\n')
+        os.chmod(keys, 0o600)
+        self.rooted.add(vmid)
+
+    def _make_root(self, ct, origin):
+        """The files of a new container: a copy of its clone source's root, or an empty one with the keys
+        its creation passed (ssh-public-keys)."""
+        root = self.root(ct.vmid)
+        shutil.rmtree(self.guest_dir(ct.vmid), ignore_errors=True)
+        kind, detail = origin or (None, None)
+        source = self.root(detail) if kind == 'clone' else None
+        if source and os.path.isdir(source):
+            shutil.copytree(source, root, symlinks=True)
+        else:
+            os.makedirs(root)
+            if kind == 'create' and detail:
+                keys = self.authorized_keys(ct.vmid)
+                os.makedirs(os.path.dirname(keys), mode=0o700)
+                with open(keys, 'w', encoding='utf-8') as out:
+                    out.write(str(detail).rstrip('\n') + '\n')
+        self.rooted.add(ct.vmid)
+
+    # ------------------------------------------------------------ faults
+
+    def add_fault(self, kind, vmid=None, seconds=None, times=1, match=None, after=0.0):
+        """A guest fault, for one VMID or (vmid None) whichever guest comes next.
+
+        refuse: sshd refuses connections for `seconds` after the guest starts, then comes up.
+        never: sshd does not come up at this start.
+        drop: an SSH session running a command (whose command line contains `match`, if given) is cut
+        `after` seconds into it: its sshd and the command are killed, the client sees the connection close.
+        times: how many starts (refuse, never) or sessions (drop) it hits; None for every one.
+        """
+        if kind not in FAULT_KINDS:
+            raise ClusterError('guest fault must be one of {0}, not {1!r}'.format(', '.join(FAULT_KINDS), kind))
+        if vmid is not None:
+            vmid = _positive_int(vmid, 'VMID')
+        if times is not None:
+            times = _positive_int(times, 'times')
+        if kind == 'refuse':
+            if seconds is None or float(seconds) <= 0:
+                raise ClusterError('a refuse fault needs the seconds sshd refuses for (> 0)')
+            seconds = float(seconds)
+        elif seconds is not None:
+            raise ClusterError('only a refuse fault takes seconds')
+        after = float(after or 0)
+        if after < 0:
+            raise ClusterError('after cannot be negative')
+        if kind != 'drop' and (match or after):
+            raise ClusterError('match and after apply to drop faults only')
+        fault = {'id': next(self._fault_ids), 'kind': kind, 'vmid': vmid, 'seconds': seconds, 'times': times,
+                 'match': match, 'after': after, 'hits': []}
+        self.faults.append(fault)
+        LOG.info('guest fault added: %s', fault)
+        return dict(fault)
+
+    def clear_faults(self):
+        self.faults = []
+        self._drop_seen = {}
+
+    def _take_fault(self, kinds, vmid):
+        for fault in self.faults:
+            if fault['kind'] in kinds and fault['vmid'] in (None, vmid) and fault['times'] != 0:
+                if fault['times'] is not None:
+                    fault['times'] -= 1
+                fault['hits'].append({'vmid': vmid, 'time': time.time()})
+                return fault
+        return None
+
+    def set_dhcp(self, delay, vmid=None):
+        """Leases come `delay` seconds after a guest starts, or never (None); for one VMID or every guest."""
+        if delay is not None:
+            delay = float(delay)
+            if delay < 0:
+                raise ClusterError('the DHCP delay cannot be negative')
+        if vmid is None:
+            self.dhcp_delay = delay
+        else:
+            self.dhcp_override[_positive_int(vmid, 'VMID')] = delay
+        return {'vmid': vmid, 'delay': delay}
+
+    # --------------------------------------------------------- addresses
+
+    def _lease_due(self, vmid, now):
+        delay = self.dhcp_override.get(vmid, self.dhcp_delay)
+        guest = self.guests.get(vmid)
+        return delay is not None and guest is not None and guest.booted_at is not None \
+            and now >= guest.booted_at + delay
+
+    def _address(self, ct, now, taken):
+        """The loopback address the running container answers on, or None (no lease yet, or not loopback)."""
+        _, value = first_nic(ct)
+        ip = net_ip(value)
+        if ip == 'dhcp':
+            return self.pool.allocate(ct.vmid, taken) if self._lease_due(ct.vmid, now) else None
+        return loopback(ip) if ip else None
+
+    def with_leases(self, ct, data):
+        """/interfaces of a running container with the address of its DHCP lease, once it has one."""
+        if not data or ct is None or ct.vmid not in self.leases_visible:
+            return data
+        _, value = first_nic(ct)
+        name = dict(p.split('=', 1) for p in str(value).split(',') if '=' in p).get('name', 'eth0')
+        address = self.pool.assigned.get(ct.vmid)
+        for item in data:
+            if item.get('name') == name and address:
+                item['inet'] = '{0}/{1}'.format(address, self.pool.prefix)
+                item['ip-addresses'].insert(0, {'ip-address-type': 'inet', 'ip-address': address,
+                                                'prefix': str(self.pool.prefix)})
+        return data
+
+    def _pin(self, ct, taken):
+        """Static addressing: the site's IPAM writes a free address into the new container's DHCP NIC."""
+        key, value = first_nic(ct)
+        self.unpinned.discard(ct.vmid)
+        if key is None or net_ip(value) != 'dhcp':
+            return
+        address = self.pool.allocate(ct.vmid, taken)
+        ct.config[key] = with_ip(value, '{0}/{1}'.format(address, self.pool.prefix))
+        LOG.info('CT %s: IPAM pinned %s to %s', ct.vmid, key, address)
+
+    # --------------------------------------------------------- reconcile
+
+    async def reconcile(self):
+        """Make the guests match the containers: files, addresses, sshd up or down, faults."""
+        async with self.lock:
+            await self._reconcile(time.monotonic())
+
+    async def _reconcile(self, now):
+        pve = self.site.pve
+        cts = dict((ct.vmid, ct) for ct in pve.cts)
+        for vmid, ct in cts.items():
+            if vmid not in self.rooted:
+                origin = self.site.origins.pop(vmid, None)
+                self._make_root(ct, origin)
+                if origin:
+                    self.site.born(ct)
+                    self.unpinned.add(vmid)
+        taken = set(a for a in (loopback(net_ip(first_nic(ct)[1])) for ct in cts.values()) if a)
+        for vmid in sorted(self.unpinned):
+            ct = cts.get(vmid)
+            if ct is None:
+                self.unpinned.discard(vmid)
+            elif ct.lock != 'create' and not ct.template:
+                if self.addressing == 'static':
+                    self._pin(ct, taken)
+                    taken.add(self.pool.assigned.get(vmid))
+                self.unpinned.discard(vmid)
+        wanted = {}
+        for vmid, ct in cts.items():
+            online = pve.nodes.get(ct.node, {}).get('online', True)
+            if ct.template or ct.status != 'running' or not online:
+                continue
+            guest = self.guests.setdefault(vmid, Guest(vmid))
+            if self.boots.get(vmid) != ct.pid:
+                self.boots[vmid] = ct.pid
+                self._boot(guest, now)
+            wanted[vmid] = self._address(ct, now, taken)
+        for vmid, guest in list(self.guests.items()):
+            if guest.proc is not None and wanted.get(vmid) != guest.address:
+                await self._stop(guest)
+            if vmid not in wanted:
+                guest.state, guest.address = 'stopped', None
+                self.boots.pop(vmid, None)
+                self.leases_visible.discard(vmid)
+        for vmid, address in sorted(wanted.items()):
+            guest = self.guests[vmid]
+            if address is None:
+                guest.state = 'no-address'
+                continue
+            if guest.proc is None and guest.state != 'failed':
+                guest.address = address
+                if guest.suppressed:
+                    guest.state = 'suppressed'
+                elif now < guest.refuse_until:
+                    guest.state = 'refusing'
+                else:
+                    await self._start(guest, address)
+            if net_ip(first_nic(cts[vmid])[1]) == 'dhcp':
+                self.leases_visible.add(vmid)
+        for vmid in sorted(self.rooted - set(cts)):
+            await self._destroyed(vmid)
+        self._drop_sessions(now)
+        self._write_known_hosts()
+
+    def _boot(self, guest, now):
+        """A new start of the container: fresh fault decisions and a fresh DHCP wait."""
+        guest.booted_at = now
+        guest.refuse_until = 0.0
+        guest.suppressed = False
+        guest.error = None
+        if guest.state == 'failed':
+            guest.state = 'stopped'
+        fault = self._take_fault(('refuse', 'never'), guest.vmid)
+        if fault and fault['kind'] == 'refuse':
+            guest.refuse_until = now + fault['seconds']
+        elif fault:
+            guest.suppressed = True
+        self.leases_visible.discard(guest.vmid)
+
+    async def _destroyed(self, vmid):
+        guest = self.guests.pop(vmid, None)
+        if guest is not None and guest.proc is not None:
+            await self._stop(guest)
+        self.pool.release(vmid)
+        self.boots.pop(vmid, None)
+        self.leases_visible.discard(vmid)
+        self.dhcp_override.pop(vmid, None)
+        shutil.rmtree(self.guest_dir(vmid), ignore_errors=True)
+        self.rooted.discard(vmid)
+        LOG.info('CT %s destroyed: its files are removed', vmid)
+
+    # -------------------------------------------------------------- sshd
+
+    def _argv(self, vmid, address, host_key, log):
+        root = self.root(vmid)
+        return [self.sshd, '-D', '-f', '/dev/null', '-E', log, '-p', str(self.port),
+                '-o', 'ListenAddress=' + address, '-o', 'HostKey=' + host_key,
+                '-o', 'AuthorizedKeysFile=' + self.authorized_keys(vmid), '-o', 'StrictModes=no',
+                '-o', 'PasswordAuthentication=no', '-o', 'KbdInteractiveAuthentication=no', '-o', 'UsePAM=no',
+                '-o', 'PermitRootLogin=prohibit-password', '-o', 'UseDNS=no', '-o', 'PidFile=none',
+                '-o', 'Subsystem=sftp internal-sftp',
+                '-o', 'SetEnv=LOCALPVE_VMID={0} LOCALPVE_GUEST_ROOT={1}'.format(vmid, root)]
+
+    async def _start(self, guest, address):
+        vmid = guest.vmid
+        gdir = self.guest_dir(vmid)
+        os.makedirs(gdir, exist_ok=True)
+        host_key = os.path.join(gdir, 'ssh_host_ed25519_key')
+        guest.host_key = pki.ssh_key(host_key, 'root@CT{0}'.format(vmid)).rsplit(' ', 1)[0]
+        log = os.path.join(gdir, 'sshd.log')
+        started = time.monotonic()
+        guest.state, guest.address = 'starting', address
+        guest.proc = system.spawn(self._argv(vmid, address, host_key, log), log)
+        with open(os.path.join(gdir, 'sshd.pid'), 'w', encoding='ascii') as out:
+            out.write('{0}\n'.format(guest.proc.pid))
+        while (address, self.port) not in system.listening():
+            if guest.proc.poll() is not None or time.monotonic() - started > SSHD_START_TIMEOUT:
+                guest.error = 'sshd did not start on {0}:{1}: {2}'.format(address, self.port, _tail(log))
+                LOG.error('CT %s: %s', vmid, guest.error)
+                await self._stop(guest)
+                guest.state = 'failed'
+                return
+            await asyncio.sleep(0.005)
+        guest.startup_secs = time.monotonic() - started
+        guest.state = 'up'
+        LOG.info('CT %s: sshd %s listening on %s:%s after %.3fs', vmid, guest.proc.pid, address, self.port,
+                 guest.startup_secs)
+
+    async def _stop(self, guest):
+        """Kill the guest's sshd with every session and command under it, as stopping a container does."""
+        proc = guest.proc
+        system.kill_tree(proc.pid)
+        while proc.poll() is None:
+            await asyncio.sleep(0.005)
+        guest.proc = None
+        try:
+            os.unlink(os.path.join(self.guest_dir(guest.vmid), 'sshd.pid'))
+        except FileNotFoundError:
+            pass
+        LOG.info('CT %s: sshd %s stopped', guest.vmid, proc.pid)
+
+    async def stop_all(self):
+        async with self.lock:
+            for guest in self.guests.values():
+                if guest.proc is not None:
+                    await self._stop(guest)
+                    guest.state = 'stopped'
+
+    def pids(self):
+        return [g.proc.pid for g in self.guests.values() if g.proc is not None]
+
+    def _drop_sessions(self, now):
+        active = [f for f in self.faults if f['kind'] == 'drop' and f['times'] != 0]
+        if not active:
+            return
+        self._drop_seen = dict((k, v) for k, v in self._drop_seen.items() if system.alive(k[1]))
+        for guest in self.guests.values():
+            if guest.proc is None or guest.state != 'up':
+                continue
+            for session in system.children(guest.proc.pid):
+                below = system.descendants(session)
+                if not below:
+                    continue
+                for fault in active:
+                    if fault['vmid'] not in (None, guest.vmid) or fault['times'] == 0:
+                        continue
+                    if fault['match'] and not any(fault['match'] in system.cmdline(p) for p in below):
+                        continue
+                    first = self._drop_seen.setdefault((fault['id'], session), now)
+                    if now - first < fault['after']:
+                        continue
+                    system.kill_tree(session)
+                    if fault['times'] is not None:
+                        fault['times'] -= 1
+                    fault['hits'].append({'vmid': guest.vmid, 'time': time.time()})
+                    LOG.info('CT %s: dropped SSH session %s (fault %s)', guest.vmid, session, fault['id'])
+                    break
+
+    def _write_known_hosts(self):
+        lines = []
+        for guest in sorted(self.guests.values(), key=lambda g: g.vmid):
+            if guest.proc is not None and guest.host_key:
+                name = guest.address if self.port == 22 else '[{0}]:{1}'.format(guest.address, self.port)
+                lines.append('{0} {1}\n'.format(name, guest.host_key))
+        if lines != self._known:
+            with open(self.known_hosts, 'w', encoding='utf-8') as out:
+                out.writelines(lines)
+            self._known = lines
+
+    # ------------------------------------------------------------ views
+
+    def view(self):
+        out = []
+        for ct in sorted(self.site.pve.cts, key=lambda c: c.vmid):
+            guest = self.guests.get(ct.vmid)
+            item = {'vmid': ct.vmid, 'node': ct.node, 'name': ct.name, 'status': ct.status,
+                    'template': bool(ct.template), 'root': self.root(ct.vmid)}
+            if guest is not None and ct.status == 'running':
+                item.update(guest.view())
+            else:
+                item.update(address=None, sshd='stopped', sshd_pid=None)
+            out.append(item)
+        return out
+
+
+def _positive_int(value, what):
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ClusterError('{0} must be a whole number, not {1!r}'.format(what, value)) from None
+    if number < 1:
+        raise ClusterError('{0} must be at least 1, not {1}'.format(what, number))
+    return number
+
+
+def _tail(path, lines=3):
+    try:
+        with open(path, encoding='utf-8', errors='replace') as fh:
+            return ' | '.join(line.strip() for line in fh.readlines()[-lines:]) or 'no output'
+    except OSError:
+        return 'no log'
+
+
+def stop_leftovers(state_dir):
+    """Kill sshd processes that a cluster which died without cleaning up left behind (by their pid files)."""
+    killed = []
+    guests = os.path.join(state_dir, 'guests')
+    if not os.path.isdir(guests):
+        return killed
+    for name in os.listdir(guests):
+        path = os.path.join(guests, name, 'sshd.pid')
+        try:
+            with open(path, encoding='ascii') as fh:
+                pid = int(fh.read().strip())
+        except (OSError, ValueError):
+            continue
+        if system.alive(pid) and 'sshd' in system.cmdline(pid) and os.path.join(guests, name) in system.cmdline(pid):
+            system.kill_tree(pid)
+            killed.append(pid)
+        os.unlink(path)
+    return killed

@@ -1,0 +1,143 @@
+"""What the harness asks of Linux: listening sockets, process trees, and children that die with it."""
+
+import ctypes
+import ipaddress
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+
+PR_SET_PDEATHSIG = 1
+TCP_LISTEN = '0A'
+
+
+def listening():
+    """Every listening TCP socket as a set of (address, port), from /proc/net/tcp and tcp6."""
+    out = set()
+    for name, size in (('/proc/net/tcp', 4), ('/proc/net/tcp6', 16)):
+        try:
+            with open(name, encoding='ascii') as fh:
+                lines = fh.readlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] != TCP_LISTEN:
+                continue
+            hexaddr, hexport = fields[1].split(':')
+            raw = bytes.fromhex(hexaddr)
+            # The kernel prints each 32-bit word in host byte order.
+            raw = b''.join(struct.pack('<I', struct.unpack('>I', raw[i:i + 4])[0]) for i in range(0, size, 4))
+            out.add((str(ipaddress.ip_address(raw)), int(hexport, 16)))
+    return out
+
+
+def is_listening(address, port):
+    """True if something listens on address:port, or on the wildcard address at that port."""
+    found = listening()
+    return (address, port) in found or ('0.0.0.0', port) in found or ('::', port) in found
+
+
+def port_free(address, port):
+    """True if address:port can be bound now (port 0 always can)."""
+    if not port:
+        return True
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        probe.bind((address, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def _stat(pid):
+    """(state, ppid) of a process, or None if it is gone."""
+    try:
+        with open('/proc/{0}/stat'.format(pid), encoding='ascii', errors='replace') as fh:
+            fields = fh.read().rsplit(')', 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    return fields[0], int(fields[1])
+
+
+def alive(pid):
+    """True if pid is a live process (not a zombie)."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in ('Z', 'X')
+
+
+def cmdline(pid):
+    """The command line of pid as one string ('' if it is gone)."""
+    try:
+        with open('/proc/{0}/cmdline'.format(pid), 'rb') as fh:
+            return fh.read().replace(b'\0', b' ').decode(errors='replace').strip()
+    except (FileNotFoundError, ProcessLookupError):
+        return ''
+
+
+def children(pid):
+    """Direct children of pid."""
+    out = []
+    for entry in os.listdir('/proc'):
+        if entry.isdigit():
+            stat = _stat(entry)
+            if stat is not None and stat[1] == pid:
+                out.append(int(entry))
+    return out
+
+
+def descendants(pid):
+    """Every process below pid, parents before their children."""
+    parents = {}
+    for entry in os.listdir('/proc'):
+        if entry.isdigit():
+            stat = _stat(entry)
+            if stat is not None:
+                parents.setdefault(stat[1], []).append(int(entry))
+    out, todo = [], list(parents.get(pid, []))
+    while todo:
+        child = todo.pop(0)
+        out.append(child)
+        todo.extend(parents.get(child, []))
+    return out
+
+
+def signal_pids(pids, sig):
+    """Send sig to each pid that still exists."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def kill_tree(pid):
+    """SIGKILL pid and everything below it (sessions of an sshd, their commands)."""
+    signal_pids(list(reversed(descendants(pid))) + [pid], signal.SIGKILL)
+
+
+def wait_gone(pids, timeout):
+    """Wait until none of pids is alive; True if so within timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while any(alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _die_with_parent():
+    # A guest's sshd must not outlive the cluster that started it, even if that is SIGKILLed.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def spawn(argv, log_path):
+    """Start argv with stdout and stderr appended to log_path; it gets SIGTERM when its parent dies."""
+    with open(log_path, 'ab') as log:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                close_fds=True, preexec_fn=_die_with_parent)  # pylint: disable=subprocess-popen-preexec-fn

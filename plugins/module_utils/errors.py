@@ -37,3 +37,18 @@ class StaleGenerationError(JournalError):
 
 class IdempotencyError(EphemeraError):
     """An idempotency key was reused with another request, or its first use is still running."""
+
+
+class ClaimLostError(StaleGenerationError):
+    """A write made for a queued operation whose claim is no longer held (taken over, cancelled, finished).
+
+    Nothing was written. The run that gets it must stop working on the operation: another run owns it now.
+    """
+
+
+class QueueError(EphemeraError):
+    """An operation cannot be queued, waited for or changed (unknown kind or target, cancelled parent, ...)."""
+
+
+class QueueTimeout(QueueError):
+    """A run waited longer than its timeout for its turn or for the result of the operation it joined."""

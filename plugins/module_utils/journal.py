@@ -28,6 +28,7 @@ import time
 import uuid
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import (
+    ClaimLostError,
     IdempotencyError,
     JournalError,
     JournalMissing,
@@ -48,8 +49,9 @@ DESIRED_STATES = ('present', 'destroyed')
 # Workspace columns a caller may set, and how they are stored (JSON columns hold dicts/lists).
 WORKSPACE_FIELDS = ('status', 'activity', 'desired_state', 'node', 'vmid', 'candidate_vmid', 'upids', 'address',
                     'repo', 'ref', 'purpose', 'failure', 'params', 'progress', 'facts')
-JSON_FIELDS = ('upids', 'failure', 'params', 'detail', 'resources', 'result', 'owner', 'progress', 'facts')
-TIME_FIELDS = ('created_at', 'updated_at', 'at', 'started_at', 'ended_at', 'next_retry', 'expires_at', 'leased_at')
+JSON_FIELDS = ('upids', 'failure', 'params', 'detail', 'resources', 'result', 'owner', 'progress', 'facts', 'steps')
+TIME_FIELDS = ('created_at', 'updated_at', 'at', 'started_at', 'ended_at', 'next_retry', 'expires_at', 'leased_at',
+               'step_at', 'lease_expires', 'seen_at')
 
 # Keys whose values never reach the journal, whatever a caller passes in an event or a result.
 SECRET_KEY = re.compile(r'pass(word)?|secret|token|private|credential|api_key|apikey', re.I)
@@ -129,6 +131,47 @@ MIGRATIONS = [
         leased_at    REAL NOT NULL
     );
     CREATE UNIQUE INDEX address_leases_workspace ON address_leases (pool, workspace);
+    CREATE TABLE queue (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind           TEXT NOT NULL,
+        target_type    TEXT NOT NULL,
+        target         TEXT NOT NULL,
+        params         TEXT NOT NULL DEFAULT '{}',
+        fingerprint    TEXT NOT NULL,
+        source         TEXT NOT NULL,
+        parent_id      INTEGER REFERENCES queue (id),
+        state          TEXT NOT NULL DEFAULT 'queued',
+        step           TEXT,
+        step_at        REAL,
+        steps          TEXT NOT NULL DEFAULT '[]',
+        owner          TEXT,
+        lease_seconds  REAL,
+        lease_expires  REAL,
+        fence          TEXT,
+        claims         INTEGER NOT NULL DEFAULT 0,
+        result         TEXT,
+        created_at     REAL NOT NULL,
+        started_at     REAL,
+        updated_at     REAL NOT NULL,
+        ended_at       REAL
+    );
+    CREATE INDEX queue_target ON queue (target_type, target, state, id);
+    CREATE INDEX queue_state ON queue (state, id);
+    CREATE INDEX queue_parent ON queue (parent_id);
+    CREATE TABLE queue_requests (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        entry_id       INTEGER NOT NULL REFERENCES queue (id),
+        requested_by   TEXT NOT NULL,
+        source         TEXT NOT NULL,
+        job_id         TEXT,
+        owner          TEXT NOT NULL,
+        waits          INTEGER NOT NULL,
+        state          TEXT NOT NULL DEFAULT 'waiting',
+        at             REAL NOT NULL,
+        seen_at        REAL NOT NULL,
+        lease_expires  REAL
+    );
+    CREATE INDEX queue_requests_entry ON queue_requests (entry_id, id);
     CREATE TABLE idempotency (
         key_hash     TEXT PRIMARY KEY,
         controller   TEXT NOT NULL,
@@ -228,8 +271,9 @@ class Journal:
         exists = os.path.exists(path)
         if not exists:
             if not create:
-                raise JournalMissing('No journal at %s: nothing has been recorded with this journal path yet. Check the '
-                                   'journal_path option or the %s environment variable.' % (path, ENV_VAR), path=path)
+                raise JournalMissing('No journal at %s: nothing has been recorded with this journal path yet. Check '
+                                     'the journal_path option or the %s environment variable.' % (path, ENV_VAR),
+                                     path=path)
             if not os.path.isdir(directory):
                 cls._check_reachable(path, directory)
                 if path == default_path():
@@ -345,19 +389,50 @@ class Journal:
     # ------------------------------------------------------------ transactions
 
     @contextlib.contextmanager
-    def transaction(self):
-        """A write transaction holding SQLite's write lock from its first statement to COMMIT."""
+    def transaction(self, claim=None):
+        """A write transaction holding SQLite's write lock from its first statement to COMMIT.
+
+        With ``claim`` (what ``Queue.wait`` hands the run that executes a queued operation), the
+        claim is checked first, inside the transaction, and its lease renewed: a run that no longer
+        holds it gets :class:`ClaimLostError` and the transaction writes nothing.
+        """
         try:
             self._conn.execute('BEGIN IMMEDIATE')
         except sqlite3.OperationalError as exc:
             raise JournalError('The journal %s stayed busy for %d s (%s); another process holds it. Try again.'
                                % (self.path, BUSY_TIMEOUT_MS // 1000, exc), path=self.path)
         try:
+            if claim is not None:
+                self._check_claim(self._conn, claim)
             yield self._conn
         except BaseException:
             self._conn.execute('ROLLBACK')
             raise
         self._conn.execute('COMMIT')
+
+    def _check_claim(self, conn, claim):
+        entry_id, fence = claim_parts(claim)
+        now = time.time()
+        cur = conn.execute("UPDATE queue SET lease_expires = ? + COALESCE(lease_seconds, 0), updated_at = ? "
+                           "WHERE id = ? AND fence = ? AND state = 'running'", (now, now, entry_id, fence))
+        if cur.rowcount == 1:
+            return
+        row = conn.execute('SELECT * FROM queue WHERE id = ?', (entry_id,)).fetchone()
+        if row is None:
+            raise ClaimLostError('Queued operation #%d is not recorded in %s, so this run holds no claim on it. Nothing '
+                                 'was written.' % (entry_id, self.path), entry_id=entry_id)
+        what = '#%d (%s of %s %s)' % (entry_id, row['kind'], row['target_type'], row['target'])
+        if row['state'] == 'running':
+            owner = json.loads(row['owner'] or '{}')
+            why = 'another run took it over (claim number %d, runner %s pid %s)' % (
+                row['claims'], owner.get('host'), owner.get('pid'))
+        else:
+            why = 'it is %s' % row['state']
+            reason = (json.loads(row['result']) if row['result'] else {}).get('reason')
+            if reason:
+                why += ' (%s)' % reason
+        raise ClaimLostError('This run no longer holds the claim on operation %s: %s. Nothing was written; this run must '
+                             'stop working on it.' % (what, why), entry_id=entry_id, state=row['state'])
 
     def _one(self, sql, args=()):
         row = self._conn.execute(sql, args).fetchone()
@@ -397,18 +472,18 @@ class Journal:
             return _dumps(redact(value))
         return value
 
-    def create_workspace(self, name, event=None, **fields):
+    def create_workspace(self, name, event=None, claim=None, **fields):
         """Record a new workspace (status ``requested`` unless given) at generation 1 and return it.
 
         Raises :class:`JournalError` when a record with that name exists already: the caller reads
-        it and decides (resume, or refuse different parameters).
+        it and decides (resume, or refuse different parameters). ``claim``: see :meth:`transaction`.
         """
         fields.setdefault('status', 'requested')
         self._check_fields(fields)
         now = time.time()
         cols = ['name', 'created_at', 'updated_at', 'generation'] + sorted(fields)
         values = [name, now, now, 1] + [self._column_value(k, fields[k]) for k in sorted(fields)]
-        with self.transaction() as conn:
+        with self.transaction(claim) as conn:
             try:
                 conn.execute('INSERT INTO workspaces (%s) VALUES (%s)' % (', '.join(cols), ', '.join('?' * len(cols))),
                              values)
@@ -433,20 +508,21 @@ class Journal:
         sql = 'SELECT * FROM workspaces' + (' WHERE ' + ' AND '.join(where) if where else '') + ' ORDER BY name'
         return self._all(sql, args)
 
-    def update_workspace(self, name, generation, event=None, **fields):
+    def update_workspace(self, name, generation, event=None, claim=None, **fields):
         """Compare-and-set: apply ``fields`` only if the record is still at ``generation``.
 
         ``event`` (a dict with ``kind``, ``action`` and optional ``detail``) is appended to the
         event log in the same transaction, so the record and its history never disagree.
         Returns the new record; raises :class:`StaleGenerationError` and writes nothing if the
-        record moved on (or vanished) since the caller read it.
+        record moved on (or vanished) since the caller read it, or (:class:`ClaimLostError`) if
+        ``claim`` is given and no longer held.
         """
         self._check_fields(fields)
         now = time.time()
         keys = sorted(fields)
         assignments = ', '.join('%s = ?' % k for k in keys + ['updated_at']) + ', generation = generation + 1'
         args = [self._column_value(k, fields[k]) for k in keys] + [now, name, generation]
-        with self.transaction() as conn:
+        with self.transaction(claim) as conn:
             cur = conn.execute('UPDATE workspaces SET %s WHERE name = ? AND generation = ?' % assignments, args)
             if cur.rowcount != 1:
                 row = conn.execute('SELECT generation FROM workspaces WHERE name = ?', (name,)).fetchone()
@@ -468,9 +544,9 @@ class Journal:
         conn.execute('INSERT INTO events (workspace, at, actor, kind, action, detail) VALUES (?, ?, ?, ?, ?, ?)',
                      (workspace, now or time.time(), self.actor, kind, action, _dumps(redact(detail or {}))))
 
-    def append_event(self, workspace, kind, action, detail=None):
+    def append_event(self, workspace, kind, action, detail=None, claim=None):
         """Append one entry to a workspace's event log: ``kind`` is e.g. dispatched, observed, note."""
-        with self.transaction() as conn:
+        with self.transaction(claim) as conn:
             self._append_event(conn, workspace, kind, action, detail)
 
     def events(self, workspace, limit=None):
@@ -482,10 +558,10 @@ class Journal:
 
     # ------------------------------------------------------------------ intents
 
-    def open_intent(self, op, target, resources=None, owner=None):
+    def open_intent(self, op, target, resources=None, owner=None, claim=None):
         """Record that ``op`` on ``target`` is about to run, owned by this process; returns the intent."""
         owner = owner or Owner.current()
-        with self.transaction() as conn:
+        with self.transaction(claim) as conn:
             cur = conn.execute('INSERT INTO intents (op, target, owner, started_at, resources) VALUES (?, ?, ?, ?, ?)',
                                (op, target, _dumps(owner.to_dict()), time.time(), _dumps(resources or [])))
             intent_id = cur.lastrowid
@@ -494,7 +570,8 @@ class Journal:
     def get_intent(self, intent_id):
         return self._one('SELECT * FROM intents WHERE id = ?', (intent_id,))
 
-    def update_intent(self, intent_id, generation, resources=None, attempts=None, owner=None, state=None, result=None):
+    def update_intent(self, intent_id, generation, resources=None, attempts=None, owner=None, state=None, result=None,
+                      claim=None):
         """Compare-and-set on an intent: add resources it may have allocated, take it over, or close it."""
         sets, args = [], []
         if resources is not None:
@@ -518,7 +595,7 @@ class Journal:
             sets.append('result = ?')
             args.append(_dumps(redact(result)))
         sets.append('generation = generation + 1')
-        with self.transaction() as conn:
+        with self.transaction(claim) as conn:
             cur = conn.execute('UPDATE intents SET %s WHERE id = ? AND generation = ?' % ', '.join(sets),
                                args + [intent_id, generation])
             if cur.rowcount != 1:
@@ -537,10 +614,10 @@ class Journal:
 
     # ------------------------------------------------------------- cleanup debt
 
-    def record_cleanup_debt(self, workspace, resource, error, retry_in=300.0):
+    def record_cleanup_debt(self, workspace, resource, error, retry_in=300.0, claim=None):
         """Remember a cleanup that could not finish; repeated failures count up ``attempts``."""
         now = time.time()
-        with self.transaction() as conn:
+        with self.transaction(claim) as conn:
             conn.execute(
                 'INSERT INTO cleanup_debt (workspace, resource, attempts, last_error, next_retry, created_at, updated_at) '
                 'VALUES (?, ?, 1, ?, ?, ?, ?) ON CONFLICT (workspace, resource) DO UPDATE SET '
@@ -551,9 +628,9 @@ class Journal:
                                {'resource': resource, 'error': str(error)}, now)
         return self._one('SELECT * FROM cleanup_debt WHERE workspace = ? AND resource = ?', (workspace, resource))
 
-    def clear_cleanup_debt(self, workspace, resource):
+    def clear_cleanup_debt(self, workspace, resource, claim=None):
         """Settle a debt once the cleanup was confirmed; returns True if there was one."""
-        with self.transaction() as conn:
+        with self.transaction(claim) as conn:
             cur = conn.execute('DELETE FROM cleanup_debt WHERE workspace = ? AND resource = ?', (workspace, resource))
             if cur.rowcount:
                 self._append_event(conn, workspace, 'observed', 'cleanup_debt_settled', {'resource': resource})
@@ -572,14 +649,14 @@ class Journal:
 
     # ----------------------------------------------------------- address leases
 
-    def lease_address(self, pool, workspace, candidates):
+    def lease_address(self, pool, workspace, candidates, claim=None):
         """The address leased to ``workspace`` from ``pool``: its existing lease, else the first free candidate.
 
         A lease is held until :meth:`release_address`, so an address is never handed out twice,
         however many forks allocate at once. Raises JournalError when every candidate is taken.
         """
         now = time.time()
-        with self.transaction() as conn:
+        with self.transaction(claim) as conn:
             row = conn.execute('SELECT address FROM address_leases WHERE pool = ? AND workspace = ?',
                                (pool, workspace)).fetchone()
             if row is not None:
@@ -595,9 +672,9 @@ class Journal:
         raise JournalError('Every address of the range %s is leased (%d in use). Release addresses by destroying '
                            'workspaces, or widen the range.' % (pool, len(taken)), pool=pool)
 
-    def release_address(self, workspace):
+    def release_address(self, workspace, claim=None):
         """Give the workspace's leased addresses back; returns them."""
-        with self.transaction() as conn:
+        with self.transaction(claim) as conn:
             rows = [r[0] for r in conn.execute('SELECT address FROM address_leases WHERE workspace = ?', (workspace,))]
             if rows:
                 conn.execute('DELETE FROM address_leases WHERE workspace = ?', (workspace,))
@@ -665,6 +742,18 @@ class Journal:
         """Forget a claim whose work failed, so that a retry with the same key runs again."""
         with self.transaction() as conn:
             conn.execute("DELETE FROM idempotency WHERE key_hash = ? AND state = 'in_flight'", (claim.key_hash,))
+
+
+def claim_parts(claim):
+    """``(entry_id, fence)`` of a claim: the dict ``{'entry_id': ..., 'fence': ...}`` that a queued run holds."""
+    try:
+        entry_id, fence = int(claim['entry_id']), str(claim['fence'])
+    except (KeyError, TypeError, ValueError):
+        raise JournalError('A claim is the dict {entry_id, fence} that ephemera.workspaces.operation returned as '
+                           '"claim" when it gave this run its turn; got %r.' % (claim,))
+    if not fence:
+        raise JournalError('The claim of operation #%d has an empty fence; pass the claim unchanged.' % entry_id)
+    return entry_id, fence
 
 
 def _split_sql(script):

@@ -7,6 +7,10 @@ A pid alone is not an identity: pids are reused. On one host an owner is (host, 
 the start time read from ``/proc/<pid>/stat`` field 22, so a new process that got the old pid is
 "dead" as far as the old owner is concerned. Across hosts a process cannot be inspected, so an
 owner elsewhere is alive only while its lease (a wall-clock expiry it renews) has not run out.
+
+An operation that spans several tasks of a playbook is owned by the ``ansible-playbook`` process,
+not by a module: each module is a short-lived process of its own. :func:`run_pid` finds that
+process from inside a module by walking up the parent chain.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,12 +24,14 @@ ALIVE = 'alive'
 DEAD = 'dead'
 
 
-def proc_start_time(pid):
-    """The start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22), or None.
+RUN_COMMANDS = ('ansible-playbook', 'ansible', 'ansible-console', 'ansible-pull')
+
+
+def _stat_fields(pid):
+    """``/proc/<pid>/stat`` from field 3 (state) on, or None.
 
     The second field is the command name in parentheses and may itself contain spaces or ``)``,
-    so the fields are counted from the *last* ``)``: after it comes field 3 (state), which makes
-    field 22 the 20th item.
+    so the fields are counted from the *last* ``)``.
     """
     try:
         with open('/proc/%d/stat' % int(pid), 'rb') as stat:
@@ -33,12 +39,80 @@ def proc_start_time(pid):
     except (OSError, IOError, ValueError):
         return None
     rest = raw[raw.rfind(')') + 1:].split()
-    if len(rest) < 20:
+    return rest if len(rest) >= 20 else None
+
+
+def proc_start_time(pid):
+    """The start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22), or None.
+
+    A zombie (killed, not yet reaped by its parent) has no start time: it will never act again.
+    """
+    rest = _stat_fields(pid)
+    if rest is None or rest[0] == 'Z':
         return None
     try:
         return int(rest[19])
     except ValueError:
         return None
+
+
+def parent_pid(pid):
+    """The parent of ``pid`` (``/proc/<pid>/stat`` field 4), or None."""
+    rest = _stat_fields(pid)
+    try:
+        return int(rest[1]) if rest else None
+    except ValueError:
+        return None
+
+
+def proc_cmdline(pid):
+    """The argument vector of ``pid``, or an empty list."""
+    try:
+        with open('/proc/%d/cmdline' % int(pid), 'rb') as cmdline:
+            raw = cmdline.read()
+    except (OSError, IOError, ValueError):
+        return []
+    return [arg.decode('utf-8', 'replace') for arg in raw.split(b'\0') if arg]
+
+
+def _is_run_command(argv):
+    # ``python .../ansible-playbook ...`` or ``.../ansible-playbook ...``
+    return any(os.path.basename(arg) in RUN_COMMANDS for arg in argv[:2])
+
+
+def _is_python(argv):
+    return bool(argv) and os.path.basename(argv[0]).startswith('python')
+
+
+def run_pid(pid=None):
+    """The pid of the Ansible run that ``pid`` (default: this process) works for.
+
+    A module runs as ``ansible-playbook`` -> forked worker -> shell -> python. The worker is a fork
+    of the main process, with the same command line, and ends after its task; the main process
+    lives as long as the run. So: the first ancestor that is an Ansible command, then up while
+    the parent has the very same command line. Without an Ansible ancestor (the code run by some
+    other Python program) the owner is the topmost Python process above this one below pid 1,
+    else the direct parent: the longest-lived process that plausibly stands for "this run".
+    """
+    pid = os.getpid() if pid is None else int(pid)
+    chain = []
+    current = parent_pid(pid)
+    while current and current > 1 and current not in chain:
+        chain.append(current)
+        current = parent_pid(current)
+    for index, ancestor in enumerate(chain):
+        argv = proc_cmdline(ancestor)
+        if _is_run_command(argv):
+            top = ancestor
+            for above in chain[index + 1:]:
+                if proc_cmdline(above) != argv:
+                    break
+                top = above
+            return top
+    pythons = [ancestor for ancestor in chain if _is_python(proc_cmdline(ancestor))]
+    if pythons:
+        return pythons[-1]
+    return chain[0] if chain else pid
 
 
 def hostname():
@@ -83,6 +157,11 @@ class Owner:
 
     def to_dict(self):
         return {'host': self.host, 'pid': self.pid, 'start_time': self.start_time, 'lease_expires': self.lease_expires}
+
+    @classmethod
+    def of_run(cls, lease_seconds=None):
+        """The Ansible run this process belongs to (see :func:`run_pid`), with a lease."""
+        return cls.current(lease_seconds=lease_seconds, pid=run_pid())
 
     @classmethod
     def from_dict(cls, data):

@@ -131,6 +131,12 @@ workspaces:
       description: The event log, with O(events) only.
       type: list
       elements: dict
+    operations:
+      description:
+        - The workspace's queued and running operations and its last 5 finished ones, oldest first, as
+          M(ephemera.workspaces.queue_info) returns them; C(step) and C(step_at) show which phase a running one is in.
+      type: list
+      elements: dict
   sample:
     - name: fix-login-bug
       status: ready
@@ -155,13 +161,16 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import
     Journal,
     resolve_path,
 )
+from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
 
 
 def read_workspaces(journal, name=None, status=None, activity=None, events=False, events_limit=50):
-    """The matching records, each with its cleanup debt and (optionally) its event log."""
+    """The matching records, each with its cleanup debt, its operations and (optionally) its event log."""
     records = journal.list_workspaces(status=status, activity=activity, names=[name] if name else None)
+    queue = Queue(journal)
     for record in records:
         record['cleanup_debt'] = journal.cleanup_debts(record['name'])
+        record['operations'] = queue.entries(target=record['name'], target_type='workspace', recent=5)
         if events:
             record['events'] = journal.events(record['name'], limit=events_limit or None)
     return records

@@ -53,3 +53,56 @@ def test_round_trip():
     me = Owner.current(lease_seconds=60)
     again = Owner.from_dict(me.to_dict())
     assert again == me and again.lease_expires == me.lease_expires
+
+
+def _stat(pid):
+    with open('/proc/%d/stat' % pid) as f:
+        raw = f.read()
+    return raw[raw.rfind(')') + 1:].split()
+
+
+def test_zombie_is_dead():
+    proc = subprocess.Popen([sys.executable, '-c', 'pass'])
+    try:
+        started = int(_stat(proc.pid)[19])
+        deadline = time.monotonic() + 30
+        while _stat(proc.pid)[0] != 'Z':  # exited, not reaped yet
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert not Owner(Owner.current().host, proc.pid, started).is_alive()
+    finally:
+        proc.wait()
+
+
+FAKE_PLAYBOOK = '''
+import os, subprocess, sys
+worker = os.fork()
+if worker == 0:
+    # Like Ansible's forked workers: same command line as the main process; the module runs under a shell.
+    code = 'from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import run_pid; print(run_pid())'
+    out = subprocess.run(['/bin/sh', '-c', '"%s" -c "%s"' % (sys.executable, code)], stdout=subprocess.PIPE)
+    sys.stdout.write(out.stdout.decode())
+    sys.stdout.flush()
+    os._exit(0)
+os.waitpid(worker, 0)
+'''
+
+
+def test_run_pid_is_the_main_ansible_playbook_process(tmp_path):
+    script = tmp_path / 'ansible-playbook'
+    script.write_text(FAKE_PLAYBOOK)
+    proc = subprocess.Popen([sys.executable, str(script), 'site.yml'], stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=60)
+    assert int(out.strip()) == proc.pid
+
+
+def test_run_pid_without_ansible_is_the_topmost_python_ancestor():
+    code = 'from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import run_pid; print(run_pid())'
+    out = subprocess.run(['/bin/sh', '-c', '"%s" -c "%s"' % (sys.executable, code)], stdout=subprocess.PIPE, text=True)
+    found = int(out.stdout.strip())
+    ancestors, pid = [], os.getpid()
+    while pid > 1:
+        ancestors.append(pid)
+        pid = int(_stat(pid)[1])
+    assert found in ancestors
+    assert os.path.basename(open('/proc/%d/cmdline' % found).read().split('\0')[0]).startswith('python')

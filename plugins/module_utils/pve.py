@@ -656,10 +656,12 @@ class PveClient:
         except ProxmoxerAuthenticationError as exc:
             raise self._login_failed(exc)
         except requests.exceptions.RequestException as exc:
-            err = self._transport_error(exc, 'POST', '/access/ticket', None)
+            err = self._transport_error(exc, 'POST', '/access/ticket', None, changes=False)
             if isinstance(err, PveUnknownOutcome):
                 # A login changes nothing in the cluster: a lost answer is just a failed try.
-                err = PveTransient(err.message, method=err.method, path=err.path, transport=err.transport)
+                err = PveTransient('the login at {0} got no answer ({1}); logging in changes nothing, so retrying later '
+                                   'is safe'.format(self.base_url, err.transport.replace('_', ' ')),
+                                   method=err.method, path=err.path, transport=err.transport)
             raise err
         except (ValueError, KeyError, TypeError) as exc:
             raise PveApiError('{0} answered the login with something other than a PVE ticket ({1}): is api_host a '
@@ -695,13 +697,15 @@ class PveClient:
 
     # ------------------------------------------------------------------------------- answers
 
-    def _transport_error(self, exc, method, path, timeout):
-        """The PveApiError for a request that got no HTTP answer."""
+    def _transport_error(self, exc, method, path, timeout, changes=None):
+        """The PveApiError for a request that got no HTTP answer. changes: whether the request may change
+        anything in the cluster (default: all but GET)."""
+        changes = method != 'GET' if changes is None else changes
         where = '{0} {1} on {2}'.format(method, path, self.base_url)
         verify = _find(exc, ssl.SSLCertVerificationError)
         if verify is not None or isinstance(exc, requests.exceptions.SSLError):
             reason = getattr(verify, 'verify_message', None) or getattr(_find(exc, ssl.SSLError), 'reason', None) or exc
-            if verify is not None or method == 'GET':
+            if verify is not None or not changes or _handshake_failure(reason):
                 against = "ca_file '{0}'".format(self.ca_file) if self.ca_file else "the system's CA certificates"
                 what = ('the TLS certificate of {0} does not verify against {1} ({2}): set ca_file to the CA '
                         'certificate that signed it (on a PVE node: /etc/pve/pve-root-ca.pem), or validate_certs to '
@@ -868,6 +872,17 @@ class PveClient:
         if not result.succeeded:
             raise PveTaskFailed(result)
         return result
+
+
+# OpenSSL reasons that only a TLS handshake produces: the request was not sent yet.
+_HANDSHAKE_REASONS = ('WRONG_VERSION_NUMBER', 'UNSUPPORTED_PROTOCOL', 'UNKNOWN_PROTOCOL', 'HTTP_REQUEST',
+                      'NO_PROTOCOLS_AVAILABLE', 'NO_SHARED_CIPHER', 'RECORD_LAYER_FAILURE', 'PACKET_LENGTH_TOO_LONG',
+                      'CERTIFICATE_VERIFY_FAILED')
+
+
+def _handshake_failure(reason):
+    text = str(reason).upper()
+    return any(word in text for word in _HANDSHAKE_REASONS + ('ALERT', 'HANDSHAKE'))
 
 
 def _repeatable_read(err):

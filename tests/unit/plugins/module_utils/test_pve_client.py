@@ -4,8 +4,10 @@ Errors come from PVE's own catalogue (pve.errors_for / pve.fail(error=...)) or f
 stateful behaviour; network trouble from slow_network / flaky_network and closed ports.
 """
 
+import http.server
 import re
 import socket
+import threading
 
 import pytest
 
@@ -240,6 +242,31 @@ def test_self_signed_certificate_fails_against_system_cas(fakepve):
         client.get('/version')
 
 
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_port_without_tls_is_a_tls_error_naming_the_port():
+    # An HTTP server where the HTTPS API should be: the TLS handshake fails before anything is sent.
+    server = http.server.HTTPServer(('127.0.0.1', 0), QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = connect('127.0.0.1', api_port=server.server_address[1], api_user='root@pam', api_password='secret')
+        with pytest.raises(PveTlsError) as info:
+            client.get('/version')
+        token_client = connect('127.0.0.1', api_port=server.server_address[1], api_token_id='root@pam!ci',
+                               api_token_secret='x')
+        with pytest.raises(PveTlsError):
+            token_client.post('/nodes/pve1/lxc/105/status/start')  # a failed handshake sent nothing
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert 'TLS with https://127.0.0.1:{0} failed'.format(server.server_address[1]) in str(info.value)
+    assert 'api_port' in str(info.value)
+
+
 def test_validate_certs_false_accepts_any_certificate(fakepve):
     client = make_client(fakepve, None, validate_certs=False)
     assert client.get('/version')
@@ -284,6 +311,7 @@ def test_login_through_a_broken_network_is_transient(fakepve, fakepve_cafile):
     with pytest.raises(PveTransient) as info:
         make_client(fakepve, fakepve_cafile).get('/version')
     assert info.value.path == '/access/ticket'
+    assert 'retrying later is safe' in str(info.value) and 'may or may not' not in str(info.value)
 
 
 def test_proxy_error_page_is_transient_and_get_retries(fakepve, fakepve_cafile):

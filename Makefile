@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: help venv system-packages test unit sanity lint integration demo
+.PHONY: bench-queue
 
 help:
 	@echo "make demo          run the main job on the local try-out cluster"
@@ -44,3 +45,7 @@ integration: venv
 
 demo: venv
 	scripts/demo.sh
+
+# 10 workspaces x 1 queued operation (forks 10) against 1 x 1: times and their ratio.
+bench-queue: venv
+	$(BIN)/python bench/queue.py

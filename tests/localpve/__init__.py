@@ -18,8 +18,8 @@ _EXPORTS = {
     'ControlClient': 'control', 'FaultApi': 'control',
     'LocalCluster': 'cluster',
     'up': 'process', 'down': 'process',
-    'clone_workspace': 'clients', 'guest_address': 'clients', 'proxmox': 'clients', 'ssh': 'clients',
-    'wait_task': 'clients',
+    'Workspace': 'clients', 'clone_workspace': 'clients', 'guest_address': 'clients', 'proxmox': 'clients',
+    'ssh': 'clients', 'ssh_run': 'clients', 'wait_task': 'clients',
 }
 __all__ = sorted(_EXPORTS)
 

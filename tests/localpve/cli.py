@@ -90,8 +90,8 @@ def cmd_up(args):
     print('localpve up in {0:.2f}s (pid {1})'.format(elapsed, info['pid']))
     print('  API      {0}   fault proxy {1}'.format(info['api_url'], info['proxy_url']))
     print('  login    {0} (password in cluster.json) or token {1}'.format(info['user'], info['token_id']))
-    print('  nodes    {0}; template {1} on {2}; pool {3}'.format(', '.join(info['nodes']), info['template_vmid'],
-                                                                  info['template_node'], info['pool']))
+    print('  nodes    {0}; template {1} on {2}; pool {3}'.format(
+        ', '.join(info['nodes']), info['template_vmid'], info['template_node'], info['pool']))
     print('  guests   {0} ({1}), SSH as {2} on port {3} with {4}'.format(
         info['address_range'], info['addressing'], info['ssh_user'], info['ssh_port'], info['ssh_private_key']))
     print('  files    {0}'.format(info['guest_root']))
@@ -117,8 +117,8 @@ def cmd_status(args):
                                                                             status['time_scale']))
     print('  API {0}   fault proxy {1}'.format(status['api_url'], status['proxy_url']))
     nodes = ', '.join('{0} ({1})'.format(n, 'online' if up else 'OFFLINE') for n, up in status['nodes'].items())
-    print('  nodes {0}; quorum {1}; tasks running {2}'.format(nodes, 'ok' if status['quorate'] else 'LOST',
-                                                             status['tasks_running']))
+    print('  nodes {0}; quorum {1}; tasks running {2}'.format(
+        nodes, 'ok' if status['quorate'] else 'LOST', status['tasks_running']))
     print('  guests:')
     for guest in status['guests']:
         kind = 'template' if guest['template'] else guest['status']
@@ -131,8 +131,8 @@ def cmd_status(args):
                 line += ': ' + guest['error']
         print(line)
     faults = [('proxy rule', r) for r in status['proxy_rules'] if not r['spent']]
-    faults += [('fakepve', f) for f in status['pve_failures']] + [('guest', f) for f in status['guest_faults']
-                                                                 if f['times'] != 0]
+    faults += [('fakepve', f) for f in status['pve_failures']]
+    faults += [('guest', f) for f in status['guest_faults'] if f['times'] != 0]
     faults += [('foreign ' + k[:-1], a) for k, arms in status['foreign'].items() for a in arms if a['times'] != 0]
     print('  faults: {0}'.format('none' if not faults else ''))
     for kind, fault in faults:

@@ -1,9 +1,13 @@
 """Clients of a running cluster, from the dict of its cluster.json: the Proxmox API and SSH to guests."""
 
+import collections
 import time
 
 import paramiko
 from proxmoxer import ProxmoxAPI
+
+
+Workspace = collections.namedtuple('Workspace', 'vmid node address')
 
 
 def proxmox(info, via='proxy', auth='password', timeout=10):
@@ -50,9 +54,18 @@ def ssh(info, address, timeout=1.0):
     return client
 
 
+def ssh_run(client, command):
+    """Run command over an SSHClient: (exit status, stdout, stderr); the status is -1 if the connection
+    dropped before the command ended."""
+    stdin, stdout, stderr = client.exec_command(command)
+    stdin.close()
+    out, err = stdout.read(), stderr.read()
+    return stdout.channel.recv_exit_status(), out, err
+
+
 def clone_workspace(api, info, hostname='ws', start=True, vmid=None, description=None):
-    """Clone the template into the pool (linked) and start it; returns (vmid, node, address or None).
-    Task failures raise RuntimeError with PVE's exit status."""
+    """Clone the template into the pool (linked) and start it; returns a Workspace (vmid, node, address
+    or None). Task failures raise RuntimeError with PVE's exit status."""
     node = info['template_node']
     vmid = int(vmid if vmid is not None else api.cluster.nextid.get())
     upid = api.nodes(node).lxc(info['template_vmid']).clone.post(newid=vmid, hostname=hostname, full=0,
@@ -64,4 +77,4 @@ def clone_workspace(api, info, hostname='ws', start=True, vmid=None, description
         if step == 'start' or not start:
             break
         upid = api.nodes(node).lxc(vmid).status.start.post()
-    return vmid, node, guest_address(api, node, vmid) if start else None
+    return Workspace(vmid, node, guest_address(api, node, vmid) if start else None)

@@ -26,8 +26,8 @@ def serve(options, ready_fd=None):
     # One line per API request would bury the harness's own events.
     logging.getLogger('aiohttp.access').setLevel(logging.WARNING)
     stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    signal.signal(signal.SIGTERM, lambda *args: stopping.set())
+    signal.signal(signal.SIGINT, lambda *args: stopping.set())
     loop = LoopThread('localpve')
     site = Site(options, on_shutdown=stopping.set)
     try:
@@ -82,9 +82,9 @@ class LoopThread(object):
 
 def pick_host():
     """A loopback address 127.X.Y.1 that nothing listens on, so clusters run side by side."""
-    used = set(address for address, _ in system.listening())
+    used = set(listener[0] for listener in system.listening())
     rand = random.SystemRandom()
-    for _ in range(100):
+    for dummy in range(100):
         host = '127.{0}.{1}.1'.format(rand.randint(64, 250), rand.randint(0, 255))
         prefix = host.rsplit('.', 1)[0] + '.'
         if not any(address.startswith(prefix) for address in used):

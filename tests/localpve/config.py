@@ -61,8 +61,8 @@ def parse_range(text, exclude=()):
             hosts = list(net.hosts()) if net.num_addresses > 2 else list(net)
             first, last, prefix = hosts[0], hosts[-1], net.prefixlen
         else:
-            low, _, high = text.partition('-')
-            first, last = ipaddress.ip_address(low.strip()), ipaddress.ip_address((high or low).strip())
+            low, dash, high = text.partition('-')
+            first, last = ipaddress.ip_address(low.strip()), ipaddress.ip_address((high if dash else low).strip())
             prefix = 24 if int(first) >> 8 == int(last) >> 8 else 8
     except ValueError:
         raise ClusterError('address range {0!r} is neither FIRST-LAST nor a CIDR such as 127.0.80.0/24'.format(

@@ -200,8 +200,7 @@ class GuestManager(object):
 
     def _address(self, ct, now, taken):
         """The loopback address the running container answers on, or None (no lease yet, or not loopback)."""
-        _, value = first_nic(ct)
-        ip = net_ip(value)
+        ip = net_ip(first_nic(ct)[1])
         if ip == 'dhcp':
             return self.pool.allocate(ct.vmid, taken) if self._lease_due(ct.vmid, now) else None
         return loopback(ip) if ip else None
@@ -210,7 +209,7 @@ class GuestManager(object):
         """/interfaces of a running container with the address of its DHCP lease, once it has one."""
         if not data or ct is None or ct.vmid not in self.leases_visible:
             return data
-        _, value = first_nic(ct)
+        value = first_nic(ct)[1]
         name = dict(p.split('=', 1) for p in str(value).split(',') if '=' in p).get('name', 'eth0')
         address = self.pool.assigned.get(ct.vmid)
         for item in data:

@@ -265,8 +265,8 @@ class Site(object):
                                                                if t['status'] == 'running'),
             'pve_failures': [dict(rule, method=key[0], path=key[1]) for key, rule in pve.failures.items()],
             'proxy_rules': self.proxy.view(), 'guest_faults': [dict(f) for f in self.guests.faults],
-            'dhcp': {'delay': self.guests.dhcp_delay, 'per_vmid': dict((str(k), v) for k, v in
-                                                                     self.guests.dhcp_override.items())},
+            'dhcp': {'delay': self.guests.dhcp_delay,
+                     'per_vmid': dict((str(k), v) for k, v in self.guests.dhcp_override.items())},
             'foreign': {'snipes': self.snipes, 'tampers': self.tampers},
             'guests': self.guests.view(),
         }

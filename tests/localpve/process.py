@@ -78,8 +78,7 @@ def _read_ready(fd, timeout):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return {'ok': False, 'error': 'the cluster did not start within {0}s'.format(timeout)}
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
+        if not select.select([fd], [], [], remaining)[0]:
             continue
         chunk = os.read(fd, 65536)
         if not chunk:

@@ -111,8 +111,9 @@ class ProxyRule(object):
         return True
 
     def view(self):
-        out = dict((k, getattr(self, k)) for k in ('id', 'action', 'method', 'path', 'times', 'skip', 'seconds',
-                                                    'status', 'message', 'errors', 'seen', 'hits'))
+        fields = ('id', 'action', 'method', 'path', 'times', 'skip', 'seconds', 'status', 'message', 'errors', 'seen',
+                  'hits')
+        out = dict((k, getattr(self, k)) for k in fields)
         out['spent'] = self.spent
         return out
 

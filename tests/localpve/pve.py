@@ -122,8 +122,8 @@ def restore(pve, text):
     PVE's do when their worker vanished: exit status 'unexpected status'."""
     data = json.loads(text)
     if data.get('format') != STATE_FORMAT:
-        raise ValueError('saved state has format {0!r}, this harness reads {1}'.format(data.get('format'),
-                                                                                     STATE_FORMAT))
+        raise ValueError('saved state has format {0!r}, this harness reads {1}'.format(
+            data.get('format'), STATE_FORMAT))
     pve.cluster_name = data['cluster_name']
     pve.nodes = data['nodes']
     pve.cts = []

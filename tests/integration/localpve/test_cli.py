@@ -36,13 +36,13 @@ def test_up_status_fault_down_and_up_again(tmp_path):
                 'control'):
         assert info[key], key
     api = proxmox(info)
-    vmid, _, address = clone_workspace(api, info, hostname='cli')
-    ssh(info, address).close()
+    ws = clone_workspace(api, info, hostname='cli')
+    ssh(info, ws.address).close()
 
     status = cli(state, 'status')
     assert status.returncode == 0 and 'running (pid {0})'.format(info['pid']) in status.stdout
     guests = json.loads(cli(state, 'status', '--json').stdout)['guests']
-    sshd = [g['sshd_pid'] for g in guests if g['vmid'] == vmid][0]
+    sshd = [g['sshd_pid'] for g in guests if g['vmid'] == ws.vmid][0]
     assert alive(sshd)
     added = cli(state, 'fault', 'proxy', 'drop-response', 'POST', '/nodes/*/lxc/*/clone', '--times', '2')
     assert added.returncode == 0 and json.loads(added.stdout)['times'] == 2
@@ -53,7 +53,7 @@ def test_up_status_fault_down_and_up_again(tmp_path):
     assert stopped.returncode == 0, stopped.stderr
     assert not alive(info['pid']) and not alive(sshd)
     assert leftover_listeners(info) == []
-    assert not [s for s in listening() if s[0] == host or s[0] == address]
+    assert not [s for s in listening() if s[0] in (host, ws.address)]
     assert not mentioning(str(state))
     assert cli(state, 'status').returncode == 3
 
@@ -62,8 +62,8 @@ def test_up_status_fault_down_and_up_again(tmp_path):
     info = json.loads(again.stdout)
     try:
         api = proxmox(info)
-        assert api.nodes('pve1').lxc(vmid).status.current.get()['status'] == 'running'
-        ssh(info, address).close()
+        assert api.nodes(ws.node).lxc(ws.vmid).status.current.get()['status'] == 'running'
+        ssh(info, ws.address).close()
     finally:
         assert cli(state, 'down').returncode == 0
     assert not mentioning(str(state))

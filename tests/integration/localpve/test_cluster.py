@@ -9,7 +9,7 @@ import pytest
 import requests
 from proxmoxer.core import AuthenticationError, ResourceException
 
-from tests.localpve import LocalCluster, clone_workspace, proxmox, ssh, wait_task
+from tests.localpve import LocalCluster, clone_workspace, proxmox, ssh, ssh_run, wait_task
 
 
 def test_seeded_like_a_real_site(localpve):
@@ -78,8 +78,7 @@ def test_restart_keeps_the_datacenter(tmp_path):
         assert len(tasks) == 2
         # A running container is reachable again, with its files.
         client = ssh(again, address)
-        _, out, _ = client.exec_command('cat "$LOCALPVE_GUEST_ROOT/file"')
-        assert out.read() == b'still here'
+        assert ssh_run(client, 'cat "$LOCALPVE_GUEST_ROOT/file"') == (0, b'still here', b'')
         client.close()
         # New ids continue after the old ones.
         assert int(api.cluster.nextid.get()) == stopped + 1

@@ -58,7 +58,7 @@ def test_error_rule_answers_like_pve_without_forwarding_and_skip_lets_some_throu
                        message="can't lock file '/var/lock/pve-manager/pve-nextid.lck' - got timeout")
     seen = len([r for r in localpve.pve.requests if r[1].endswith('/cluster/nextid')])
     assert int(api.cluster.nextid.get()) >= 100
-    for _ in range(2):
+    for dummy in range(2):
         with pytest.raises(ResourceException) as failure:
             api.cluster.nextid.get()
         assert failure.value.status_code == 500

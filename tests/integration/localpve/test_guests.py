@@ -7,7 +7,7 @@ import time
 import paramiko
 import pytest
 
-from tests.localpve import clone_workspace, guest_address, proxmox, ssh, wait_task
+from tests.localpve import clone_workspace, guest_address, proxmox, ssh, ssh_run, wait_task
 
 
 def refused(address, port):
@@ -37,17 +37,16 @@ def wait_for(check, timeout=10):
 def test_started_container_answers_ssh_on_its_reported_address(localpve):
     info = localpve.info
     api = proxmox(info)
-    vmid, _, address = clone_workspace(api, info, hostname='ws-ssh')
-    root = info['guest_root'].format(vmid=vmid)
+    ws = clone_workspace(api, info, hostname='ws-ssh')
+    root = info['guest_root'].format(vmid=ws.vmid)
 
     # One attempt with a one-second budget: sshd listens before the start task reports OK.
-    client = ssh(info, address, timeout=1.0)
+    client = ssh(info, ws.address, timeout=1.0)
     try:
-        _, out, _ = client.exec_command('echo "$LOCALPVE_VMID $LOCALPVE_GUEST_ROOT"; '
-                                        'mkdir -p "$LOCALPVE_GUEST_ROOT/workspace/repo" && '
-                                        'echo hello > "$LOCALPVE_GUEST_ROOT/workspace/repo/README"')
-        assert out.read().decode().split() == [str(vmid), root]
-        assert out.channel.recv_exit_status() == 0
+        status, out, err = ssh_run(client, 'echo "$LOCALPVE_VMID $LOCALPVE_GUEST_ROOT"; '
+                                           'mkdir -p "$LOCALPVE_GUEST_ROOT/workspace/repo" && '
+                                           'echo hello > "$LOCALPVE_GUEST_ROOT/workspace/repo/README"')
+        assert (status, out.decode().split(), err) == (0, [str(ws.vmid), root], b'')
         sftp = client.open_sftp()
         with sftp.open(root + '/workspace/repo/README') as fh:
             assert fh.read() == b'hello\n'
@@ -65,14 +64,15 @@ def test_stop_closes_the_address_and_destroy_removes_the_files(localpve):
     api = proxmox(info)
     vmid, node, address = clone_workspace(api, info, hostname='ws-stop')
     client = ssh(info, address)
-    _, out, _ = client.exec_command('sleep 30')
+    session = client.get_transport().open_session()
+    session.exec_command('sleep 30')
     pid = [g['sshd_pid'] for g in localpve.status()['guests'] if g['vmid'] == vmid][0]
 
     assert wait_task(api, api.nodes(node).lxc(vmid).status.stop.post())['exitstatus'] == 'OK'
     assert refused(address, info['ssh_port'])
     assert not os.path.exists('/proc/{0}'.format(pid))
     # The session died with the container.
-    assert out.channel.recv_exit_status() == -1
+    assert session.recv_exit_status() == -1
     client.close()
     assert api.nodes(node).lxc(vmid).interfaces.get() is None
 
@@ -89,16 +89,15 @@ def test_guests_have_their_own_address_files_and_host_key(localpve):
     second = clone_workspace(api, info, hostname='ws-b')
     assert first[2] != second[2]
     keys = set()
-    for vmid, _, address in (first, second):
-        client = ssh(info, address)
+    for ws in (first, second):
+        client = ssh(info, ws.address)
         keys.add(client.get_transport().get_remote_server_key().get_base64())
-        _, out, _ = client.exec_command('echo {0} > "$LOCALPVE_GUEST_ROOT/mine"'.format(vmid))
-        assert out.channel.recv_exit_status() == 0
+        assert ssh_run(client, 'echo {0} > "$LOCALPVE_GUEST_ROOT/mine"'.format(ws.vmid))[0] == 0
         client.close()
     assert len(keys) == 2
-    for vmid, _, _ in (first, second):
-        with open(os.path.join(info['guest_root'].format(vmid=vmid), 'mine'), encoding='utf-8') as fh:
-            assert fh.read() == '{0}\n'.format(vmid)
+    for ws in (first, second):
+        with open(os.path.join(info['guest_root'].format(vmid=ws.vmid), 'mine'), encoding='utf-8') as fh:
+            assert fh.read() == '{0}\n'.format(ws.vmid)
     with open(info['ssh_known_hosts'], encoding='utf-8') as fh:
         known = fh.read()
     for key in keys:
@@ -126,7 +125,7 @@ def test_dhcp_that_never_answers_leaves_no_address(localpve_factory):
     cluster = localpve_factory(addressing='dhcp', dhcp_delay=None)
     info = cluster.info
     api = proxmox(info)
-    vmid, node, _ = clone_workspace(api, info, hostname='ws-nodhcp')
+    vmid, node = clone_workspace(api, info, hostname='ws-nodhcp')[:2]
     time.sleep(1.0)
     assert guest_address(api, node, vmid) is None
     guest = [g for g in cluster.status()['guests'] if g['vmid'] == vmid][0]
@@ -140,10 +139,10 @@ def test_sshd_refuses_for_a_while_then_answers(localpve):
     info = localpve.info
     api = proxmox(info)
     localpve.guest_fault('refuse', seconds=1.5)
-    vmid, _, address = clone_workspace(api, info, hostname='ws-refuse')
-    assert refused(address, info['ssh_port'])
-    assert [g['sshd'] for g in localpve.status()['guests'] if g['vmid'] == vmid] == ['refusing']
-    client = wait_for(lambda: _try_ssh(info, address))
+    ws = clone_workspace(api, info, hostname='ws-refuse')
+    assert refused(ws.address, info['ssh_port'])
+    assert [g['sshd'] for g in localpve.status()['guests'] if g['vmid'] == ws.vmid] == ['refusing']
+    client = wait_for(lambda: _try_ssh(info, ws.address))
     client.close()
     # The fault was for one start only.
     assert localpve.guest_faults()[0]['times'] == 0
@@ -152,30 +151,27 @@ def test_sshd_refuses_for_a_while_then_answers(localpve):
 def test_sshd_that_never_comes_up(localpve):
     info = localpve.info
     api = proxmox(info)
-    first, _, first_address = clone_workspace(api, info, hostname='ws-first')
-    localpve.guest_fault('never', vmid=first + 1)
-    vmid, _, address = clone_workspace(api, info, hostname='ws-never')
-    assert vmid == first + 1
+    first = clone_workspace(api, info, hostname='ws-first')
+    localpve.guest_fault('never', vmid=first.vmid + 1)
+    ws = clone_workspace(api, info, hostname='ws-never')
+    assert ws.vmid == first.vmid + 1
     time.sleep(0.5)
-    assert refused(address, info['ssh_port'])
-    assert [g['sshd'] for g in localpve.status()['guests'] if g['vmid'] == vmid] == ['suppressed']
-    ssh(info, first_address).close()
+    assert refused(ws.address, info['ssh_port'])
+    assert [g['sshd'] for g in localpve.status()['guests'] if g['vmid'] == ws.vmid] == ['suppressed']
+    ssh(info, first.address).close()
 
 
 def test_ssh_session_dropped_in_the_middle_of_a_command(localpve):
     info = localpve.info
     api = proxmox(info)
-    _, _, address = clone_workspace(api, info, hostname='ws-drop')
+    address = clone_workspace(api, info, hostname='ws-drop').address
     localpve.guest_fault('drop', match='sleep 3', after=0.3)
     client = ssh(info, address)
-    _, out, _ = client.exec_command('echo started; sleep 3; echo finished')
-    assert out.channel.recv_exit_status() == -1
-    assert out.read().decode() == 'started\n'
+    assert ssh_run(client, 'echo started; sleep 3; echo finished')[:2] == (-1, b'started\n')
     client.close()
     # The guest itself is still there: a new connection works.
     client = ssh(info, address)
-    _, out, _ = client.exec_command('echo again')
-    assert out.read() == b'again\n'
+    assert ssh_run(client, 'echo again') == (0, b'again\n', b'')
     client.close()
 
 

@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: help venv system-packages test unit sanity lint integration demo
 .PHONY: bench-queue
+.PHONY: cluster-up cluster-status cluster-down bench-cluster
 
 help:
 	@echo "make demo          run the main job on the local try-out cluster"
@@ -45,6 +46,20 @@ integration: venv
 
 demo: venv
 	scripts/demo.sh
+
+# The local try-out cluster (tests/localpve, docs/localpve.md). CLUSTER_ARGS go to `up`,
+# e.g. make cluster-up CLUSTER_ARGS="--time-scale 0 --addressing dhcp".
+cluster-up: venv
+	$(BIN)/python -m tests.localpve up $(CLUSTER_ARGS)
+
+cluster-status: venv
+	$(BIN)/python -m tests.localpve status
+
+cluster-down: venv
+	$(BIN)/python -m tests.localpve down
+
+bench-cluster: venv
+	$(BIN)/python bench/cluster_startup.py
 
 # 10 workspaces x 1 queued operation (forks 10) against 1 x 1: times and their ratio.
 bench-queue: venv

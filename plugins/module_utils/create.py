@@ -25,6 +25,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils import guest a
 from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
 from ansible_collections.ephemera.workspaces.plugins.module_utils import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import Owner
 from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import (
     PveAlreadyExists,
     PveApiError,
@@ -170,7 +171,7 @@ class CreateFlow:
 
     def _guest(self):
         req = self.request
-        return Guest(self.ws['address'], port=req['ssh_port'], user=req['ssh_user'], key_file=req['ssh_private_key'],
+        return Guest(self.ws['address'], port=req['ssh_port'], user=req['ssh_user'], key_file=req['ssh_key_path'],
                      host_key=self.ws['facts'].get('host_key'))
 
     def run(self, step):
@@ -218,12 +219,18 @@ class CreateFlow:
         req = dict((k, self.params[k]) for k in (
             'template', 'node', 'pool', 'full_clone', 'storage', 'repo', 'ref', 'purpose', 'agent', 'agents', 'cores',
             'memory', 'bridge', 'address_mode', 'address_range', 'address_prefix', 'gateway', 'checkout_path',
-            'guest_root', 'ssh_user', 'ssh_port', 'ssh_private_key', 'agent_user', 'tags'))
+            'guest_root', 'ssh_user', 'ssh_port', 'agent_user', 'tags'))
+        # Stored under a name the journal does not mask: it is the key file's path, not the key.
+        req['ssh_key_path'] = self.params['ssh_private_key']
         if req['agent'] not in req['agents']:
             raise CreateError('Unknown agent %r; configured agents: %s.' % (req['agent'], ', '.join(sorted(req['agents']))))
         if req['address_mode'] == 'static':
             address_candidates(req['address_range'])
         ws = self.ws
+        if ws is not None and self.params.get('idempotency_key'):
+            replay = self._begin_idempotent(req)
+            if replay is not None:
+                return replay
         if ws is not None and ws['status'] not in ('destroyed',):
             if ws['desired_state'] == 'destroyed' or ws['status'] == 'destroying':
                 raise CreateError('Workspace %r is being destroyed; wait for that to finish, then create it again.'
@@ -234,6 +241,9 @@ class CreateFlow:
                                   'destroy it first.' % (self.name, ', '.join('%s: %r, not %r' % (
                                       k, ws['params'].get(k), req[k]) for k in different)), step='request')
             return StepResult(False, 'request: already recorded (%s)' % ws['status'])
+        replay = self._begin_idempotent(req)
+        if replay is not None:
+            return replay
         node = self._check_cluster(req)
         req['node'] = node
         if self.check_mode:
@@ -247,6 +257,20 @@ class CreateFlow:
             self.ws = self._save('recreated', kind='recorded', vmid=None, candidate_vmid=None, upids={}, address=None,
                                  failure=None, facts={}, activity='unknown', **fields)
         return StepResult(True, 'request: recorded workspace %s' % self.name)
+
+    def _idempotency_request(self, req):
+        return dict((k, req.get(k)) for k in IDENTITY if k != 'node')
+
+    def _begin_idempotent(self, req):
+        """None to go on, or the StepResult that replays a finished request with the same key."""
+        key = self.params.get('idempotency_key')
+        if not key or self.check_mode:
+            return None
+        claim = self.journal.begin_idempotent(key, 'create', self._idempotency_request(req), owner=Owner.of_run())
+        if not claim.replayed:
+            return None
+        return StepResult(False, 'request: replayed the result of an earlier request with this idempotency key',
+                          replayed=True, result=claim.result)
 
     # --------------------------------------------------------------- 2. vmid
 
@@ -574,6 +598,13 @@ class CreateFlow:
                              progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('runner', 'brief')))
         self._save('ready', status='ready', activity=answer.get('activity') or 'unknown', failure=None,
                    progress=dict(self.ws['progress'], ready=time.time()))
+        if self.params.get('idempotency_key'):
+            claim = self.journal.begin_idempotent(self.params['idempotency_key'], 'create',
+                                                  self._idempotency_request(req), owner=Owner.of_run())
+            if not claim.replayed:
+                self.journal.finish_idempotent(claim, {'name': self.name, 'vmid': self.ws['vmid'],
+                                                       'node': self.ws['node'], 'address': self.ws['address'],
+                                                       'status': 'ready'})
         return StepResult(True, 'ready: %s at %s' % (self.name, self.ws['address']))
 
 

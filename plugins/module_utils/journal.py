@@ -726,6 +726,9 @@ class Journal:
             if row['state'] == 'done':
                 return IdempotencyClaim(key_hash, replayed=True, result=json.loads(row['result']))
             first = Owner.from_dict(json.loads(row['owner']))
+            if first == owner:
+                # The same run asks again (a later step of the operation it claimed the key for).
+                return IdempotencyClaim(key_hash, replayed=False)
             if first.is_alive(now):
                 raise IdempotencyError('A %s with this idempotency key is still running (%r). Wait for it to finish, '
                                        'then repeat this request to get its result.' % (action, first), action=action)

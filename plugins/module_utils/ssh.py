@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
+import os
 import posixpath
 import shlex
 import socket
@@ -95,6 +96,9 @@ class Guest:
         self.connect_timeout = connect_timeout
         self.host_key = None
         self._client = None
+        if key_file and not os.access(key_file, os.R_OK):
+            raise SshError('Cannot read the SSH private key %s: give ssh_private_key as the path of the key whose public '
+                           'half the template authorizes.' % key_file)
 
     @property
     def where(self):

@@ -50,6 +50,14 @@ options:
       - The queue claim under which this run works on the workspace, as returned by M(ephemera.workspaces.queue).
         Every journal write carries it; a run that lost its claim writes nothing.
     type: dict
+  idempotency_key:
+    description:
+      - A key that makes a retried request safe, for example the AWX workflow's id. With the V(request) step, a key
+        that already finished a creation with the same parameters replays that result (RV(details.replayed)) and the
+        later steps change nothing; the same key with other parameters is refused. The V(ready) step stores the
+        result. Keys are kept as SHA-256 hashes for 24 hours.
+    type: str
+    no_log: false
   controller_secret:
     description:
       - The secret that signs ownership markers. If not set, E(EPHEMERA_CONTROLLER_SECRET), else a secret made once
@@ -225,11 +233,12 @@ details:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec, open_journal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.create import STEPS, CreateFlow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.create import STEP_LABELS, STEPS, CreateFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import DEFAULT_AGENTS
 from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
 from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import client_from_params, connection_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
 
 # Steps that never talk to the Proxmox API.
 GUEST_STEPS = ('ssh', 'bootstrap', 'checkout', 'runner', 'brief', 'ready')
@@ -240,6 +249,7 @@ def argument_spec():
         name=dict(type='str', required=True),
         step=dict(type='str', required=True, choices=list(STEPS)),
         claim=dict(type='dict'),
+        idempotency_key=dict(type='str', no_log=False),
         controller_secret=dict(type='str', no_log=True),
         template=dict(type='int'),
         node=dict(type='str'),
@@ -300,6 +310,8 @@ def main():
             client = None if step in GUEST_STEPS else client_from_params(params)
             secret = marker.load_secret(journal.path, params['controller_secret'])
             flow = CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
+            if params['claim'] and not module.check_mode:
+                Queue(journal).step(params['claim'], STEP_LABELS[step], detail={'workspace': params['name']})
             outcome = flow.run(step)
         except EphemeraError as err:
             result.update(err.details)

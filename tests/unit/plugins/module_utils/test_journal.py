@@ -500,3 +500,12 @@ def test_exhausted_range_is_a_clear_error(journal):
     with pytest.raises(JournalError, match='Every address of the range r is leased'):
         journal.lease_address('r', 'b', ['127.0.9.1'])
     assert [l['workspace'] for l in journal.address_leases()] == ['a']
+
+
+def test_idempotency_same_owner_asking_again_keeps_its_claim(journal):
+    me = Owner.current()
+    first = journal.begin_idempotent('k', 'create', {'a': 1}, owner=me)
+    again = journal.begin_idempotent('k', 'create', {'a': 1}, owner=me)
+    assert not first.replayed and not again.replayed and again.key_hash == first.key_hash
+    journal.finish_idempotent(again, {'vmid': 1})
+    assert journal.begin_idempotent('k', 'create', {'a': 1}).replayed

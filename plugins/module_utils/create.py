@@ -178,6 +178,8 @@ class CreateFlow:
         if step not in STEPS:
             raise CreateError('Unknown step %r; the steps are %s.' % (step, ', '.join(STEPS)))
         if step != 'request':
+            if self.ws is None and self.check_mode:
+                return StepResult(True, '%s: would run' % STEP_LABELS[step])
             if self.ws is None:
                 raise CreateError('Workspace %r is not recorded: run the request step first.' % self.name)
             if self.ws['desired_state'] == 'destroyed' or self.ws['status'] in ('destroying', 'destroyed'):

@@ -209,11 +209,11 @@ def _fault_parsers(sub, common):
     errors.set_defaults(fault=lambda c, a: c.pve_errors(a.method, a.path))
     net = what.add_parser('network', parents=[common], help='slow or flaky network')
     for name, kind in (('--latency', float), ('--jitter', float), ('--drop-rate', float), ('--hang-rate', float),
-                       ('--hang-secs', float), ('--seed', int), ('--node', str)):
+                       ('--hang-secs', float), ('--node', str)):
         net.add_argument(name, type=kind)
     net.set_defaults(fault=lambda c, a: c.pve_network(latency=a.latency, jitter=a.jitter, node=a.node,
                                                       drop_rate=a.drop_rate, hang_rate=a.hang_rate,
-                                                      hang_secs=a.hang_secs, seed=a.seed))
+                                                      hang_secs=a.hang_secs))
     quorum = what.add_parser('quorum', parents=[common], help='lose or regain quorum')
     quorum.add_argument('state', choices=('lose', 'regain'))
     quorum.set_defaults(fault=lambda c, a: c.pve_quorum(a.state == 'regain'))

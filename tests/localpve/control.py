@@ -54,11 +54,10 @@ class FaultApi(object):
         """The catalogued errors PVE can answer for a concrete path (names for pve_fail)."""
         return self._op('pve_errors', method=method, path=path)
 
-    def pve_network(self, latency=None, jitter=None, node=None, drop_rate=None, hang_rate=None, hang_secs=None,
-                    seed=None):
+    def pve_network(self, latency=None, jitter=None, node=None, drop_rate=None, hang_rate=None, hang_secs=None):
         """Slow (latency, jitter in PVE seconds; per node with node) or flaky (drop_rate, hang_rate) network."""
         return self._op('pve_network', latency=latency, jitter=jitter, node=node, drop_rate=drop_rate,
-                        hang_rate=hang_rate, hang_secs=hang_secs, seed=seed)
+                        hang_rate=hang_rate, hang_secs=hang_secs)
 
     def pve_quorum(self, quorate):
         """Lose (False) or regain (True) quorum."""

@@ -263,10 +263,19 @@ class GuestManager(object):
                 continue
             guest = self.guests.setdefault(vmid, Guest(vmid))
             if self.boots.get(vmid) != ct.pid:
+                if guest.proc is not None:
+                    # Restarted between two looks (a reboot): nothing of the last boot survives.
+                    await self._stop(guest)
                 self.boots[vmid] = ct.pid
                 self._boot(guest, now)
             wanted[vmid] = self._address(ct, now, taken)
         for vmid, guest in list(self.guests.items()):
+            if guest.proc is not None and guest.proc.poll() is not None:
+                # sshd died on its own (killed from outside): the guest stays without SSH until its next start.
+                guest.error = 'sshd exited with {0}: {1}'.format(guest.proc.returncode,
+                                                                 _tail(os.path.join(self.guest_dir(vmid), 'sshd.log')))
+                await self._stop(guest)
+                guest.state = 'failed'
             if guest.proc is not None and wanted.get(vmid) != guest.address:
                 await self._stop(guest)
             if vmid not in wanted:
@@ -360,7 +369,9 @@ class GuestManager(object):
     async def _stop(self, guest):
         """Kill the guest's sshd with every session and command under it, as stopping a container does."""
         proc = guest.proc
-        system.kill_tree(proc.pid)
+        if proc.poll() is None:
+            # Only while it is ours: once reaped, its pid may belong to anything.
+            system.kill_tree(proc.pid)
         while proc.poll() is None:
             await asyncio.sleep(0.005)
         guest.proc = None
@@ -376,9 +387,6 @@ class GuestManager(object):
                 if guest.proc is not None:
                     await self._stop(guest)
                     guest.state = 'stopped'
-
-    def pids(self):
-        return [g.proc.pid for g in self.guests.values() if g.proc is not None]
 
     def _drop_sessions(self, now):
         active = [f for f in self.faults if f['kind'] == 'drop' and f['times'] != 0]
@@ -453,7 +461,8 @@ def _tail(path, lines=3):
 
 
 def stop_leftovers(state_dir):
-    """Kill sshd processes that a cluster which died without cleaning up left behind (by their pid files)."""
+    """Kill what the guests of a cluster that died without cleaning up left behind: sshd by its pid file, and
+    commands of SSH sessions by the guest root in their environment. Returns the pids killed."""
     killed = []
     guests = os.path.join(state_dir, 'guests')
     if not os.path.isdir(guests):
@@ -469,4 +478,7 @@ def stop_leftovers(state_dir):
             system.kill_tree(pid)
             killed.append(pid)
         os.unlink(path)
+    for pid in system.with_environment(('LOCALPVE_GUEST_ROOT=' + guests + os.sep).encode()):
+        system.kill_tree(pid)
+        killed.append(pid)
     return killed

@@ -303,19 +303,17 @@ class Site(object):
         return [dict((k, e[k]) for k in ('name', 'status', 'message', 'in_task') if k in e)
                 for e in self.pve.errors_for(str(method).upper(), path)]
 
-    def op_pve_network(self, latency=None, jitter=None, node=None, drop_rate=None, hang_rate=None, hang_secs=None,
-                       seed=None):
+    def op_pve_network(self, latency=None, jitter=None, node=None, drop_rate=None, hang_rate=None, hang_secs=None):
         net = self.pve.network
         if latency is not None or jitter is not None:
             self.pve.slow_network(float(latency if latency is not None else net['latency']),
                                   float(jitter if jitter is not None else net['jitter']), node=node)
-        if drop_rate is not None or hang_rate is not None or hang_secs is not None or seed is not None:
+        if drop_rate is not None or hang_rate is not None or hang_secs is not None:
             rates = [float(r) for r in (drop_rate if drop_rate is not None else net['drop_rate'],
                                         hang_rate if hang_rate is not None else net['hang_rate'])]
             if any(not 0 <= r <= 1 for r in rates):
                 raise ClusterError('drop and hang rates are shares of requests, between 0 and 1')
-            self.pve.flaky_network(rates[0], rates[1], float(hang_secs if hang_secs is not None else net['hang_secs']),
-                                   seed if seed is not None else net['seed'])
+            self.pve.flaky_network(rates[0], rates[1], float(hang_secs if hang_secs is not None else net['hang_secs']))
         return dict(net)
 
     def op_pve_quorum(self, quorate):

@@ -34,12 +34,6 @@ def listening():
     return out
 
 
-def is_listening(address, port):
-    """True if something listens on address:port, or on the wildcard address at that port."""
-    found = listening()
-    return (address, port) in found or ('0.0.0.0', port) in found or ('::', port) in found
-
-
 def port_free(address, port):
     """True if address:port can be bound now (port 0 always can)."""
     if not port:
@@ -80,6 +74,21 @@ def cmdline(pid):
         return ''
 
 
+def with_environment(needle):
+    """Pids of processes whose environment has an entry starting with needle (bytes), other than this one."""
+    out = []
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open('/proc/{0}/environ'.format(entry), 'rb') as fh:
+                if any(item.startswith(needle) for item in fh.read().split(b'\0')):
+                    out.append(int(entry))
+        except OSError:
+            continue
+    return out
+
+
 def children(pid):
     """Direct children of pid."""
     out = []
@@ -107,18 +116,13 @@ def descendants(pid):
     return out
 
 
-def signal_pids(pids, sig):
-    """Send sig to each pid that still exists."""
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
 def kill_tree(pid):
     """SIGKILL pid and everything below it (sessions of an sshd, their commands)."""
-    signal_pids(list(reversed(descendants(pid))) + [pid], signal.SIGKILL)
+    for victim in list(reversed(descendants(pid))) + [pid]:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def wait_gone(pids, timeout):

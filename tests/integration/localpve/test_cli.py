@@ -2,17 +2,18 @@
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 
 import pytest
 
-from tests.localpve import clone_workspace, proxmox, ssh
+from tests.localpve import ControlClient, clone_workspace, proxmox, ssh
 from tests.localpve.cluster import pick_host
 from tests.localpve.config import ROOT
 from tests.localpve.process import leftover_listeners
-from tests.localpve.system import alive, cmdline, listening
+from tests.localpve.system import alive, cmdline, listening, wait_gone, with_environment
 
 
 def cli(state, *args):
@@ -119,3 +120,40 @@ def test_malformed_fault_rules_are_refused(localpve_process):
     assert unknown.returncode == 1 and "no error 'bogus'" in unknown.stderr
     assert localpve_process.proxy_rules() == []
     assert set(mentioning(state)) == before
+
+
+def test_killed_cluster_process_takes_its_guests_down_and_up_restores_it(tmp_path):
+    state = tmp_path / 'state'
+    args = ['--host', pick_host(), '--api-port', '0', '--proxy-port', '0', '--time-scale', '0', '--json']
+    info = json.loads(cli(state, 'up', *args).stdout)
+    api = proxmox(info)
+    ws = clone_workspace(api, info, hostname='survivor')
+    client = ssh(info, ws.address)
+    session = client.get_transport().open_session()
+    session.exec_command('sleep 600')
+    ControlClient(info).save()
+    guest = [g for g in ControlClient(info).status()['guests'] if g['vmid'] == ws.vmid][0]
+
+    again = cli(state, 'up', *args)
+    assert again.returncode == 1 and 'already running' in again.stderr
+
+    os.kill(info['pid'], signal.SIGKILL)
+    assert wait_gone([info['pid'], guest['sshd_pid']], 10)
+    assert cli(state, 'status').returncode == 3
+    # The guest's command outlived its sshd; the next up (or down) ends it.
+    guest_commands = ('LOCALPVE_GUEST_ROOT=' + str(state / 'guests') + os.sep).encode()
+    assert [p for p in with_environment(guest_commands) if 'sleep 600' in cmdline(p)]
+    client.close()
+
+    restarted = cli(state, 'up', *args)
+    assert restarted.returncode == 0, restarted.stderr
+    info = json.loads(restarted.stdout)
+    try:
+        # The commands the dead cluster's guests still ran are gone; the guest is back with its files.
+        assert not with_environment(guest_commands)
+        assert proxmox(info).nodes(ws.node).lxc(ws.vmid).status.current.get()['status'] == 'running'
+        ssh(info, ws.address).close()
+    finally:
+        assert cli(state, 'down').returncode == 0
+    second = cli(state, 'down')
+    assert second.returncode == 0 and 'was not running' in second.stdout

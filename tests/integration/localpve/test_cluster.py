@@ -9,7 +9,7 @@ import pytest
 import requests
 from proxmoxer.core import AuthenticationError, ResourceException
 
-from tests.localpve import LocalCluster, clone_workspace, proxmox, ssh, ssh_run, wait_task
+from tests.localpve import LocalCluster, clone_workspace, guest_address, proxmox, ssh, ssh_run, wait_task
 
 
 def test_seeded_like_a_real_site(localpve):
@@ -99,3 +99,22 @@ def test_fresh_forgets_the_datacenter(tmp_path):
         assert not os.path.exists(cluster.info['guest_root'].format(vmid=vmid))
     finally:
         cluster.stop()
+
+
+def test_tasks_take_pve_like_time_with_a_time_scale(localpve_factory):
+    # 0.1 real seconds per PVE second: a clone takes 0.4 s, a start 0.2 s.
+    cluster = localpve_factory(time_scale=0.1)
+    info = cluster.info
+    api = proxmox(info)
+    vmid = int(api.cluster.nextid.get())
+    upid = api.nodes('pve1').lxc(info['template_vmid']).clone.post(newid=vmid, hostname='slow', full=0)
+    # The id and the config exist at once, locked, while the task runs.
+    assert api.nodes('pve1').lxc(vmid).config.get()['lock'] == 'create'
+    assert api.nodes('pve1').tasks(upid).status.get()['status'] == 'running'
+    assert wait_task(api, upid)['exitstatus'] == 'OK'
+    config = api.nodes('pve1').lxc(vmid).config.get()
+    assert 'lock' not in config and 'ip=127.' in config['net0']
+    upid = api.nodes('pve1').lxc(vmid).status.start.post()
+    assert api.nodes('pve1').tasks(upid).status.get()['status'] == 'running'
+    assert wait_task(api, upid)['exitstatus'] == 'OK'
+    ssh(info, guest_address(api, 'pve1', vmid)).close()

@@ -1,6 +1,7 @@
 """Guests over real SSH: sshd follows the container's power state, each guest has its own files and key."""
 
 import os
+import signal
 import socket
 import time
 
@@ -8,6 +9,7 @@ import paramiko
 import pytest
 
 from tests.localpve import clone_workspace, guest_address, proxmox, ssh, ssh_run, wait_task
+from tests.localpve.system import alive
 
 
 def refused(address, port):
@@ -180,3 +182,58 @@ def _try_ssh(info, address):
         return ssh(info, address, timeout=0.5)
     except (OSError, paramiko.SSHException):
         return None
+
+
+def test_container_made_from_an_os_template_takes_the_keys_of_its_creation(localpve):
+    info = localpve.info
+    api = proxmox(info)
+    vmid = int(api.cluster.nextid.get())
+    upid = api.nodes('pve2').lxc.post(vmid=vmid, ostemplate='local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst',
+                                      hostname='made', storage=info['storage'], rootfs='{0}:4'.format(info['storage']),
+                                      net0='name=eth0,bridge={0},ip=dhcp'.format(info['bridge']),
+                                      **{'ssh-public-keys': info['ssh_public_key']})
+    assert wait_task(api, upid)['exitstatus'] == 'OK'
+    assert wait_task(api, api.nodes('pve2').lxc(vmid).status.start.post())['exitstatus'] == 'OK'
+    client = ssh(info, guest_address(api, 'pve2', vmid))
+    assert ssh_run(client, 'echo "$LOCALPVE_VMID"') == (0, '{0}\n'.format(vmid).encode(), b'')
+    client.close()
+
+
+def test_guests_of_an_offline_node_are_unreachable_until_it_returns(localpve):
+    info = localpve.info
+    api = proxmox(info)
+    ws = clone_workspace(api, info, hostname='ws-node')
+    localpve.pve_node(ws.node, online=False)
+    wait_for(lambda: refused(ws.address, info['ssh_port']))
+    localpve.pve_node(ws.node, online=True)
+    wait_for(lambda: _try_ssh(info, ws.address)).close()
+
+
+def test_sshd_killed_from_outside_stays_down_until_the_next_start(localpve):
+    info = localpve.info
+    api = proxmox(info)
+    ws = clone_workspace(api, info, hostname='ws-killed')
+
+    def guest():
+        return [g for g in localpve.status()['guests'] if g['vmid'] == ws.vmid][0]
+    os.kill(guest()['sshd_pid'], signal.SIGKILL)
+    assert 'sshd exited with -9' in wait_for(lambda: guest()['sshd'] == 'failed' and guest()['error'])
+    assert refused(ws.address, info['ssh_port'])
+    assert wait_task(api, api.nodes(ws.node).lxc(ws.vmid).status.reboot.post())['exitstatus'] == 'OK'
+    ssh(info, ws.address).close()
+
+
+def test_reboot_ends_the_sessions_of_the_last_boot(localpve):
+    info = localpve.info
+    api = proxmox(info)
+    ws = clone_workspace(api, info, hostname='ws-reboot')
+    before = [g['sshd_pid'] for g in localpve.status()['guests'] if g['vmid'] == ws.vmid]
+    client = ssh(info, ws.address)
+    session = client.get_transport().open_session()
+    session.exec_command('sleep 30')
+    assert wait_task(api, api.nodes(ws.node).lxc(ws.vmid).status.reboot.post())['exitstatus'] == 'OK'
+    assert session.recv_exit_status() == -1
+    client.close()
+    after = [g['sshd_pid'] for g in localpve.status()['guests'] if g['vmid'] == ws.vmid]
+    assert after != before and alive(after[0]) and not alive(before[0])
+    ssh(info, ws.address).close()

@@ -1,0 +1,182 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: workspace_destroy
+short_description: Run one step of a workspace's destruction, or delete one orphaned container
+version_added: 0.1.0
+description:
+  - Destroying a workspace takes five steps; this module runs the one named by O(step). The role
+    M(ephemera.workspaces.workspace_destroy) (and the playbook C(ephemera.workspaces.destroy)) runs them in order.
+  - V(mark) records the decision (desired state V(destroyed), status V(destroying)) before anything happens; from
+    then on, create, brief and archive of the workspace are refused. V(shutdown) shuts the container down within
+    O(shutdown_timeout); V(stop) stops it by force if it is still running; V(delete) deletes it with C(purge=1) and
+    waits for the task; V(finish) confirms it absent, releases its static address and marks the workspace
+    V(destroyed). The record and its event log stay.
+  - Before a container is shut down, stopped or deleted, its ownership marker (in its description) must verify for
+    this controller, this workspace and this VMID. A container without our marker, with a forged token, or with a
+    marker copied from another VMID is never touched; the step fails and records why.
+  - An already absent container, or a workspace that was never recorded, is success with C(changed=false).
+  - A delete that cannot finish becomes cleanup debt in the journal (see M(ephemera.workspaces.workspace_info)),
+    retried by the next reconcile. Protection, a stale C(create) lock and an HA manager that keeps the container up
+    are reported with what to do, not retried in a loop. C(destroy-unreferenced-disks) is never used.
+  - With O(vmid) and O(confirm_orphan=true), deletes one container that the journal does not know (an orphan that
+    reconcile reported), still only if its marker proves this controller made it.
+author:
+  - Ephemera maintainers (@ephemera)
+extends_documentation_fragment:
+  - ephemera.workspaces.proxmox
+  - ephemera.workspaces.journal
+attributes:
+  check_mode:
+    support: full
+    description: Reports whether the step would act; changes nothing.
+  diff_mode:
+    support: none
+    description: Not supported.
+options:
+  name:
+    description: The workspace to destroy. Required unless O(vmid) is given.
+    type: str
+  step:
+    description: The step to run. Required with O(name).
+    type: str
+    choices: [mark, shutdown, stop, delete, finish]
+  vmid:
+    description:
+      - Delete this orphaned container (one reconcile reported) instead of a workspace by name. Needs
+        O(confirm_orphan=true).
+    type: int
+  node:
+    description: With O(vmid), the container's node; looked up in the cluster if not given.
+    type: str
+  confirm_orphan:
+    description: Confirms the deletion of the orphan O(vmid).
+    type: bool
+    default: false
+  claim:
+    description: The queue claim of this run (from M(ephemera.workspaces.queue)); every journal write carries it.
+    type: dict
+  controller_secret:
+    description:
+      - The secret that signs ownership markers. If not set, E(EPHEMERA_CONTROLLER_SECRET), else the secret stored
+        next to the journal.
+    type: str
+  shutdown_timeout:
+    description: Seconds a graceful shutdown may take before the container is stopped by force.
+    type: int
+    default: 60
+  task_timeout:
+    description: Seconds to wait for a stop or delete task.
+    type: int
+    default: 300
+  lock_timeout:
+    description: Seconds to keep retrying a delete while the container is locked.
+    type: int
+    default: 120
+'''
+
+EXAMPLES = r'''
+- name: Mark a workspace for destruction
+  ephemera.workspaces.workspace_destroy:
+    name: fix-login
+    step: mark
+
+- name: Delete an orphan that reconcile reported
+  ephemera.workspaces.workspace_destroy:
+    vmid: 117
+    confirm_orphan: true
+'''
+
+RETURN = r'''
+step:
+  description: The step that ran (V(orphan) for an orphan deletion).
+  returned: always
+  type: str
+msg:
+  description: What the step did or found.
+  returned: always
+  type: str
+  sample: "delete: CT 105 deleted"
+workspace:
+  description: The workspace's journal record after the step.
+  returned: when the workspace is recorded
+  type: dict
+details:
+  description: Step-specific facts (upid, vmid, verdict of the marker check).
+  returned: always
+  type: dict
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec, open_journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.destroy import STEP_LABELS, DestroyFlow, destroy_orphan
+from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import client_from_params, connection_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
+
+
+def argument_spec():
+    spec = dict(
+        name=dict(type='str'),
+        step=dict(type='str', choices=list(STEP_LABELS)),
+        vmid=dict(type='int'),
+        node=dict(type='str'),
+        confirm_orphan=dict(type='bool', default=False),
+        claim=dict(type='dict'),
+        controller_secret=dict(type='str', no_log=True),
+        shutdown_timeout=dict(type='int', default=60),
+        task_timeout=dict(type='int', default=300),
+        lock_timeout=dict(type='int', default=120),
+    )
+    spec.update(connection_argument_spec())
+    spec.update(journal_argument_spec())
+    return spec
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        supports_check_mode=True,
+        required_one_of=[('name', 'vmid')],
+        mutually_exclusive=[('name', 'vmid')],
+        required_by={'name': 'step'},
+    )
+    params = module.params
+    if params['vmid'] is not None and not params['confirm_orphan']:
+        module.fail_json(msg='Deleting CT %d needs confirm_orphan=true: it is not a workspace the journal knows, so '
+                             'say explicitly that it should go. Its ownership marker is still checked.' % params['vmid'])
+    step = params['step'] or 'orphan'
+    result = dict(changed=False, step=step, details={})
+    with open_journal(module) as journal:
+        try:
+            client = client_from_params(params)
+            secret = marker.load_secret(journal.path, params['controller_secret'])
+            if params['vmid'] is not None:
+                outcome = destroy_orphan(journal, client, secret, params['vmid'], params['node'],
+                                         task_timeout=params['task_timeout'], check_mode=module.check_mode)
+            else:
+                flow = DestroyFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
+                if params['claim'] and not module.check_mode:
+                    Queue(journal).step(params['claim'], STEP_LABELS[step], detail={'workspace': params['name']})
+                outcome = flow.run(step)
+        except EphemeraError as err:
+            result.update(err.details)
+            if params['name']:
+                result['workspace'] = journal.get_workspace(params['name'])
+            module.fail_json(msg='%s: %s' % (step, err), **result)
+        result.update(changed=outcome.changed, msg=outcome.msg, details=outcome.extra)
+        if params['name']:
+            result['workspace'] = journal.get_workspace(params['name'])
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,641 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+name: workspaces
+short_description: Workspaces from the journal, with their live state from one cluster read
+version_added: 0.1.0
+description:
+  - One host per workspace recorded in the journal, named after the workspace, with C(ansible_host),
+    C(ansible_user) and C(ansible_port) set so that Ansible reaches the workspace over SSH.
+  - The journal says which workspaces exist and what they are for; one C(GET /cluster/resources?type=vm) adds
+    the live state of every container (status, lock, pool, tags) at once. Addresses come from the journal; only a
+    running workspace without a recorded address costs one more request (its C(interfaces)), and those run a few
+    at a time (O(max_concurrency)). Pool members that the journal does not know are reported in the C(orphans)
+    group, with the verdict of their ownership marker (one C(config) read each).
+  - The inventory only reads. Orphans are reported, never acted on; the workspaces' own records are never changed.
+  - When the cluster cannot be reached, the hosts come from the journal alone with a warning (an error with
+    O(strict)). Wrong credentials, a certificate that does not verify and missing privileges are errors, because
+    they do not go away by themselves.
+  - The configuration file must end in C(.workspaces.yml) or C(.workspaces.yaml).
+author:
+  - Ephemera maintainers (@ephemera)
+extends_documentation_fragment:
+  - constructed
+  - inventory_cache
+  - ephemera.workspaces.journal
+  - ephemera.workspaces.proxmox
+notes:
+  - O(journal_path) and the connection options fall back to their environment variables (E(EPHEMERA_JOURNAL),
+    E(PROXMOX_HOST), E(PROXMOX_USER), ...) when the file does not set them, as the modules' options do.
+  - Without O(api_host) (and E(PROXMOX_HOST)) the inventory is the journal alone, deliberately; no warning.
+  - With O(cache), the whole inventory (journal and cluster) is kept for O(cache_timeout) seconds and a cache hit
+    makes no API request and does not open the journal. An inventory made while the cluster was unreachable is
+    not cached. C(ansible-inventory --flush-cache) reads afresh.
+  - Host variables hold data from the journal and the cluster; they are marked unsafe, so a workspace purpose or a
+    container name that looks like a template is never evaluated.
+options:
+  plugin:
+    description: The name of this plugin; it must be V(ephemera.workspaces.workspaces).
+    required: true
+    choices: [ephemera.workspaces.workspaces]
+    type: str
+  hostvar_prefix:
+    description: Prefix of every host variable the plugin sets, except C(ansible_host), C(ansible_user) and C(ansible_port).
+    type: str
+    default: ephemera_
+  group_prefix:
+    description: Prefix of every group the plugin makes (C(workspaces), C(status_*), C(orphans), ...).
+    type: str
+    default: ''
+  filters:
+    description:
+      - Which workspaces become hosts. Each key narrows the set; a value is one string or a list.
+      - V(status) - workspaces in one of these statuses. Without it, every status except V(destroyed); a destroyed
+        workspace that still has cleanup debt is shown all the same.
+      - V(node) - workspaces (and orphans) on one of these nodes.
+      - V(tag) - workspaces (and orphans) that carry every one of these Proxmox tags. While the cluster is
+        unreachable, a workspace's tags are the ones it was created with.
+    type: dict
+    default: {}
+  pools:
+    description:
+      - Pools whose members are expected to be workspaces. A member that the journal does not know, or whose
+        ownership marker does not verify, is an orphan.
+      - Pools named by the workspaces' own records are watched as well.
+    type: list
+    elements: str
+    default: [disposable-workspaces]
+  include_orphans:
+    description:
+      - Add orphans as hosts of the C(orphans) group (without C(ansible_host), so nothing connects to them by
+        accident). Orphans are never put into any other group.
+    type: bool
+    default: true
+  max_concurrency:
+    description: How many C(interfaces) and C(config) requests run at the same time.
+    type: int
+    default: 8
+  controller_secret:
+    description:
+      - The controller secret that keys the ownership markers, when it is not in the file next to the journal
+        (for example from a vault). Needed only to verify the markers of orphans.
+    type: str
+    env:
+      - name: EPHEMERA_CONTROLLER_SECRET
+  strict:
+    description:
+      - Besides its meaning for O(compose), O(groups) and O(keyed_groups), make an unreachable cluster an error
+        instead of a warning.
+'''
+
+EXAMPLES = r'''
+# prod.workspaces.yml: every workspace of the journal, reached as the agent user
+plugin: ephemera.workspaces.workspaces
+journal_path: /var/lib/ephemera/journal.sqlite
+api_host: pve1.example.com
+api_token_id: automation@pve!inventory
+# api_token_secret from PROXMOX_TOKEN_SECRET
+ca_file: /etc/ephemera/pve-root-ca.pem
+
+---
+# Only ready workspaces on two nodes, grouped by repository, cached for five minutes
+plugin: ephemera.workspaces.workspaces
+filters:
+  status: ready
+  node: [pve1, pve2]
+keyed_groups:
+  - key: ephemera_repo | regex_replace('^.*/', '') | regex_replace('\\.git$', '')
+    prefix: repo
+compose:
+  ansible_user: ephemera_ssh_user
+cache: true
+cache_plugin: ansible.builtin.jsonfile
+cache_connection: ~/.cache/ephemera-inventory
+cache_timeout: 300
+'''
+
+import difflib
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.errors import AnsibleParserError
+from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+from ansible.utils.unsafe_proxy import wrap_var
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils.create import STEPS
+from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError, JournalMissing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import WORKSPACE_STATUSES, Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import (
+    ENV_VARS,
+    PveApiError,
+    PveAuthError,
+    PveConfigError,
+    PvePermissionDenied,
+    PveTlsError,
+    client_from_params,
+    connection_options,
+)
+from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
+
+SNAPSHOT_VERSION = 1
+CONNECTION_OPTIONS = ('api_host', 'api_port', 'api_user', 'api_password', 'api_token_id', 'api_token_secret',
+                      'validate_certs', 'ca_file', 'request_timeout')
+FILTER_KEYS = ('status', 'node', 'tag')
+# The create flow names each clone agent-<workspace>; a pool member by another name needs its marker checked.
+HOSTNAME_PREFIX = 'agent-'
+# Statuses in which the journal expects the workspace's container to exist.
+EXPECTS_CONTAINER = ('provisioning', 'booting', 'bootstrapping', 'registering', 'ready', 'failed')
+_TAG_SPLIT = re.compile(r'[;,\s]+')
+# Jinja's delimiters all start with a brace: a string without one cannot hold a template.
+_TEMPLATE_CHARS = re.compile(r'[{}]')
+_UNSAFE_GROUP_CHARS = re.compile(r'[^A-Za-z0-9_]')
+
+
+# ------------------------------------------------------------------------------------ pure logic
+
+def as_list(value):
+    """A filter value as a list of strings: one string, or a list of them."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def parse_tags(text):
+    """PVE's tag string (``a;b``, also with commas or spaces) as a sorted list."""
+    return sorted(set(t for t in _TAG_SPLIT.split(text or '') if t))
+
+
+def make_unsafe(value):
+    """``value`` with every string that could hold a template marked unsafe, so that it is never evaluated.
+
+    Marking only those strings keeps a large inventory fast: wrapping every value costs more than the rest
+    of the plugin's work.
+    """
+    if isinstance(value, dict):
+        return dict((make_unsafe(k), make_unsafe(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [make_unsafe(v) for v in value]
+    if isinstance(value, str) and _TEMPLATE_CHARS.search(value):
+        return wrap_var(value)
+    return value
+
+
+def safe_group(name):
+    return _UNSAFE_GROUP_CHARS.sub('_', str(name))
+
+
+def pick_address(interfaces):
+    """The address to reach a container at, from its ``interfaces`` answer: the first IPv4 address of a
+    non-loopback interface, else its first global IPv6 address; None if it has none (or is not running)."""
+    found = {'inet': None, 'inet6': None}
+    for iface in interfaces or []:
+        if iface.get('name') == 'lo':
+            continue
+        for entry in iface.get('ip-addresses') or []:
+            family = entry.get('ip-address-type')
+            address = entry.get('ip-address')
+            if not address or family not in found or found[family]:
+                continue
+            if family == 'inet6' and address.lower().startswith('fe80:'):
+                continue
+            found[family] = address
+    return found['inet'] or found['inet6']
+
+
+def current_step(record, operation=None):
+    """Where the workspace is: the step its running operation reports, else one derived from the journal.
+
+    Without a running operation: the first create step not done for a workspace being created, the
+    failed step of a failed one, ``destroy`` while destroying, None when ready or destroyed.
+    """
+    if operation and operation.get('step'):
+        return operation['step']
+    status = record.get('status')
+    if status in ('ready', 'destroyed'):
+        return None
+    if status == 'destroying':
+        return 'destroy'
+    if status == 'failed':
+        failure = record.get('failure') or {}
+        if failure.get('step'):
+            return failure['step']
+    done = record.get('progress') or {}
+    for step in STEPS:
+        if step not in done:
+            return step
+    return None
+
+
+def live_view(resource):
+    """The fields of a /cluster/resources entry the inventory shows."""
+    return {
+        'vmid': int(resource['vmid']),
+        'type': resource.get('type'),
+        'name': resource.get('name'),
+        'node': resource.get('node'),
+        'status': resource.get('status'),
+        'lock': resource.get('lock'),
+        'pool': resource.get('pool'),
+        'tags': parse_tags(resource.get('tags')),
+    }
+
+
+def workspace_entry(record, debts, operation):
+    params = record.get('params') or {}
+    return {
+        'name': record['name'],
+        'status': record['status'],
+        'activity': record['activity'],
+        'desired_state': record['desired_state'],
+        'vmid': record['vmid'],
+        'candidate_vmid': record['candidate_vmid'],
+        'node': record['node'],
+        'step': current_step(record, operation),
+        'operation': operation,
+        'repo': record['repo'],
+        'ref': record['ref'],
+        'purpose': record['purpose'],
+        'created_at': record['created_at'],
+        'updated_at': record['updated_at'],
+        'last_failure': record['failure'],
+        'cleanup_debt': [dict((k, d[k]) for k in ('resource', 'attempts', 'last_error', 'next_retry')) for d in debts],
+        'address': record['address'],
+        'address_source': 'journal' if record['address'] else None,
+        'agent_user': params.get('agent_user') or 'agent',
+        'ssh_user': params.get('ssh_user') or 'root',
+        'ssh_port': int(params.get('ssh_port') or 22),
+        'pool': params.get('pool'),
+        'lock': None,
+        'tags': sorted(set(['ephemera'] + as_list(params.get('tags')))),
+        'live_status': 'unknown',
+    }
+
+
+def assemble(records, debts, operations, resources, pools):
+    """The inventory snapshot from the journal's records and cleanup debts, the running operations and
+    (None when the cluster was not read) the /cluster/resources answer; ``pools`` are the watched pools.
+
+    Returns ``{'workspaces': [...], 'orphans': [...]}`` of plain dicts. Workspaces that need their
+    address (running, none recorded) get ``needs_address``; the orphans and the workspaces whose
+    container does not carry the expected name get ``check_marker``: the caller reads those configs.
+    """
+    by_workspace = {}
+    for debt in debts:
+        by_workspace.setdefault(debt['workspace'], []).append(debt)
+    workspaces = [workspace_entry(r, by_workspace.get(r['name'], []), operations.get(r['name'])) for r in records]
+    orphans = []
+    if resources is None:
+        return {'workspaces': workspaces, 'orphans': orphans}
+    live = dict((int(r['vmid']), r) for r in resources if r.get('vmid') is not None and not int(r.get('template') or 0))
+    watched = set(pools) | set(ws['pool'] for ws in workspaces if ws['pool'])
+    claimed = set()
+    for ws in workspaces:
+        ws['live_status'] = 'absent'
+        if ws['status'] == 'destroyed':
+            continue
+        vmid = ws['vmid']
+        resource = live.get(vmid) if vmid is not None else None
+        if resource is None and vmid is None and ws['candidate_vmid'] is not None:
+            # A clone whose answer was not recorded yet: the candidate is ours only under our name.
+            candidate = live.get(ws['candidate_vmid'])
+            if candidate is not None and candidate.get('name') == HOSTNAME_PREFIX + ws['name']:
+                resource = candidate
+        if resource is None:
+            continue
+        view = live_view(resource)
+        claimed.add(view['vmid'])
+        ws['journal_view'] = dict((k, ws[k]) for k in ('node', 'pool', 'tags'))
+        ws.update(vmid=view['vmid'], node=view['node'] or ws['node'], live_status=view['status'] or 'unknown',
+                  lock=view['lock'], pool=view['pool'], tags=view['tags'], live=view)
+        ws['check_marker'] = view['name'] != HOSTNAME_PREFIX + ws['name']
+        ws['needs_address'] = view['status'] == 'running' and not ws['address']
+    for vmid in sorted(live):
+        resource = live[vmid]
+        if vmid in claimed or resource.get('pool') not in watched:
+            continue
+        orphan = live_view(resource)
+        orphan.update(reason='not_in_journal', marker=None, marker_workspace=None, check_marker=True)
+        orphans.append(orphan)
+    return {'workspaces': workspaces, 'orphans': orphans}
+
+
+def marker_verdict(description, secret, controller, workspace=None, vmid=None):
+    """marker.verify, or without the controller secret as much as the marker shows: absent, foreign or
+    unverified (ours by its words, but no secret to check the token with)."""
+    if secret is not None:
+        return marker.verify(description, secret, controller, workspace=workspace, vmid=vmid)
+    fields = marker.parse(description)
+    if fields is None:
+        return marker.ABSENT
+    if fields.get('controller') != controller:
+        return marker.FOREIGN
+    return 'unverified'
+
+
+def apply_marker(snapshot, ws_or_orphan, description, secret, controller):
+    """Record a config read's verdict on a workspace (whose container bears another name) or an orphan."""
+    fields = marker.parse(description) or {}
+    if 'reason' in ws_or_orphan:
+        ws_or_orphan['marker'] = marker_verdict(description, secret, controller, vmid=ws_or_orphan['vmid'])
+        ws_or_orphan['marker_workspace'] = fields.get('workspace')
+        return
+    ws = ws_or_orphan
+    verdict = marker_verdict(description, secret, controller, workspace=ws['name'], vmid=ws['vmid'])
+    ws['marker'] = verdict
+    if verdict == marker.VERIFIED:
+        return
+    # The container at the journal's vmid does not prove to be this workspace: a foreign guest took the id.
+    view = ws.pop('live')
+    ws.update(ws['journal_view'], live_status='mismatch', lock=None)
+    if view['pool'] is not None:
+        view.update(reason='marker_' + verdict, marker=verdict, marker_workspace=fields.get('workspace'))
+        snapshot['orphans'].append(view)
+        snapshot['orphans'].sort(key=lambda o: o['vmid'])
+
+
+def wanted(entry, filters, orphan=False):
+    """True if the workspace (or orphan) passes the filters."""
+    if not orphan:
+        statuses = as_list(filters.get('status'))
+        if statuses:
+            if entry['status'] not in statuses:
+                return False
+        elif entry['status'] == 'destroyed' and not entry['cleanup_debt']:
+            return False
+    nodes = as_list(filters.get('node'))
+    if nodes and entry['node'] not in nodes:
+        return False
+    tags = as_list(filters.get('tag'))
+    return all(tag in entry['tags'] for tag in tags)
+
+
+def workspace_vars(ws):
+    """The host variables of a workspace, without the prefix."""
+    names = ('name', 'status', 'activity', 'desired_state', 'vmid', 'candidate_vmid', 'node', 'step', 'operation',
+             'repo', 'ref', 'purpose', 'created_at', 'updated_at', 'last_failure', 'cleanup_debt', 'address',
+             'address_source', 'agent_user', 'ssh_user', 'ssh_port', 'live_status', 'lock', 'pool', 'tags')
+    out = dict((k, ws.get(k)) for k in names)
+    out['marker'] = ws.get('marker')
+    return out
+
+
+def workspace_groups(ws):
+    """The groups of a workspace host (before the group prefix)."""
+    groups = ['status_' + ws['status'], 'activity_' + ws['activity']]
+    if ws['node']:
+        groups.append('node_' + safe_group(ws['node']))
+    if ws['cleanup_debt']:
+        groups.append('cleanup_debt')
+    # The journal expects a container that the cluster does not show (or shows as someone else's).
+    if ws['vmid'] is not None and ws['status'] in EXPECTS_CONTAINER and ws['live_status'] in ('absent', 'mismatch'):
+        groups.append('missing')
+    return groups
+
+
+def orphan_vars(orphan):
+    names = ('vmid', 'type', 'name', 'node', 'status', 'lock', 'pool', 'tags', 'reason', 'marker', 'marker_workspace')
+    out = dict((k, orphan.get(k)) for k in names)
+    out['live_status'] = out.pop('status')
+    out['orphan_reason'] = out.pop('reason')
+    return out
+
+
+# ---------------------------------------------------------------------------------------- plugin
+
+class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
+
+    NAME = 'ephemera.workspaces.workspaces'
+
+    def verify_file(self, path):
+        return super(InventoryModule, self).verify_file(path) and path.endswith(('.workspaces.yml', '.workspaces.yaml'))
+
+    def parse(self, inventory, loader, path, cache=True):
+        super(InventoryModule, self).parse(inventory, loader, path)
+        self._path = path
+        config = self._read_config_data(path)
+        self._check_config(config)
+        cache_key = self.get_cache_key(path)
+        use_cache = self.get_option('cache') and cache
+        update_cache = self.get_option('cache') and not cache
+        snapshot = None
+        if use_cache:
+            try:
+                snapshot = self._cache[cache_key]
+            except KeyError:
+                update_cache = True
+            if snapshot is not None and snapshot.get('version') != SNAPSHOT_VERSION:
+                snapshot, update_cache = None, True
+        if snapshot is None:
+            snapshot = self._take_snapshot()
+        if update_cache and snapshot['cluster'] != 'offline':
+            self._cache[cache_key] = snapshot
+        self._populate(snapshot)
+
+    # ------------------------------------------------------------------------------- options
+
+    def _fail(self, text):
+        raise AnsibleParserError('%s: %s' % (self._path, text))
+
+    def _check_config(self, config):
+        known = set(self.option_definitions) | set(['plugin'])
+        for key in sorted(config):
+            if key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                self._fail('unknown option %r%s. Options of %s: %s.' % (
+                    key, ' (did you mean %r?)' % close[0] if close else '', self.NAME, ', '.join(sorted(known))))
+        filters = self.get_option('filters') or {}
+        for key in sorted(filters):
+            if key not in FILTER_KEYS:
+                self._fail('unknown filter %r in option filters; the filters are %s.' % (key, ', '.join(FILTER_KEYS)))
+        bad = sorted(set(as_list(filters.get('status'))) - set(WORKSPACE_STATUSES))
+        if bad:
+            self._fail('option filters.status: unknown status %s; the statuses are %s.'
+                       % (', '.join(bad), ', '.join(WORKSPACE_STATUSES)))
+        if self.get_option('max_concurrency') < 1:
+            self._fail('option max_concurrency must be at least 1, not %d.' % self.get_option('max_concurrency'))
+
+    def _given(self, name):
+        """The option's value if the file (or an env entry of its own) sets it; None for a bare default."""
+        value, origin = self.get_option_and_origin(name)
+        return None if origin == 'default' else value
+
+    def _where(self, *names):
+        """'option api_user (from PROXMOX_USER)': which options (and where their values came from) a message means."""
+        parts = []
+        for name in names:
+            source = ''
+            if self._given(name) is None and os.environ.get(ENV_VARS.get(name, '')):
+                source = ' (from %s)' % ENV_VARS[name]
+            parts.append(name + source)
+        return 'option%s %s' % ('s' if len(parts) > 1 else '', ', '.join(parts))
+
+    # ------------------------------------------------------------------------------ snapshot
+
+    def _take_snapshot(self):
+        records, debts, operations, controller, journal_path = self._read_journal()
+        client = self._client()
+        resources, cluster, cluster_error = None, 'skipped', None
+        if client is not None:
+            try:
+                resources = client.get('/cluster/resources', type='vm') or []
+                cluster = 'ok'
+            except PveApiError as err:
+                self._cluster_error(err, client)
+                cluster, cluster_error = 'offline', str(err)
+        pools = self.get_option('pools') or []
+        snapshot = assemble(records, debts, operations, resources, pools)
+        snapshot.update(version=SNAPSHOT_VERSION, cluster=cluster, cluster_error=cluster_error)
+        if resources is not None:
+            self._complete(snapshot, client, controller, journal_path)
+        if client is not None:
+            client.close()
+        return snapshot
+
+    def _read_journal(self):
+        try:
+            with Journal.open(self.get_option('journal_path'), create=False) as journal:
+                records = journal.list_workspaces()
+                debts = journal.cleanup_debts()
+                running = Queue(journal).entries(target_type='workspace', states=['running'], recent=0)
+                return records, debts, self._operations(running), journal.controller_id, journal.path
+        except JournalMissing as err:
+            self._fail('%s: %s' % (self._journal_where(), err))
+        except EphemeraError as err:
+            self._fail('%s: %s' % (self._journal_where(), err))
+
+    @staticmethod
+    def _operations(entries):
+        return dict((e['target'], {'id': e['id'], 'kind': e['kind'], 'step': e['step'], 'started_at': e['started_at'],
+                                   'runner_alive': e['runner_alive']}) for e in entries)
+
+    def _journal_where(self):
+        if self._given('journal_path') is None and os.environ.get('EPHEMERA_JOURNAL'):
+            return 'option journal_path (from EPHEMERA_JOURNAL)'
+        return 'option journal_path'
+
+    def _client(self):
+        params = dict((name, self._given(name)) for name in CONNECTION_OPTIONS)
+        try:
+            options = connection_options(params)
+            if not options['api_host']:
+                self.display.v('%s: no api_host: the inventory is the journal alone.' % self._path)
+                return None
+            return client_from_params(options)
+        except PveConfigError as err:
+            self._fail('connection options: %s.' % err)
+
+    def _cluster_error(self, err, client):
+        """Misconfiguration fails the inventory; an unreachable cluster leaves the journal's view (unless strict)."""
+        if isinstance(err, PveAuthError):
+            which = ('api_token_id', 'api_token_secret') if client.auth_mode == 'token' else ('api_user', 'api_password')
+            self._fail('%s: %s' % (self._where(*which), err))
+        if isinstance(err, PveTlsError):
+            self._fail('%s: %s' % (self._where('ca_file', 'validate_certs'), err))
+        if isinstance(err, PvePermissionDenied):
+            self._fail('%s: %s The inventory needs VM.Audit on /vms (or on the pools).' % (self._where('api_user'), err))
+        text = '%s: %s: %s' % (self._path, self._where('api_host'), err)
+        if self.get_option('strict'):
+            raise AnsibleParserError(text)
+        self.display.warning(text + ' The hosts come from the journal alone; their live state is unknown.')
+
+    def _complete(self, snapshot, client, controller, journal_path):
+        """The few per-guest reads: addresses of running workspaces without one, markers of odd containers."""
+        jobs = []
+        for entry in snapshot['workspaces'] + snapshot['orphans']:
+            if entry.pop('check_marker', False):
+                jobs.append(('marker', entry))
+            if entry.pop('needs_address', False):
+                jobs.append(('address', entry))
+        if jobs:
+            self._run_jobs(snapshot, jobs, client, controller, self._secret(journal_path))
+        for ws in snapshot['workspaces']:
+            ws.pop('live', None)
+            ws.pop('journal_view', None)
+
+    def _run_jobs(self, snapshot, jobs, client, controller, secret):
+        def run(job):
+            kind, entry = job
+            guest = entry.get('live', entry)
+            base = '/nodes/%s/%s/%d' % (guest['node'], guest['type'] or 'lxc', guest['vmid'])
+            try:
+                if kind == 'marker':
+                    return job, (client.get(base + '/config') or {}).get('description'), None
+                return job, client.get(base + '/interfaces'), None
+            except PveApiError as err:
+                return job, None, err
+
+        with ThreadPoolExecutor(max_workers=self.get_option('max_concurrency')) as pool:
+            results = list(pool.map(run, jobs))
+        failed = [(entry.get('name'), err) for (kind, entry), answer, err in results if err is not None]
+        # Markers first: an address read from a container that turns out not to be the workspace's is dropped.
+        for (kind, entry), answer, err in results:
+            if kind == 'marker':
+                if err is None:
+                    apply_marker(snapshot, entry, answer, secret, controller)
+                else:
+                    entry['marker'] = 'unreadable'
+        for (kind, entry), answer, err in results:
+            if kind == 'address' and err is None and entry['live_status'] == 'running':
+                address = pick_address(answer)
+                if address:
+                    entry.update(address=address, address_source='interfaces')
+        if failed:
+            self.display.warning('%s: %d of %d per-guest reads failed (addresses or ownership markers are missing for '
+                                 'them); first: %s: %s' % (self._path, len(failed), len(jobs), failed[0][0], failed[0][1]))
+
+    def _secret(self, journal_path):
+        given = self.get_option('controller_secret')
+        try:
+            if given or os.path.exists(marker.secret_path(journal_path)):
+                return marker.load_secret(journal_path, given)
+        except EphemeraError as err:
+            self.display.warning('%s: %s Orphan markers are checked without it.' % (self._path, err))
+        return None
+
+    # ---------------------------------------------------------------------------- inventory
+
+    def _populate(self, snapshot):
+        prefix = self.get_option('hostvar_prefix')
+        gprefix = self.get_option('group_prefix')
+        filters = self.get_option('filters') or {}
+        strict = self.get_option('strict')
+        all_group = self.inventory.add_group(gprefix + 'workspaces')
+        for ws in snapshot['workspaces']:
+            if not wanted(ws, filters):
+                continue
+            host = self.inventory.add_host(make_unsafe(ws['name']), group=all_group)
+            hostvars = dict((prefix + k, v) for k, v in workspace_vars(ws).items())
+            hostvars['ansible_user'] = ws['agent_user']
+            hostvars['ansible_port'] = ws['ssh_port']
+            if ws['address']:
+                hostvars['ansible_host'] = ws['address']
+            hostvars = make_unsafe(hostvars)
+            for key, value in hostvars.items():
+                self.inventory.set_variable(host, key, value)
+            for group in workspace_groups(ws):
+                self.inventory.add_child(self.inventory.add_group(gprefix + group), host)
+            self._construct(host, hostvars, strict)
+        if not self.get_option('include_orphans'):
+            return
+        orphans = self.inventory.add_group(gprefix + 'orphans')
+        for orphan in snapshot['orphans']:
+            if not wanted(orphan, filters, orphan=True):
+                continue
+            host = self.inventory.add_host('orphan-%d' % orphan['vmid'], group=orphans)
+            hostvars = make_unsafe(dict((prefix + k, v) for k, v in orphan_vars(orphan).items()))
+            for key, value in hostvars.items():
+                self.inventory.set_variable(host, key, value)
+
+    def _construct(self, host, hostvars, strict):
+        self._set_composite_vars(self.get_option('compose'), hostvars, host, strict=strict)
+        self._add_host_to_composed_groups(self.get_option('groups'), hostvars, host, strict=strict)
+        self._add_host_to_keyed_groups(self.get_option('keyed_groups'), hostvars, host, strict=strict)

@@ -1,0 +1,375 @@
+"""ansible-inventory with ephemera.workspaces.workspaces against the try-out cluster (tests/localpve).
+
+The workspaces are made by the real create playbook: one ready, one that fails at its brief step, and
+one ready that the journal then marks as being destroyed (what the destroy flow records first).
+Two containers join the pool without a journal record: one bare, one with a genuine marker of this
+controller (a journal that lost a record). Every inventory is a real ansible-inventory process; API
+requests are counted at the fake PVE.
+"""
+
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import CLAIMED, Queue
+from tests.localpve import LocalCluster, clone_workspace, proxmox
+
+BIN = os.path.dirname(sys.executable)
+GOOD_AGENT = ['true']
+CREATE_TIMEOUT = 240
+
+
+class Site(object):
+    def __init__(self, cluster, journal_path, base):
+        self.cluster = cluster
+        self.info = cluster.info
+        self.journal_path = journal_path
+        self.base = base
+        self.orphans = {}
+        self.vmids = {}
+        self.addresses = {}
+
+    def requests_since(self, mark):
+        return [(method, path.replace('/api2/json', '')) for method, path, _body in self.cluster.pve.requests[mark:]]
+
+    def mark(self):
+        return len(self.cluster.pve.requests)
+
+
+def _create_runs(info, journal_path, repo, names_and_agents):
+    env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING='0', ANSIBLE_INVENTORY_UNPARSED_WARNING='0', ANSIBLE_NOCOLOR='1',
+               ANSIBLE_PYTHON_INTERPRETER=sys.executable)
+    runs = []
+    for name, agent in names_and_agents:
+        extra = dict(workspace=name, repo='file://' + repo, ref='main', purpose='make the tests pass: %s' % name,
+                     agent='tool', ephemera_agents={'tool': agent}, ephemera_template_vmid=info['template_vmid'],
+                     ephemera_pool=info['pool'], ephemera_api_host=info['proxy_url'], ephemera_api_user=info['user'],
+                     ephemera_api_token_id=info['token_id'], ephemera_api_token_secret=info['token_secret'],
+                     ephemera_ca_file=info['ca_file'], ephemera_guest_root=info['guest_root'],
+                     ephemera_ssh_user=info['ssh_user'], ephemera_ssh_port=info['ssh_port'],
+                     ephemera_ssh_private_key=info['ssh_private_key'], ephemera_agent_user=info['ssh_user'],
+                     ephemera_journal_path=journal_path)
+        runs.append(subprocess.Popen([os.path.join(BIN, 'ansible-playbook'), 'ephemera.workspaces.create', '-e',
+                                      json.dumps(extra)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=env, start_new_session=True))
+    outputs = []
+    for run in runs:
+        try:
+            outputs.append((run.communicate(timeout=CREATE_TIMEOUT)[0], run.returncode))
+        except subprocess.TimeoutExpired:
+            run.kill()
+            outputs.append((run.communicate()[0], 'timeout'))
+    return outputs
+
+
+def _make_repo(path):
+    git = ['git', '-c', 'user.email=tests@example.com', '-c', 'user.name=tests', '-C', path]
+    subprocess.run(['git', 'init', '-q', '-b', 'main', path], check=True)
+    with open(os.path.join(path, 'README'), 'w') as f:
+        f.write('inventory tests\n')
+    subprocess.run(git + ['add', 'README'], check=True)
+    subprocess.run(git + ['commit', '-q', '-m', 'start'], check=True)
+
+
+@pytest.fixture(scope='module')
+def site(tmp_path_factory):
+    base = str(tmp_path_factory.mktemp('inventory'))
+    cluster = LocalCluster.start(os.path.join(base, 'localpve'))
+    try:
+        journal_path = os.path.join(base, 'journal.sqlite')
+        repo = os.path.join(base, 'repo')
+        _make_repo(repo)
+        outputs = _create_runs(cluster.info, journal_path, repo, [
+            ('ws-ready', GOOD_AGENT), ('ws-broken', ['/nonexistent/agent']), ('ws-gone', GOOD_AGENT)])
+        assert [code for _out, code in outputs] == [0, 2, 0], '\n\n'.join(out[-3000:] for out, _code in outputs)
+        s = Site(cluster, journal_path, base)
+        with Journal.open(journal_path, create=False) as journal:
+            for name in ('ws-ready', 'ws-broken', 'ws-gone'):
+                record = journal.get_workspace(name)
+                s.vmids[name], s.addresses[name] = record['vmid'], record['address']
+            gone = journal.get_workspace('ws-gone')
+            journal.update_workspace('ws-gone', gone['generation'], status='destroying', desired_state='destroyed',
+                                     event={'kind': 'recorded', 'action': 'destroy_requested'})
+            journal.record_cleanup_debt('ws-gone', 'lxc/%d@%s' % (gone['vmid'], gone['node']), 'CT is locked (backup)')
+            controller = journal.controller_id
+        api = proxmox(cluster.info, via='api', auth='token')
+        s.orphans['bare'] = clone_workspace(api, cluster.info, hostname='stray', start=False).vmid
+        lost = int(api.cluster.nextid.get())
+        description = marker.render(marker.load_secret(journal_path), controller, 'ws-lost', lost)
+        s.orphans['lost'] = clone_workspace(api, cluster.info, hostname='agent-ws-lost', start=False, vmid=lost,
+                                            description=description).vmid
+        yield s
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def inventory(tmp_path):
+    """inventory(config_text or dict, *args, env=None, name='site') -> (returncode, parsed --list or None, stderr)."""
+    def run(config, *args, env=None, name='site', command='ansible-inventory'):
+        path = str(tmp_path / ('%s.workspaces.yml' % name))
+        with open(path, 'w') as f:
+            f.write(config if isinstance(config, str) else json.dumps(config))
+        environ = dict((k, v) for k, v in os.environ.items() if not k.startswith(('PROXMOX_', 'EPHEMERA_')))
+        environ.update(ANSIBLE_INVENTORY_UNPARSED_FAILED='1', ANSIBLE_NOCOLOR='1', ANSIBLE_HOME=str(tmp_path / 'home'),
+                       ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'), ANSIBLE_PYTHON_INTERPRETER=sys.executable)
+        environ.update(env or {})
+        default_args = ['--list'] if command == 'ansible-inventory' else []
+        cmd = [os.path.join(BIN, command), '-i', path] + list(args or default_args)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=environ, timeout=180)
+        try:
+            data = json.loads(proc.stdout)
+        except ValueError:
+            data = None
+        return proc.returncode, data, proc.stdout + proc.stderr
+    run.path = lambda name='site': str(tmp_path / ('%s.workspaces.yml' % name))
+    return run
+
+
+def config(site, **options):
+    """The site's inventory configuration with ``options`` changed; an option set to None is left out."""
+    data = dict(plugin='ephemera.workspaces.workspaces', journal_path=site.journal_path,
+                api_host=site.info['proxy_url'], api_token_id=site.info['token_id'],
+                api_token_secret=site.info['token_secret'], ca_file=site.info['ca_file'])
+    data.update(options)
+    return dict((k, v) for k, v in data.items() if v is not None)
+
+
+def plain(value):
+    """A value of ansible-inventory's output with its unsafe markers taken off."""
+    if isinstance(value, dict):
+        if set(value) == {'__ansible_unsafe'}:
+            return value['__ansible_unsafe']
+        return dict((k, plain(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def hosts_of(data, group):
+    return sorted(data.get(group, {}).get('hosts', []))
+
+
+def copy_journal(site, tmp_path):
+    """A private copy of the site's journal (and its controller secret), to change without touching the site's."""
+    path = str(tmp_path / 'journal-copy.sqlite')
+    source = sqlite3.connect(site.journal_path)
+    target = sqlite3.connect(path)
+    source.backup(target)
+    source.close()
+    target.close()
+    shutil.copy(marker.secret_path(site.journal_path), marker.secret_path(path))
+    return path
+
+
+def closed_port():
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+# ------------------------------------------------------------------------------------------ tests
+
+def test_groups_and_variables_of_ready_failed_destroying_and_orphans(site, inventory):
+    mark = site.mark()
+    code, data, out = inventory(config(site))
+    assert code == 0, out
+    requests = site.requests_since(mark)
+    # One cluster-wide read, then only the orphans' configs for their markers: no per-workspace calls.
+    assert requests[0] == ('GET', '/cluster/resources')
+    assert sorted(requests[1:]) == sorted(('GET', '/nodes/%s/lxc/%d/config' % (site.info['template_node'], vmid))
+                                          for vmid in site.orphans.values())
+    assert hosts_of(data, 'workspaces') == ['ws-broken', 'ws-gone', 'ws-ready']
+    assert hosts_of(data, 'status_ready') == ['ws-ready']
+    assert hosts_of(data, 'status_failed') == ['ws-broken']
+    assert hosts_of(data, 'status_destroying') == ['ws-gone']
+    assert hosts_of(data, 'cleanup_debt') == ['ws-gone']
+    assert hosts_of(data, 'node_' + site.info['template_node']) == ['ws-broken', 'ws-gone', 'ws-ready']
+    assert hosts_of(data, 'orphans') == sorted('orphan-%d' % v for v in site.orphans.values())
+    assert 'missing' not in data
+    hv = plain(data['_meta']['hostvars'])
+
+    ready = hv['ws-ready']
+    assert (ready['ansible_host'], ready['ansible_user'], ready['ansible_port']) == (
+        site.addresses['ws-ready'], site.info['ssh_user'], site.info['ssh_port'])
+    assert (ready['ephemera_status'], ready['ephemera_live_status'], ready['ephemera_step']) == ('ready', 'running', None)
+    assert (ready['ephemera_vmid'], ready['ephemera_node'], ready['ephemera_pool']) == (
+        site.vmids['ws-ready'], site.info['template_node'], site.info['pool'])
+    assert ready['ephemera_repo'].endswith('/repo') and ready['ephemera_ref'] == 'main'
+    assert ready['ephemera_purpose'] == 'make the tests pass: ws-ready'
+    assert ready['ephemera_created_at'] <= ready['ephemera_updated_at']
+    assert (ready['ephemera_last_failure'], ready['ephemera_cleanup_debt']) == (None, [])
+    assert ready['ephemera_tags'] == ['ephemera'] and ready['ephemera_address_source'] == 'journal'
+    assert 'ws-ready' in hosts_of(data, 'activity_' + ready['ephemera_activity'])
+
+    broken = hv['ws-broken']
+    assert (broken['ephemera_status'], broken['ephemera_step']) == ('failed', 'brief')
+    assert broken['ephemera_last_failure']['step'] == 'brief'
+    assert 'nonexistent' in broken['ephemera_last_failure']['message']
+    assert broken['ephemera_live_status'] == 'running' and broken['ansible_host'] == site.addresses['ws-broken']
+
+    gone = hv['ws-gone']
+    assert (gone['ephemera_status'], gone['ephemera_desired_state'], gone['ephemera_step']) == (
+        'destroying', 'destroyed', 'destroy')
+    [debt] = gone['ephemera_cleanup_debt']
+    assert (debt['resource'], debt['attempts'], debt['last_error']) == (
+        'lxc/%d@%s' % (site.vmids['ws-gone'], site.info['template_node']), 1, 'CT is locked (backup)')
+
+    bare = hv['orphan-%d' % site.orphans['bare']]
+    assert (bare['ephemera_orphan_reason'], bare['ephemera_marker'], bare['ephemera_name']) == (
+        'not_in_journal', 'absent', 'stray')
+    assert 'ansible_host' not in bare and bare['ephemera_pool'] == site.info['pool']
+    lost = hv['orphan-%d' % site.orphans['lost']]
+    assert (lost['ephemera_marker'], lost['ephemera_marker_workspace']) == ('verified', 'ws-lost')
+    # Orphans are reported, never acted on: they are in no group but their own.
+    for group, members in data.items():
+        if group not in ('_meta', 'all', 'orphans'):
+            assert not [h for h in members.get('hosts', []) if h.startswith('orphan-')], group
+
+
+def test_a_listed_workspace_is_reachable_over_ssh(site, inventory):
+    key, known = site.info['ssh_private_key'], site.info['ssh_known_hosts']
+    code, _data, out = inventory(config(site), 'ws-ready', '-m', 'ansible.builtin.raw', '-a', 'echo "vmid=$LOCALPVE_VMID"',
+                                 '--private-key', key, command='ansible',
+                                 env={'ANSIBLE_SSH_ARGS': '-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes' % known})
+    assert code == 0, out
+    assert 'vmid=%d' % site.vmids['ws-ready'] in out
+
+
+def test_compose_groups_keyed_groups_and_filters(site, inventory):
+    options = config(site, compose={'ansible_user': "'ops'", 'short_repo': "ephemera_repo | basename"},
+                     groups={'needs_attention': "ephemera_status in ['failed', 'destroying']"},
+                     keyed_groups=[{'key': 'ephemera_live_status', 'prefix': 'live'}],
+                     filters={'status': ['ready', 'failed']}, group_prefix='ws_', include_orphans=False)
+    code, data, out = inventory(options)
+    assert code == 0, out
+    assert hosts_of(data, 'ws_workspaces') == ['ws-broken', 'ws-ready']
+    assert hosts_of(data, 'needs_attention') == ['ws-broken']
+    assert hosts_of(data, 'live_running') == ['ws-broken', 'ws-ready']
+    assert 'ws_orphans' not in data and 'ws_status_ready' in data
+    hv = plain(data['_meta']['hostvars'])
+    assert hv['ws-ready']['ansible_user'] == 'ops' and hv['ws-ready']['short_repo'] == 'repo'
+
+    code, data, out = inventory(config(site, filters={'node': 'no-such-node', 'tag': 'ephemera'}))
+    assert code == 0, out
+    assert hosts_of(data, 'workspaces') == [] and hosts_of(data, 'orphans') == []
+
+
+def test_compose_error_is_fatal_only_when_strict(site, inventory):
+    options = config(site, compose={'broken': 'no_such_variable.attribute'})
+    code, _data, out = inventory(options)
+    assert code == 0, out
+    code, _data, out = inventory(dict(options, strict=True))
+    assert code != 0 and 'no_such_variable' in out
+
+
+def test_cache_hit_makes_no_api_call(site, inventory, tmp_path):
+    journal_path = copy_journal(site, tmp_path)
+    options = config(site, journal_path=journal_path, cache=True, cache_plugin='ansible.builtin.jsonfile',
+                     cache_connection=str(tmp_path / 'cache'), cache_timeout=3600)
+    mark = site.mark()
+    code, first, out = inventory(options)
+    assert code == 0, out
+    assert site.requests_since(mark), 'the first run reads the cluster'
+    with Journal.open(journal_path, create=False) as journal:
+        journal.create_workspace('ws-new', params={'pool': site.info['pool']})
+
+    mark = site.mark()
+    code, second, out = inventory(options)
+    assert code == 0, out
+    assert site.requests_since(mark) == []
+    assert second == first  # nor was the journal read: ws-new is not there yet
+
+    code, third, out = inventory(options, '--list', '--flush-cache')
+    assert code == 0, out
+    assert site.requests_since(mark)[0] == ('GET', '/cluster/resources')
+    assert 'ws-new' in hosts_of(third, 'workspaces')
+
+
+def test_unreachable_cluster_lists_the_journal_with_a_warning(site, inventory):
+    options = config(site, api_host='https://127.0.0.1:%d' % closed_port(), request_timeout=5)
+    code, data, out = inventory(options)
+    assert code == 0, out
+    assert inventory.path() in out and 'option api_host' in out and 'from the journal alone' in out
+    assert hosts_of(data, 'workspaces') == ['ws-broken', 'ws-gone', 'ws-ready']
+    hv = plain(data['_meta']['hostvars'])
+    assert hv['ws-ready']['ephemera_live_status'] == 'unknown'
+    assert hv['ws-ready']['ansible_host'] == site.addresses['ws-ready']
+    assert hosts_of(data, 'orphans') == []
+
+    code, data, out = inventory(dict(options, strict=True))
+    assert code != 0 and inventory.path() in out and 'option api_host' in out and 'connection refused' in out
+
+
+def test_journal_alone_without_a_cluster(site, inventory):
+    mark = site.mark()
+    code, data, out = inventory({'plugin': 'ephemera.workspaces.workspaces'}, env={'EPHEMERA_JOURNAL': site.journal_path})
+    assert code == 0, out
+    assert 'WARNING' not in out and site.requests_since(mark) == []
+    assert hosts_of(data, 'status_ready') == ['ws-ready']
+
+
+@pytest.mark.parametrize('case, change, env, expected', [
+    ('unknown option', {'journal': '/x'}, {}, ["unknown option 'journal'", "did you mean 'journal_path'"]),
+    ('unknown filter', {'filters': {'state': 'ready'}}, {}, ["unknown filter 'state' in option filters"]),
+    ('unknown status', {'filters': {'status': 'readyy'}}, {}, ['option filters.status', 'readyy']),
+    ('missing journal', {'journal_path': '/nonexistent/journal.sqlite'}, {},
+     ['option journal_path', 'No journal at /nonexistent/journal.sqlite']),
+    ('missing journal from env', {'journal_path': None}, {'EPHEMERA_JOURNAL': '/nonexistent/j.sqlite'},
+     ['option journal_path (from EPHEMERA_JOURNAL)', '/nonexistent/j.sqlite']),
+    ('bad token', {'api_token_secret': 'wrong'}, {}, ['options api_token_id, api_token_secret', 'refused API token']),
+    ('bad password', {'api_token_id': None, 'api_token_secret': None, 'api_user': 'root@pam'},
+     {'PROXMOX_PASSWORD': 'wrong'}, ['api_password (from PROXMOX_PASSWORD)', 'refused the login']),
+    ('no credentials', {'api_token_id': None, 'api_token_secret': None}, {},
+     ['connection options', 'no Proxmox VE credentials']),
+    ('wrong CA', {'ca_file': '/etc/ssl/certs/ca-certificates.crt'}, {}, ['options ca_file, validate_certs',
+                                                                         'does not verify']),
+])
+def test_bad_input_names_the_file_and_the_option(site, inventory, case, change, env, expected):
+    code, data, out = inventory(config(site, **change), env=env)
+    assert code != 0, out
+    assert inventory.path() in out
+    for text in expected:
+        assert text in out, case
+
+
+def test_templates_in_journal_data_are_never_evaluated(site, inventory, tmp_path):
+    journal_path = copy_journal(site, tmp_path)
+    canary = tmp_path / 'evaluated'
+    purpose = "{{ lookup('ansible.builtin.pipe', 'touch %s') }}" % canary
+    with Journal.open(journal_path, create=False) as journal:
+        journal.create_workspace('ws-sneaky', status='ready', purpose=purpose)
+    play = tmp_path / 'show.yml'
+    play.write_text('- hosts: ws-sneaky\n  gather_facts: false\n  tasks:\n'
+                    '    - ansible.builtin.debug:\n        msg: "purpose={{ ephemera_purpose }}"\n')
+    code, _data, out = inventory(config(site, journal_path=journal_path, api_host=None), str(play),
+                                 command='ansible-playbook')
+    assert code == 0, out
+    assert 'purpose=%s' % purpose in out
+    assert not canary.exists()
+
+
+def test_current_step_comes_from_the_running_operation(site, inventory, tmp_path):
+    journal_path = copy_journal(site, tmp_path)
+    with Journal.open(journal_path, create=False) as journal:
+        journal.create_workspace('ws-busy', status='provisioning', params={'pool': site.info['pool']},
+                                 progress={'request': 1, 'vmid': 1})
+        queue = Queue(journal)
+        turn = queue.poll(queue.enqueue('create', 'ws-busy').request_id)
+        assert turn.outcome == CLAIMED
+        queue.step(turn.claim, 'wait_clone')
+    code, data, out = inventory(config(site, journal_path=journal_path, api_host=None, filters={'status': 'provisioning'}))
+    assert code == 0, out
+    busy = plain(data['_meta']['hostvars'])['ws-busy']
+    assert busy['ephemera_step'] == 'wait_clone'
+    assert (busy['ephemera_operation']['kind'], busy['ephemera_operation']['step']) == ('create', 'wait_clone')

@@ -1,0 +1,183 @@
+"""The inventory plugin's pure logic: how journal records and one /cluster/resources answer become hosts."""
+
+import pytest
+
+from ansible_collections.ephemera.workspaces.plugins.inventory import workspaces as inv
+from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+
+SECRET = b'unit-secret'
+CONTROLLER = 'ctl-1'
+POOL = 'disposable-workspaces'
+
+
+def record(name, status='ready', vmid=None, **fields):
+    base = dict(name=name, status=status, activity='idle', desired_state='present', vmid=vmid, candidate_vmid=None,
+                node='pve1', repo='https://git/r.git', ref='main', purpose='p', failure=None, address=None,
+                params={'pool': POOL, 'agent_user': 'agent', 'ssh_user': 'root', 'ssh_port': 22, 'tags': ['t1']},
+                progress={}, created_at='2026-01-01T00:00:00Z', updated_at='2026-01-01T00:00:00Z')
+    base.update(fields)
+    return base
+
+
+def resource(vmid, name, status='running', pool=POOL, node='pve1', **extra):
+    item = dict(vmid=vmid, name=name, status=status, node=node, type='lxc', template=0)
+    if pool:
+        item['pool'] = pool
+    item.update(extra)
+    return item
+
+
+@pytest.mark.parametrize('answer, expected', [
+    (None, None),
+    ([], None),
+    ([{'name': 'lo', 'ip-addresses': [{'ip-address-type': 'inet', 'ip-address': '127.0.0.1'}]}], None),
+    ([{'name': 'lo', 'ip-addresses': [{'ip-address-type': 'inet', 'ip-address': '127.0.0.1'}]},
+      {'name': 'eth0', 'ip-addresses': [{'ip-address-type': 'inet6', 'ip-address': 'fe80::1'},
+                                        {'ip-address-type': 'inet6', 'ip-address': '2001:db8::5'},
+                                        {'ip-address-type': 'inet', 'ip-address': '127.0.3.4'}]}], '127.0.3.4'),
+    ([{'name': 'eth0', 'ip-addresses': [{'ip-address-type': 'inet6', 'ip-address': 'fe80::1'},
+                                        {'ip-address-type': 'inet6', 'ip-address': '2001:db8::5'}]}], '2001:db8::5'),
+    ([{'name': 'eth0', 'inet': '10.0.0.5/24'}], None),  # the legacy single-address field is not read
+])
+def test_pick_address(answer, expected):
+    assert inv.pick_address(answer) == expected
+
+
+@pytest.mark.parametrize('text, tags', [(None, []), ('', []), ('b;a', ['a', 'b']), ('a, b c;a', ['a', 'b', 'c'])])
+def test_parse_tags(text, tags):
+    assert inv.parse_tags(text) == tags
+
+
+@pytest.mark.parametrize('rec, operation, step', [
+    (record('w', 'ready'), None, None),
+    (record('w', 'destroyed'), None, None),
+    (record('w', 'destroying'), None, 'destroy'),
+    (record('w', 'requested'), None, 'request'),
+    (record('w', 'booting', progress={'request': 1, 'vmid': 1, 'clone': 1, 'wait_clone': 1, 'configure': 1}), None,
+     'start'),
+    (record('w', 'failed', failure={'step': 'ssh', 'message': 'x'}), None, 'ssh'),
+    (record('w', 'failed', failure=None, progress={'request': 1}), None, 'vmid'),
+    (record('w', 'provisioning'), {'step': 'clone'}, 'clone'),
+    (record('w', 'provisioning', progress={'request': 1}), {'step': None}, 'vmid'),
+])
+def test_current_step(rec, operation, step):
+    assert inv.current_step(rec, operation) == step
+
+
+def test_assemble_without_cluster_keeps_the_journal_view():
+    snap = inv.assemble([record('a', vmid=101, address='127.0.0.5')], [], {}, None, [POOL])
+    [ws] = snap['workspaces']
+    assert (ws['live_status'], ws['address'], ws['address_source']) == ('unknown', '127.0.0.5', 'journal')
+    assert ws['tags'] == ['ephemera', 't1']
+    assert snap['orphans'] == []
+
+
+def test_assemble_matches_by_vmid_and_finds_orphans():
+    records = [record('a', vmid=101, address='127.0.0.5'), record('b', 'booting', vmid=102),
+               record('c', 'provisioning', candidate_vmid=103), record('d', 'failed', vmid=104),
+               record('e', 'destroyed', vmid=105), record('f', vmid=106)]
+    debts = [dict(workspace='d', resource='lxc/104@pve1', attempts=2, last_error='locked', next_retry='x', other=1)]
+    resources = [resource(101, 'agent-a', tags='ephemera;team'), resource(102, 'agent-b', node='pve2'),
+                 resource(103, 'agent-c', pool=None, lock='create'), resource(105, 'agent-e'),
+                 resource(106, 'renamed-f'), resource(107, 'stray', status='stopped'),
+                 resource(108, 'elsewhere', pool='other'), resource(9000, 'tpl', template=1)]
+    snap = inv.assemble(records, debts, {}, resources, [POOL])
+    ws = dict((w['name'], w) for w in snap['workspaces'])
+    assert ws['a']['live_status'] == 'running' and ws['a']['tags'] == ['ephemera', 'team']
+    assert not ws['a']['needs_address'] and not ws['a']['check_marker']
+    assert ws['b']['node'] == 'pve2' and ws['b']['needs_address']
+    # The candidate of a clone in flight is the workspace's when it bears its name.
+    assert (ws['c']['vmid'], ws['c']['lock'], ws['c']['pool']) == (103, 'create', None)
+    assert ws['d']['live_status'] == 'absent' and ws['d']['cleanup_debt'] == [
+        dict(resource='lxc/104@pve1', attempts=2, last_error='locked', next_retry='x')]
+    # A destroyed workspace claims nothing: its old id, taken again, is an orphan.
+    assert ws['e']['live_status'] == 'absent'
+    assert ws['f']['check_marker']
+    assert [(o['vmid'], o['reason']) for o in snap['orphans']] == [(105, 'not_in_journal'), (107, 'not_in_journal')]
+    assert all(o['check_marker'] for o in snap['orphans'])
+
+
+def test_assemble_ignores_a_candidate_under_another_name():
+    snap = inv.assemble([record('c', 'provisioning', candidate_vmid=103)], [], {}, [resource(103, 'someone-else')],
+                        [POOL])
+    assert snap['workspaces'][0]['vmid'] is None and snap['workspaces'][0]['live_status'] == 'absent'
+    assert [o['vmid'] for o in snap['orphans']] == [103]
+
+
+def test_apply_marker_on_a_renamed_container_of_ours_keeps_it():
+    snap = inv.assemble([record('f', vmid=106)], [], {}, [resource(106, 'renamed-f')], [POOL])
+    ws = snap['workspaces'][0]
+    inv.apply_marker(snap, ws, marker.render(SECRET, CONTROLLER, 'f', 106), SECRET, CONTROLLER)
+    assert (ws['marker'], ws['live_status']) == ('verified', 'running') and snap['orphans'] == []
+
+
+def test_apply_marker_on_a_foreign_container_at_our_vmid_makes_an_orphan():
+    snap = inv.assemble([record('f', vmid=106)], [], {}, [resource(106, 'intruder', tags='x', lock='backup')], [POOL])
+    ws = snap['workspaces'][0]
+    inv.apply_marker(snap, ws, marker.render(SECRET, CONTROLLER, 'g', 106), SECRET, CONTROLLER)
+    assert (ws['marker'], ws['live_status'], ws['lock'], ws['tags']) == ('mismatch', 'mismatch', None, ['ephemera', 't1'])
+    [orphan] = snap['orphans']
+    assert (orphan['vmid'], orphan['reason'], orphan['marker_workspace']) == (106, 'marker_mismatch', 'g')
+
+
+@pytest.mark.parametrize('description, secret, verdict', [
+    (None, SECRET, 'absent'),
+    ('note only', None, 'absent'),
+    (marker.render(SECRET, 'other-controller', 'x', 107), None, 'foreign'),
+    (marker.render(SECRET, CONTROLLER, 'x', 107), None, 'unverified'),
+    (marker.render(SECRET, CONTROLLER, 'x', 107), SECRET, 'verified'),
+    (marker.render(b'not-ours', CONTROLLER, 'x', 107), SECRET, 'forged'),
+    (marker.render(SECRET, CONTROLLER, 'x', 999), SECRET, 'mismatch'),
+])
+def test_orphan_marker_verdicts(description, secret, verdict):
+    snap = inv.assemble([], [], {}, [resource(107, 'stray')], [POOL])
+    [orphan] = snap['orphans']
+    inv.apply_marker(snap, orphan, description, secret, CONTROLLER)
+    assert orphan['marker'] == verdict
+    assert orphan['marker_workspace'] == ('x' if description and 'workspace=' in description else None)
+
+
+@pytest.mark.parametrize('filters, names', [
+    ({}, ['a', 'b', 'd']),
+    ({'status': 'destroyed'}, ['c', 'd']),
+    ({'status': ['ready', 'failed']}, ['a', 'b']),
+    ({'node': 'pve2'}, ['b']),
+    ({'tag': ['t1']}, ['a', 'b', 'd']),
+    ({'tag': ['t1', 'team']}, ['a']),
+    ({'tag': 'nope'}, []),
+])
+def test_filters(filters, names):
+    records = [record('a', vmid=101), record('b', 'failed', node='pve2'), record('c', 'destroyed'),
+               record('d', 'destroyed')]
+    debts = [dict(workspace='d', resource='r', attempts=1, last_error='e', next_retry='x')]
+    snap = inv.assemble(records, debts, {}, [resource(101, 'agent-a', tags='t1;team')], [POOL])
+    assert [w['name'] for w in snap['workspaces'] if inv.wanted(w, filters)] == names
+
+
+def test_make_unsafe_keeps_every_value():
+    value = inv.make_unsafe({'a': 'plain', 'b': ['{{ x }}', 1, None], 'c': {'d': '{% if %}'}})
+    assert type(value['a']) is str
+    assert isinstance(value['b'][0], str) and value['b'][1:] == [1, None]
+    assert value['b'][0] == '{{ x }}' and value['c']['d'] == '{% if %}'
+
+
+@pytest.mark.parametrize('name, safe', [('pve1', 'pve1'), ('pve-2.lab', 'pve_2_lab')])
+def test_safe_group(name, safe):
+    assert inv.safe_group(name) == safe
+
+
+@pytest.mark.parametrize('fields, groups', [
+    ({}, ['status_ready', 'activity_idle', 'node_pve1']),
+    ({'node': 'pve-2', 'activity': 'blocked'}, ['status_ready', 'activity_blocked', 'node_pve_2']),
+    ({'node': None}, ['status_ready', 'activity_idle']),
+    ({'cleanup_debt': [{'resource': 'r'}]}, ['status_ready', 'activity_idle', 'node_pve1', 'cleanup_debt']),
+    ({'live_status': 'absent'}, ['status_ready', 'activity_idle', 'node_pve1', 'missing']),
+    ({'live_status': 'mismatch', 'status': 'failed'}, ['status_failed', 'activity_idle', 'node_pve1', 'missing']),
+    ({'live_status': 'absent', 'status': 'destroying'}, ['status_destroying', 'activity_idle', 'node_pve1']),
+    ({'live_status': 'absent', 'vmid': None}, ['status_ready', 'activity_idle', 'node_pve1']),
+    ({'live_status': 'unknown'}, ['status_ready', 'activity_idle', 'node_pve1']),
+])
+def test_workspace_groups(fields, groups):
+    ws = inv.workspace_entry(record('a', vmid=101), [], None)
+    ws.update(fields)
+    assert inv.workspace_groups(ws) == groups

@@ -74,6 +74,14 @@ class LoopThread(object):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def close(self):
+        async def cancel_the_rest():
+            # Tasks cut short by a stop (a long PVE task, a held lock) end here, not as warnings at exit.
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in rest:
+                task.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+        if self.thread.is_alive():
+            self.call(cancel_the_rest(), 30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(30)
         if not self.thread.is_alive():

@@ -149,12 +149,14 @@ class FaultProxy(object):
         self._ids = itertools.count(1)
         self.runner = None
         self.session = None
+        self.closing = None
 
     @property
     def url(self):
         return 'https://{0}:{1}'.format(self.host, self.port)
 
     async def start(self):
+        self.closing = asyncio.Event()
         app = web.Application(client_max_size=64 * 1024 ** 2)
         app.router.add_route('*', '/{tail:.*}', self._handle)
         self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -165,6 +167,9 @@ class FaultProxy(object):
                                              timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False)
 
     async def stop(self):
+        if self.closing is not None:
+            # Responses held back by delay rules are cut, not waited for.
+            self.closing.set()
         if self.session is not None:
             await self.session.close()
             self.session = None
@@ -207,7 +212,11 @@ class FaultProxy(object):
         if rule is not None and rule.action == 'drop-response':
             return _reset(request)
         if rule is not None and rule.action == 'delay':
-            await asyncio.sleep(rule.seconds)
+            try:
+                await asyncio.wait_for(self.closing.wait(), rule.seconds)
+                return _reset(request)
+            except asyncio.TimeoutError:
+                pass
         return web.Response(status=status, reason=reason, headers=headers, body=payload)
 
     async def _forward(self, request, body):

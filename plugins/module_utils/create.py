@@ -123,7 +123,7 @@ class CreateFlow:
         self.sleep = sleep
         self.name = params['name']
         self.ws = journal.get_workspace(self.name)
-        self.controller = journal.controller_id
+        self.controller = marker.controller_id(secret)
 
     # ------------------------------------------------------------------ helpers
 

@@ -94,7 +94,7 @@ class DestroyFlow:
         self.sleep = sleep
         self.name = params['name']
         self.ws = journal.get_workspace(self.name)
-        self.controller = journal.controller_id
+        self.controller = marker.controller_id(secret)
 
     # ------------------------------------------------------------------ helpers
 
@@ -378,7 +378,7 @@ def destroy_orphan(journal, client, secret, vmid, node=None, task_timeout=300, c
     the workspace the marker names, at this VMID) is stopped and deleted. The deletion is logged
     under that workspace's name.
     """
-    controller = journal.controller_id
+    controller = marker.controller_id(secret)
     if node is None:
         for guest in client.get('/cluster/resources', type='vm') or []:
             if int(guest.get('vmid', -1)) == int(vmid) and guest.get('type') == 'lxc':

@@ -45,6 +45,16 @@ class MarkerError(EphemeraError):
     """The controller secret cannot be read or made."""
 
 
+def controller_id(secret):
+    """The controller's identity in markers, derived from its secret.
+
+    It is not kept in the journal, so a lost or restored journal still recognises the containers
+    this controller made (as orphans to report, or records to adopt again): whoever holds the
+    secret is the controller.
+    """
+    return 'c-' + hmac.new(secret, b'ephemera controller id', hashlib.sha256).hexdigest()[:24]
+
+
 def token(secret, controller, workspace, vmid):
     message = ('%s\n%s\n%s\n%d' % (VERSION, controller, workspace, int(vmid))).encode('utf-8')
     return hmac.new(secret, message, hashlib.sha256).hexdigest()

@@ -83,3 +83,9 @@ def test_concurrent_first_use_agrees_on_one_secret(tmp_path, monkeypatch):
     secrets = {out.get(timeout=5) for dummy in procs}
     assert len(secrets) == 1 and len(secrets.pop()) == 64
     assert sorted(os.listdir(str(tmp_path))) == ['journal.sqlite.secret']
+
+
+def test_controller_id_follows_the_secret_not_the_journal():
+    assert marker.controller_id(SECRET) == marker.controller_id(bytes(SECRET))
+    assert marker.controller_id(SECRET) != marker.controller_id(b'another secret')
+    assert marker.controller_id(SECRET).startswith('c-') and len(marker.controller_id(SECRET)) == 26

@@ -19,7 +19,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+# The repository root instead of bench/ itself, whose scripts' names (queue.py) would shadow the standard library.
+sys.path[0] = ROOT
 
 from tests.localpve import LocalCluster, guest_address, proxmox, ssh, wait_task  # noqa: E402 pylint: disable=wrong-import-position
 from tests.localpve.cluster import pick_host  # noqa: E402 pylint: disable=wrong-import-position

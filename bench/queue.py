@@ -7,12 +7,17 @@ queued operation (wait for the turn, two step records, hold for --hold seconds, 
 - 1 workspace x 1 operation;
 - 10 workspaces x 1 operation each, with forks 10.
 Prints the median wall time of each over N runs and their ratio: about 1 means the queue lets
-different workspaces run side by side; 10 would mean it serialised them. --same-target adds
-10 operations on one workspace (forks 10), which the queue must run one after another (~10 x hold).
+different workspaces run side by side; 10 would mean it serialised them. From the journal it also
+prints the longest queue wait (queued -> claimed) and the most operations running at once, which
+separate the queue's share from Ansible's own per-task cost (on 2 cores, 50 module processes
+in the 10-workspace run). --same-target adds 10 operations on one workspace from 10 concurrent
+ansible-playbook runs (as 10 operators would), which the queue must run one after another
+(~10 x hold). (Hosts of one run on one target are refused at once: see docs/queue.md.)
 """
 
 import argparse
 import os
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -48,13 +53,18 @@ PLAYBOOK = '''
 '''
 
 
-def one_run(workdir, hosts, hold, same_target):
-    journal = os.path.join(workdir, 'journal-%d.sqlite' % time.monotonic_ns())
-    names = ['ws%02d' % n for n in range(hosts)]
-    inventory = os.path.join(workdir, 'hosts.ini')
-    with open(inventory, 'w') as f:
+def inventory_file(workdir, names):
+    path = os.path.join(workdir, 'hosts-%s.ini' % '-'.join(names))
+    with open(path, 'w') as f:
         f.write(''.join('%s ansible_connection=local ansible_python_interpreter=%s\n' % (n, sys.executable)
                         for n in names))
+    return path
+
+
+def one_run(workdir, hosts, hold, same_target):
+    """Wall time of the operations on ``hosts`` workspaces: one run with forks=hosts, or (same_target) one run per host."""
+    journal = os.path.join(workdir, 'journal-%d.sqlite' % time.monotonic_ns())
+    names = ['ws%02d' % n for n in range(hosts)]
     # The workspaces exist in the journal, as a reconcile needs.
     subprocess.run([sys.executable, '-c', 'import sys\n'
                     'from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal\n'
@@ -62,18 +72,30 @@ def one_run(workdir, hosts, hold, same_target):
                     '[j.create_workspace(n) for n in sys.argv[2:]]', journal] + names, check=True)
     extra = ['-e', 'hold=%s' % hold] + (['-e', 'target=ws00'] if same_target else [])
     env = dict(os.environ, EPHEMERA_JOURNAL=journal, ANSIBLE_LOCALHOST_WARNING='0', ANSIBLE_NOCOLOR='1')
+    playbook = [os.path.join(BIN, 'ansible-playbook'), os.path.join(workdir, 'op.yml')] + extra
+    commands = ([playbook + ['-i', inventory_file(workdir, [n])] for n in names] if same_target
+                else [playbook + ['-i', inventory_file(workdir, names), '--forks', str(hosts)]])
     started = time.monotonic()
-    proc = subprocess.run([os.path.join(BIN, 'ansible-playbook'), '-i', inventory, '--forks', str(hosts),
-                           os.path.join(workdir, 'op.yml')] + extra, env=env, capture_output=True, text=True)
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for cmd in commands]
+    outputs = [proc.communicate()[0] for proc in procs]
     elapsed = time.monotonic() - started
-    if proc.returncode:
-        sys.exit('ansible-playbook failed:\n' + proc.stdout[-3000:] + proc.stderr[-3000:])
-    return elapsed
+    for proc, output in zip(procs, outputs):
+        if proc.returncode:
+            sys.exit('ansible-playbook failed:\n' + output[-3000:])
+    conn = sqlite3.connect(journal)
+    spans = conn.execute('SELECT created_at, started_at, ended_at FROM queue').fetchall()
+    conn.close()
+    longest_wait = max(started - created for created, started, _ in spans)
+    peak = max(sum(1 for _, s, e in spans if s <= at < e) for _, at, _ in spans)
+    return elapsed, longest_wait, peak
 
 
 def measure(workdir, hosts, hold, runs, same_target=False):
-    times = [one_run(workdir, hosts, hold, same_target) for _ in range(runs)]
-    return statistics.median(times), min(times), max(times)
+    results = [one_run(workdir, hosts, hold, same_target) for _ in range(runs)]
+    times = [r[0] for r in results]
+    return (statistics.median(times), min(times), max(times), max(r[1] for r in results),
+            min(r[2] for r in results))
 
 
 def main():
@@ -88,15 +110,16 @@ def main():
         f.write(PLAYBOOK)
     print('queue: one operation holds its workspace %.1f s; median of %d run(s) of ansible-playbook, wall time'
           % (args.hold, args.runs))
+    line = '  %-33s: %6.2f s  (%.2f-%.2f); longest queue wait %.2f s; peak running at once %d'
     one = measure(workdir, 1, args.hold, args.runs)
-    print('  1 workspace  x 1 op             : %6.2f s  (%.2f-%.2f)' % one)
+    print(line % (('1 workspace x 1 op',) + one))
     ten = measure(workdir, 10, args.hold, args.runs)
-    print('  10 workspaces x 1 op, forks 10  : %6.2f s  (%.2f-%.2f)' % ten)
+    print(line % (('10 workspaces x 1 op, forks 10',) + ten))
     print('  ratio 10 workspaces / 1 workspace: %.2f  (1 = fully parallel, 10 = serialised)' % (ten[0] / one[0]))
     if args.same_target:
         same = measure(workdir, 10, args.hold, args.runs, same_target=True)
-        print('  10 ops on 1 workspace, forks 10 : %6.2f s  (%.2f-%.2f)  ratio %.2f (the queue serialises them)'
-              % (same + (same[0] / one[0],)))
+        print(line % (('10 runs x 1 op on 1 workspace',) + same))
+        print('  ratio 10 ops on 1 workspace / 1: %.2f  (the queue runs them one after another)' % (same[0] / one[0]))
     print('  cores: %d, load average at start: %.2f' % (os.cpu_count(), load))
 
 

@@ -11,6 +11,8 @@ takes the write lock up front and waits for it in the busy handler, instead of f
 
 Every write that depends on what the caller read earlier is a compare-and-set on the record's
 ``generation``: a writer that was superseded gets :class:`StaleGenerationError` and writes nothing.
+A write made for a queued operation (see ``queue.py``) also carries the run's claim, checked in the
+same transaction: a run that lost its claim gets :class:`ClaimLostError` and writes nothing.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -135,13 +135,15 @@ class Turn:
 
     ``outcome``: CLAIMED (``claim`` is set; ``resumed`` when a dead runner's work is taken over,
     ``previous_step`` is where it stopped), FINISHED (the entry ended; ``folded`` when this run did
-    not run it) or WAITING (``ahead`` lists the active entries before it).
+    not run it) or WAITING (``ahead`` lists the active entries before it; ``held_by_own_run`` is the
+    running entry it waits for if this very run holds that one).
     """
 
-    __slots__ = ('outcome', 'entry', 'claim', 'resumed', 'previous_step', 'folded', 'ahead', 'request_id')
+    __slots__ = ('outcome', 'entry', 'claim', 'resumed', 'previous_step', 'folded', 'ahead', 'request_id',
+                 'held_by_own_run')
 
     def __init__(self, outcome, entry, request_id, claim=None, resumed=False, previous_step=None, folded=False,
-                 ahead=None):
+                 ahead=None, held_by_own_run=None):
         self.outcome = outcome
         self.entry = entry
         self.request_id = request_id
@@ -150,6 +152,7 @@ class Turn:
         self.previous_step = previous_step
         self.folded = folded
         self.ahead = ahead or []
+        self.held_by_own_run = held_by_own_run
 
 
 class Queue:
@@ -298,7 +301,7 @@ class Queue:
             dead, acting = [], None
             for row in rows:
                 if row['state'] == 'running' and self._runner_alive(row, now):
-                    return self._waiting(conn, req)
+                    return self._waiting(conn, req, row if self._same_run(row['owner'], req['owner']) else None)
                 if self._live_requests(conn, row['id'], now):
                     acting = row
                     break
@@ -329,20 +332,37 @@ class Queue:
                 return self._waiting(conn, req)
             return self._claim(conn, req, entry, now)
 
-    def wait(self, request_id, timeout=DEFAULT_TIMEOUT, backoff=None):
+    def wait(self, request_id, timeout=DEFAULT_TIMEOUT, backoff=None, wait_for_own_run=False):
         """Poll until this run may run its entry (CLAIMED) or the entry ended (FINISHED).
 
         On timeout the request is withdrawn (and an entry nobody else waits for is cancelled),
         then :class:`QueueTimeout` says what the run waited behind.
+
+        If the entry it waits for is held by this very run (another host or loop item of the same
+        play, or an earlier task that never recorded its outcome), the wait is given up at once
+        with :class:`QueueError`: under Ansible's linear strategy that holder cannot go on while
+        this task waits. ``wait_for_own_run`` waits anyway (the ``free`` strategy).
         """
         def probe(_remaining):
             turn = self.poll(request_id)
-            return pending(turn) if turn.outcome == WAITING else done(turn)
+            if turn.outcome == WAITING and (turn.held_by_own_run is None or wait_for_own_run):
+                return pending(turn)
+            return done(turn)
 
         result = wait_for(probe, timeout, backoff=backoff or Backoff(start=0.1, maximum=0.5, factor=1.5, jitter=0.2))
-        if result.ok:
+        if result.ok and result.value.outcome != WAITING:
             return result.value
         turn = result.value
+        if result.ok:
+            held = turn.held_by_own_run
+            self.withdraw(request_id, 'its run holds #%d on the same target itself' % held['id'])
+            raise QueueError('%s waits for %s, which this same ansible-playbook run holds (step %s): another host or '
+                             'loop item of this play, or an earlier task that did not record its outcome. Waiting here '
+                             'would block that holder too, so this request was withdrawn and nothing was changed. Run '
+                             'operations on one target from separate runs or with serial: 1, record the outcome of '
+                             'the earlier operation (state=finished or failed), or set wait_for_own_run=true under '
+                             'the free strategy.' % (describe(turn.entry), describe(held), held['step'] or '(none)'),
+                             entry_id=turn.entry['id'], held_by=held['id'])
         self.withdraw(request_id, 'gave up waiting after %s' % duration(timeout))
         ahead = '; '.join(self._ahead_text(row) for row in turn.ahead) or 'no runner has claimed it yet'
         raise QueueTimeout('Timed out after %s waiting for the turn of %s (%d operation(s) ahead: %s). This run changed '
@@ -494,6 +514,11 @@ class Queue:
         return live
 
     @staticmethod
+    def _same_run(owner_json, other_json):
+        one, other = json.loads(owner_json or '{}'), json.loads(other_json or '{}')
+        return all(one.get(key) == other.get(key) for key in ('host', 'pid', 'start_time'))
+
+    @staticmethod
     def _same_operation(one, other):
         return all(one[key] == other[key] for key in ('kind', 'target_type', 'target', 'fingerprint', 'parent_id'))
 
@@ -546,13 +571,14 @@ class Queue:
         # 'ran': this request's run executed the entry; anything else means another run did.
         return Turn(FINISHED_TURN, self._entry_dict(conn, entry, time.time()), req['id'], folded=req['state'] != 'ran')
 
-    def _waiting(self, conn, req):
+    def _waiting(self, conn, req, held_by_own_run=None):
         entry = self._entry(conn, req['entry_id'])
         ahead = conn.execute("SELECT * FROM queue WHERE target_type = ? AND target = ? AND state IN ('queued', 'running') "
                              "AND id < ? ORDER BY id", (entry['target_type'], entry['target'], entry['id'])).fetchall()
         if entry['state'] == 'running':
             ahead.append(entry)  # joined an entry that another run is running now
-        return Turn(WAITING, self._entry_dict(conn, entry, time.time()), req['id'], ahead=ahead)
+        return Turn(WAITING, self._entry_dict(conn, entry, time.time()), req['id'], ahead=ahead,
+                    held_by_own_run=held_by_own_run)
 
     @staticmethod
     def _ahead_text(row):

@@ -105,6 +105,13 @@ options:
         cancelled. V(0) looks once.
     type: float
     default: 3600
+  wait_for_own_run:
+    description:
+      - With O(state=claimed), wait even when the entry ahead is held by this same C(ansible-playbook) run (another host
+        or loop item of the play). By default such a wait fails at once, because under the linear strategy the holder
+        cannot reach its next task while this task waits; set it only for plays with the C(free) strategy.
+    type: bool
+    default: false
   lease:
     description:
       - Seconds a claim or a waiting request stays valid without a write, as seen from another host. Every write
@@ -289,6 +296,7 @@ def argument_spec():
         requested_by=dict(type='str'),
         job_id=dict(type='str', fallback=(env_fallback, ['JOB_ID'])),
         timeout=dict(type='float', default=3600),
+        wait_for_own_run=dict(type='bool', default=False),
         lease=dict(type='float', default=600),
         claim=dict(type='dict'),
         step=dict(type='str'),
@@ -311,7 +319,7 @@ def run_claimed(queue, params, check_mode):
                     would=queue.preview(**preview_args(request))), None
     started = time.time()
     enqueued = queue.enqueue(**request)
-    turn = queue.wait(enqueued.request_id, timeout=params['timeout'])
+    turn = queue.wait(enqueued.request_id, timeout=params['timeout'], wait_for_own_run=params['wait_for_own_run'])
     result = dict(entry=turn.entry, request_id=turn.request_id, waited=round(time.time() - started, 3),
                   resumed=turn.resumed, resumed_from_step=turn.previous_step)
     if turn.outcome == CLAIMED:

@@ -223,3 +223,18 @@ def test_status_playbook_prints_the_queue_as_a_tree(journal_path):
     assert '"#1 destroy group idle-2h: running for ' in out and 'requested by nightly (schedule)' in out
     assert '"  |- #2 destroy workspace ws-a: running for ' in out and 'step \\"graceful shutdown\\"' in out
     assert '"  `- #3 destroy workspace ws-b: queued for ' in out
+
+
+def test_two_hosts_of_one_run_on_one_workspace_fail_fast_instead_of_deadlocking(tmp_path, journal_path, start_run):
+    inventory = tmp_path / 'hosts.ini'
+    inventory.write_text(''.join('host-%s ansible_connection=local ansible_python_interpreter=%s\n' % (n, sys.executable)
+                                 for n in 'ab'))
+    run = start_run({'op_hosts': 'all', 'op_target': 'ws-same', 'op_params': '{{ {"host": inventory_hostname} }}',
+                     'op_timeout': 600}, inventory=str(inventory), forks=2)
+    assert run.finish().returncode != 0
+    entries = entries_of(journal_path, 'ws-same')
+    assert sorted(e['state'] for e in entries) == ['cancelled', 'done']
+    done = [e for e in entries if e['state'] == 'done'][0]
+    loser = 'host-a' if json.loads(done['params'])['host'] == 'host-b' else 'host-b'
+    waiting = [t for t in run.data['plays'][0]['tasks'] if t['task']['name'] == "Wait for this run's turn"][0]
+    assert 'which this same ansible-playbook run holds' in waiting['hosts'][loser]['msg']

@@ -643,3 +643,19 @@ def test_preview_writes_nothing(path, journal, run):
     with pytest.raises(QueueError, match='Unknown target'):
         q2.preview('destroy', 'ghost')
     assert dump(path) == before
+
+
+def test_waiting_for_an_entry_held_by_the_same_run_fails_at_once(journal, run):
+    q1, proc = run()
+    same_run = Queue(journal, owner=Owner.current(pid=proc.pid))  # another host of the same playbook run
+    first = q1.poll(q1.enqueue('create', 'ws1', params={'host': 'a'}).request_id)
+    q1.step(first.claim, 'clone')
+    b = same_run.enqueue('create', 'ws1', params={'host': 'b'})
+    with pytest.raises(QueueError) as err:
+        same_run.wait(b.request_id, timeout=60)
+    assert not isinstance(err.value, QueueTimeout)  # it gave up at once, not at the timeout
+    assert 'waits for #1 create of workspace ws1, which this same ansible-playbook run holds (step clone)' in str(err.value)
+    assert q1.get(b.entry['id'])['state'] == 'cancelled'
+    c = same_run.enqueue('create', 'ws1', params={'host': 'c'})
+    with pytest.raises(QueueTimeout):
+        same_run.wait(c.request_id, timeout=0.2, wait_for_own_run=True)

@@ -12,6 +12,7 @@ is on disk. Temporary names start with ``.`` and end with ``.tmp`` so readers ca
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import contextlib
 import os
 import tempfile
 
@@ -24,16 +25,18 @@ def fsync_dir(path):
         os.close(fd)
 
 
-def write_durable(path, data, mode=0o600):
-    """Write ``data`` (bytes or str) to ``path`` atomically and durably with permissions ``mode``."""
-    if not isinstance(data, bytes):
-        data = data.encode('utf-8')
+@contextlib.contextmanager
+def durable_writer(path, mode=0o600):
+    """A file object to write ``path`` through, with :func:`write_durable`'s guarantees, for data that arrives in parts.
+
+    The new content replaces ``path`` only when the ``with`` block ends without an error.
+    """
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', suffix='.tmp', dir=directory)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, 'wb') as out:
-            out.write(data)
+            yield out
             out.flush()
             os.fsync(out.fileno())
         os.rename(tmp, path)
@@ -44,4 +47,12 @@ def write_durable(path, data, mode=0o600):
             pass
         raise
     fsync_dir(directory)
+
+
+def write_durable(path, data, mode=0o600):
+    """Write ``data`` (bytes or str) to ``path`` atomically and durably with permissions ``mode``."""
+    if not isinstance(data, bytes):
+        data = data.encode('utf-8')
+    with durable_writer(path, mode) as out:
+        out.write(data)
     return path

@@ -222,6 +222,21 @@ class Guest:
         except (IOError, OSError, paramiko.SSHException, EOFError) as exc:
             raise SshError('%s: cannot write %s: %s' % (self.where, path, exc), address=self.host)
 
+    def fetch(self, path, out):
+        """Copy ``path`` from the guest into the file object ``out``, in parts; returns the number of bytes.
+
+        An ``out`` whose ``write`` raises an error other than OSError keeps a failure on the local
+        side (a full disk) apart from a guest that cannot be read.
+        """
+        try:
+            sftp = self._client.open_sftp()
+            try:
+                return sftp.getfo(path, out)
+            finally:
+                sftp.close()
+        except (IOError, OSError, paramiko.SSHException, EOFError) as exc:
+            raise SshError('%s: cannot read %s: %s' % (self.where, path, exc), address=self.host)
+
     @staticmethod
     def _makedirs(sftp, directory):
         missing = []

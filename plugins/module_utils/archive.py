@@ -1,0 +1,813 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Archiving a workspace's work before it goes away, and telling whether it holds work nobody saved.
+
+Inspection never touches the checkout's working tree, index or refs. It copies the index into a
+temporary index file and builds three trees from it: the index as it is, the tracked files as
+they are on disk (``git add -u``), and everything on disk that is not ignored (``git add -A``).
+Those trees, HEAD and the local branches make the *state digest*: two inspections of an unchanged
+checkout give the same digest, and any edit, commit, staged change or new file changes it.
+
+An archive then either pushes a commit of the whole tree, with HEAD as its parent, to the
+workspace's own branch on the remote, or (no push, or the remote refused it) captures a git
+bundle of the commits no remote has, binary patches of the tracked changes (``worktree.patch``)
+and of the index (``index.patch``), and, when asked, a tar of untracked files chosen by pattern.
+Patches are diffs between trees recorded at inspection, so they match the digest exactly even
+while the agent keeps working. ``metadata.json`` (the journal's record, the runner's status, what
+was captured, how to restore it) is written last: an archive directory without it is incomplete.
+
+The journal keeps the last archive (path, digest, pushed commit) in ``facts.archive``; a check
+compares the checkout's digest with it to tell saved work from unsaved work.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import datetime
+import errno
+import hashlib
+import json
+import os
+import posixpath
+import re
+import tempfile
+import time
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils import guest as guest_ops
+from ansible_collections.ephemera.workspaces.plugins.module_utils.durable import durable_writer, fsync_dir, write_durable
+from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import as_agent, q
+from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import Guest, SshCommandFailed, SshError, tail
+from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import wait_for_guest
+
+ENV_VAR = 'EPHEMERA_ARCHIVE_DIR'
+DEFAULT_PUSH_PREFIX = 'ephemera/'
+FORMAT = 1
+BUNDLE = 'head.bundle'
+WORKTREE_PATCH = 'worktree.patch'
+INDEX_PATCH = 'index.patch'
+UNTRACKED_TAR = 'untracked.tar'
+METADATA = 'metadata.json'
+
+# Verdicts of a check.
+NOTHING = 'nothing'     # nothing that could be lost: no checkout, destroyed, or everything is on a remote
+SAVED = 'saved'         # the current state was archived or pushed, and that archive is still there
+UNSAVED = 'unsaved'     # work that exists only in the workspace
+UNKNOWN = 'unknown'     # the workspace holds a checkout that cannot be inspected
+
+LIST_LIMIT = 200
+UNMERGED = 'unmerged'
+# Exit status of a capture that found the refs moved since the inspection.
+CHANGED_DURING_CAPTURE = 75
+# Pinned so that the user's diff configuration (colour, prefixes, order files, external tools) never
+# reaches a patch.
+DIFF = 'git diff --binary --no-color --no-ext-diff --no-textconv --src-prefix=a/ --dst-prefix=b/ -O/dev/null'
+# No optional locks: no git command of ours may rewrite the index, not even to refresh stat data.
+GIT_ENV = 'export GIT_OPTIONAL_LOCKS=0 LC_ALL=C GIT_TERMINAL_PROMPT=0'
+AUTHOR_ENV = ('GIT_AUTHOR_NAME="ephemera archive" GIT_AUTHOR_EMAIL=archive@ephemera.invalid '
+              'GIT_COMMITTER_NAME="ephemera archive" GIT_COMMITTER_EMAIL=archive@ephemera.invalid')
+
+
+class ArchiveError(EphemeraError):
+    """The workspace cannot be checked or archived; the message says why and what to do."""
+
+
+# ------------------------------------------------------------------ the archive directory
+
+def resolve_archive_dir(option, journal_path):
+    """The archive directory: the option, else ``EPHEMERA_ARCHIVE_DIR``, else ``archives`` next to the journal."""
+    path = option or os.environ.get(ENV_VAR) or os.path.join(os.path.dirname(journal_path), 'archives')
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def _nearest_existing(path):
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def check_archive_dir(path, create=True):
+    """Make sure archives can be written under ``path`` (made when missing, unless ``create`` is False).
+
+    A file is written and removed to find out, because permission bits do not tell (root ignores
+    them; a read-only file system does not show in them). Raises ArchiveError naming the directory.
+    """
+    hint = 'Give a writable directory as archive_dir (or %s).' % ENV_VAR
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ArchiveError('The archive directory %s is not a directory. %s' % (path, hint), archive_dir=path)
+    probe_in = path
+    if not os.path.isdir(path):
+        if not create:
+            probe_in = _nearest_existing(path)
+            if not os.path.isdir(probe_in):
+                raise ArchiveError('The archive directory %s cannot be made: %s is not a directory. %s'
+                                   % (path, probe_in, hint), archive_dir=path)
+        else:
+            try:
+                os.makedirs(path, 0o700)
+            except OSError as exc:
+                raise ArchiveError('Cannot make the archive directory %s: %s. %s' % (path, exc.strerror, hint),
+                                   archive_dir=path)
+    try:
+        fd, probe = tempfile.mkstemp(prefix='.write-test.', suffix='.tmp', dir=probe_in)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ArchiveError('Cannot write to the archive directory %s: %s. Nothing was archived. %s'
+                           % (path, exc.strerror, hint), archive_dir=path)
+    return path
+
+
+def _make_dir(path):
+    """Make ``path`` (0700) and its missing parents durably: each new entry is fsynced into its parent."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except OSError as exc:
+            if exc.errno != errno.EEXIST:
+                raise
+        fsync_dir(os.path.dirname(directory))
+
+
+def new_archive_path(archive_dir, name, now):
+    """``<archive_dir>/<name>/<UTC timestamp>``, made here; a second archive in the same second gets a suffix."""
+    stamp = datetime.datetime.fromtimestamp(now, tz=datetime.timezone.utc).strftime('%Y%m%dT%H%M%SZ')
+    parent = os.path.join(archive_dir, name)
+    _make_dir(parent)
+    for attempt in range(100):
+        path = os.path.join(parent, stamp if attempt == 0 else '%s-%d' % (stamp, attempt))
+        try:
+            os.mkdir(path, 0o700)
+        except OSError as exc:
+            if exc.errno == errno.EEXIST:
+                continue
+            raise
+        fsync_dir(parent)
+        return path
+    raise ArchiveError('Too many archives of %s in one second under %s.' % (name, parent))
+
+
+class _HashingWriter:
+    """Counts and hashes what passes into a local file; a local write error becomes an ArchiveError."""
+
+    def __init__(self, out, path):
+        self.out = out
+        self.path = path
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data):
+        try:
+            self.out.write(data)
+        except (IOError, OSError) as exc:
+            raise ArchiveError('Cannot write %s: %s. The archive is incomplete; nothing was recorded as archived.'
+                               % (self.path, exc.strerror or exc), path=self.path)
+        self.sha256.update(data)
+        self.size += len(data)
+
+
+# ----------------------------------------------------------------------- small helpers
+
+_URL_USERINFO = re.compile(r'^([a-zA-Z][a-zA-Z0-9+.-]*://)([^/@]*)@')
+
+
+def redact_url(url):
+    """``url`` without a password or token in its user part (``https://user:token@host`` -> ``https://****@host``).
+
+    A bare user name over SSH (``ssh://git@host``) stays; over HTTP(S) the user part may itself be a
+    token, so it goes.
+    """
+    match = _URL_USERINFO.match(url or '')
+    if not match:
+        return url
+    scheme, userinfo = match.group(1), match.group(2)
+    if ':' in userinfo or scheme.lower().startswith('http'):
+        return '%s****@%s' % (scheme, url[match.end():])
+    return url
+
+
+def iso(ts):
+    return datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')
+
+
+def push_refusal(output):
+    """The reason in ``git push --porcelain`` output: the remote's own words and the refused ref's status."""
+    said = []
+    for line in output.splitlines():
+        if line.startswith('remote:') and line[7:].strip():
+            said.append(line[7:].strip())
+        elif line.startswith('!'):
+            said.append(line.rsplit('\t', 1)[-1].strip())
+    return '; '.join(said) or tail(output, 6)
+
+
+def layout_of(ws):
+    req = ws['params']
+    return guest_ops.Layout(req.get('guest_root') or '/', ws['vmid'], req.get('checkout_path') or '/workspace/repo',
+                            req.get('agent_user') or 'agent')
+
+
+def guest_of(ws, key_file=None):
+    """A Guest for the workspace's record: its address, SSH settings and pinned host key."""
+    req = ws['params']
+    return Guest(ws['address'], port=req.get('ssh_port') or 22, user=req.get('ssh_user') or 'root',
+                 key_file=key_file or req.get('ssh_key_path'), host_key=(ws.get('facts') or {}).get('host_key'))
+
+
+# ---------------------------------------------------------------------- the inspection
+
+def inspect_script(checkout, remote):
+    """A shell script that prints the checkout's state as ``key value`` lines (see :class:`CheckoutState`)."""
+    return '\n'.join([
+        'set -eu',
+        GIT_ENV,
+        'cd %s 2>/dev/null || { echo "missing 1"; exit 0; }' % q(checkout),
+        '[ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$(pwd -P)" ] || { echo "missing 1"; exit 0; }',
+        'gitdir=$(git rev-parse --absolute-git-dir)',
+        'head=$(git rev-parse -q --verify "HEAD^{commit}" || true)',
+        'echo "head $head"',
+        'echo "branch $(git symbolic-ref -q --short HEAD || true)"',
+        'echo "upstream $(git rev-parse -q --abbrev-ref --symbolic-full-name "@{upstream}" 2>/dev/null || true)"',
+        'if [ -n "$head" ]; then echo "head_tree $(git rev-parse "$head^{tree}")"; '
+        'else echo "head_tree $(git hash-object -t tree /dev/null)"; fi',
+        # A copy of the index: the real one is never written.
+        'idx=$(mktemp "$gitdir/ephemera-index.XXXXXX")',
+        'trap \'rm -f "$idx" "$idx.lock"\' EXIT',
+        'real=$(git rev-parse --git-path index)',
+        'if [ -f "$real" ]; then cp "$real" "$idx"; '
+        'else rm -f "$idx"; if [ -n "$head" ]; then GIT_INDEX_FILE=$idx git read-tree HEAD; '
+        'else GIT_INDEX_FILE=$idx git read-tree --empty; fi; fi',
+        'echo "index_tree $(GIT_INDEX_FILE=$idx git write-tree 2>/dev/null || echo %s)"' % UNMERGED,
+        'GIT_INDEX_FILE=$idx git add -u -- .',
+        'echo "tracked_tree $(GIT_INDEX_FILE=$idx git write-tree)"',
+        'GIT_INDEX_FILE=$idx git add -A -- .',
+        'echo "tree $(GIT_INDEX_FILE=$idx git write-tree)"',
+        'refs=--branches',
+        '[ -z "$head" ] || refs="HEAD $refs"',
+        '! git rev-parse -q --verify refs/stash >/dev/null || refs="$refs refs/stash"',
+        'echo "refs_args $refs"',
+        'git for-each-ref --format="ref %(objectname) %(refname)" refs/heads refs/stash',
+        'echo "unpushed_count $(git rev-list --count $refs --not --remotes)"',
+        'git log --format="unpushed %%H %%s" -n %d $refs --not --remotes' % LIST_LIMIT,
+        'base=$head',
+        'if [ -n "$head" ]; then',
+        '  oldest=$(git rev-list --first-parent --reverse HEAD --not --remotes | head -n 1)',
+        '  [ -z "$oldest" ] || base=$(git rev-parse -q --verify "$oldest^" || true)',
+        'fi',
+        'echo "base $base"',
+        'echo "remote_url $(git remote get-url %s 2>/dev/null || true)"' % q(remote),
+        'echo "untracked_count $(git ls-files -o --exclude-standard -z | tr -cd "\\000" | wc -c)"',
+        'git ls-files -o --exclude-standard | head -n %d | sed "s/^/untracked /"' % LIST_LIMIT,
+    ])
+
+
+def parse_lines(text, lists=()):
+    """``key value`` lines as a dict; keys in ``lists`` collect every value in a list."""
+    values = dict((key, []) for key in lists)
+    for line in text.splitlines():
+        key, dummy, value = line.partition(' ')
+        if key in lists:
+            values[key].append(value)
+        elif key:
+            values[key] = value.strip()
+    return values
+
+
+class CheckoutState:
+    """What an inspection found. Trees and commits are object ids; ``missing`` when there is no checkout."""
+
+    def __init__(self, values):
+        self.values = values
+        get = values.get
+        self.missing = bool(get('missing'))
+        self.head = get('head') or None
+        self.branch = get('branch') or None
+        self.upstream = get('upstream') or None
+        self.base = get('base') or None
+        self.head_tree = get('head_tree')
+        self.index_tree = get('index_tree')
+        self.tracked_tree = get('tracked_tree')
+        self.tree = get('tree')
+        self.refs_args = get('refs_args') or '--branches'
+        self.refs = values.get('ref', [])
+        self.unpushed_count = int(get('unpushed_count') or 0)
+        self.unpushed = [dict(zip(('commit', 'subject'), (line.split(' ', 1) + [''])[:2]))
+                         for line in values.get('unpushed', [])]
+        self.remote_url = get('remote_url') or None
+        self.untracked_count = int(get('untracked_count') or 0)
+        self.untracked = values.get('untracked', [])
+
+    LISTS = ('ref', 'unpushed', 'untracked')
+
+    @classmethod
+    def parse(cls, text):
+        return cls(parse_lines(text, cls.LISTS))
+
+    @property
+    def tracked_changes(self):
+        return self.tracked_tree != self.head_tree
+
+    @property
+    def staged_changes(self):
+        return self.index_tree != self.head_tree
+
+    @property
+    def untracked_changes(self):
+        return self.tree != self.tracked_tree
+
+    @property
+    def clean(self):
+        """Nothing here that a remote lacks: no unpushed commits, no changes, no new files."""
+        return not (self.unpushed_count or self.tracked_changes or self.staged_changes or self.untracked_changes)
+
+    @property
+    def digest(self):
+        canonical = json.dumps({'head': self.head, 'branch': self.branch, 'refs': sorted(self.refs),
+                                'index_tree': self.index_tree, 'tracked_tree': self.tracked_tree, 'tree': self.tree},
+                               sort_keys=True, separators=(',', ':'))
+        return 'sha256:' + hashlib.sha256(canonical.encode('utf-8')).hexdigest()
+
+    def summary(self):
+        """The parts a person reads: one line of what is not on a remote."""
+        parts = []
+        if self.unpushed_count:
+            parts.append('%d commit(s) on no remote' % self.unpushed_count)
+        if self.tracked_changes:
+            parts.append('uncommitted changes to tracked files')
+        elif self.staged_changes:
+            parts.append('staged changes')
+        if self.untracked_changes:
+            parts.append('%d untracked file(s)' % self.untracked_count)
+        return ', '.join(parts) or 'nothing that is not on a remote'
+
+    def to_result(self):
+        return {
+            'branch': self.branch, 'head': self.head, 'upstream': self.upstream, 'base': self.base,
+            'unpushed_commits': self.unpushed_count, 'tracked_changes': self.tracked_changes,
+            'staged_changes': self.staged_changes, 'untracked_files': self.untracked_count, 'digest': self.digest,
+        }
+
+    def to_metadata(self):
+        result = self.to_result()
+        result.update(head_tree=self.head_tree, index_tree=self.index_tree, tracked_tree=self.tracked_tree,
+                      tree=self.tree, refs=sorted(self.refs), remote_url=redact_url(self.remote_url),
+                      unpushed=self.unpushed, untracked=self.untracked,
+                      untracked_listed=min(self.untracked_count, len(self.untracked)))
+        return result
+
+
+# --------------------------------------------------------------------------- the flow
+
+class ArchiveFlow:
+    """Check or archive one workspace. ``params`` are the module's options."""
+
+    def __init__(self, journal, params, claim=None, check_mode=False):
+        self.journal = journal
+        self.params = params
+        self.claim = claim
+        self.check_mode = check_mode
+        self.name = params['name']
+        self.ws = journal.get_workspace(self.name)
+        self.archive_dir = resolve_archive_dir(params.get('archive_dir'), journal.path)
+        self.notes = []
+        self.untracked_included = 0
+
+    # -- helpers --------------------------------------------------------------
+
+    @property
+    def recorded(self):
+        return ((self.ws or {}).get('facts') or {}).get('archive')
+
+    def _save(self, action, kind='observed', detail=None, **fields):
+        extra = {'claim': self.claim} if self.claim is not None else {}
+        self.ws = self.journal.update_workspace(self.name, self.ws['generation'],
+                                                event={'kind': kind, 'action': action, 'detail': detail or fields},
+                                                **dict(fields, **extra))
+        return self.ws
+
+    def _set_fact(self, action, key, value, kind='observed', detail=None):
+        facts = dict(self.ws['facts'] or {})
+        facts[key] = value
+        return self._save(action, kind=kind, detail=detail, facts=facts)
+
+    def _run(self, guest, script, what, check=True, timeout=None):
+        layout = layout_of(self.ws)
+        return guest.run(as_agent(layout, self.ws['params'].get('ssh_user') or 'root', 'sh -s'), stdin=script,
+                         check=check, timeout=timeout or self.params.get('command_timeout') or 600, what=what)
+
+    def _connect(self):
+        key_file = self.params.get('ssh_private_key')
+        return wait_for_guest(lambda: guest_of(self.ws, key_file), self.params.get('ssh_timeout') or 30)
+
+    def _archive_present(self, record):
+        """True when the recorded archive still holds the work: its files are on disk, or a push holds it all."""
+        if not record:
+            return False
+        needed = record.get('work_files') or []
+        if not needed:
+            return bool(record.get('pushed_commit')) or os.path.isfile(os.path.join(record.get('path') or '', METADATA))
+        return all(os.path.isfile(os.path.join(record.get('path') or '', name)) for name in needed + [METADATA])
+
+    def _refuse_destroying(self):
+        """An archive of a workspace being destroyed runs only as part of that destruction."""
+        if not (self.ws['desired_state'] == 'destroyed' or self.ws['status'] == 'destroying'):
+            return
+        if self.claim is not None:
+            entry = Queue(self.journal).get(self.claim.get('entry_id'))
+            if entry and entry['kind'] == 'destroy' and entry['target'] == self.name:
+                return
+        raise ArchiveError('Workspace %r is being destroyed; it takes no new archive. The destruction archives it '
+                           'first unless it was told not to.' % self.name, workspace=self.name)
+
+    # -- the verdict ----------------------------------------------------------
+
+    def assess(self):
+        """(verdict, reason, state, guest). ``guest`` is connected when the checkout was inspected."""
+        if self.ws is None:
+            raise ArchiveError('Workspace %r is not recorded in the journal %s. Check the name and the journal path.'
+                               % (self.name, self.journal.path), workspace=self.name)
+        if self.ws['status'] == 'destroyed':
+            return NOTHING, 'workspace %s is destroyed; its checkout is gone' % self.name, None, None
+        if 'checkout' not in (self.ws['progress'] or {}):
+            return NOTHING, 'workspace %s never got a checkout, so it holds no work' % self.name, None, None
+        layout = layout_of(self.ws)
+        try:
+            guest = self._connect()
+        except SshError as err:
+            return (UNKNOWN, 'workspace %s has a checkout but its guest cannot be reached (%s); whether it holds unsaved '
+                    'work is unknown' % (self.name, err), None, None)
+        try:
+            result = self._run(guest, inspect_script(layout.checkout, self.params.get('push_remote') or 'origin'),
+                               'inspect the checkout')
+        except SshError as err:
+            guest.close()
+            said = err.details.get('stderr_tail') or err
+            return UNKNOWN, 'the checkout of %s cannot be inspected (%s)' % (self.name, said), None, None
+        state = CheckoutState.parse(result.stdout)
+        if state.missing:
+            guest.close()
+            return NOTHING, 'the checkout %s of %s is gone' % (layout.checkout, self.name), None, None
+        if state.clean:
+            return (NOTHING, 'everything in %s is on a remote (HEAD %s%s)' % (
+                self.name, (state.head or '-')[:12], ' on %s' % state.branch if state.branch else ''), state, guest)
+        record = self.recorded
+        if record and record.get('digest') == state.digest:
+            if self._archive_present(record):
+                if record.get('pushed_ref') and not record.get('work_files'):
+                    where = 'pushed to %s' % record['pushed_ref']
+                elif record.get('pushed_ref'):
+                    where = 'pushed to %s and archived in %s' % (record['pushed_ref'], record['path'])
+                else:
+                    where = 'archived in %s' % record['path']
+                return SAVED, 'the current state of %s was %s at %s' % (self.name, where, record.get('at')), state, guest
+            self.notes.append('the archive recorded at %s is missing or incomplete on this controller' % record.get('path'))
+        return UNSAVED, 'workspace %s holds work that was never pushed or archived: %s' % (
+            self.name, state.summary()), state, guest
+
+    def check(self):
+        verdict, reason, state, guest = self.assess()
+        if guest is not None:
+            guest.close()
+        return self._result(False, verdict, reason, state, self.recorded)
+
+    # -- archive --------------------------------------------------------------
+
+    def archive(self):
+        if self.ws is not None and not self.check_mode:
+            check_archive_dir(self.archive_dir)
+        elif self.ws is not None:
+            check_archive_dir(self.archive_dir, create=False)
+        if self.ws is not None and self.ws['status'] != 'destroyed':
+            self._refuse_destroying()
+        verdict, reason, state, guest = self.assess()
+        if verdict == UNKNOWN:
+            raise ArchiveError('Cannot archive: %s. Nothing was archived. Start the workspace (or fix SSH to it) and run '
+                               'the archive again.' % reason, workspace=self.name)
+        if state is None:
+            return self._result(False, verdict, reason, None, self.recorded)
+        try:
+            record = self.recorded
+            if verdict == SAVED or (record and record.get('digest') == state.digest and self._archive_present(record)):
+                return self._result(False, SAVED, reason, state, record)
+            if self.check_mode:
+                return self._result(True, verdict, 'would archive: %s' % state.summary(), state, record)
+            return self._archive(guest, state)
+        finally:
+            guest.close()
+
+    def _archive(self, guest, state):
+        now = time.time()
+        path = new_archive_path(self.archive_dir, self.name, now)
+        if self.params.get('push', True):
+            push = self._push(guest, state)
+        else:
+            push = {'attempted': False, 'ok': False, 'skipped': 'push is off'}
+            if not state.clean:
+                self.notes.append('push is off: captured a bundle and patches instead')
+        files, bundle_refs = self._capture(guest, state, path, pushed=push.get('ok'))
+        work_files = sorted(name for name in files if name != UNTRACKED_TAR)
+        runner = guest_ops.runner_call(guest, layout_of(self.ws), self.ws['params'].get('ssh_user') or 'root',
+                                       {'op': 'status'})
+        metadata = self._metadata(state, path, now, push, files, bundle_refs, runner)
+        write_durable(os.path.join(path, METADATA), json.dumps(metadata, indent=2, sort_keys=True, default=str) + '\n')
+        files[METADATA] = None
+        record = {
+            'path': path, 'at': iso(now), 'head': state.head, 'branch': state.branch, 'digest': state.digest,
+            'pushed_ref': push.get('ref') if push.get('ok') else None,
+            'pushed_commit': push.get('commit') if push.get('ok') else None,
+            'remote': self.params.get('push_remote') or 'origin', 'files': sorted(files), 'work_files': work_files,
+        }
+        self._set_fact('archived', 'archive', record, detail=dict(record, notes=self.notes))
+        return self._result(True, NOTHING if state.clean else SAVED, 'archived %s: %s' % (self.name, self._what(record, push)),
+                            state, record, push=push)
+
+    @staticmethod
+    def _what(record, push):
+        parts = []
+        if push.get('ok'):
+            parts.append('pushed %s to %s' % ((push.get('commit') or '')[:12], push['ref']))
+        data = [name for name in record['files'] if name != METADATA]
+        parts.append('%s in %s' % (', '.join(data + [METADATA]), record['path']))
+        return '; '.join(parts)
+
+    # -- push -----------------------------------------------------------------
+
+    def _push(self, guest, state):
+        """Push a commit of everything to the workspace's own branch; a dict saying what happened."""
+        remote = self.params.get('push_remote') or 'origin'
+        ref = 'refs/heads/%s%s' % (self.params.get('push_prefix', DEFAULT_PUSH_PREFIX), self.name)
+        outcome = {'attempted': False, 'ok': False, 'remote': remote, 'ref': ref, 'commit': None, 'error': None,
+                   'skipped': None}
+        if state.tree == state.head_tree and state.head not in [c['commit'] for c in state.unpushed]:
+            outcome['skipped'] = 'HEAD and the working tree are on a remote already'
+            return outcome
+        if not state.remote_url or state.head is None:
+            outcome['skipped'] = ('the checkout has no remote named %s' % remote if not state.remote_url
+                                  else 'the checkout has no commit yet')
+            self.notes.append('no push: %s; captured a bundle and patches instead' % outcome['skipped'])
+            return outcome
+        layout = layout_of(self.ws)
+        askpass = posixpath.join(layout.scratch, 'archive-askpass')
+        outcome['attempted'] = True
+        try:
+            env = self._push_env(guest, askpass)
+            commit = state.head if state.tree == state.head_tree else self._commit_everything(guest, state)
+            outcome['commit'] = commit
+            current, error = self._remote_value(guest, env, remote, ref)
+            if error:
+                return self._push_failed(outcome, error)
+            if current == commit:
+                outcome['ok'] = True
+                return outcome
+            # Ours: the commit last confirmed on that branch, or one dispatched by a run that died before it heard back.
+            last = (self.ws['facts'] or {}).get('archive_push') or {}
+            ours = [last.get('confirmed'), last.get('dispatched')] if (last.get('remote'), last.get('ref')) == (
+                remote, ref) else []
+            if current and current not in ours:
+                return self._push_failed(outcome, '%s on %s holds commit %s, which this workspace did not push; it was '
+                                                  'left as it is' % (ref, remote, current[:12]))
+            pushing = {'remote': remote, 'ref': ref, 'dispatched': commit, 'confirmed': current or None,
+                       'at': iso(time.time())}
+            self._set_fact('archive_push', 'archive_push', pushing, kind='dispatched')
+            script = '\n'.join(['set -eu', GIT_ENV, env, 'cd %s' % q(layout.checkout),
+                                'git push --porcelain --no-verify --force-with-lease=%s:%s %s %s:%s 2>&1' % (
+                                    ref, current, q(remote), commit, ref)])
+            result = self._run(guest, script, 'push the archive', check=False,
+                               timeout=self.params.get('push_timeout') or 300)
+            if result.rc != 0:
+                return self._push_failed(outcome, 'the remote refused the push: %s' % push_refusal(result.stdout))
+            outcome['ok'] = True
+            self._set_fact('archive_pushed', 'archive_push', dict(pushing, confirmed=commit))
+            return outcome
+        finally:
+            if self.params.get('git_token'):
+                guest.run(['rm', '-f', askpass], check=False, what='remove the temporary git credentials')
+
+    def _commit_everything(self, guest, state):
+        """A commit of the inspected tree (everything not ignored) with HEAD as parent; no ref, index or file changes."""
+        message = ('ephemera: archive of workspace %s' % self.name,
+                   'Everything in the checkout at %s: HEAD %s%s with its uncommitted changes and untracked files.'
+                   % (iso(time.time()), state.head, ' (branch %s)' % state.branch if state.branch else ''))
+        script = '\n'.join(['set -eu', GIT_ENV, 'cd %s' % q(layout_of(self.ws).checkout),
+                            '%s git commit-tree --no-gpg-sign %s -p %s -m %s -m %s' % (
+                                AUTHOR_ENV, state.tree, state.head, q(message[0]), q(message[1]))])
+        return self._run(guest, script, 'commit the archive').stdout.strip()
+
+    def _push_env(self, guest, askpass):
+        """Environment lines for commands that reach the remote; a token travels through a helper, never argv."""
+        env = 'export GIT_SSH_COMMAND="${GIT_SSH_COMMAND:-ssh -o BatchMode=yes}"'
+        token = self.params.get('git_token')
+        if not token:
+            return env
+        layout = layout_of(self.ws)
+        helper = '#!/bin/sh\ncase "$1" in Username*) printf %%s %s ;; *) printf %%s %s ;; esac\n' % (
+            q(self.params.get('git_username') or 'git'), q(token))
+        guest.run(as_agent(layout, self.ws['params'].get('ssh_user') or 'root', 'mkdir -p %s' % q(layout.scratch)),
+                  what='make the scratch directory')
+        guest.put(askpass, helper, mode=0o700)
+        guest.run(['chown', layout.agent_user, askpass], check=False, what='chown askpass')
+        return env + '\nexport GIT_ASKPASS=%s' % q(askpass)
+
+    def _remote_value(self, guest, env, remote, ref):
+        """(commit ``ref`` holds on the remote, '' when absent; error text when the remote cannot be read)."""
+        script = '\n'.join(['set -eu', GIT_ENV, env, 'cd %s' % q(layout_of(self.ws).checkout),
+                            'git ls-remote --refs %s %s 2>&1' % (q(remote), q(ref))])
+        result = self._run(guest, script, 'read the remote', check=False, timeout=self.params.get('push_timeout') or 300)
+        if result.rc != 0:
+            return None, 'cannot read %s: %s' % (remote, tail(result.stdout, 6))
+        for line in result.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1] == ref:
+                return parts[0], None
+        return '', None
+
+    def _push_failed(self, outcome, error):
+        outcome['error'] = error
+        self.notes.append('push to %s %s failed (%s); captured a bundle and patches instead'
+                          % (outcome['remote'], outcome['ref'], error))
+        self._save('archive_push_failed', detail={'remote': outcome['remote'], 'ref': outcome['ref'], 'error': error})
+        return outcome
+
+    # -- capture --------------------------------------------------------------
+
+    def _capture(self, guest, state, path, pushed):
+        """Make the archive's files on the guest, copy them into ``path``; returns ({name: {bytes, sha256}}, bundle refs)."""
+        layout = layout_of(self.ws)
+        ssh_user = self.ws['params'].get('ssh_user') or 'root'
+        tmp = guest.run(as_agent(layout, ssh_user, 'mkdir -p %s && mktemp -d %s' % (
+            q(layout.scratch), q(posixpath.join(layout.scratch, 'archive.XXXXXX')))), what='make a scratch directory')
+        tmp = tmp.stdout.strip()
+        try:
+            script, wanted = self._capture_script(state, layout, tmp, pushed)
+            try:
+                result = self._run(guest, script, 'capture the work')
+            except SshCommandFailed as err:
+                if err.details.get('rc') == CHANGED_DURING_CAPTURE:
+                    raise ArchiveError('The commits of %s changed while it was archived (the agent is still working). '
+                                       'Nothing was recorded as archived; run the archive again, best after the agent '
+                                       'stopped.' % self.name, workspace=self.name)
+                raise ArchiveError('Capturing the work of %s failed: %s' % (
+                    self.name, err.details.get('stderr_tail') or err), workspace=self.name)
+            captured = parse_lines(result.stdout, ('bundle_ref',))
+            bundle_refs = captured['bundle_ref']
+            if captured.get('bundle') == '0':
+                wanted.remove(BUNDLE)
+            if UNTRACKED_TAR in wanted:
+                count = int(captured.get('untracked_included') or 0)
+                self.untracked_included = count
+                if not count:
+                    wanted.remove(UNTRACKED_TAR)
+                    self.notes.append('no untracked file matched %s' % ', '.join(self.params['include_untracked']))
+            files = {}
+            for name in wanted:
+                files[name] = self._fetch(guest, posixpath.join(tmp, name), os.path.join(path, name))
+            return files, bundle_refs
+        finally:
+            guest.run(as_agent(layout, ssh_user, 'rm -rf %s' % q(tmp)), check=False, what='remove the scratch directory')
+
+    def _capture_script(self, state, layout, tmp, pushed):
+        lines = ['set -eu', GIT_ENV, 'cd %s' % q(layout.checkout), 'd=%s' % q(tmp)]
+        wanted = []
+        if state.unpushed_count or pushed:
+            # After a push the remote-tracking refs moved: count again, and bundle whatever no remote has yet.
+            lines += [
+                'if [ "$(git rev-list --count %s --not --remotes)" != 0 ]; then' % state.refs_args,
+                '  git bundle create "$d/%s" %s --not --remotes 2>/dev/null' % (BUNDLE, state.refs_args),
+                '  git bundle list-heads "$d/%s" | sed "s/^/bundle_ref /"' % BUNDLE,
+                'fi',
+            ]
+            wanted.append(BUNDLE)
+        # Refs that moved since the inspection would make the bundle disagree with the digest.
+        lines += [
+            'now=$(git for-each-ref --format="%(objectname) %(refname)" refs/heads refs/stash; '
+            'git rev-parse -q --verify HEAD || true)',
+            '[ "$now" = %s ] || exit %d' % (q(self._refs_fingerprint(state)), CHANGED_DURING_CAPTURE),
+        ]
+        if not pushed:
+            if state.tracked_changes:
+                lines.append('%s %s %s >"$d/%s"' % (DIFF, state.head, state.tracked_tree, WORKTREE_PATCH))
+                wanted.append(WORKTREE_PATCH)
+            if state.staged_changes and state.index_tree != UNMERGED:
+                lines.append('%s %s %s >"$d/%s"' % (DIFF, state.head, state.index_tree, INDEX_PATCH))
+                wanted.append(INDEX_PATCH)
+            elif state.index_tree == UNMERGED:
+                self.notes.append('the index holds unresolved merge conflicts; index.patch was not made')
+        patterns = self.params.get('include_untracked') or []
+        if patterns:
+            lines.append('git ls-files -o -z -- %s | python3 -c %s "$d/%s" %s' % (
+                ' '.join(q(p) for p in patterns), q(TAR_PROGRAM), UNTRACKED_TAR, q(self._excluded(layout))))
+            wanted.append(UNTRACKED_TAR)
+        if BUNDLE in wanted:
+            # Known only on the guest: a bundle is made when some commit is on no remote.
+            lines.append('[ -f "$d/%s" ] && echo "bundle 1" || echo "bundle 0"' % BUNDLE)
+        return '\n'.join(lines), wanted
+
+    @staticmethod
+    def _refs_fingerprint(state):
+        """What the capture script prints for the refs: the inspection's for-each-ref lines, then HEAD."""
+        return '\n'.join(state.refs + ([state.head] if state.head else []))
+
+    def _excluded(self, layout):
+        """The credentials file's path relative to the checkout, when it lies inside it (never archived)."""
+        rel = posixpath.relpath(layout.credentials, layout.checkout)
+        return '' if rel.startswith('..') else rel
+
+    def _fetch(self, guest, remote_path, local_path):
+        with durable_writer(local_path) as out:
+            writer = _HashingWriter(out, local_path)
+            guest.fetch(remote_path, writer)
+        return {'bytes': writer.size, 'sha256': writer.sha256.hexdigest()}
+
+    # -- metadata and results --------------------------------------------------
+
+    def _metadata(self, state, path, now, push, files, bundle_refs, runner):
+        restore = restore_commands(state, push, files, bundle_refs, redact_url(state.remote_url) or '<remote>')
+        return {
+            'format': FORMAT,
+            'workspace': self.name,
+            'archived_at': iso(now),
+            'path': path,
+            'controller': self.journal.controller_id,
+            'journal': self.journal.path,
+            'checkout': dict(state.to_metadata(), path=self.ws['params'].get('checkout_path')),
+            'digest': state.digest,
+            'push': push,
+            'files': files,
+            'bundle_refs': bundle_refs,
+            'untracked_patterns': self.params.get('include_untracked') or [],
+            'untracked_included': self.untracked_included,
+            'notes': self.notes,
+            'restore': restore,
+            'record': self.ws,
+            'events': self.journal.events(self.name, limit=LIST_LIMIT),
+            'runner': runner,
+        }
+
+    def _result(self, changed, verdict, reason, state, record, push=None):
+        archive = None
+        if record:
+            archive = dict((k, record.get(k)) for k in ('path', 'files', 'head', 'branch', 'pushed_ref', 'pushed_commit',
+                                                        'at', 'digest'))
+        return {
+            'changed': changed,
+            'msg': reason,
+            'verdict': verdict,
+            'unsaved': verdict in (UNSAVED, UNKNOWN),
+            'state': state.to_result() if state is not None else None,
+            'archive': archive,
+            'push': push,
+            'archive_dir': self.archive_dir,
+            'notes': list(self.notes),
+        }
+
+
+# A tar of the files named on standard input (NUL-separated), run by the guest's python3: no GNU tar
+# needed. Symbolic links are stored as links, never followed, so a link cannot smuggle in a file
+# from outside the checkout; the credentials file is skipped by name.
+TAR_PROGRAM = '''
+import sys, tarfile
+out, excluded = sys.argv[1], sys.argv[2]
+names = [n.decode('utf-8', 'surrogateescape') for n in sys.stdin.buffer.read().split(b'\\0') if n]
+names = [n for n in names if n.rstrip('/') != excluded]
+with tarfile.open(out, 'w', format=tarfile.PAX_FORMAT) as tar:
+    for name in names:
+        tar.add(name, recursive=False)
+print('untracked_included %d' % len(names))
+'''
+
+
+def restore_commands(state, push, files, bundle_refs, remote_url):
+    """The shell commands that rebuild the checkout from this archive, for metadata.json and the docs."""
+    lines = ['git clone %s restored' % remote_url, 'cd restored']
+    if BUNDLE in files:
+        specs = ["'+refs/*:refs/archive/*'"]
+        if 'HEAD' in [line.split(' ', 1)[-1] for line in bundle_refs]:
+            specs.append('+HEAD:refs/archive/HEAD')
+        lines += ['git bundle verify ../%s' % BUNDLE, 'git fetch ../%s %s' % (BUNDLE, ' '.join(specs))]
+    switch = '-B %s' % state.branch if state.branch else '--detach'
+    if push and push.get('ok') and push.get('commit') != state.head:
+        lines += [
+            'git fetch origin %s' % push['ref'],
+            'git checkout %s %s' % (switch, push['commit']),
+            'git reset %s   # HEAD as it was; the rest becomes uncommitted changes and untracked files' % state.head,
+        ]
+    else:
+        if push and push.get('ok'):
+            lines.append('git fetch origin %s' % push['ref'])
+        lines.append('git checkout %s %s' % (switch, state.head))
+        if INDEX_PATCH in files:
+            lines.append('git apply --cached ../%s' % INDEX_PATCH)
+        if WORKTREE_PATCH in files:
+            lines.append('git apply ../%s' % WORKTREE_PATCH)
+    if UNTRACKED_TAR in files:
+        lines.append('tar -xf ../%s' % UNTRACKED_TAR)
+    return lines

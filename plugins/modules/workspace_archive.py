@@ -1,0 +1,222 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: workspace_archive
+short_description: Archive a workspace's work, or tell whether it holds work that was never saved
+version_added: 0.1.0
+description:
+  - With O(mode=archive), saves what the workspace's checkout holds and a remote does not. When O(push) is on and the
+    remote accepts it, a commit of everything in the checkout (HEAD as parent; uncommitted changes and untracked files
+    that are not ignored) goes to the workspace's own branch C(<push_prefix><name>). Otherwise, or when the remote
+    refuses the push, a git bundle of the commits no remote has, binary patches of the tracked changes and of the
+    index, and (with O(include_untracked)) a tar of untracked files are copied to the controller.
+  - Every archive writes C(metadata.json) (branch, HEAD, what was captured, how to restore it, the journal's record
+    and event log, the agent runner's status) into C(<archive_dir>/<name>/<UTC timestamp>/). Files are written
+    durably (temporary file, fsync, rename, fsync of the directory), mode 0600 in directories of mode 0700.
+  - The checkout's working tree, index and refs are never changed. The agent's credentials file and the checkout's
+    C(.git) directory are never copied; a remote URL is stored without its password or token.
+  - The journal records the archive (C(facts.archive)) with a digest of the checkout's state. Archiving a state that
+    was archived already changes nothing.
+  - With O(mode=check), only reports whether the workspace holds unsaved work (RV(unsaved)), writing nothing. A
+    workspace without a checkout holds nothing; one whose guest cannot be reached while it has a checkout is
+    C(unknown), which counts as unsaved.
+  - A workspace being destroyed is archived only by its destruction (O(claim) of its V(destroy) operation).
+author:
+  - Ephemera maintainers (@ephemera)
+extends_documentation_fragment:
+  - ephemera.workspaces.journal
+attributes:
+  check_mode:
+    support: full
+    description: Inspects the checkout and reports whether it would archive; pushes nothing and writes no file.
+  diff_mode:
+    support: none
+    description: Not supported.
+options:
+  name:
+    description: The workspace's name.
+    type: str
+    required: true
+  mode:
+    description:
+      - V(archive) saves the work; V(check) only reports whether there is unsaved work.
+    type: str
+    choices: [archive, check]
+    default: archive
+  archive_dir:
+    description:
+      - Directory on the controller that receives archives. Made (mode 0700) when missing; checked writable before
+        anything else is done.
+      - If not set, the environment variable E(EPHEMERA_ARCHIVE_DIR); if that is not set either, C(archives) next to
+        the journal.
+    type: path
+  push:
+    description:
+      - Push a commit of everything to the workspace's own branch when the remote accepts it. Off, or refused, means a
+        bundle and patches are captured instead.
+    type: bool
+    default: true
+  push_remote:
+    description: The checkout's remote to push to.
+    type: str
+    default: origin
+  push_prefix:
+    description:
+      - Prefix of the branch the archive is pushed to, C(<push_prefix><name>). A branch of that name that holds a commit
+        this workspace did not push is never overwritten; the archive falls back to a bundle and patches.
+    type: str
+    default: ephemera/
+  include_untracked:
+    description:
+      - Git pathspecs (shell globs in which C(*) also matches C(/)) of untracked files to copy into C(untracked.tar)
+        when they are not pushed, for example C(['*.md', 'notes/*']). Ignored files match too.
+      - Symbolic links are stored as links, never followed.
+    type: list
+    elements: str
+    default: []
+  git_token:
+    description:
+      - Token for pushing over HTTPS. Handed to git through a temporary helper in the guest that is removed afterwards.
+    type: str
+  git_username:
+    description: User name sent with O(git_token).
+    type: str
+    default: git
+  ssh_private_key:
+    description:
+      - Private key for SSH to the guest. If not set, the key recorded when the workspace was created.
+    type: path
+  ssh_timeout:
+    description: Seconds to keep trying SSH to the guest, with backoff.
+    type: int
+    default: 30
+  command_timeout:
+    description: Seconds a git command in the guest may take (inspection, bundle, patches).
+    type: int
+    default: 600
+  push_timeout:
+    description: Seconds the push (and the look at the remote before it) may take.
+    type: int
+    default: 300
+  claim:
+    description:
+      - The queue claim under which this run works on the workspace, as returned by M(ephemera.workspaces.queue).
+        Every journal write carries it; a run that lost its claim writes nothing.
+    type: dict
+'''
+
+EXAMPLES = r'''
+- name: Archive a workspace (push to ephemera/fix-login, or bundle and patches)
+  ephemera.workspaces.workspace_archive:
+    name: fix-login
+    include_untracked: ['*.md']
+  register: archived
+
+- name: Refuse to go on while the workspace holds unsaved work
+  ephemera.workspaces.workspace_archive:
+    name: fix-login
+    mode: check
+  register: saved
+  failed_when: saved.unsaved
+'''
+
+RETURN = r'''
+msg:
+  description: What was found or done, in one line.
+  returned: always
+  type: str
+  sample: "archived fix-login: pushed 3f2a9c01b2e4 to refs/heads/ephemera/fix-login; metadata.json in /srv/archives/..."
+verdict:
+  description:
+    - V(nothing) (no checkout, destroyed, or everything is on a remote), V(saved) (this state was archived or pushed),
+      V(unsaved) (work that exists only in the workspace), or V(unknown) (a checkout that cannot be inspected).
+  returned: always
+  type: str
+unsaved:
+  description: True when the verdict is V(unsaved) or V(unknown).
+  returned: always
+  type: bool
+state:
+  description:
+    - The checkout as inspected (branch, head, upstream, base, unpushed_commits, tracked_changes, staged_changes,
+      untracked_files, digest); null when it was not inspected.
+  returned: always
+  type: dict
+archive:
+  description:
+    - The archive made now, or the last one recorded (path, files, head, branch, pushed_ref, pushed_commit, at, digest);
+      null when there is none. RV(archive.pushed_ref) is null when nothing was pushed.
+  returned: always
+  type: dict
+push:
+  description: With O(mode=archive) when an archive was made, what the push did (attempted, ok, remote, ref, commit, error,
+    skipped).
+  returned: always
+  type: dict
+archive_dir:
+  description: The archive directory used.
+  returned: always
+  type: str
+notes:
+  description: Things worth knowing, for example why a push fell back to a bundle and patches.
+  returned: always
+  type: list
+  elements: str
+'''
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.archive import ENV_VAR, DEFAULT_PUSH_PREFIX, ArchiveFlow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec, open_journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
+
+
+def argument_spec():
+    spec = dict(
+        name=dict(type='str', required=True),
+        mode=dict(type='str', default='archive', choices=['archive', 'check']),
+        archive_dir=dict(type='path', fallback=(env_fallback, [ENV_VAR])),
+        push=dict(type='bool', default=True),
+        push_remote=dict(type='str', default='origin'),
+        push_prefix=dict(type='str', default=DEFAULT_PUSH_PREFIX),
+        include_untracked=dict(type='list', elements='str', default=[]),
+        git_token=dict(type='str', no_log=True),
+        git_username=dict(type='str', default='git'),
+        ssh_private_key=dict(type='path'),
+        ssh_timeout=dict(type='int', default=30),
+        command_timeout=dict(type='int', default=600),
+        push_timeout=dict(type='int', default=300),
+        claim=dict(type='dict'),
+    )
+    spec.update(journal_argument_spec())
+    return spec
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    params = module.params
+    with open_journal(module, create=False) as journal:
+        flow = ArchiveFlow(journal, params, claim=params['claim'], check_mode=module.check_mode)
+        try:
+            if params['mode'] == 'check':
+                result = flow.check()
+            else:
+                if params['claim'] and not module.check_mode:
+                    Queue(journal).step(params['claim'], 'archive', detail={'workspace': params['name']})
+                result = flow.archive()
+        except EphemeraError as err:
+            failure = dict(archive_dir=flow.archive_dir, notes=flow.notes)
+            failure.update(err.details)
+            module.fail_json(msg='%s %s: %s' % (params['mode'], params['name'], err), **failure)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,284 @@
+"""Running the create playbook for real and reading what it left: the journal, the cluster, the guests.
+
+One ``Controller`` is one journal (and so one controller id and secret) working against a shared
+try-out cluster. Its runs are real ``ansible-playbook`` processes with the localpve inventory; their
+extra vars go through a file, so that no secret ever sits on a command line.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
+from tests.localpve import proxmox
+
+BIN = os.path.dirname(sys.executable)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+PLAYBOOK = os.path.join(ROOT, 'playbooks', 'create.yml')
+INVENTORY = os.path.join(ROOT, 'inventories', 'localpve')
+# An agent that works until it is stopped: the workspace stays "active".
+WORKING_AGENT = ['sh', '-c', 'sleep 300']
+
+
+class Run:
+    """One ansible-playbook process, started in its own session so that everything it started can be stopped."""
+
+    def __init__(self, proc, out_path, callback):
+        self.proc = proc
+        self.pid = proc.pid
+        self.out_path = out_path
+        self.callback = callback
+        self.returncode = None
+        self.output = ''
+        self.data = None
+
+    def finish(self, timeout=300):
+        try:
+            self.returncode = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail('ansible-playbook did not finish within %d s:\n%s' % (timeout, self._read()[-4000:]))
+        self.output = self._read()
+        if self.callback == 'json':
+            try:
+                self.data = json.loads(self.output[self.output.index('{'):])
+            except ValueError:
+                pytest.fail('ansible-playbook did not print JSON (rc %s):\n%s' % (self.returncode, self.output[-4000:]))
+        return self
+
+    def _read(self):
+        with open(self.out_path) as src:
+            return src.read()
+
+    def kill(self):
+        """SIGKILL the run and everything it started, as a controller that dies does."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.proc.wait(30)
+
+    # -------------------------------------------------------------- results
+
+    def results(self, host='localhost'):
+        """(task name, result) of every task that ran for ``host``, in order."""
+        out = []
+        for play in self.data['plays']:
+            for task in play['tasks']:
+                if host in task['hosts']:
+                    # Role tasks are named "<role> : <task>".
+                    out.append((task['task']['name'].split(' : ', 1)[-1], task['hosts'][host]))
+        return out
+
+    def step_results(self, host='localhost'):
+        """{step number: result} of the thirteen create steps that ran (skipped ones included)."""
+        return dict((int(name.split('/', 1)[0]), result) for name, result in self.results(host)
+                    if name[:1].isdigit() and '/13 ' in name)
+
+    def stats(self, host='localhost'):
+        return self.data['stats'][host]
+
+    @property
+    def ok(self):
+        return self.returncode == 0
+
+    def failure(self, host='localhost'):
+        """The result of the create step that failed for ``host`` (not the rescue's closing fail)."""
+        for name, result in self.results(host):
+            if result.get('failed') and '/13 ' in name:
+                return name, result
+        return None, None
+
+    def report(self, host='localhost'):
+        for name, result in self.results(host):
+            if name.startswith('Report '):
+                return result['msg']
+        return None
+
+    def explain(self):
+        return 'rc %s\n%s' % (self.returncode, self.output[-6000:])
+
+
+class Controller:
+    """A journal and the runs that use it, against one cluster."""
+
+    def __init__(self, cluster, workdir):
+        self.cluster = cluster
+        self.info = cluster.info
+        self.workdir = str(workdir)
+        os.makedirs(self.workdir, exist_ok=True)
+        self.journal_path = os.path.join(self.workdir, 'journal.sqlite')
+        self.runs = []
+        self._api = None
+
+    # ---------------------------------------------------------------- runs
+
+    def start(self, extra_vars, check=False, inventory=None, target=None, forks=None, callback='json', verbose=0,
+              env=None):
+        """Start the create playbook with ``extra_vars`` (given through a file); returns the Run."""
+        index = len(self.runs)
+        vars_path = os.path.join(self.workdir, 'vars-%d.json' % index)
+        with open(vars_path, 'w') as out:
+            json.dump(dict(extra_vars, **({'target': target} if target else {})), out)
+        out_path = os.path.join(self.workdir, 'run-%d.out' % index)
+        environ = dict(os.environ, ANSIBLE_NOCOLOR='1', ANSIBLE_LOCALHOST_WARNING='0',
+                       ANSIBLE_INVENTORY_UNPARSED_WARNING='0', ANSIBLE_RETRY_FILES_ENABLED='0',
+                       LOCALPVE_STATE_DIR=self.info['state_dir'], EPHEMERA_JOURNAL=self.journal_path)
+        if callback == 'json':
+            environ['ANSIBLE_STDOUT_CALLBACK'] = 'ansible.posix.json'
+        environ.update(env or {})
+        cmd = [os.path.join(BIN, 'ansible-playbook'), '-i', INVENTORY]
+        if inventory:
+            cmd += ['-i', inventory]
+        cmd += [PLAYBOOK, '-e', '@' + vars_path]
+        if check:
+            cmd.append('--check')
+        if forks:
+            cmd += ['--forks', str(forks)]
+        if verbose:
+            cmd.append('-' + 'v' * verbose)
+        with open(out_path, 'w') as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ, cwd=ROOT,
+                                    start_new_session=True)
+        run = Run(proc, out_path, callback)
+        self.runs.append(run)
+        return run
+
+    def create(self, extra_vars, **options):
+        """Run the create playbook to its end; returns the finished Run."""
+        return self.start(extra_vars, **options).finish()
+
+    def stop(self):
+        for run in self.runs:
+            if run.proc.poll() is None:
+                run.kill()
+
+    # ------------------------------------------------------------- journal
+
+    def journal(self):
+        return Journal.open(self.journal_path, create=False)
+
+    def workspace(self, name):
+        with self.journal() as journal:
+            return journal.get_workspace(name)
+
+    def events(self, name):
+        with self.journal() as journal:
+            return journal.events(name)
+
+    def journal_dump(self):
+        """Every table's rows, as text, in a stable order: equal dumps mean an unchanged journal."""
+        with self.journal() as journal:
+            return '\n'.join(journal._conn.iterdump())  # pylint: disable=protected-access
+
+    def journal_bytes(self):
+        """The bytes of the journal's files (database, WAL), for grepping."""
+        data = b''
+        for suffix in ('', '-wal', '-shm'):
+            path = self.journal_path + suffix
+            if os.path.exists(path):
+                with open(path, 'rb') as src:
+                    data += src.read()
+        return data
+
+    def secret(self):
+        return marker.load_secret(self.journal_path)
+
+    def controller_id(self):
+        return marker.controller_id(self.secret())
+
+    # ------------------------------------------------------------- cluster
+
+    @property
+    def api(self):
+        """The API itself (not through the fault proxy), as an operator's console sees it."""
+        if self._api is None:
+            self._api = proxmox(self.info, via='api')
+        return self._api
+
+    def guests(self):
+        """{vmid: /cluster/resources entry} of every container that is not a template."""
+        return dict((int(g['vmid']), g) for g in self.api.cluster.resources.get(type='vm') if not g.get('template'))
+
+    def config(self, vmid, node=None):
+        return self.api.nodes(node or self.info['template_node']).lxc(vmid).config.get()
+
+    def cluster_state(self):
+        """What a change to the cluster would alter: every container's status and config."""
+        return dict((vmid, (g['status'], g.get('pool'), self.config(vmid, g['node'])))
+                    for vmid, g in self.guests().items())
+
+    def marker_verdict(self, vmid, name):
+        return marker.verify(self.config(vmid).get('description'), self.secret(), self.controller_id(), name, vmid)
+
+    def ours(self, name):
+        """VMIDs of the containers whose marker verifies for workspace ``name`` of this controller."""
+        return sorted(vmid for vmid, g in self.guests().items()
+                      if marker.verify(self.config(vmid, g['node']).get('description'), self.secret(),
+                                       self.controller_id(), name, vmid) == marker.VERIFIED)
+
+    def guest_root(self, vmid):
+        return self.info['guest_root'].replace('{vmid}', str(vmid))
+
+
+def request_vars(repo_url, name, **extra):
+    """The extra vars of a create request for workspace ``name``; ``extra`` adds or overrides."""
+    out = {'workspace': name, 'repo': repo_url, 'ref': 'main', 'purpose': 'Add a farewell next to greet',
+           'agent': 'worker', 'ephemera_agents': {'worker': WORKING_AGENT}}
+    out.update(extra)
+    return out
+
+
+def wait_until(condition, what, timeout=120, run=None):
+    """Poll ``condition()`` until it is true and return its value; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if run is not None and run.proc.poll() is not None:
+            run.finish()
+            pytest.fail('the run ended (rc %s) before %s:\n%s' % (run.returncode, what, run.output[-4000:]))
+        if time.monotonic() > deadline:
+            pytest.fail('never saw %s within %d s' % (what, timeout))
+        time.sleep(0.05)
+
+
+def files_containing(top, needle):
+    """Paths of the files under ``top`` whose bytes contain ``needle``."""
+    needle = needle.encode() if isinstance(needle, str) else needle
+    found = []
+    for base, dirs, names in os.walk(top):
+        for name in names:
+            path = os.path.join(base, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            try:
+                with open(path, 'rb') as src:
+                    if needle in src.read():
+                        found.append(path)
+            except OSError:
+                continue
+    return sorted(found)
+
+
+def process_lists_containing(needle):
+    """Command lines of this machine's processes that contain ``needle`` (the guests are this machine's)."""
+    found = []
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit():
+            continue
+        try:
+            with open('/proc/%s/cmdline' % pid, 'rb') as src:
+                argv = src.read()
+        except OSError:
+            continue
+        if needle.encode() in argv:
+            found.append((int(pid), argv.replace(b'\0', b' ').decode('utf-8', 'replace')))
+    return found

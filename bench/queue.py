@@ -86,20 +86,21 @@ def one_run(workdir, hosts, hold, same_target):
     conn = sqlite3.connect(journal)
     spans = conn.execute('SELECT created_at, started_at, ended_at FROM queue').fetchall()
     conn.close()
-    longest_wait = max(started - created for created, started, _ in spans)
-    peak = max(sum(1 for _, s, e in spans if s <= at < e) for _, at, _ in spans)
+    longest_wait = max(started - created for created, started, _ended in spans)
+    # the most entries running at one instant: count at each start
+    peak = max(sum(1 for span in spans if span[1] <= at < span[2]) for at in (span[1] for span in spans))
     return elapsed, longest_wait, peak
 
 
 def measure(workdir, hosts, hold, runs, same_target=False):
-    results = [one_run(workdir, hosts, hold, same_target) for _ in range(runs)]
+    results = [one_run(workdir, hosts, hold, same_target) for _run in range(runs)]
     times = [r[0] for r in results]
     return (statistics.median(times), min(times), max(times), max(r[1] for r in results),
             min(r[2] for r in results))
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     parser.add_argument('--runs', type=int, default=3)
     parser.add_argument('--hold', type=float, default=5.0, help='seconds each operation holds its workspace')
     parser.add_argument('--same-target', action='store_true', help='also 10 operations on one workspace')

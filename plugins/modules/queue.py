@@ -155,8 +155,8 @@ options:
     type: bool
     default: false
 notes:
-  - Run it on the controller (C(delegate_to: localhost) in plays against other hosts): the journal and the process
-    that owns the claim are there.
+  - Run it on the controller (with C(delegate_to) V(localhost) in plays against other hosts), where the journal and
+    the process that owns the claim are.
   - Quick reads (M(ephemera.workspaces.workspace_info), M(ephemera.workspaces.queue_info), the inventory) are not
     queued.
 seealso:

@@ -12,8 +12,8 @@ short_description: Show the queue of long operations, what runs now and at which
 version_added: 0.1.0
 description:
   - Returns the queued and running operations and the most recently finished ones, as data (RV(entries)) and as a
-    readable tree (RV(tree)): one line per operation with its state, how long it has been in it, the step it is at,
-    its runner and who asked for it; the children of a cascade below their parent.
+    readable tree (RV(tree)), one line per operation with its state, how long it has been in it, the step it is at,
+    its runner and who asked for it, the children of a cascade below their parent.
   - A running entry whose runner died is shown as such; the next run on its target takes it over.
   - It only reads. A journal that does not exist yet is reported as empty, with a warning, and is not created.
 author:

@@ -92,13 +92,14 @@ def test_run_pid_is_the_main_ansible_playbook_process(tmp_path):
     script = tmp_path / 'ansible-playbook'
     script.write_text(FAKE_PLAYBOOK)
     proc = subprocess.Popen([sys.executable, str(script), 'site.yml'], stdout=subprocess.PIPE, text=True)
-    out, _ = proc.communicate(timeout=60)
+    out = proc.communicate(timeout=60)[0]
     assert int(out.strip()) == proc.pid
 
 
 def test_run_pid_without_ansible_is_the_topmost_python_ancestor():
     code = 'from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import run_pid; print(run_pid())'
-    out = subprocess.run(['/bin/sh', '-c', '"%s" -c "%s"' % (sys.executable, code)], stdout=subprocess.PIPE, text=True)
+    out = subprocess.run(['/bin/sh', '-c', '"%s" -c "%s"' % (sys.executable, code)], stdout=subprocess.PIPE, text=True,
+                         check=True)
     found = int(out.stdout.strip())
     ancestors, pid = [], os.getpid()
     while pid > 1:

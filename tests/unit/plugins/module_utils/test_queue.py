@@ -1,5 +1,6 @@
 """The operation queue against a real SQLite journal, with real processes standing for ansible-playbook runs."""
 
+import collections
 import json
 import multiprocessing
 import os
@@ -30,6 +31,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import (
 )
 
 FORK = multiprocessing.get_context('fork')
+Run = collections.namedtuple('Run', 'queue proc')
 
 
 @pytest.fixture
@@ -51,7 +53,7 @@ def run(journal):
     def start(lease=600):
         proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])
         procs.append(proc)
-        return Queue(journal, owner=Owner.current(pid=proc.pid), lease=lease), proc
+        return Run(Queue(journal, owner=Owner.current(pid=proc.pid), lease=lease), proc)
 
     yield start
     for proc in procs:
@@ -77,6 +79,10 @@ def actions(journal, key):
     return [(e['action'], e['detail'].get('entry')) for e in journal.events(key) if e['kind'] == 'queue']
 
 
+def action_names(journal, key):
+    return [e['action'] for e in journal.events(key) if e['kind'] == 'queue']
+
+
 # ----------------------------------------------------------------- schema
 
 
@@ -89,9 +95,9 @@ def test_queue_tables_exist_in_a_new_journal(journal):
 
 
 def test_first_request_runs_at_once_the_next_waits_fifo(journal, run):
-    q1, _ = run()
-    q2, _ = run()
-    q3, _ = run()
+    q1 = run().queue
+    q2 = run().queue
+    q3 = run().queue
     journal.create_workspace('ws1')
     a = q1.enqueue('create', 'ws1', params={'repo': 'r'})
     b = q2.enqueue('archive', 'ws1')
@@ -114,13 +120,13 @@ def test_first_request_runs_at_once_the_next_waits_fifo(journal, run):
     q3.finish(third.claim, state='failed', result={'msg': 'boom'})
     entries = q1.entries()
     assert [(e['kind'], e['state']) for e in entries] == [('create', 'done'), ('archive', 'done'), ('destroy', 'failed')]
-    assert [a for a, _ in actions(journal, 'ws1')] == ['enqueued', 'enqueued', 'enqueued', 'started', 'finished',
-                                                       'started', 'finished', 'started', 'finished']
+    assert action_names(journal, 'ws1') == ['enqueued', 'enqueued', 'enqueued', 'started', 'finished',
+                                            'started', 'finished', 'started', 'finished']
 
 
 def test_different_targets_do_not_wait_for_each_other(run):
-    q1, _ = run()
-    q2, _ = run()
+    q1 = run().queue
+    q2 = run().queue
     a = q1.enqueue('create', 'ws1')
     b = q2.enqueue('create', 'ws2')
     assert q1.poll(a.request_id).outcome == CLAIMED
@@ -128,8 +134,8 @@ def test_different_targets_do_not_wait_for_each_other(run):
 
 
 def test_same_name_as_workspace_and_template_are_different_queues(run):
-    q1, _ = run()
-    q2, _ = run()
+    q1 = run().queue
+    q2 = run().queue
     a = q1.enqueue('create', 'debian')
     b = q2.enqueue('template_build', 'debian')
     assert b.entry['target_type'] == 'template'
@@ -141,9 +147,9 @@ def test_same_name_as_workspace_and_template_are_different_queues(run):
 
 
 def test_identical_queued_requests_fold_and_all_get_the_same_outcome(journal, run):
-    blocker, _ = run()
+    blocker = run().queue
     held = blocker.poll(blocker.enqueue('create', 'ws1').request_id)
-    queues = [run()[0] for _ in range(5)]
+    queues = [run().queue for _n in range(5)]
     joined = [q.enqueue('archive', 'ws1', params={'keep': 7}, requested_by='op%d' % n, job_id=str(40 + n))
               for n, q in enumerate(queues)]
     assert [j.folded for j in joined] == [False, True, True, True, True]
@@ -160,14 +166,14 @@ def test_identical_queued_requests_fold_and_all_get_the_same_outcome(journal, ru
     assert [t.outcome for t in outcomes[1:]] == [FINISHED_TURN] * 4
     assert all(t.folded for t in outcomes[1:])
     assert {json.dumps(t.entry['result']) for t in outcomes[1:]} == {json.dumps({'archive': 'ws1.tar'})}
-    assert [a for a, _ in actions(journal, 'ws1')].count('started') == 2  # the blocker and one archive
-    assert [a for a, _ in actions(journal, 'ws1')].count('also_requested') == 4
+    assert action_names(journal, 'ws1').count('started') == 2  # the blocker and one archive
+    assert action_names(journal, 'ws1').count('also_requested') == 4
 
 
 def test_running_entry_and_different_params_do_not_fold(run):
-    q1, _ = run()
-    q2, _ = run()
-    q3, _ = run()
+    q1 = run().queue
+    q2 = run().queue
+    q3 = run().queue
     a = q1.enqueue('create', 'ws1', params={'ref': 'main'})
     first = q1.poll(a.request_id)
     assert first.outcome == CLAIMED
@@ -178,7 +184,7 @@ def test_running_entry_and_different_params_do_not_fold(run):
 
 
 def test_secret_params_are_masked_and_not_fingerprinted_in_clear(journal, path, run):
-    q, _ = run()
+    q = run().queue
     secret = 's3cr3t-' + os.urandom(4).hex()
     e = q.enqueue('create', 'ws1', params={'git_token': secret, 'ref': 'main'})
     assert e.entry['params'] == {'git_token': '********', 'ref': 'main'}
@@ -216,7 +222,7 @@ def _seed_for_fencing(journal, q, run_queue):
 
 
 def test_writes_under_a_held_claim_go_through_and_renew_the_lease(journal, run):
-    q, _ = run()
+    q = run().queue
     claim = _seed_for_fencing(journal, q, run)
     before = q.get(claim['entry_id'])['lease_expires']
     time.sleep(0.01)
@@ -226,7 +232,7 @@ def test_writes_under_a_held_claim_go_through_and_renew_the_lease(journal, run):
 
 
 def test_every_fenced_write_of_a_run_that_lost_its_claim_is_refused_and_changes_nothing(journal, path, run):
-    q, _ = run()
+    q = run().queue
     claim = _seed_for_fencing(journal, q, run)
     q.cancel(claim['entry_id'], reason='operator stop', force=True)
     ws = journal.get_workspace('ws1')
@@ -242,7 +248,7 @@ def test_every_fenced_write_of_a_run_that_lost_its_claim_is_refused_and_changes_
 
 def test_a_run_whose_claim_was_taken_over_cannot_write(journal, path, run):
     q1, p1 = run()
-    q2, _ = run()
+    q2 = run().queue
     journal.create_workspace('ws1')
     old = q1.poll(q1.enqueue('create', 'ws1').request_id).claim
     kill(p1)
@@ -270,7 +276,7 @@ def test_malformed_claims_are_refused(journal):
 
 def test_dead_runner_is_resumed_by_the_next_run_of_the_same_operation(journal, run):
     q1, p1 = run()
-    q2, _ = run()
+    q2 = run().queue
     a = q1.enqueue('create', 'ws1', params={'ref': 'main'})
     first = q1.poll(a.request_id)
     q1.step(first.claim, 'clone')
@@ -294,7 +300,7 @@ def test_dead_runner_is_resumed_by_the_next_run_of_the_same_operation(journal, r
 
 def test_dead_runner_is_resumed_by_a_run_that_had_joined_it(journal, run):
     q1, p1 = run()
-    q2, _ = run()
+    q2 = run().queue
     blocker, pb = run()
     held = blocker.poll(blocker.enqueue('create', 'ws1').request_id)
     a = q1.enqueue('reconcile', 'ws1')
@@ -311,7 +317,7 @@ def test_dead_runner_is_resumed_by_a_run_that_had_joined_it(journal, run):
 
 def test_dead_runner_of_another_operation_is_closed_as_interrupted(journal, run):
     q1, p1 = run()
-    q2, _ = run()
+    q2 = run().queue
     journal.create_workspace('ws1')
     first = q1.poll(q1.enqueue('create', 'ws1').request_id)
     q1.step(first.claim, 'ssh')
@@ -322,13 +328,13 @@ def test_dead_runner_of_another_operation_is_closed_as_interrupted(journal, run)
     dead = q2.get(first.claim['entry_id'])
     assert dead['state'] == 'failed' and dead['result']['interrupted'] and dead['result']['step'] == 'ssh'
     assert 'died at step ssh' in dead['result']['reason']
-    assert [a for a, _ in actions(journal, 'ws1')][-3:] == ['runner_lost', 'interrupted', 'started']
+    assert action_names(journal, 'ws1')[-3:] == ['runner_lost', 'interrupted', 'started']
 
 
 def test_entry_abandoned_by_every_requester_is_cancelled_when_reached(journal, run):
-    q1, _ = run()
+    q1 = run().queue
     q2, p2 = run()
-    q3, _ = run()
+    q3 = run().queue
     journal.create_workspace('ws1')
     first = q1.poll(q1.enqueue('create', 'ws1').request_id)
     b = q2.enqueue('archive', 'ws1')
@@ -342,8 +348,8 @@ def test_entry_abandoned_by_every_requester_is_cancelled_when_reached(journal, r
 
 
 def test_a_waiter_that_stopped_looking_does_not_hold_the_entry(journal, run, monkeypatch):
-    q1, _ = run()
-    q2, _ = run()
+    q1 = run().queue
+    q2 = run().queue
     a = q1.enqueue('create', 'ws1', params={'n': 1})
     b = q2.enqueue('create', 'ws1', params={'n': 1})
     assert b.folded
@@ -355,7 +361,7 @@ def test_a_waiter_that_stopped_looking_does_not_hold_the_entry(journal, run, mon
 
 def test_runner_on_another_host_is_judged_by_its_lease(journal, run):
     far = Queue(journal, owner=Owner('elsewhere', 4242, 1), lease=30)
-    q2, _ = run()
+    q2 = run().queue
     first = far.poll(far.enqueue('create', 'ws1', params={'n': 1}).request_id)
     assert first.outcome == CLAIMED
     b = q2.enqueue('create', 'ws1', params={'n': 1})
@@ -374,7 +380,7 @@ def _killed_mid_transaction(path, ready):
 
 
 def test_writer_killed_inside_a_queue_transaction_leaves_it_unchanged(journal, path, run):
-    q, _ = run()
+    q = run().queue
     turn = q.poll(q.enqueue('create', 'ws1').request_id)
     ready = FORK.Event()
     proc = FORK.Process(target=_killed_mid_transaction, args=(path, ready))
@@ -390,8 +396,8 @@ def test_writer_killed_inside_a_queue_transaction_leaves_it_unchanged(journal, p
 
 
 def test_wait_timeout_says_what_is_ahead_and_leaves_nothing_stuck(journal, run):
-    q1, _ = run()
-    q2, _ = run()
+    q1 = run().queue
+    q2 = run().queue
     journal.create_workspace('ws1')
     first = q1.poll(q1.enqueue('create', 'ws1').request_id)
     q1.step(first.claim, 'wait clone task')
@@ -409,9 +415,9 @@ def test_wait_timeout_says_what_is_ahead_and_leaves_nothing_stuck(journal, run):
 
 
 def test_timeout_of_one_joined_run_keeps_the_entry_for_the_others(run):
-    q1, _ = run()
-    q2, _ = run()
-    q3, _ = run()
+    q1 = run().queue
+    q2 = run().queue
+    q3 = run().queue
     q1.poll(q1.enqueue('create', 'ws1').request_id)
     b = q2.enqueue('create', 'ws1', params={'x': 1})
     c = q3.enqueue('create', 'ws1', params={'x': 1})
@@ -423,8 +429,8 @@ def test_timeout_of_one_joined_run_keeps_the_entry_for_the_others(run):
 
 
 def test_wait_returns_the_claim_when_the_turn_comes(journal, run):
-    q1, _ = run()
-    q2, _ = run()
+    q1 = run().queue
+    q2 = run().queue
     first = q1.poll(q1.enqueue('create', 'ws1').request_id)
     b = q2.enqueue('create', 'ws1', params={'again': True})
     finisher = FORK.Process(target=_finish_later, args=(journal.path, first.claim))
@@ -444,7 +450,7 @@ def _finish_later(path, claim):
 
 
 def test_cancel_of_a_live_running_entry_needs_force(journal, run):
-    q1, _ = run()
+    q1 = run().queue
     first = q1.poll(q1.enqueue('create', 'ws1').request_id)
     q1.step(first.claim, 'bootstrap')
     with pytest.raises(QueueError, match='is running \\(step bootstrap, runner .* is alive\\).*force=true'):
@@ -458,7 +464,7 @@ def test_cancel_of_a_live_running_entry_needs_force(journal, run):
 
 
 def test_cancel_of_finished_or_missing_entries_is_refused(run):
-    q, _ = run()
+    q = run().queue
     turn = q.poll(q.enqueue('create', 'ws1').request_id)
     q.finish(turn.claim)
     with pytest.raises(QueueError, match='already finished \\(done\\)'):
@@ -468,8 +474,8 @@ def test_cancel_of_finished_or_missing_entries_is_refused(run):
 
 
 def test_cancelled_parent_cancels_queued_children_and_refuses_new_ones(journal, run):
-    parent_q, _ = run()
-    child_q, _ = run()
+    parent_q = run().queue
+    child_q = run().queue
     for n in (1, 2, 3):
         journal.create_workspace('ws%d' % n)
     parent = parent_q.poll(parent_q.enqueue('destroy', 'idle-2h', target_type='group').request_id)
@@ -478,7 +484,7 @@ def test_cancelled_parent_cancels_queued_children_and_refuses_new_ones(journal, 
     assert running_child.outcome == CLAIMED and running_child.entry['source'] == 'cascade'
     queued = [parent_q.enqueue('destroy', 'ws%d' % n, parent_id=pid, waits=False, claim=parent.claim) for n in (2, 3)]
     # a queued child behind another operation stays queued until its turn
-    blocker, _ = run()
+    blocker = run().queue
     blocker_turn = blocker.poll(blocker.enqueue('archive', 'ws2').request_id)
     assert blocker_turn.outcome == WAITING  # the parent's queued child on ws2 comes first
     lines = render_tree(parent_q.entries())
@@ -497,7 +503,7 @@ def test_cancelled_parent_cancels_queued_children_and_refuses_new_ones(journal, 
 
 
 def test_child_of_a_finished_parent_is_refused(run):
-    q, _ = run()
+    q = run().queue
     parent = q.poll(q.enqueue('template_build', 'debian-12').request_id)
     q.finish(parent.claim)
     with pytest.raises(QueueError, match='has already finished \\(done\\)'):
@@ -507,8 +513,8 @@ def test_child_of_a_finished_parent_is_refused(run):
 
 
 def test_children_queued_by_a_parent_are_run_by_the_runs_that_join_them(journal, run):
-    parent_q, _ = run()
-    child_q, _ = run()
+    parent_q = run().queue
+    child_q = run().queue
     journal.create_workspace('ws1')
     parent = parent_q.poll(parent_q.enqueue('destroy', 'old', target_type='group').request_id)
     pre = parent_q.enqueue('destroy', 'ws1', parent_id=parent.claim['entry_id'], waits=False, claim=parent.claim)
@@ -530,7 +536,7 @@ def test_children_queued_by_a_parent_are_run_by_the_runs_that_join_them(journal,
     (('destroy', 'ghost'), "Unknown target: no workspace named 'ghost' is recorded"),
 ])
 def test_bad_requests_are_refused_and_write_nothing(path, journal, run, args, message):
-    q, _ = run()
+    q = run().queue
     before = dump(path)
     with pytest.raises(QueueError) as err:
         q.enqueue(*args)
@@ -539,7 +545,7 @@ def test_bad_requests_are_refused_and_write_nothing(path, journal, run, args, me
 
 
 def test_bad_source_and_step_and_result_are_refused(run):
-    q, _ = run()
+    q = run().queue
     with pytest.raises(QueueError, match='Unknown request source'):
         q.enqueue('create', 'ws1', source='cron')
     turn = q.poll(q.enqueue('create', 'ws1').request_id)
@@ -551,8 +557,8 @@ def test_bad_source_and_step_and_result_are_refused(run):
 
 
 def test_destroy_of_a_workspace_whose_create_is_queued_is_accepted(run):
-    q1, _ = run()
-    q2, _ = run()
+    q1 = run().queue
+    q2 = run().queue
     q1.enqueue('create', 'ws9')
     assert q2.enqueue('destroy', 'ws9').entry['state'] == 'queued'
 
@@ -581,10 +587,10 @@ def test_eight_processes_on_one_target_run_one_at_a_time_in_queue_order(path, jo
     procs = [FORK.Process(target=_contender, args=(path, n, ready, go, out)) for n in range(8)]
     for p in procs:
         p.start()
-    for _ in procs:
+    for _p in procs:
         assert ready.acquire(timeout=60)
     go.set()
-    spans = sorted(out.get(timeout=120) for _ in procs)
+    spans = sorted(out.get(timeout=120) for _p in procs)
     for p in procs:
         p.join(60)
     assert [p.exitcode for p in procs] == [0] * 8
@@ -602,7 +608,7 @@ def test_eight_processes_on_one_target_run_one_at_a_time_in_queue_order(path, jo
 
 def test_tree_shows_steps_runners_requesters_and_dead_runners(journal, run):
     q1, p1 = run()
-    q2, _ = run()
+    q2 = run().queue
     first = q1.poll(q1.enqueue('create', 'ws1', requested_by='alice', job_id='4711').request_id)
     q1.step(first.claim, 'wait address')
     q2.enqueue('create', 'ws1', params={'n': 2}, requested_by='bob', source='schedule')
@@ -619,7 +625,7 @@ def test_tree_shows_steps_runners_requesters_and_dead_runners(journal, run):
 
 
 def test_entries_filters_and_recent(run):
-    q, _ = run()
+    q = run().queue
     for n in range(4):
         turn = q.poll(q.enqueue('create', 'ws%d' % n).request_id)
         q.finish(turn.claim)
@@ -632,8 +638,8 @@ def test_entries_filters_and_recent(run):
 
 
 def test_preview_writes_nothing(path, journal, run):
-    q1, _ = run()
-    q2, _ = run()
+    q1 = run().queue
+    q2 = run().queue
     assert q2.preview('create', 'ws1') == {'action': 'run', 'entry_id': None, 'ahead': []}
     q1.poll(q1.enqueue('create', 'ws1').request_id)
     q1.enqueue('create', 'ws1', params={'n': 1})

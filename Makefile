@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: help venv system-packages test unit sanity lint integration demo
 .PHONY: bench-queue
+.PHONY: bench-inventory
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
 
 help:
@@ -64,3 +65,8 @@ bench-cluster: venv
 # 10 workspaces x 1 queued operation (forks 10) against 1 x 1: times and their ratio.
 bench-queue: venv
 	$(BIN)/python bench/queue.py
+
+# ansible-inventory --list with 100, 1,000 and 10,000 guests: ephemera.workspaces.workspaces against
+# community.proxmox.proxmox (with and without want_facts); times, API requests and their ratios.
+bench-inventory: venv
+	$(BIN)/python bench/inventory.py

@@ -143,17 +143,67 @@ unsaved:
   returned: always
   type: bool
 state:
-  description:
-    - The checkout as inspected (branch, head, upstream, base, unpushed_commits, tracked_changes, staged_changes,
-      untracked_files, digest); null when it was not inspected.
+  description: The checkout as inspected; null when it was not inspected.
   returned: always
   type: dict
+  contains:
+    branch:
+      description: The branch checked out, or null when HEAD is detached.
+      type: str
+    head:
+      description: The commit HEAD points at.
+      type: str
+    upstream:
+      description: The branch's upstream (for example C(origin/main)), or null.
+      type: str
+    base:
+      description: The newest commit on HEAD's first-parent line that a remote has.
+      type: str
+    unpushed_commits:
+      description: Commits of HEAD, the local branches and the stash that no remote-tracking ref reaches.
+      type: int
+    tracked_changes:
+      description: Tracked files differ from HEAD on disk.
+      type: bool
+    staged_changes:
+      description: The index differs from HEAD.
+      type: bool
+    untracked_files:
+      description: Untracked files that are not ignored.
+      type: int
+    digest:
+      description: Digest of the whole state (HEAD, branches, index, files); equal digests mean nothing changed.
+      type: str
 archive:
-  description:
-    - The archive made now, or the last one recorded (path, files, head, branch, pushed_ref, pushed_commit, at, digest);
-      null when there is none. RV(archive.pushed_ref) is null when nothing was pushed.
+  description: The archive made now, or the last one recorded; null when there is none.
   returned: always
   type: dict
+  contains:
+    path:
+      description: The archive's directory on the controller.
+      type: str
+    files:
+      description: The files in it (C(head.bundle), C(worktree.patch), C(index.patch), C(untracked.tar), C(metadata.json)).
+      type: list
+      elements: str
+    head:
+      description: HEAD when it was archived.
+      type: str
+    branch:
+      description: The branch when it was archived.
+      type: str
+    pushed_ref:
+      description: The ref the work was pushed to, or null when nothing was pushed.
+      type: str
+    pushed_commit:
+      description: The commit pushed to RV(archive.pushed_ref), or null.
+      type: str
+    at:
+      description: When it was archived (ISO 8601, UTC).
+      type: str
+    digest:
+      description: The state digest it archived.
+      type: str
 push:
   description: With O(mode=archive) when an archive was made, what the push did (attempted, ok, remote, ref, commit, error,
     skipped).

@@ -1,7 +1,7 @@
 """ansible-inventory with ephemera.workspaces.workspaces against the try-out cluster (tests/localpve).
 
-The workspaces are made by the real create playbook: one ready, one that fails at its brief step, and
-one ready that the journal then marks as being destroyed (what the destroy flow records first).
+Two workspaces are made by the real create playbook: one ready, one that fails at its brief step. A
+third, cloned with its marker and recorded as being destroyed, is what the destroy flow leaves first.
 Two containers join the pool without a journal record: one bare, one with a genuine marker of this
 controller (a journal that lost a record). Every inventory is a real ansible-inventory process; API
 requests are counted at the fake PVE.
@@ -87,25 +87,30 @@ def site(tmp_path_factory):
         journal_path = os.path.join(base, 'journal.sqlite')
         repo = os.path.join(base, 'repo')
         _make_repo(repo)
-        outputs = _create_runs(cluster.info, journal_path, repo, [
-            ('ws-ready', GOOD_AGENT), ('ws-broken', ['/nonexistent/agent']), ('ws-gone', GOOD_AGENT)])
-        assert [code for _out, code in outputs] == [0, 2, 0], '\n\n'.join(out[-3000:] for out, _code in outputs)
+        requests = [('ws-ready', GOOD_AGENT), ('ws-broken', ['/nonexistent/agent'])]
+        outputs = _create_runs(cluster.info, journal_path, repo, requests)
+        assert [code for _out, code in outputs] == [0, 2], '\n\n'.join(out[-3000:] for out, _code in outputs)
         s = Site(cluster, journal_path, base)
+        api = proxmox(cluster.info, via='api', auth='token')
         with Journal.open(journal_path, create=False) as journal:
-            for name in ('ws-ready', 'ws-broken', 'ws-gone'):
+            for name in ('ws-ready', 'ws-broken'):
                 record = journal.get_workspace(name)
                 s.vmids[name], s.addresses[name] = record['vmid'], record['address']
-            gone = journal.get_workspace('ws-gone')
-            journal.update_workspace('ws-gone', gone['generation'], status='destroying', desired_state='destroyed',
-                                     event={'kind': 'recorded', 'action': 'destroy_requested'})
-            journal.record_cleanup_debt('ws-gone', 'lxc/%d@%s' % (gone['vmid'], gone['node']), 'CT is locked (backup)')
-            controller = journal.controller_id
-        api = proxmox(cluster.info, via='api', auth='token')
+            controller, secret = journal.controller_id, marker.load_secret(journal_path)
+            # A workspace as the destroy flow leaves it first: marked for destruction, container still there.
+            gone = int(api.cluster.nextid.get())
+            clone_workspace(api, cluster.info, hostname='agent-ws-gone', start=False, vmid=gone,
+                            description=marker.render(secret, controller, 'ws-gone', gone))
+            node = cluster.info['template_node']
+            journal.create_workspace('ws-gone', status='destroying', desired_state='destroyed', vmid=gone, node=node,
+                                     repo='file://' + repo, ref='main', purpose='done',
+                                     params={'pool': cluster.info['pool'], 'agent_user': cluster.info['ssh_user']})
+            journal.record_cleanup_debt('ws-gone', 'lxc/%d@%s' % (gone, node), 'CT is locked (backup)')
+            s.vmids['ws-gone'] = gone
         s.orphans['bare'] = clone_workspace(api, cluster.info, hostname='stray', start=False).vmid
         lost = int(api.cluster.nextid.get())
-        description = marker.render(marker.load_secret(journal_path), controller, 'ws-lost', lost)
         s.orphans['lost'] = clone_workspace(api, cluster.info, hostname='agent-ws-lost', start=False, vmid=lost,
-                                            description=description).vmid
+                                            description=marker.render(secret, controller, 'ws-lost', lost)).vmid
         yield s
     finally:
         cluster.stop()
@@ -221,6 +226,8 @@ def test_groups_and_variables_of_ready_failed_destroying_and_orphans(site, inven
     gone = hv['ws-gone']
     assert (gone['ephemera_status'], gone['ephemera_desired_state'], gone['ephemera_step']) == (
         'destroying', 'destroyed', 'destroy')
+    assert (gone['ephemera_live_status'], gone['ephemera_marker']) == ('stopped', None)
+    assert 'ansible_host' not in gone
     [debt] = gone['ephemera_cleanup_debt']
     assert (debt['resource'], debt['attempts'], debt['last_error']) == (
         'lxc/%d@%s' % (site.vmids['ws-gone'], site.info['template_node']), 1, 'CT is locked (backup)')

@@ -9,6 +9,8 @@ import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import archive
 from ansible_collections.ephemera.workspaces.plugins.module_utils.archive import CheckoutState
+from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
 
 IDENTITY = ['-c', 'user.name=Test', '-c', 'user.email=test@example.invalid']
 
@@ -166,3 +168,52 @@ def test_digest_covers_every_part_of_the_state():
     assert plain.clean and plain.digest == _state().digest
     for change in ({'tree': 't9'}, {'index_tree': 't9'}, {'head': 'g' * 40}, {'branch': 'other'}):
         assert _state(**change).digest != plain.digest, change
+
+
+# ------------------------------------------------------------- the flow on journal records alone
+
+@pytest.fixture
+def journal(tmp_path):
+    with Journal.open(str(tmp_path / 'journal.sqlite')) as opened:
+        yield opened
+
+
+def _flow(journal, tmp_path, name='ws', claim=None):
+    params = {'name': name, 'archive_dir': str(tmp_path / 'archives'), 'ssh_timeout': 1}
+    return archive.ArchiveFlow(journal, params, claim=claim)
+
+
+def test_unknown_workspace_is_a_clear_error(journal, tmp_path):
+    with pytest.raises(archive.ArchiveError, match="'ws' is not recorded in the journal"):
+        _flow(journal, tmp_path).check()
+
+
+def test_no_checkout_and_destroyed_hold_nothing(journal, tmp_path):
+    journal.create_workspace('ws', status='bootstrapping', params={}, progress={'request': 1, 'bootstrap': 2})
+    result = _flow(journal, tmp_path).check()
+    assert result['verdict'] == 'nothing' and result['unsaved'] is False and 'never got a checkout' in result['msg']
+    archived = _flow(journal, tmp_path).archive()
+    assert archived['changed'] is False and archived['archive'] is None
+    ws = journal.get_workspace('ws')
+    journal.update_workspace('ws', ws['generation'], status='destroyed', progress={'checkout': 1})
+    assert _flow(journal, tmp_path).check()['verdict'] == 'nothing'
+
+
+def test_a_workspace_being_destroyed_is_archived_only_by_its_destruction(journal, tmp_path):
+    journal.create_workspace('ws', status='destroying', desired_state='destroyed', params={}, progress={})
+    with pytest.raises(archive.ArchiveError, match='being destroyed'):
+        _flow(journal, tmp_path).archive()
+    queue = Queue(journal)
+    turn = queue.poll(queue.enqueue('destroy', 'ws').request_id)
+    assert _flow(journal, tmp_path, claim=turn.claim).archive()['verdict'] == 'nothing'
+    assert _flow(journal, tmp_path).check()['verdict'] == 'nothing'  # a check is always allowed
+
+
+def test_unreachable_guest_with_a_checkout_is_unknown(journal, tmp_path):
+    # Nothing listens on this loopback address and port: the connection is refused at once.
+    journal.create_workspace('ws', status='ready', vmid=100, address='127.0.0.1', progress={'checkout': 1},
+                             params={'ssh_port': 1, 'ssh_user': 'root', 'guest_root': '/', 'agent_user': 'agent'})
+    result = _flow(journal, tmp_path).check()
+    assert result['verdict'] == 'unknown' and result['unsaved'] is True and 'cannot be reached' in result['msg']
+    with pytest.raises(archive.ArchiveError, match='Nothing was archived'):
+        _flow(journal, tmp_path).archive()

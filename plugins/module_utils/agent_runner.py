@@ -9,8 +9,11 @@ object per line, one answer object per line. Requests (``op``):
 
 ``ping``      -> ``{"ok": true, "alive": true, "activity": ..., "briefed": bool, "version": 1}``
 ``brief``     ``{"op": "brief", "purpose": "...", "agent": "claude-code"}`` starts the agent named
-              in the configuration with the purpose. A repeat of the same brief changes nothing
-              (``"already": true``); a different brief while the agent works is refused.
+              in the configuration (read again at every brief) with the purpose. An agent that
+              cannot be started, or exits with an error within its first half second, fails the
+              brief with the reason and its log's last lines. A repeat of the same brief changes
+              nothing (``"already": true``) unless its agent failed, which starts it again; a
+              different brief while the agent works is refused.
 ``status``    -> activity, the brief, the agent's pid and exit status, the log's last lines.
 ``activity``  ``{"op": "activity", "state": "blocked"}``: the agent's own hooks report that it
               waits for input or approval (``blocked``) or works again (``active``).
@@ -20,10 +23,14 @@ Activity: ``idle`` before the brief and after the agent exits; ``active`` while 
 disconnects (it starts in its own session) and keeps its brief and the agent's identity in its
 state directory, so a restarted runner still knows both.
 
+The agent gets ``EPHEMERA_RUNNER`` (this program) and ``EPHEMERA_RUNNER_SOCKET`` in its
+environment, so its hooks report with ``"$EPHEMERA_RUNNER" activity blocked`` (or ``active``).
+
 Command line::
 
     agent_runner.py serve --state-dir DIR --socket PATH --config FILE
     agent_runner.py call --socket PATH '{"op": "ping"}'
+    agent_runner.py activity blocked|active [--socket PATH]
 """
 
 from __future__ import absolute_import, division, print_function
@@ -35,6 +42,7 @@ import os
 import shlex
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -43,6 +51,8 @@ import time
 PROTOCOL_VERSION = 1
 LOG_TAIL = 20
 ACTIVITIES = ('active', 'idle', 'blocked')
+# An agent that exits with an error this soon after its start did not start.
+START_GRACE = 0.5
 
 
 def _write_json(path, data):
@@ -95,9 +105,10 @@ def _bind_path(path):
 
 
 class Runner:
-    def __init__(self, state_dir, config):
+    def __init__(self, state_dir, config, config_path=None):
         self.state_dir = state_dir
         self.config = config
+        self.config_path = config_path
         self.lock = threading.Lock()
         self.child = None
         self.state_path = os.path.join(state_dir, 'state.json')
@@ -171,18 +182,21 @@ class Runner:
         agent = request.get('agent')
         if not purpose or not agent:
             return {'ok': False, 'error': 'a brief needs a purpose and an agent'}
+        self._reload_config()
         commands = self.config.get('agents') or {}
         if agent not in commands:
             return {'ok': False, 'error': 'unknown agent %r; configured: %s' % (agent, ', '.join(sorted(commands)))}
         brief = {'purpose': purpose, 'agent': agent}
         current = self.state.get('brief')
-        if current and dict((k, current.get(k)) for k in brief) == brief:
+        running = self._agent_running()
+        if current and dict((k, current.get(k)) for k in brief) == brief and not self._agent_failed():
             return {'ok': True, 'already': True, 'activity': self.activity()}
-        if self._agent_running():
+        if running:
             return {'ok': False, 'error': 'the agent is still working on an earlier brief'}
         argv = [part.replace('{purpose}', purpose) for part in commands[agent]]
         workdir = self.config.get('workdir') or self.state_dir
-        env = dict(os.environ, EPHEMERA_RUNNER_SOCKET=self.config.get('socket', ''), EPHEMERA_PURPOSE=purpose)
+        env = dict(os.environ, EPHEMERA_RUNNER=os.path.abspath(__file__),
+                   EPHEMERA_RUNNER_SOCKET=self.config.get('socket', ''), EPHEMERA_PURPOSE=purpose)
         env.update(_read_env_file(self.config.get('environment_file')))
         with open(self.log_path, 'ab') as log:
             try:
@@ -196,7 +210,27 @@ class Runner:
                           agent_process={'pid': child.pid, 'start_time': _start_time(child.pid), 'exit': None,
                                          'started_at': time.time(), 'ended_at': None})
         self._save()
-        return {'ok': True, 'already': False, 'activity': 'active', 'pid': child.pid}
+        try:
+            code = child.wait(START_GRACE)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code:
+            self._agent_running()
+            return {'ok': False, 'error': 'the agent %r (%s) exited with status %d right after it started; its log '
+                                          'ends:\n%s' % (agent, argv[0], code, '\n'.join(self._log_tail()[-10:]))}
+        return {'ok': True, 'already': False, 'activity': self.activity(), 'pid': child.pid}
+
+    def _agent_failed(self):
+        """True when the last agent ended with an error status: the same brief may start it again."""
+        agent = self.state.get('agent_process') or {}
+        return agent.get('ended_at') is not None and agent.get('exit') not in (0, None)
+
+    def _reload_config(self):
+        """The controller rewrites the configuration before a brief (a corrected command line, say)."""
+        if self.config_path:
+            fresh = _read_json(self.config_path)
+            if isinstance(fresh, dict):
+                self.config = dict(fresh, socket=self.config.get('socket'))
 
     def _log_tail(self):
         try:
@@ -236,8 +270,12 @@ def serve(args):
     config['socket'] = args.socket
     if not os.path.isdir(args.state_dir):
         os.makedirs(args.state_dir, 0o700)
-    runner = Runner(args.state_dir, config)
-    if os.path.exists(args.socket):
+    runner = Runner(args.state_dir, config, os.path.abspath(args.config))
+    if os.path.lexists(args.socket):
+        if not stat.S_ISSOCK(os.lstat(args.socket).st_mode):
+            _say('cannot serve on %s: something other than a socket is there; remove it' % args.socket)
+            return 5
+        # A socket left by a runner that died.
         os.unlink(args.socket)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(_bind_path(args.socket))
@@ -288,6 +326,12 @@ def call(args):
     return 0 if json.loads(answer).get('ok') else 4
 
 
+def report(args):
+    """What an agent's hook runs: tell the runner the agent waits (blocked) or works again (active)."""
+    args.request = json.dumps({'op': 'activity', 'state': args.state})
+    return call(args)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog='agent_runner.py', description='ephemera agent runner')
     sub = parser.add_subparsers(dest='command')
@@ -299,11 +343,19 @@ def main(argv=None):
     p_call.add_argument('--socket', required=True)
     p_call.add_argument('--timeout', type=float, default=10.0)
     p_call.add_argument('request', help="one JSON request, or - to read it from standard input")
+    p_activity = sub.add_parser('activity', help="report the agent's activity (for its hooks)")
+    p_activity.add_argument('state', choices=['blocked', 'active'])
+    p_activity.add_argument('--socket', default=os.environ.get('EPHEMERA_RUNNER_SOCKET'))
+    p_activity.add_argument('--timeout', type=float, default=10.0)
     args = parser.parse_args(argv)
     if args.command == 'serve':
         return serve(args)
     if args.command == 'call':
         return call(args)
+    if args.command == 'activity':
+        if not args.socket:
+            parser.error('no socket: give --socket, or run it where EPHEMERA_RUNNER_SOCKET is set')
+        return report(args)
     parser.print_help()
     return 2
 

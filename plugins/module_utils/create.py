@@ -20,11 +20,12 @@ __metaclass__ = type
 import ipaddress
 import re
 import time
+from urllib.parse import urlsplit
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import guest as guest_ops
 from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
 from ansible_collections.ephemera.workspaces.plugins.module_utils import waiter
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError, JournalError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import Owner
 from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import (
     PveAlreadyExists,
@@ -33,10 +34,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import (
     PveLockTimeout,
     PveNotFound,
     PveTaskFailed,
-    PveTaskTimeout,
     PveUnknownOutcome,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import Guest, SshError, wait_for_guest
+from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import Guest, wait_for_guest
 
 STEPS = ('request', 'vmid', 'clone', 'wait_clone', 'configure', 'start', 'address', 'ssh', 'bootstrap', 'checkout',
          'runner', 'brief', 'ready')
@@ -54,8 +54,17 @@ STEP_STATUS = {
 }
 # Request parameters that make a workspace what it is: a second request with the same name must match them.
 IDENTITY = ('template', 'node', 'pool', 'full_clone', 'repo', 'ref', 'purpose', 'agent', 'address_mode')
+# Settings a later request for the same workspace may change: the agents' command lines, so that a brief that
+# failed because of a wrong command can be retried with a corrected one. They take effect at the next brief.
+SETTINGS = ('agents',)
 NAME = re.compile(r'^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$')
 CLONE_ATTEMPTS = 8
+REPO_SCHEMES = ('https', 'http', 'ssh', 'git', 'file')
+# git's own short form of an SSH URL: [user@]host:path
+SCP_LIKE = re.compile(r'^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!//)\S+$')
+# What git check-ref-format refuses, and what would read as an option.
+BAD_REF = re.compile(r'^-|\.\.|@\{|//|/\.|^\.|[\x00-\x20\x7f~^:?*\[\\]|\.lock$|\.$|/$|^@$')
+ASKPASS_DEBT = 'guest:git-askpass'
 
 
 class CreateError(EphemeraError):
@@ -66,6 +75,34 @@ def validate_name(name):
     if not isinstance(name, str) or not NAME.match(name):
         raise CreateError('Invalid workspace name %r: use 1 to 40 lower-case letters, digits and dashes, starting and '
                           'ending with a letter or digit (it becomes the host name agent-<name>).' % (name,))
+
+
+def validate_repo(url):
+    """Refuse a repository URL git cannot use, that would read as an option, or that carries a password."""
+    text = url if isinstance(url, str) else ''
+    if not text or text != text.strip() or any(c.isspace() or ord(c) < 32 for c in text) or text.startswith('-'):
+        raise CreateError('Repository %r is not a URL: give https://host/path.git, ssh://host/path, git@host:path or '
+                          'file:///path.' % (url,), step='request')
+    if '://' in text:
+        parts = urlsplit(text)
+        if parts.scheme not in REPO_SCHEMES or (parts.scheme != 'file' and not parts.hostname):
+            raise CreateError('Repository %r: use one of the schemes %s with a host (file:// takes a path).'
+                              % (url, ', '.join(REPO_SCHEMES)), step='request')
+        if parts.password:
+            raise CreateError('Repository URL %s carries a password; it would be recorded in the journal. Give the '
+                              'URL without it and the token as git_token (a vault or AWX credential).'
+                              % text.replace(parts.password, '********'), step='request')
+        return
+    if not SCP_LIKE.match(text):
+        raise CreateError('Repository %r is not a URL: give https://host/path.git, ssh://host/path, git@host:path or '
+                          'file:///path.' % (url,), step='request')
+
+
+def validate_ref(ref):
+    """Refuse a ref git cannot name (git check-ref-format) or that would read as an option."""
+    if not isinstance(ref, str) or not ref or BAD_REF.search(ref):
+        raise CreateError('Ref %r is not a branch, tag or commit name git accepts (no spaces, "..", "~^:?*[\\", '
+                          'leading "-" or trailing "/" or ".lock").' % (ref,), step='request')
 
 
 def address_candidates(text):
@@ -143,13 +180,19 @@ class CreateFlow:
         progress = dict(self.ws['progress'], **{step: time.time()})
         return self._save('step_done', detail={'step': step}, progress=progress, **fields)
 
-    def _fail(self, step, err, status='failed', **fields):
-        failure = {'step': step, 'message': str(err)}
-        log_tail = getattr(err, 'log_tail', None) or err.details.get('log_tail') if isinstance(err, EphemeraError) else None
+    def _fail(self, step, err, **fields):
+        """Record ``err`` as the workspace's failure at ``step`` (with ``fields``); returns it to be raised."""
+        # ``phase`` is the status the workspace had when the step failed: "failed while booting".
+        failure = {'step': step, 'phase': STEP_STATUS[step], 'message': str(err)}
+        details = err.details if isinstance(err, EphemeraError) else {}
+        log_tail = getattr(err, 'log_tail', None) or details.get('log_tail')
         if log_tail:
-            failure['log_tail'] = log_tail
+            failure['log_tail'] = list(log_tail)
+        if getattr(err, 'upid', None):
+            failure['upid'] = str(err.upid)
         if not self.check_mode and self.ws is not None:
-            self._save('step_failed', detail=failure, status=status, failure=failure, **fields)
+            self._save('step_failed', detail=failure, status='failed', failure=failure, **fields)
+        err.recorded = True
         return err
 
     def _config_path(self, vmid=None, node=None):
@@ -192,7 +235,14 @@ class CreateFlow:
             if self.ws['status'] != STEP_STATUS[step] and step != 'ready':
                 self._save('status', detail={'step': step, 'status': STEP_STATUS[step]}, status=STEP_STATUS[step],
                            failure=None)
-        return getattr(self, 'step_' + step)()
+        try:
+            return getattr(self, 'step_' + step)()
+        except EphemeraError as err:
+            # Every failure of a recorded workspace is in the journal, also one a step did not foresee; a journal
+            # that cannot be written (or a claim that was lost) cannot record it.
+            if step != 'request' and not getattr(err, 'recorded', False) and not isinstance(err, JournalError):
+                self._fail(step, err)
+            raise
 
     # ------------------------------------------------------------- 1. request
 
@@ -224,25 +274,16 @@ class CreateFlow:
             'guest_root', 'ssh_user', 'ssh_port', 'agent_user', 'tags'))
         # Stored under a name the journal does not mask: it is the key file's path, not the key.
         req['ssh_key_path'] = self.params['ssh_private_key']
+        validate_repo(req['repo'])
+        validate_ref(req['ref'])
         if req['agent'] not in req['agents']:
-            raise CreateError('Unknown agent %r; configured agents: %s.' % (req['agent'], ', '.join(sorted(req['agents']))))
+            raise CreateError('Unknown agent %r; configured agents: %s.' % (req['agent'], ', '.join(sorted(req['agents']))),
+                              step='request')
         if req['address_mode'] == 'static':
             address_candidates(req['address_range'])
         ws = self.ws
-        if ws is not None and self.params.get('idempotency_key'):
-            replay = self._begin_idempotent(req)
-            if replay is not None:
-                return replay
-        if ws is not None and ws['status'] not in ('destroyed',):
-            if ws['desired_state'] == 'destroyed' or ws['status'] == 'destroying':
-                raise CreateError('Workspace %r is being destroyed; wait for that to finish, then create it again.'
-                                  % self.name, step='request')
-            different = [k for k in IDENTITY if ws['params'].get(k) != req[k] and not (k == 'node' and not req[k])]
-            if different:
-                raise CreateError('A workspace named %r exists with other parameters (%s). Choose another name, or '
-                                  'destroy it first.' % (self.name, ', '.join('%s: %r, not %r' % (
-                                      k, ws['params'].get(k), req[k]) for k in different)), step='request')
-            return StepResult(False, 'request: already recorded (%s)' % ws['status'])
+        if ws is not None and ws['status'] != 'destroyed':
+            return self._request_again(ws, req)
         replay = self._begin_idempotent(req)
         if replay is not None:
             return replay
@@ -260,6 +301,42 @@ class CreateFlow:
                                  failure=None, facts={}, activity='unknown', **fields)
         return StepResult(True, 'request: recorded workspace %s' % self.name)
 
+    def _request_again(self, ws, req):
+        """A request for a workspace that is recorded: replay, resume, or refuse other parameters."""
+        if ws['desired_state'] == 'destroyed' or ws['status'] == 'destroying':
+            raise CreateError('Workspace %r is being destroyed; wait for that to finish, then create it again.'
+                              % self.name, step='request')
+        different = [k for k in IDENTITY if ws['params'].get(k) != req[k] and not (k == 'node' and not req[k])]
+        if different:
+            raise CreateError('A workspace named %r exists with other parameters (%s). Choose another name, or '
+                              'destroy it first.' % (self.name, ', '.join('%s: %r, not %r' % (
+                                  k, ws['params'].get(k), req[k]) for k in different)), step='request')
+        key = self.params.get('idempotency_key')
+        if key and not self.check_mode:
+            claim = self.journal.begin_idempotent(key, 'create', self._idempotency_request(req), owner=Owner.of_run())
+            if claim.replayed:
+                return self._replayed(claim)
+            if ws['status'] == 'ready':
+                # No step is left to run, so the result is known now: store it for the next use of the key.
+                self.journal.finish_idempotent(claim, self._result())
+        changed = dict((k, req[k]) for k in SETTINGS if ws['params'].get(k) != req[k])
+        if not changed:
+            return StepResult(False, 'request: already recorded (%s)' % ws['status'])
+        if not self.check_mode:
+            self._save('settings', kind='recorded', detail={'changed': sorted(changed)},
+                       params=dict(ws['params'], **changed))
+        return StepResult(True, 'request: already recorded (%s); new %s for the next brief'
+                          % (ws['status'], ', '.join(sorted(changed))))
+
+    def _result(self):
+        """What a request with an idempotency key replays."""
+        return {'name': self.name, 'vmid': self.ws['vmid'], 'node': self.ws['node'], 'address': self.ws['address'],
+                'status': 'ready'}
+
+    def _replayed(self, claim):
+        return StepResult(False, 'request: replayed the result of an earlier request with this idempotency key',
+                          replayed=True, result=claim.result)
+
     def _idempotency_request(self, req):
         return dict((k, req.get(k)) for k in IDENTITY if k != 'node')
 
@@ -269,10 +346,7 @@ class CreateFlow:
         if not key or self.check_mode:
             return None
         claim = self.journal.begin_idempotent(key, 'create', self._idempotency_request(req), owner=Owner.of_run())
-        if not claim.replayed:
-            return None
-        return StepResult(False, 'request: replayed the result of an earlier request with this idempotency key',
-                          replayed=True, result=claim.result)
+        return self._replayed(claim) if claim.replayed else None
 
     # --------------------------------------------------------------- 2. vmid
 
@@ -320,8 +394,9 @@ class CreateFlow:
                                     vmid=self.request['template'], source='all', limit=200) or []
         except PveApiError:
             return None
-        fits = [t['upid'] for t in tasks if int(t.get('starttime', 0)) >= int(dispatched) - 2
-                and t.get('user') == self.client.user]
+        # A task started with an API token runs as user@realm!token.
+        users = (self.client.user, self.client.token_id)
+        fits = [t['upid'] for t in tasks if int(t.get('starttime', 0)) >= int(dispatched) - 2 and t.get('user') in users]
         return fits[0] if len(fits) == 1 else None
 
     def step_clone(self):
@@ -343,8 +418,8 @@ class CreateFlow:
         while True:
             attempts += 1
             if attempts > CLONE_ATTEMPTS:
-                raise self._fail('clone', CreateError('Gave up after %d clone attempts; VMIDs taken meanwhile: %s.'
-                                                      % (CLONE_ATTEMPTS, sorted(taken))))
+                raise CreateError('Gave up after %d clone attempts; VMIDs taken meanwhile: %s.'
+                                  % (CLONE_ATTEMPTS, sorted(taken)))
             args = dict(newid=candidate, hostname='agent-%s' % self.name, pool=req['pool'],
                         description=marker.render(self.secret, self.controller, self.name, candidate))
             if req['full_clone']:
@@ -375,14 +450,12 @@ class CreateFlow:
             except (PveLocked, PveLockTimeout) as err:
                 # Parallel linked clones of one template contend on its lock: back off and try again.
                 if time.monotonic() > lock_deadline:
-                    raise self._fail('clone', CreateError('Template %d stayed locked for %d s (%s). Retry later.'
-                                                          % (req['template'], self.params['lock_timeout'], err)))
+                    raise CreateError('Template %d stayed locked for %d s (%s). Retry later.'
+                                      % (req['template'], self.params['lock_timeout'], err))
                 attempts -= 1
                 self._save('clone', kind='observed', detail={'vmid': candidate, 'locked': str(err.pve_message)})
                 self.sleep(backoff.next_delay())
                 continue
-            except PveApiError as err:
-                raise self._fail('clone', err)
             upids = dict(self.ws['upids'], clone=upid)
             self._save('clone', kind='observed', detail={'vmid': candidate, 'upid': upid}, upids=upids)
             self._done('clone')
@@ -412,8 +485,6 @@ class CreateFlow:
             raise self._fail('wait_clone', err, candidate_vmid=None,
                              upids=dict((k, v) for k, v in self.ws['upids'].items() if k != 'clone'),
                              progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('vmid', 'clone')))
-        except PveTaskTimeout as err:
-            raise self._fail('wait_clone', err)
         self._save('clone_confirmed', detail={'vmid': vmid, 'warnings': warnings}, vmid=vmid,
                    node=self.request['node'])
         self._done('wait_clone')
@@ -431,9 +502,8 @@ class CreateFlow:
                                                        'clone again.' % vmid), candidate_vmid=None,
                              progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('vmid', 'clone')))
         if not result.ok:
-            raise self._fail('wait_clone', CreateError('CT %d is still locked after %d s. If it stays in lock "create", '
-                                                       'run "pct unlock %d" on the node.'
-                                                       % (vmid, self.params['task_timeout'], vmid)))
+            raise CreateError('CT %d is still locked after %d s. If it stays in lock "create", run "pct unlock %d" on '
+                              'the node.' % (vmid, self.params['task_timeout'], vmid))
 
     def _clean_failed_clone(self, vmid):
         """Delete what a failed clone left, only when our marker proves it is ours."""
@@ -445,7 +515,8 @@ class CreateFlow:
             self.client.wait_task(upid, timeout=self.params['task_timeout'])
             self._save('partial_clone_removed', detail={'vmid': vmid})
         except PveApiError as err:
-            self.journal.record_cleanup_debt(self.name, 'lxc/%d@%s' % (vmid, self.request['node']), err, retry_in=60)
+            self.journal.record_cleanup_debt(self.name, 'lxc/%d@%s' % (vmid, self.request['node']), err, retry_in=60,
+                                             claim=self.claim)
 
     # ----------------------------------------------------------- 5. configure
 
@@ -454,15 +525,15 @@ class CreateFlow:
         vmid = self.ws['vmid']
         config = self._read_config(vmid)
         if config is None or self._verify(config, vmid) != marker.VERIFIED:
-            raise self._fail('configure', CreateError('CT %d does not carry our marker for %s; refusing to touch it.'
-                                                      % (vmid, self.name)))
+            raise CreateError('CT %d does not carry our marker for %s; refusing to touch it. Reconcile reports it; '
+                              'destroy this workspace (its record) and create it again.' % (vmid, self.name))
         address = self.ws['address']
         if req['address_mode'] == 'static':
             address = self.journal.lease_address(req['address_range'], self.name, address_candidates(req['address_range']))
             ip = 'ip=%s/%d' % (address, req['address_prefix']) + (',gw=%s' % req['gateway'] if req['gateway'] else '')
         else:
             ip = 'ip=dhcp'
-        net0 = 'name=eth0,bridge=%s,%s' % (req['bridge'], ip)
+        net0 = _merge_net(config.get('net0'), 'name=eth0,bridge=%s,%s' % (req['bridge'], ip))
         tags = ';'.join(sorted(set(['ephemera'] + list(req['tags'] or []))))
         wanted = {'cores': req['cores'], 'memory': req['memory'], 'net0': net0, 'tags': tags}
         changes = dict((k, v) for k, v in wanted.items() if str(config.get(k)) != str(v)
@@ -481,8 +552,8 @@ class CreateFlow:
         if status.get('status') == 'running':
             self._done('start')
             return StepResult(False, 'start: CT %d is running' % vmid)
-        upid = self.ws['upids'].get('start')
-        if not upid or self.ws['failure']:
+        upid = self._start_in_flight()
+        if upid is None:
             self._save('start', kind='dispatched', detail={'vmid': vmid})
             try:
                 upid = self.client.post('/nodes/%s/lxc/%d/status/start' % (self.ws['node'], vmid))
@@ -490,18 +561,30 @@ class CreateFlow:
                 upid = None
             except PveApiError as err:
                 if 'already running' not in (err.pve_message or ''):
-                    raise self._fail('start', err)
+                    raise
             if upid:
                 self._save('start', detail={'upid': upid}, upids=dict(self.ws['upids'], start=upid))
-        try:
-            if upid:
-                self.client.wait_task(upid, timeout=self.params['task_timeout'])
-            else:
-                self._wait_running(vmid)
-        except (PveTaskFailed, PveTaskTimeout, CreateError) as err:
-            raise self._fail('start', err)
+        if upid:
+            self.client.wait_task(upid, timeout=self.params['task_timeout'])
+        else:
+            self._wait_running(vmid)
         self._done('start')
         return StepResult(True, 'start: CT %d started' % vmid, upid=upid)
+
+    def _start_in_flight(self):
+        """The UPID of a start an earlier run dispatched that may still bring the container up, else None.
+
+        A start task that ended (failed, or succeeded for a container that has stopped since) cannot: the step
+        starts the container again.
+        """
+        upid = self.ws['upids'].get('start')
+        if not upid:
+            return None
+        try:
+            task = self.client.task_status(upid)
+        except PveNotFound:
+            return None
+        return upid if task.status == 'running' else None
 
     def _wait_running(self, vmid):
         def probe(remaining):
@@ -529,35 +612,28 @@ class CreateFlow:
             what = 'its static address %s' % expected if expected else 'an address from DHCP'
             message = ('CT %d did not report %s within %d s (%d looks). Check the bridge and the DHCP server, then '
                        'rerun.' % (vmid, what, self.params['address_timeout'], result.attempts))
-            raise self._fail('address', CreateError(message))
+            raise CreateError(message)
         self._done('address', address=result.value)
         return StepResult(True, 'wait address: %s' % result.value, address=result.value)
 
     # ----------------------------------------------------------------- 8. ssh
 
     def step_ssh(self):
-        try:
-            connected = wait_for_guest(self._guest, self.params['ssh_timeout'])
-        except SshError as err:
-            raise self._fail('ssh', err)
-        with connected:
-            host_key = connected.host_key
+        with wait_for_guest(self._guest, self.params['ssh_timeout']) as connected:
+            host_key, attempts = connected.host_key, connected.attempts
         self._done('ssh', facts=dict(self.ws['facts'], host_key=host_key))
-        return StepResult(True, 'ssh: %s answers' % self.ws['address'])
+        return StepResult(True, 'ssh: %s answers (attempt %d)' % (self.ws['address'], attempts), attempts=attempts)
 
-    def _with_guest(self, step, action):
-        try:
-            with self._guest().connect() as connected:
-                return action(connected)
-        except (SshError, guest_ops.GuestError) as err:
-            raise self._fail(step, err)
+    def _with_guest(self, action):
+        with self._guest().connect() as connected:
+            return action(connected)
 
     # ------------------------------------------------------------ 9. bootstrap
 
     def step_bootstrap(self):
         req = self.request
         credentials = self.params.get('agent_credentials')
-        self._with_guest('bootstrap', lambda g: guest_ops.bootstrap(g, self._layout(), req['ssh_user'], credentials))
+        self._with_guest(lambda g: guest_ops.bootstrap(g, self._layout(), req['ssh_user'], credentials))
         self._done('bootstrap')
         return StepResult(True, 'bootstrap: agent user %s, credentials written' % req['agent_user'])
 
@@ -565,9 +641,17 @@ class CreateFlow:
 
     def step_checkout(self):
         req = self.request
-        head = self._with_guest('checkout', lambda g: guest_ops.checkout(
-            g, self._layout(), req['ssh_user'], req['repo'], req['ref'], git_token=self.params.get('git_token'),
-            git_username=self.params.get('git_username') or 'git'))
+        debt = '%s@lxc/%d' % (ASKPASS_DEBT, self.ws['vmid'])
+        try:
+            head = self._with_guest(lambda g: guest_ops.checkout(
+                g, self._layout(), req['ssh_user'], req['repo'], req['ref'], git_token=self.params.get('git_token'),
+                git_username=self.params.get('git_username') or 'git'))
+        except guest_ops.GuestError as err:
+            if err.details.get('helper_left'):
+                # Visible until a later checkout removes it (or the container goes).
+                self.journal.record_cleanup_debt(self.name, debt, err, retry_in=60, claim=self.claim)
+            raise
+        self.journal.clear_cleanup_debt(self.name, debt, claim=self.claim)
         self._done('checkout', facts=dict(self.ws['facts'], head=head))
         return StepResult(True, 'checkout: %s at %s (%s)' % (req['repo'], req['ref'], head[:12]), head=head)
 
@@ -575,7 +659,7 @@ class CreateFlow:
 
     def step_runner(self):
         req = self.request
-        started = self._with_guest('runner', lambda g: guest_ops.install_runner(
+        started = self._with_guest(lambda g: guest_ops.install_runner(
             g, self._layout(), req['ssh_user'], req['agents'], timeout=self.params['runner_timeout']))
         self._done('runner')
         return StepResult(True, 'runner: %s' % ('started' if started else 'already answering'))
@@ -584,8 +668,8 @@ class CreateFlow:
 
     def step_brief(self):
         req = self.request
-        answer = self._with_guest('brief', lambda g: guest_ops.brief(g, self._layout(), req['ssh_user'],
-                                                                     req['purpose'], req['agent']))
+        answer = self._with_guest(lambda g: guest_ops.brief(g, self._layout(), req['ssh_user'], req['purpose'],
+                                                            req['agent'], req['agents']))
         self._done('brief', activity=answer.get('activity') or 'unknown')
         return StepResult(not answer.get('already'), 'brief: %s briefed' % req['agent'])
 
@@ -593,8 +677,7 @@ class CreateFlow:
 
     def step_ready(self):
         req = self.request
-        answer = self._with_guest('ready', lambda g: guest_ops.runner_call(g, self._layout(), req['ssh_user'],
-                                                                           {'op': 'ping'}))
+        answer = self._with_guest(lambda g: guest_ops.runner_call(g, self._layout(), req['ssh_user'], {'op': 'ping'}))
         if not answer.get('alive'):
             raise self._fail('ready', CreateError('The agent runner stopped answering: %s' % answer.get('error')),
                              progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('runner', 'brief')))
@@ -604,15 +687,25 @@ class CreateFlow:
             claim = self.journal.begin_idempotent(self.params['idempotency_key'], 'create',
                                                   self._idempotency_request(req), owner=Owner.of_run())
             if not claim.replayed:
-                self.journal.finish_idempotent(claim, {'name': self.name, 'vmid': self.ws['vmid'],
-                                                       'node': self.ws['node'], 'address': self.ws['address'],
-                                                       'status': 'ready'})
+                self.journal.finish_idempotent(claim, self._result())
         return StepResult(True, 'ready: %s at %s' % (self.name, self.ws['address']))
 
 
+def _net_fields(text):
+    return [tuple(part.split('=', 1)) for part in (text or '').split(',') if '=' in part]
+
+
 def _same_net(current, wanted):
-    """True when a net0 value already has the wanted name, bridge and ip (PVE adds hwaddr and type)."""
-    def fields(text):
-        return dict(part.split('=', 1) for part in (text or '').split(',') if '=' in part)
-    have, want = fields(current), fields(wanted)
-    return all(have.get(k) == v for k, v in want.items())
+    """True when two NIC values say the same, in whatever order PVE lists the fields."""
+    return dict(_net_fields(current)) == dict(_net_fields(wanted))
+
+
+def _merge_net(current, wanted):
+    """The template's NIC (its MAC, firewall, type) with the wanted name, bridge and address; a static address
+    replaces a gateway the template had, DHCP drops it."""
+    want = dict(_net_fields(wanted))
+    if 'ip' in want:
+        want.setdefault('gw', None)
+    merged = [(k, want.pop(k) if k in want else v) for k, v in _net_fields(current)]
+    merged += [(k, v) for k, v in _net_fields(wanted) if k in want]
+    return ','.join('%s=%s' % (k, v) for k, v in merged if v is not None)

@@ -18,7 +18,7 @@ import shlex
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import agent_runner
 from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import SshCommandFailed, tail
+from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import SshCommandFailed, SshError, tail
 from ansible_collections.ephemera.workspaces.plugins.module_utils import waiter
 
 RUNNER_DIR = '/opt/ephemera'
@@ -105,32 +105,53 @@ def checkout(guest, layout, ssh_user, repo, ref, git_token=None, git_username='g
     """Clone ``repo`` into the checkout path and check out ``ref``; returns the HEAD commit.
 
     A partial checkout from an earlier attempt is removed first. A ``git_token`` is handed to git
-    through a temporary askpass helper that is removed afterwards, whether the clone worked or not.
+    through a temporary askpass helper that is removed afterwards, whether the clone worked or not;
+    if it cannot be removed (the connection broke), the GuestError says so (``helper_left``).
     """
     askpass = posixpath.join(layout.scratch, 'git-askpass')
-    env = 'GIT_TERMINAL_PROMPT=0'
     try:
-        if git_token:
-            helper = '#!/bin/sh\ncase "$1" in Username*) printf %%s %s ;; *) printf %%s %s ;; esac\n' % (
-                q(git_username), q(git_token))
-            guest.put(askpass, helper, mode=0o700)
-            guest.run(['chown', layout.agent_user, askpass], what='chown askpass')
-            env += ' GIT_ASKPASS=%s' % q(askpass)
-        script = ' && '.join([
-            'rm -rf %s' % q(layout.checkout),
-            '%s git clone --quiet --no-checkout %s %s' % (env, q(repo), q(layout.checkout)),
-            'cd %s' % q(layout.checkout),
-            '%s git checkout --quiet %s' % (env, q(ref)),
-            'git rev-parse HEAD',
-        ])
-        try:
-            result = guest.run(as_agent(layout, ssh_user, script), timeout=timeout, what='git clone')
-        except SshCommandFailed as exc:
-            said = exc.details.get('stderr_tail') or exc
-            raise GuestError('Cloning %s at %r into %s failed: %s' % (repo, ref, layout.checkout, said), step='checkout')
-        return result.stdout.split()[-1]
-    finally:
-        guest.run(['rm', '-f', askpass], check=False, what='remove temporary git credentials')
+        head = _clone(guest, layout, ssh_user, repo, ref, askpass, git_token, git_username, timeout)
+    except (SshError, GuestError) as exc:
+        _remove_helper(guest, askpass, git_token, exc)
+        raise
+    _remove_helper(guest, askpass, git_token)
+    return head
+
+
+def _clone(guest, layout, ssh_user, repo, ref, askpass, git_token, git_username, timeout):
+    env = 'GIT_TERMINAL_PROMPT=0'
+    if git_token:
+        # The helper prints the answers; printf is a shell builtin, so the token is on no command line.
+        helper = '#!/bin/sh\ncase "$1" in Username*) printf %%s %s ;; *) printf %%s %s ;; esac\n' % (
+            q(git_username), q(git_token))
+        guest.put(askpass, helper, mode=0o700)
+        guest.run(['chown', layout.agent_user, askpass], what='chown askpass')
+        env += ' GIT_ASKPASS=%s' % q(askpass)
+    script = ' && '.join([
+        'rm -rf %s' % q(layout.checkout),
+        '%s git clone --quiet --no-checkout -- %s %s' % (env, q(repo), q(layout.checkout)),
+        'cd %s' % q(layout.checkout),
+        '%s git checkout --quiet %s --' % (env, q(ref)),
+        'git rev-parse HEAD',
+    ])
+    try:
+        result = guest.run(as_agent(layout, ssh_user, script), timeout=timeout, what='git clone')
+    except SshCommandFailed as exc:
+        said = exc.details.get('stderr_tail') or exc
+        raise GuestError('Cloning %s at %r into %s failed: %s' % (repo, ref, layout.checkout, said), step='checkout')
+    return result.stdout.split()[-1]
+
+
+def _remove_helper(guest, askpass, git_token, failure=None):
+    try:
+        guest.run(['rm', '-f', askpass], what='remove temporary git credentials')
+    except SshError as exc:
+        if not git_token:
+            return
+        before = '%s; then ' % failure if failure is not None else ''
+        raise GuestError('%sthe temporary git credential helper %s could not be removed (%s). The next checkout of '
+                         'this workspace removes it; destroying the workspace removes it too.'
+                         % (before, askpass, exc), step='checkout', helper_left=askpass)
 
 
 def runner_source():
@@ -149,11 +170,16 @@ def runner_call(guest, layout, ssh_user, request, timeout=10):
         return {'ok': False, 'alive': False, 'error': tail(result.stderr or result.stdout) or 'no answer'}
 
 
+def write_runner_config(guest, layout, agents):
+    """The runner's configuration (agents' command lines, workdir, credentials file); it reads it at every brief."""
+    config = {'agents': agents, 'workdir': layout.checkout, 'environment_file': layout.credentials}
+    guest.put(layout.runner_config, json.dumps(config, indent=2, sort_keys=True), mode=0o644)
+
+
 def install_runner(guest, layout, ssh_user, agents, timeout=30):
     """Install the runner, start it unless it answers already, and wait until it answers ``ping``."""
-    config = {'agents': agents, 'workdir': layout.checkout, 'environment_file': layout.credentials}
     guest.put(layout.runner, runner_source(), mode=0o755)
-    guest.put(layout.runner_config, json.dumps(config, indent=2, sort_keys=True), mode=0o644)
+    write_runner_config(guest, layout, agents)
     if runner_call(guest, layout, ssh_user, {'op': 'ping'}).get('alive'):
         return False
     start = ('cd %s && setsid python3 %s serve --state-dir %s --socket %s --config %s >>%s 2>&1 </dev/null &'
@@ -173,8 +199,10 @@ def install_runner(guest, layout, ssh_user, agents, timeout=30):
     return True
 
 
-def brief(guest, layout, ssh_user, purpose, agent):
-    """Brief the agent; returns the runner's answer (``already`` True when it had this brief)."""
+def brief(guest, layout, ssh_user, purpose, agent, agents):
+    """Brief the agent with the current agents' command lines; returns the runner's answer (``already`` True when
+    it had this brief and its agent has not failed)."""
+    write_runner_config(guest, layout, agents)
     answer = runner_call(guest, layout, ssh_user, {'op': 'brief', 'purpose': purpose, 'agent': agent}, timeout=30)
     if not answer.get('ok'):
         raise GuestError('The agent runner refused the brief: %s' % answer.get('error'), step='brief')

@@ -95,6 +95,8 @@ class Guest:
         self.known_host_key = host_key
         self.connect_timeout = connect_timeout
         self.host_key = None
+        # Connections wait_for_guest needed to get this one.
+        self.attempts = 1
         self._client = None
         if key_file and not os.access(key_file, os.R_OK):
             raise SshError('Cannot read the SSH private key %s: give ssh_private_key as the path of the key whose public '
@@ -252,7 +254,8 @@ class Guest:
 
 
 def wait_for_guest(make_guest, timeout, backoff=None):
-    """Connect with bounded retries and backoff until the guest answers; returns the connected Guest.
+    """Connect with bounded retries and backoff until the guest answers; returns the connected Guest (its
+    ``attempts`` says how many connections it took).
 
     Refusals, timeouts and broken handshakes are retried until ``timeout``; a wrong host key or a
     refused key is final at once (retrying cannot fix it).
@@ -270,6 +273,7 @@ def wait_for_guest(make_guest, timeout, backoff=None):
 
     result = waiter.wait_for(probe, timeout, backoff or waiter.Backoff(start=0.1, maximum=3.0, factor=1.6, jitter=0.2))
     if result.ok:
+        result.value.attempts = result.attempts
         return result.value
     raise SshUnavailable('No SSH on the guest after %.0f s and %d attempts; last error: %s'
                          % (result.elapsed, result.attempts, last.get('error')), attempts=result.attempts)

@@ -230,6 +230,8 @@ details:
   type: dict
 '''
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec, open_journal
@@ -289,6 +291,14 @@ def argument_spec():
     return spec
 
 
+def controller_secret(journal_path, given, check_mode):
+    """The controller secret; in check mode a throwaway one instead of making the file (no marker can exist yet)."""
+    if check_mode and not given and not os.environ.get(marker.SECRET_ENV) \
+            and not os.path.exists(marker.secret_path(journal_path)):
+        return os.urandom(marker.SECRET_BYTES)
+    return marker.load_secret(journal_path, given)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=argument_spec(),
@@ -308,7 +318,7 @@ def main():
     with open_journal(module) as journal:
         try:
             client = None if step in GUEST_STEPS else client_from_params(params)
-            secret = marker.load_secret(journal.path, params['controller_secret'])
+            secret = controller_secret(journal.path, params['controller_secret'], module.check_mode)
             flow = CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
             if params['claim'] and not module.check_mode:
                 Queue(journal).step(params['claim'], STEP_LABELS[step], detail={'workspace': params['name']})

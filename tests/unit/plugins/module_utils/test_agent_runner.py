@@ -107,3 +107,36 @@ def test_call_to_a_dead_socket_says_not_answering(tmp_path):
     out = subprocess.run([sys.executable, RUNNER, 'call', '--socket', str(tmp_path / 'none.sock'), '{"op": "ping"}'],
                          capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 3 and json.loads(out.stdout)['alive'] is False
+
+
+def test_an_agent_that_fails_at_once_fails_the_brief_and_the_same_brief_starts_it_again(runner, tmp_path):
+    config = json.loads((tmp_path / 'config.json').read_text())
+    config['agents']['flaky'] = ['sh', '-c', 'echo "no key" >&2; exit 3']
+    (tmp_path / 'config.json').write_text(json.dumps(config))
+    failed = runner.call({'op': 'brief', 'purpose': 'x', 'agent': 'flaky'})
+    assert not failed['ok'] and 'exited with status 3' in failed['error'] and 'no key' in failed['error']
+    assert runner.call({'op': 'ping'})['activity'] == 'idle'
+    # The configuration is read again at every brief: a corrected command line is used by the retry.
+    config['agents']['flaky'] = ['sh', '-c', 'sleep 5']
+    (tmp_path / 'config.json').write_text(json.dumps(config))
+    retried = runner.call({'op': 'brief', 'purpose': 'x', 'agent': 'flaky'})
+    assert retried['ok'] and not retried['already'] and retried['activity'] == 'active'
+    assert runner.call({'op': 'brief', 'purpose': 'x', 'agent': 'flaky'})['already'] is True
+
+
+def test_hooks_report_activity_through_the_environment(runner, tmp_path):
+    config = json.loads((tmp_path / 'config.json').read_text())
+    # The agent's own hook reports that it waits for approval, then works on.
+    config['agents']['hooked'] = ['sh', '-c', 'python3 "$EPHEMERA_RUNNER" activity blocked && sleep 5']
+    (tmp_path / 'config.json').write_text(json.dumps(config))
+    assert runner.call({'op': 'brief', 'purpose': 'y', 'agent': 'hooked'})['ok']
+    wait_activity(runner, 'blocked')
+
+
+def test_a_socket_path_taken_by_something_else_is_refused(tmp_path):
+    (tmp_path / 'runner.sock').mkdir()
+    (tmp_path / 'config.json').write_text('{"agents": {}}')
+    out = subprocess.run([sys.executable, RUNNER, 'serve', '--state-dir', str(tmp_path / 'state'), '--socket',
+                          str(tmp_path / 'runner.sock'), '--config', str(tmp_path / 'config.json')],
+                         capture_output=True, text=True, timeout=30, check=False)
+    assert out.returncode == 5 and 'something other than a socket' in out.stdout

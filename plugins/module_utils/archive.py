@@ -31,6 +31,7 @@ import json
 import os
 import posixpath
 import re
+import shutil
 import tempfile
 import time
 
@@ -507,6 +508,14 @@ class ArchiveFlow:
     def _archive(self, guest, state):
         now = time.time()
         path = new_archive_path(self.archive_dir, self.name, now)
+        try:
+            return self._archive_into(guest, state, path, now)
+        except BaseException:
+            # An archive that did not finish is not left to look like one; the work is still in the workspace.
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+
+    def _archive_into(self, guest, state, path, now):
         if self.params.get('push', True):
             push = self._push(guest, state)
         else:
@@ -514,17 +523,16 @@ class ArchiveFlow:
             if not state.clean:
                 self.notes.append('push is off: captured a bundle and patches instead')
         files, bundle_refs = self._capture(guest, state, path, pushed=push.get('ok'))
-        work_files = sorted(name for name in files if name != UNTRACKED_TAR)
         runner = guest_ops.runner_call(guest, layout_of(self.ws), self.ws['params'].get('ssh_user') or 'root',
                                        {'op': 'status'})
         metadata = self._metadata(state, path, now, push, files, bundle_refs, runner)
         write_durable(os.path.join(path, METADATA), json.dumps(metadata, indent=2, sort_keys=True, default=str) + '\n')
-        files[METADATA] = None
         record = {
             'path': path, 'at': iso(now), 'head': state.head, 'branch': state.branch, 'digest': state.digest,
             'pushed_ref': push.get('ref') if push.get('ok') else None,
             'pushed_commit': push.get('commit') if push.get('ok') else None,
-            'remote': self.params.get('push_remote') or 'origin', 'files': sorted(files), 'work_files': work_files,
+            'remote': self.params.get('push_remote') or 'origin', 'files': sorted(list(files) + [METADATA]),
+            'work_files': sorted(name for name in files if name != UNTRACKED_TAR),
         }
         self._set_fact('archived', 'archive', record, detail=dict(record, notes=self.notes))
         return self._result(True, NOTHING if state.clean else SAVED, 'archived %s: %s' % (self.name, self._what(record, push)),

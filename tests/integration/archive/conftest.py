@@ -65,10 +65,10 @@ class Ansible:
                 tasks[task['task']['name'].split(' : ', 1)[-1]] = task['hosts'].get('localhost', {})
         return rc, tasks
 
-    def module(self, args, check=False):
+    def module(self, args):
         """The result of one workspace_archive call."""
         cmd = [os.path.join(BIN, 'ansible'), 'localhost', '-i', self.inventory, '-m',
-               'ephemera.workspaces.workspace_archive', '-a', json.dumps(args)] + (['--check'] if check else [])
+               'ephemera.workspaces.workspace_archive', '-a', json.dumps(args)]
         dummy, data = self._run(cmd)
         return data['plays'][0]['tasks'][0]['hosts']['localhost']
 

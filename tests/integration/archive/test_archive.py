@@ -196,8 +196,10 @@ def test_push_lands_on_the_workspace_branch_with_everything(workspace, work, ori
     before = snapshot(work)
     check = workspace['ansible'].module({'name': workspace['name'], 'mode': 'check'})
     assert check['unsaved'] is True  # the note changed since the archive
-    would = workspace['ansible'].module({'name': workspace['name']}, check=True)
-    assert would['changed'] is True and remote_branch(workspace) is None
+    rc, tasks = workspace['ansible'].playbook('archive', {'workspace': workspace['name']}, check=True)
+    would = tasks['Archive the work of %s' % workspace['name']]
+    assert rc == 0 and would['changed'] is True and would['msg'].startswith('would archive'), would
+    assert remote_branch(workspace) is None and snapshot(work) == before
 
     rc, tasks = workspace['ansible'].playbook('archive', {'workspace': workspace['name']})
     result = tasks['Archive the work of %s' % workspace['name']]

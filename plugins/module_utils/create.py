@@ -338,7 +338,7 @@ class CreateFlow:
                           replayed=True, result=claim.result)
 
     def _idempotency_request(self, req):
-        return dict((k, req.get(k)) for k in IDENTITY if k != 'node')
+        return dict([('name', self.name)] + [(k, req.get(k)) for k in IDENTITY if k != 'node'])
 
     def _begin_idempotent(self, req):
         """None to go on, or the StepResult that replays a finished request with the same key."""

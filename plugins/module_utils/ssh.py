@@ -21,17 +21,10 @@ import shlex
 import socket
 import time
 
-try:
-    import paramiko
-    HAS_PARAMIKO = True
-    PARAMIKO_IMPORT_ERROR = None
-except ImportError as exc:  # reported by the module that needs it
-    paramiko = None
-    HAS_PARAMIKO = False
-    PARAMIKO_IMPORT_ERROR = exc
-
 from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils import waiter
+
+_LIBRARIES = {}
 
 
 class SshError(EphemeraError):
@@ -71,23 +64,24 @@ def tail(text, lines=15):
     return '\n'.join(text.rstrip().splitlines()[-lines:])
 
 
-class _RecordingPolicy(paramiko.MissingHostKeyPolicy if HAS_PARAMIKO else object):
-    """Accept an unknown host key and remember it; used only when no key is recorded yet."""
-
-    def __init__(self):
-        self.key = None
-
-    def missing_host_key(self, client, hostname, key):
-        self.key = key
+def _paramiko():
+    """paramiko, imported when the first guest is reached: steps that never open SSH do not pay the fifth of a
+    second its import takes."""
+    if 'paramiko' not in _LIBRARIES:
+        try:
+            import paramiko  # pylint: disable=import-outside-toplevel
+        except ImportError as exc:
+            raise SshError('The Python package paramiko is required on the controller: pip install paramiko (%s).'
+                           % exc)
+        _LIBRARIES['paramiko'] = paramiko
+    return _LIBRARIES['paramiko']
 
 
 class Guest:
     """One SSH session to a guest."""
 
     def __init__(self, host, port=22, user='root', key_file=None, host_key=None, connect_timeout=10.0):
-        if not HAS_PARAMIKO:
-            raise SshError('The Python package paramiko is required on the controller: pip install paramiko (%s).'
-                           % PARAMIKO_IMPORT_ERROR)
+        self._pm = _paramiko()
         self.host = host
         self.port = int(port)
         self.user = user
@@ -107,15 +101,17 @@ class Guest:
         return '%s@%s:%d' % (self.user, self.host, self.port)
 
     def connect(self):
+        paramiko = self._pm
         client = paramiko.SSHClient()
-        policy = _RecordingPolicy()
         if self.known_host_key:
             keytype, dummy, blob = self.known_host_key.partition(' ')
             name = self.host if self.port == 22 else '[%s]:%d' % (self.host, self.port)
             client.get_host_keys().add(name, keytype, paramiko.PKey.from_type_string(keytype, base64.b64decode(blob)))
             client.set_missing_host_key_policy(paramiko.RejectPolicy())
         else:
-            client.set_missing_host_key_policy(policy)
+            # No key is recorded yet (the first connection): accept the one presented, for this client only; it is
+            # read from the transport below and recorded by the caller.
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
         try:
             client.connect(self.host, port=self.port, username=self.user, key_filename=self.key_file,
                            timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
@@ -173,7 +169,7 @@ class Guest:
             if not chan.exit_status_ready():
                 raise SshDropped('%s: the connection closed while "%s" ran; its outcome is unknown.' % (self.where, what))
             rc = chan.recv_exit_status()
-        except (socket.error, paramiko.SSHException, EOFError) as exc:
+        except (socket.error, self._pm.SSHException, EOFError) as exc:
             raise SshDropped('%s: the connection broke while "%s" ran (%s); its outcome is unknown.'
                              % (self.where, what, exc), address=self.host)
         result = CommandResult(rc, out.decode('utf-8', 'replace'), err.decode('utf-8', 'replace'))
@@ -221,7 +217,7 @@ class Guest:
                 sftp.chmod(path, mode)
             finally:
                 sftp.close()
-        except (IOError, OSError, paramiko.SSHException, EOFError) as exc:
+        except (IOError, OSError, self._pm.SSHException, EOFError) as exc:
             raise SshError('%s: cannot write %s: %s' % (self.where, path, exc), address=self.host)
 
     def fetch(self, path, out):
@@ -236,7 +232,7 @@ class Guest:
                 return sftp.getfo(path, out)
             finally:
                 sftp.close()
-        except (IOError, OSError, paramiko.SSHException, EOFError) as exc:
+        except (IOError, OSError, self._pm.SSHException, EOFError) as exc:
             raise SshError('%s: cannot read %s: %s' % (self.where, path, exc), address=self.host)
 
     @staticmethod

@@ -231,6 +231,7 @@ details:
 '''
 
 import os
+from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -291,6 +292,16 @@ def argument_spec():
     return spec
 
 
+def hide_repo_password(module, repo):
+    """A password in the repository URL (refused by the request step) is masked wherever the result shows it."""
+    try:
+        password = urlsplit(repo).password if repo else None
+    except ValueError:
+        password = None
+    if password:
+        module.no_log_values.add(password)
+
+
 def controller_secret(journal_path, given, check_mode):
     """The controller secret; in check mode a throwaway one instead of making the file (no marker can exist yet)."""
     if check_mode and not given and not os.environ.get(marker.SECRET_ENV) \
@@ -310,6 +321,7 @@ def main():
     )
     params = dict(module.params)
     params['agents'] = params['agents'] or DEFAULT_AGENTS
+    hide_repo_password(module, params['repo'])
     if params['storage'] and not params['full_clone']:
         module.fail_json(msg='storage is allowed for full clones only (full_clone: true); linked clones stay on the '
                              "template's storage.")

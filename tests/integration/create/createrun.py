@@ -16,11 +16,13 @@ import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
 from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
 from tests.localpve import proxmox
 
 BIN = os.path.dirname(sys.executable)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PLAYBOOK = os.path.join(ROOT, 'playbooks', 'create.yml')
+DESTROY = os.path.join(ROOT, 'playbooks', 'destroy.yml')
 INVENTORY = os.path.join(ROOT, 'inventories', 'localpve')
 # An agent that works until it is stopped: the workspace stays "active".
 WORKING_AGENT = ['sh', '-c', 'sleep 300']
@@ -89,9 +91,9 @@ class Run:
         return self.returncode == 0
 
     def failure(self, host='localhost'):
-        """The result of the create step that failed for ``host`` (not the rescue's closing fail)."""
+        """(task name, result) of the first task that failed for ``host`` (not the rescue's closing fail)."""
         for name, result in self.results(host):
-            if result.get('failed') and '/13 ' in name:
+            if result.get('failed') and not name.startswith('Fail the run'):
                 return name, result
         return None, None
 
@@ -120,8 +122,8 @@ class Controller:
     # ---------------------------------------------------------------- runs
 
     def start(self, extra_vars, check=False, inventory=None, target=None, forks=None, callback='json', verbose=0,
-              env=None):
-        """Start the create playbook with ``extra_vars`` (given through a file); returns the Run."""
+              env=None, playbook=PLAYBOOK):
+        """Start the create playbook (or another) with ``extra_vars`` (given through a file); returns the Run."""
         index = len(self.runs)
         vars_path = os.path.join(self.workdir, 'vars-%d.json' % index)
         with open(vars_path, 'w') as out:
@@ -136,7 +138,7 @@ class Controller:
         cmd = [os.path.join(BIN, 'ansible-playbook'), '-i', INVENTORY]
         if inventory:
             cmd += ['-i', inventory]
-        cmd += [PLAYBOOK, '-e', '@' + vars_path]
+        cmd += [playbook, '-e', '@' + vars_path]
         if check:
             cmd.append('--check')
         if forks:
@@ -163,6 +165,12 @@ class Controller:
 
     def journal(self):
         return Journal.open(self.journal_path, create=False)
+
+    def queue_entries(self, name):
+        """The queue entries of workspace ``name``, oldest first."""
+        with self.journal() as journal:
+            return sorted(Queue(journal).entries(target=name, target_type='workspace', recent=100),
+                          key=lambda entry: entry['id'])
 
     def workspace(self, name):
         with self.journal() as journal:

@@ -1,0 +1,102 @@
+"""Requests: bad input is refused at the first step that can know, a second request with the same name must
+match the first, and an idempotency key replays the first run's result.
+"""
+
+import pytest
+
+from .createrun import DESTROY, Controller, request_vars
+
+
+@pytest.fixture(scope='module')
+def keyed(cluster, repo, tmp_path_factory):
+    """A controller with one workspace made ready by a request with an idempotency key."""
+    ctl = Controller(cluster, tmp_path_factory.mktemp('requests'))
+    ctl.request = request_vars(repo.url, 'keyed', idempotency_key='awx-workflow-4711')
+    ctl.first = ctl.create(ctl.request)
+    assert ctl.first.ok, ctl.first.explain()
+    try:
+        yield ctl
+    finally:
+        ctl.stop()
+
+
+def refused_at_request(ctl, run, name):
+    """The run failed when it checked the request, before the queue: nothing recorded. Returns the message."""
+    assert not run.ok
+    step, result = run.failure()
+    assert step == 'Check the request for %s' % name, run.explain()
+    assert ctl.workspace(name) is None and ctl.queue_entries(name) == []
+    return result['msg']
+
+
+@pytest.mark.parametrize('change, expected', [
+    ({'ephemera_template_vmid': 4242}, 'Template 4242 does not exist in the cluster'),
+    ({'ephemera_pool': 'no-such-pool'}, "Pool 'no-such-pool' does not exist. Create it (pveum pool add no-such-pool)"),
+    ({'repo': 'not a repository'}, "Repository 'not a repository' is not a URL"),
+    ({'repo': '--upload-pack=touch /tmp/x'}, 'is not a URL'),
+    ({'repo': 'https://bot:hunter2@git.example.com/app.git'}, 'carries a password'),
+    ({'ref': 'main..feature'}, "Ref 'main..feature' is not a branch, tag or commit name git accepts"),
+    ({'ref': '--orphan'}, "Ref '--orphan' is not"),
+    ({'workspace': 'Bad_Name'}, "Invalid workspace name 'Bad_Name'"),
+    ({'agent': 'nobody'}, "Unknown agent 'nobody'; configured agents: worker"),
+], ids=['unknown-template', 'missing-pool', 'repo-not-a-url', 'repo-option', 'repo-password', 'ref-dots',
+        'ref-option', 'name', 'agent'])
+def test_bad_input_is_refused_before_anything_is_recorded_or_made(controller, repo, change, expected):
+    name = change.get('workspace', 'bad-input')
+    guests = controller.cluster_state()
+    run = controller.create(dict(request_vars(repo.url, 'bad-input'), **change))
+    assert expected in refused_at_request(controller, run, name)
+    assert 'hunter2' not in run.output
+    assert controller.cluster_state() == guests
+
+
+def test_a_vmid_that_is_not_a_template_is_refused(controller, repo):
+    foreign = controller.cluster.foreign_create(how='create')
+    run = controller.create(dict(request_vars(repo.url, 'not-template'), ephemera_template_vmid=foreign['vmid']))
+    message = refused_at_request(controller, run, 'not-template')
+    assert 'VMID %d (foreign-%d) is not an LXC template' % (foreign['vmid'], foreign['vmid']) in message
+
+
+def test_a_repository_that_does_not_exist_fails_the_checkout_and_destroy_cleans_up(controller, repo):
+    name = 'no-repo'
+    missing = repo.url.replace('app.git', 'missing.git')
+    run = controller.create(request_vars(missing, name))
+    assert not run.ok and run.failure()[0].startswith('10/13'), run.explain()
+    ws = controller.workspace(name)
+    assert (ws['status'], ws['failure']['step']) == ('failed', 'checkout') and 'missing.git' in ws['failure']['message']
+    assert controller.ours(name) == [ws['vmid']]
+    gone = controller.create({'workspace': name}, playbook=DESTROY)
+    assert gone.ok, gone.explain()
+    assert controller.workspace(name)['status'] == 'destroyed' and controller.ours(name) == []
+    assert ws['vmid'] not in controller.guests()
+
+
+def test_a_second_request_with_other_parameters_is_refused_and_changes_nothing(keyed, repo):
+    ws = keyed.workspace('keyed')
+    state = keyed.cluster_state()
+    entries = keyed.queue_entries('keyed')
+    run = keyed.create(dict(request_vars(repo.url, 'keyed'), purpose='Something else', ref='feature'))
+    assert not run.ok and run.failure()[0] == 'Check the request for keyed'
+    message = run.failure()[1]['msg']
+    assert "A workspace named 'keyed' exists with other parameters" in message
+    assert "purpose: 'Add a farewell next to greet', not 'Something else'" in message and "ref: 'main', not" in message
+    assert keyed.workspace('keyed')['generation'] == ws['generation'] and keyed.cluster_state() == state
+    assert keyed.queue_entries('keyed') == entries
+
+
+def test_the_same_idempotency_key_replays_the_first_result(keyed):
+    first = keyed.workspace('keyed')
+    state = keyed.cluster_state()
+    replay = keyed.create(keyed.request)
+    assert replay.ok and replay.stats()['changed'] == 0, replay.explain()
+    request = replay.step_results()[1]
+    assert request['details']['replayed'] is True
+    assert request['details']['result'] == {'name': 'keyed', 'vmid': first['vmid'], 'node': first['node'],
+                                            'address': first['address'], 'status': 'ready'}
+    assert [n for n, r in replay.step_results().items() if n > 1 and not r.get('skipped')] == []
+    assert keyed.workspace('keyed')['generation'] == first['generation'] and keyed.cluster_state() == state
+    # The same key for another request is a mistake, said as such.
+    other = keyed.create(dict(keyed.request, workspace='keyed-2'))
+    assert not other.ok
+    assert 'The idempotency key was already used for a different create request' in other.failure()[1]['msg']
+    assert keyed.workspace('keyed-2') is None

@@ -336,7 +336,7 @@ def marker_verdict(description, secret, controller, workspace=None, vmid=None):
     fields = marker.parse(description)
     if fields is None:
         return marker.ABSENT
-    if fields.get('controller') != controller:
+    if controller is not None and fields.get('controller') != controller:
         return marker.FOREIGN
     return 'unverified'
 
@@ -556,7 +556,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             if entry.pop('needs_address', False):
                 jobs.append(('address', entry))
         if jobs:
-            self._run_jobs(snapshot, jobs, client, controller, self._secret(journal_path))
+            secret = self._secret(journal_path)
+            # Markers name the controller by an id derived from its secret, not by the journal's id.
+            controller = marker.controller_id(secret) if secret is not None else None
+            self._run_jobs(snapshot, jobs, client, controller, secret)
         for ws in snapshot['workspaces']:
             ws.pop('live', None)
             ws.pop('journal_view', None)

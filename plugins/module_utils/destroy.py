@@ -242,8 +242,11 @@ class DestroyFlow:
             upid = self.client.post('%s/status/stop' % target.path)
             self._save('stop', detail={'upid': upid}, upids=dict(self.ws['upids'], stop=upid))
             self.client.wait_task(upid, timeout=self.params['task_timeout'])
-        except (PveTaskFailed, PveTaskTimeout, PveUnknownOutcome) as err:
+        except (PveTaskTimeout, PveUnknownOutcome) as err:
+            # The stop may still land: the status wait below tells.
             self._event('observed', 'stop_incomplete', {'vmid': target.vmid, 'error': str(err)})
+        except PveTaskFailed as err:
+            raise self._debt(target, 'stop', err)
         except PveApiError as err:
             if 'not running' not in (err.pve_message or ''):
                 raise self._debt(target, 'stop', err)
@@ -352,6 +355,8 @@ class DestroyFlow:
     # ------------------------------------------------------------- 5. finish
 
     def step_finish(self):
+        if self.check_mode:
+            return StepResult(True, 'mark destroyed: would mark %s destroyed once its container is gone' % self.name)
         target = self.locate()
         if target is not None and not target.absent:
             if target.verdict != marker.VERIFIED:
@@ -359,8 +364,6 @@ class DestroyFlow:
                 self._event('observed', 'vmid_reused', {'vmid': target.vmid, 'verdict': target.verdict})
             else:
                 raise DestroyError('CT %d is still there; run the delete step (or destroy again).' % target.vmid)
-        if self.check_mode:
-            return StepResult(True, 'mark destroyed: would mark %s destroyed' % self.name)
         for vmid in self._vmids():
             self.journal.clear_cleanup_debt(self.name, resource_name(vmid, target.node if target else self._node()),
                                             claim=self.claim)

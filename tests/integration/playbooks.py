@@ -1,0 +1,176 @@
+"""Run the collection's playbooks for real against a try-out cluster, and read what they did.
+
+    cluster = Cluster.start(directory)                 # a cluster process, like `make cluster-up`
+    site = Site(cluster, journal_path)                  # one controller: its journal and environment
+    result = site.playbook('create.yml', workspace='w1', repo=..., purpose=...)
+    result.ok, result.changed, result.task('13/13 mark ready')
+    site.create_many(['w1', 'w2'], repo=...)            # several workspaces in one run, in parallel
+
+Output is read from the ansible.posix.json callback; the text is kept for messages.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.localpve.cluster import pick_host
+from tests.localpve.config import Options
+from tests.localpve.control import ControlClient
+from tests.localpve.process import down, up
+
+BIN = os.path.dirname(sys.executable)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLAYBOOKS = os.path.join(ROOT, 'playbooks')
+INVENTORY = os.path.join(ROOT, 'inventories', 'localpve')
+# An agent that stands in for a real one: it works for a while, then finishes.
+FAKE_AGENTS = {'fake': ['sh', '-c', 'echo "working on: {purpose}"; sleep 120']}
+
+
+class Cluster:
+    """A try-out cluster process and its control client."""
+
+    def __init__(self, state_dir, control):
+        self.state_dir = state_dir
+        self.control = control
+        self.info = control.info
+
+    @classmethod
+    def start(cls, state_dir, **options):
+        options.setdefault('time_scale', 0)
+        opts = Options(state_dir=state_dir, host=pick_host(), api_port=0, proxy_port=0, **options).check()
+        return cls(opts.state_dir, ControlClient(up(opts)))
+
+    def stop(self):
+        down(self.state_dir)
+
+    def api(self):
+        """A PveClient straight to the API (not through the fault proxy), with the cluster's token."""
+        from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import PveClient
+        return PveClient(self.info['api_url'], api_token_id=self.info['token_id'],
+                         api_token_secret=self.info['token_secret'], ca_file=self.info['ca_file'])
+
+    def guest_root(self, vmid):
+        return self.info['guest_root'].replace('{vmid}', str(vmid))
+
+
+class Result:
+    def __init__(self, returncode, output, data):
+        self.returncode = returncode
+        self.output = output
+        self.data = data
+
+    @property
+    def ok(self):
+        return self.returncode == 0
+
+    def stats(self, host='localhost'):
+        return (self.data or {}).get('stats', {}).get(host, {})
+
+    @property
+    def changed(self):
+        return sum(s.get('changed', 0) for s in (self.data or {}).get('stats', {}).values())
+
+    def task(self, name, host='localhost'):
+        """The result of the last task whose name is ``name`` (or ends with it) for ``host``."""
+        found = None
+        for play in (self.data or {}).get('plays', []):
+            for task in play['tasks']:
+                title = task['task']['name']
+                if (title == name or title.endswith(name)) and host in task['hosts']:
+                    found = task['hosts'][host]
+        if found is None:
+            raise KeyError('no task %r for %s in:\n%s' % (name, host, self.output[-3000:]))
+        return found
+
+    def failure(self, host='localhost'):
+        """The msg of the first failed task for ``host``, or None."""
+        for play in (self.data or {}).get('plays', []):
+            for task in play['tasks']:
+                result = task['hosts'].get(host) or {}
+                if result.get('failed') and not result.get('ignore_errors'):
+                    return result.get('msg')
+        return None
+
+
+class Site:
+    """One controller: a journal and the environment that points the playbooks at the cluster."""
+
+    def __init__(self, cluster, journal_path, directory=None):
+        self.cluster = cluster
+        self.journal_path = journal_path
+        self.directory = directory or os.path.dirname(journal_path)
+
+    def env(self, **extra):
+        env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK='ansible.posix.json', ANSIBLE_NOCOLOR='1',
+                   ANSIBLE_LOCALHOST_WARNING='0', ANSIBLE_INVENTORY_UNPARSED_WARNING='0',
+                   ANSIBLE_PYTHON_INTERPRETER=sys.executable, LOCALPVE_STATE_DIR=self.cluster.state_dir,
+                   EPHEMERA_JOURNAL=self.journal_path)
+        env.update(extra)
+        return env
+
+    def command(self, playbook, extra_vars, check=False, inventories=(), forks=None):
+        cmd = [os.path.join(BIN, 'ansible-playbook'), '-i', INVENTORY]
+        for inventory in inventories:
+            cmd += ['-i', inventory]
+        cmd += [os.path.join(PLAYBOOKS, playbook) if not os.path.isabs(playbook) else playbook,
+                '-e', json.dumps(extra_vars)]
+        if check:
+            cmd.append('--check')
+        if forks:
+            cmd += ['--forks', str(forks)]
+        return cmd
+
+    def playbook(self, playbook, check=False, inventories=(), forks=None, env=None, timeout=600, **extra_vars):
+        proc = subprocess.run(self.command(playbook, extra_vars, check, inventories, forks), capture_output=True,
+                              text=True, env=self.env(**(env or {})), timeout=timeout, check=False)
+        try:
+            data = json.loads(proc.stdout)
+        except ValueError:
+            data = None
+        return Result(proc.returncode, proc.stdout + proc.stderr, data)
+
+    def create_vars(self, workspace, repo, **extra):
+        values = dict(workspace=workspace, repo=repo, purpose='work on %s' % workspace, agent='fake',
+                      ephemera_agents=FAKE_AGENTS)
+        values.update(extra)
+        return values
+
+    def create(self, workspace, repo, **extra):
+        return self.playbook('create.yml', **self.create_vars(workspace, repo, **extra))
+
+    def create_many(self, names, repo, forks=10, **extra):
+        """Create several workspaces in one ansible-playbook run: one inventory host per workspace."""
+        hosts = dict((name, {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable,
+                             'workspace': name}) for name in names)
+        inventory = os.path.join(self.directory, 'workspaces-%s.json' % names[0])
+        with open(inventory, 'w') as out:
+            json.dump({'workspaces': {'hosts': hosts}}, out)
+        values = self.create_vars(names[0], repo, **extra)
+        values.pop('workspace')
+        values['target'] = 'workspaces'
+        return self.playbook('create.yml', inventories=[inventory], forks=forks, **values)
+
+    def journal(self):
+        from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
+        return Journal.open(self.journal_path, create=False)
+
+    def workspace(self, name):
+        with self.journal() as journal:
+            return journal.get_workspace(name)
+
+    def secret(self):
+        from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+        return marker.load_secret(self.journal_path)
+
+
+def make_repo(path):
+    """A small git repository with one commit on main; returns its file:// URL."""
+    env = dict(os.environ, GIT_AUTHOR_NAME='t', GIT_AUTHOR_EMAIL='t@example.invalid', GIT_COMMITTER_NAME='t',
+               GIT_COMMITTER_EMAIL='t@example.invalid')
+    subprocess.run(['git', 'init', '--quiet', '--initial-branch=main', path], check=True, env=env)
+    with open(os.path.join(path, 'app.py'), 'w') as out:
+        out.write('print("hello")\n')
+    subprocess.run(['git', '-C', path, 'add', 'app.py'], check=True, env=env)
+    subprocess.run(['git', '-C', path, 'commit', '--quiet', '-m', 'first'], check=True, env=env)
+    return 'file://' + path

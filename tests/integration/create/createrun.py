@@ -15,9 +15,10 @@ import time
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import JournalMissing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
-from tests.localpve import proxmox
+from tests.localpve import proxmox, system
 
 BIN = os.path.dirname(sys.executable)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -59,11 +60,18 @@ class Run:
             return src.read()
 
     def kill(self):
-        """SIGKILL the run and everything it started, as a controller that dies does."""
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
+        """SIGKILL the run and everything it started, as a controller that dies does.
+
+        Ansible's workers start sessions of their own, so the process group is not enough: the whole tree goes
+        (twice, for a process started while the first pass ran).
+        """
+        for dummy in range(2):
+            tree = [self.pid] + system.descendants(self.pid) if self.proc.poll() is None else []
+            for pid in tree:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
         self.proc.wait(30)
 
     # -------------------------------------------------------------- results
@@ -152,9 +160,9 @@ class Controller:
         self.runs.append(run)
         return run
 
-    def create(self, extra_vars, **options):
+    def create(self, extra_vars, timeout=300, **options):
         """Run the create playbook to its end; returns the finished Run."""
-        return self.start(extra_vars, **options).finish()
+        return self.start(extra_vars, **options).finish(timeout)
 
     def stop(self):
         for run in self.runs:
@@ -173,7 +181,12 @@ class Controller:
                           key=lambda entry: entry['id'])
 
     def workspace(self, name):
-        with self.journal() as journal:
+        """The workspace's record, or None (also while no run has made the journal yet)."""
+        try:
+            journal = self.journal()
+        except JournalMissing:
+            return None
+        with journal:
             return journal.get_workspace(name)
 
     def events(self, name):

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: help venv system-packages test unit sanity lint integration demo
-.PHONY: bench-queue
+.PHONY: bench-queue bench-create
 .PHONY: bench-inventory
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
 
@@ -70,3 +70,7 @@ bench-queue: venv
 # community.proxmox.proxmox (with and without want_facts); times, API requests and their ratios.
 bench-inventory: venv
 	$(BIN)/python bench/inventory.py
+
+# Request to ready for 1 and 20 workspaces, at time scale 0 and with real task durations: times, steps, API requests.
+bench-create: venv
+	$(BIN)/python bench/create.py

@@ -428,7 +428,8 @@ class CreateFlow:
                     args['storage'] = req['storage']
             else:
                 args['full'] = 0
-            self._save('clone', kind='dispatched', detail={'vmid': candidate, 'template': req['template']},
+            self._save('clone', kind='dispatched', detail={'vmid': candidate, 'template': req['template'],
+                                                           'full': args['full']},
                        facts=dict(self.ws['facts'], clone_dispatched=candidate, clone_dispatched_at=time.time()))
             try:
                 upid = self.client.post('/nodes/%s/lxc/%d/clone' % (req['node'], req['template']), **args)

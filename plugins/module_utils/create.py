@@ -82,7 +82,7 @@ def validate_repo(url):
     text = url if isinstance(url, str) else ''
     if not text or text != text.strip() or any(c.isspace() or ord(c) < 32 for c in text) or text.startswith('-'):
         raise CreateError('Repository %r is not a URL: give https://host/path.git, ssh://host/path, git@host:path or '
-                          'file:///path.' % (url,), step='request')
+                          'a path (/srv/git/app.git).' % (url,), step='request')
     if '://' in text:
         parts = urlsplit(text)
         if parts.scheme not in REPO_SCHEMES or (parts.scheme != 'file' and not parts.hostname):
@@ -93,9 +93,9 @@ def validate_repo(url):
                               'URL without it and the token as git_token (a vault or AWX credential).'
                               % text.replace(parts.password, '********'), step='request')
         return
-    if not SCP_LIKE.match(text):
+    if not text.startswith('/') and not SCP_LIKE.match(text):
         raise CreateError('Repository %r is not a URL: give https://host/path.git, ssh://host/path, git@host:path or '
-                          'file:///path.' % (url,), step='request')
+                          'a path (/srv/git/app.git).' % (url,), step='request')
 
 
 def validate_ref(ref):
@@ -146,7 +146,8 @@ class StepResult:
 class CreateFlow:
     """The steps of one workspace's creation. ``params`` are the module's options.
 
-    ``journal`` is an open Journal; ``client`` a PveClient (None for steps that do not need it);
+    ``journal`` is an open Journal (None in check mode when none exists yet); ``client`` a PveClient (None for
+    steps that do not need it);
     ``secret`` the controller secret; ``claim`` the queue claim every journal write carries.
     """
 
@@ -159,7 +160,8 @@ class CreateFlow:
         self.check_mode = check_mode
         self.sleep = sleep
         self.name = params['name']
-        self.ws = journal.get_workspace(self.name)
+        # No journal at all only in check mode, before anything was ever recorded.
+        self.ws = journal.get_workspace(self.name) if journal is not None else None
         self.controller = marker.controller_id(secret)
 
     # ------------------------------------------------------------------ helpers

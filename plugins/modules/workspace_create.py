@@ -230,6 +230,7 @@ details:
   type: dict
 '''
 
+import contextlib
 import os
 from urllib.parse import urlsplit
 
@@ -237,8 +238,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec, open_journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.create import STEP_LABELS, STEPS, CreateFlow
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError, JournalMissing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import DEFAULT_AGENTS
+from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal, resolve_path
 from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
 from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import client_from_params, connection_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
@@ -327,21 +329,34 @@ def main():
                              "template's storage.")
     step = params['step']
     result = dict(changed=False, step=step, details={})
-    with open_journal(module) as journal:
+    journal = journal_if_any(module) if module.check_mode else open_journal(module)
+    with journal if journal is not None else contextlib.nullcontext():
+        path = journal.path if journal is not None else resolve_path(params['journal_path'])
         try:
             client = None if step in GUEST_STEPS else client_from_params(params)
-            secret = controller_secret(journal.path, params['controller_secret'], module.check_mode)
+            secret = controller_secret(path, params['controller_secret'], module.check_mode)
             flow = CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
             if params['claim'] and not module.check_mode:
                 Queue(journal).step(params['claim'], STEP_LABELS[step], detail={'workspace': params['name']})
             outcome = flow.run(step)
         except EphemeraError as err:
             result.update(err.details)
-            module.fail_json(msg='%s: %s' % (step, err), workspace=journal.get_workspace(params['name']), **result)
+            module.fail_json(msg='%s: %s' % (step, err), workspace=journal and journal.get_workspace(params['name']),
+                             **result)
         result.update(changed=outcome.changed, msg=outcome.msg, details=outcome.extra)
         if flow.ws is not None:
             result['workspace'] = flow.ws
     module.exit_json(**result)
+
+
+def journal_if_any(module):
+    """In check mode: the journal if it exists; None (nothing recorded yet) instead of making one."""
+    try:
+        return Journal.open(module.params['journal_path'], create=False)
+    except JournalMissing:
+        return None
+    except EphemeraError as err:
+        module.fail_json(msg=str(err), **err.details)
 
 
 if __name__ == '__main__':

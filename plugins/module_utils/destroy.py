@@ -33,7 +33,8 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import (
 )
 
 STEPS = ('mark', 'shutdown', 'stop', 'delete', 'finish')
-STEP_LABELS = {'mark': 'mark destroying', 'shutdown': 'shutdown', 'stop': 'force stop', 'delete': 'delete',
+# 'inspect' only reads: whether the container is there (and so whether there is work to archive).
+STEP_LABELS = {'inspect': 'inspect', 'mark': 'mark destroying', 'shutdown': 'shutdown', 'stop': 'force stop', 'delete': 'delete',
                'finish': 'mark destroyed'}
 # Cleanup debt that needs a person is retried rarely; debt that may clear by itself soon.
 OPERATOR_RETRY = 6 * 3600
@@ -174,6 +175,8 @@ class DestroyFlow:
         return waiter.wait_for(probe, timeout, waiter.Backoff(start=0.1, maximum=2.0))
 
     def run(self, step):
+        if step == 'inspect':
+            return self.inspect()
         if step not in STEPS:
             raise DestroyError('Unknown step %r; the steps are %s.' % (step, ', '.join(STEPS)))
         if self.ws is None:
@@ -186,6 +189,15 @@ class DestroyFlow:
                 return StepResult(True, '%s: would run' % STEP_LABELS[step])
             raise DestroyError('Workspace %s is not marked for destruction: run the mark step first.' % self.name)
         return getattr(self, 'step_' + step)()
+
+    def inspect(self):
+        """Whether the workspace's container exists and runs; changes nothing."""
+        target = self.locate() if self.ws is not None else None
+        if target is None or target.absent:
+            return StepResult(False, 'inspect: no container', present=False, running=False)
+        running = self._status(target).get('status') == 'running'
+        return StepResult(False, 'inspect: CT %d %s' % (target.vmid, 'running' if running else 'stopped'),
+                          present=True, running=running, vmid=target.vmid, verdict=target.verdict)
 
     # --------------------------------------------------------------- 1. mark
 

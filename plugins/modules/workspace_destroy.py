@@ -44,9 +44,11 @@ options:
     description: The workspace to destroy. Required unless O(vmid) is given.
     type: str
   step:
-    description: The step to run. Required with O(name).
+    description:
+      - The step to run. Required with O(name).
+      - V(inspect) only reads whether the container exists and runs (RV(details.present), RV(details.running)).
     type: str
-    choices: [mark, shutdown, stop, delete, finish]
+    choices: [inspect, mark, shutdown, stop, delete, finish]
   vmid:
     description:
       - Delete this orphaned container (one reconcile reported) instead of a workspace by name. Needs
@@ -164,7 +166,7 @@ def main():
                                          task_timeout=params['task_timeout'], check_mode=module.check_mode)
             else:
                 flow = DestroyFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
-                if params['claim'] and not module.check_mode:
+                if params['claim'] and not module.check_mode and step != 'inspect':
                     Queue(journal).step(params['claim'], STEP_LABELS[step], detail={'workspace': params['name']})
                 outcome = flow.run(step)
         except EphemeraError as err:

@@ -1,6 +1,7 @@
 """Destroy against the try-out cluster: idempotent, marker-checked, force stop, lost answers, locks, protection."""
 
 import os
+import subprocess
 
 import pytest
 
@@ -9,7 +10,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import Pve
 from tests.integration.playbooks import Cluster, Site, make_repo
 
 NAMES = ['d-twice', 'd-absent', 'd-nomark', 'd-forged', 'd-copied', 'd-src', 'd-stubborn', 'd-lost', 'd-locked',
-         'd-protected']
+         'd-protected', 'd-work']
 
 
 @pytest.fixture(scope='module')
@@ -75,7 +76,7 @@ def test_destroy_of_an_already_absent_container_succeeds(site):
     api.wait_task(api.delete('/nodes/%s/lxc/%d' % (node, vmid), purge=1))
     result = destroy(site, 'd-absent')
     assert result.ok, result.output[-3000:]
-    assert 'already absent' in result.task('4/5 verify ownership and delete')['msg']
+    assert 'already absent' in result.task('5/6 verify ownership and delete')['msg']
     assert site.workspace('d-absent')['status'] == 'destroyed'
 
 
@@ -114,8 +115,8 @@ def test_a_container_that_ignores_shutdown_is_stopped_by_force(site):
     site.cluster.control.pve_ct(vmid, shutdown_secs=3600)
     result = destroy(site, 'd-stubborn', workspace_destroy_shutdown_timeout=1)
     assert result.ok, result.output[-3000:]
-    assert 'ignored the shutdown' in result.task('2/5 shut down')['msg']
-    assert 'stopped' in result.task('3/5 stop by force if still running')['msg']
+    assert 'ignored the shutdown' in result.task('3/6 shut down')['msg']
+    assert 'stopped' in result.task('4/6 stop by force if still running')['msg']
     actions = [e['action'] for e in site.journal().events('d-stubborn')]
     assert 'shutdown_incomplete' in actions and 'stop' in actions
     assert config(site, vmid, node) is None
@@ -140,11 +141,12 @@ def test_a_locked_container_is_retried_then_reported_then_finished_by_reconcile(
     api = site.cluster.api()
     api.wait_task(api.post('/nodes/%s/lxc/%d/status/stop' % (node, vmid)))
     site.cluster.control.pve_lock(vmid, 'backup')
-    result = destroy(site, 'd-locked', workspace_destroy_lock_timeout=2)
+    # Stopped, its work cannot be inspected: the destruction goes ahead only with the explicit override.
+    result = destroy(site, 'd-locked', workspace_destroy_lock_timeout=2, discard_unsaved_work=True)
     assert not result.ok
     assert 'stayed locked' in result.output
     assert len([e for e in site.journal().events('d-locked') if e['action'] == 'delete_locked']) >= 2
-    info = site.playbook('destroy.yml', check=True, workspace='d-locked')  # check mode reads only
+    info = site.playbook('destroy.yml', check=True, workspace='d-locked')  # decided already: no archive guard
     assert info.ok, info.output[-3000:]
     [debt] = site.journal().cleanup_debts('d-locked')
     assert debt['resource'] == 'lxc/%d@%s' % (vmid, node) and 'locked' in debt['last_error']
@@ -189,3 +191,37 @@ def journal_dump(site):
                     for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
     finally:
         conn.close()
+
+
+def git(path, *args):
+    env = dict(os.environ, GIT_AUTHOR_NAME='agent', GIT_AUTHOR_EMAIL='a@example.invalid', GIT_COMMITTER_NAME='agent',
+               GIT_COMMITTER_EMAIL='a@example.invalid')
+    return subprocess.run(['git', '-C', path] + list(args), check=True, capture_output=True, text=True,
+                          env=env).stdout.strip()
+
+
+def test_unsaved_work_is_refused_without_archive_and_archived_by_default(site):
+    vmid, node = ct(site, 'd-work')
+    checkout = os.path.join(site.cluster.guest_root(vmid), 'workspace', 'repo')
+    with open(os.path.join(checkout, 'feature.py'), 'w') as out:
+        out.write('def feature():\n    return 42\n')
+    git(checkout, 'add', 'feature.py')
+    git(checkout, 'commit', '-q', '-m', 'agent: a feature nobody pushed')
+    with open(os.path.join(checkout, 'app.py'), 'a') as out:
+        out.write('print("edited, not committed")\n')
+    head = git(checkout, 'rev-parse', 'HEAD')
+
+    refused = destroy(site, 'd-work', workspace_destroy_archive=False)
+    assert not refused.ok
+    assert 'holds work that was never pushed or archived' in refused.output
+    assert status(site, vmid, node) == 'running'
+    assert site.workspace('d-work')['status'] == 'ready'  # the refusal leaves the workspace usable
+
+    result = destroy(site, 'd-work')
+    assert result.ok, result.output[-3000:]
+    assert config(site, vmid, node) is None
+    origin = site.repo[len('file://'):]
+    pushed = git(origin, 'rev-parse', 'refs/heads/ephemera/d-work')
+    assert git(origin, 'rev-parse', pushed + '^') == head
+    assert 'edited, not committed' in git(origin, 'show', pushed + ':app.py')
+    assert git(origin, 'show', pushed + ':feature.py').startswith('def feature')

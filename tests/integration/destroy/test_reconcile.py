@@ -1,0 +1,122 @@
+"""Reconcile against the try-out cluster: a lost and a restored journal, pending destructions, unfinished creates."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import PveNotFound
+from tests.integration.playbooks import BIN, INVENTORY, Cluster, Site, make_repo
+
+NAMES = ['r-one', 'r-two', 'r-pending']
+
+
+@pytest.fixture(scope='module')
+def site(tmp_path_factory):
+    base = str(tmp_path_factory.mktemp('reconcile'))
+    cluster = Cluster.start(os.path.join(base, 'cluster'))
+    try:
+        site = Site(cluster, os.path.join(base, 'journal.sqlite'))
+        site.repo = make_repo(os.path.join(base, 'repo'))
+        result = site.create_many(NAMES, site.repo, forks=3)
+        assert result.ok, result.output[-4000:]
+        site.foreign = cluster.control.foreign_create(pool=cluster.info['pool'], start=True)['vmid']
+        yield site
+    finally:
+        cluster.stop()
+
+
+def reconcile(site, check=False):
+    result = site.playbook('reconcile.yml', check=check)
+    assert result.ok, result.output[-3000:]
+    return result.task('Compare the journal with the cluster')
+
+
+def running(site):
+    return sorted(int(g['vmid']) for g in site.cluster.api().get('/cluster/resources', type='vm')
+                  if g.get('status') == 'running')
+
+
+def module(site, module_name, **args):
+    """Run one module of the collection ad hoc, as a crashed playbook would have left off."""
+    argv = [os.path.join(BIN, 'ansible'), 'localhost', '-i', INVENTORY, '-m', module_name, '-a',
+            json.dumps(args)]
+    info = site.cluster.info
+    env = site.env(PROXMOX_HOST=info['proxy_url'], PROXMOX_TOKEN_ID=info['token_id'],
+                   PROXMOX_TOKEN_SECRET=info['token_secret'], PROXMOX_CA_FILE=info['ca_file'])
+    env.pop('ANSIBLE_STDOUT_CALLBACK')
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+
+
+def test_a_lost_journal_makes_every_workspace_an_orphan_and_nothing_is_deleted(site):
+    before = running(site)
+    vmids = dict((n, site.workspace(n)['vmid']) for n in NAMES)
+    saved = site.journal_path + '.saved'
+    shutil.copy(site.journal_path, saved)
+    for suffix in ('', '-wal', '-shm'):
+        if os.path.exists(site.journal_path + suffix):
+            os.remove(site.journal_path + suffix)
+    lost = reconcile(site)
+    orphans = dict((f['workspace'], f['vmid']) for f in lost['findings'] if f['kind'] == 'orphan')
+    assert orphans == vmids
+    assert [f['vmid'] for f in lost['findings'] if f['kind'] == 'foreign'] == [site.foreign]
+    assert 'confirm_orphan=true' in '\n'.join(lost['report'])
+    assert lost['changed'] is False and running(site) == before
+
+    # Deleting an orphan takes an explicit confirmation, and still a verifying marker.
+    unconfirmed = site.playbook('destroy.yml', orphan_vmid=vmids['r-two'])
+    assert not unconfirmed.ok and 'needs confirm_orphan=true' in unconfirmed.output
+    foreign = site.playbook('destroy.yml', orphan_vmid=site.foreign, confirm_orphan=True)
+    assert not foreign.ok and 'it is not deleted' in foreign.output
+    assert running(site) == before
+
+    os.remove(site.journal_path)
+    shutil.move(saved, site.journal_path)
+    restored = reconcile(site)
+    assert dict((f['workspace'], f['kind']) for f in restored['findings'] if f['workspace']) == dict(
+        (n, 'ok') for n in NAMES)
+    assert running(site) == before
+
+
+def test_a_decided_destruction_is_finished_by_reconcile(site):
+    ws = site.workspace('r-pending')
+    marked = module(site, 'ephemera.workspaces.workspace_destroy', name='r-pending', step='mark')
+    assert marked.returncode == 0, marked.stdout + marked.stderr
+    checked = reconcile(site, check=True)
+    assert [f['kind'] for f in checked['findings'] if f['workspace'] == 'r-pending'] == ['destroy_pending']
+    assert ws['vmid'] in running(site)
+    done = reconcile(site)
+    assert [f['kind'] for f in done['findings'] if f['workspace'] == 'r-pending'] == ['destroyed']
+    with pytest.raises(PveNotFound):
+        site.cluster.api().get('/nodes/%s/lxc/%d/config' % (ws['node'], ws['vmid']))
+    assert site.workspace('r-pending')['status'] == 'destroyed'
+    again = reconcile(site)
+    assert again['changed'] is False
+
+
+def test_an_interrupted_create_is_reported_and_resumed_adopting_its_clone(site):
+    # What a controller that died right after the clone request leaves: request, candidate, clone dispatched.
+    info = site.cluster.info
+    args = dict(name='r-crashed', step='request', template=info['template_vmid'], repo=site.repo,
+                purpose='resume-me', agent='fake', agents={'fake': ['sh', '-c', 'sleep 120']},
+                guest_root=info['guest_root'], ssh_user=info['ssh_user'], agent_user=info['ssh_user'],
+                ssh_private_key=info['ssh_private_key'])
+    for step in ('request', 'vmid', 'clone'):
+        args['step'] = step
+        done = module(site, 'ephemera.workspaces.workspace_create', **args)
+        assert done.returncode == 0, done.stdout + done.stderr
+        args = dict(name='r-crashed', step=step)
+    ws = site.workspace('r-crashed')
+    assert ws['vmid'] is None and ws['candidate_vmid']
+    seen = reconcile(site, check=True)
+    kinds = sorted(f['kind'] for f in seen['findings'] if f['workspace'] == 'r-crashed')
+    assert kinds == ['adoptable', 'unfinished_create']
+    assert seen['resume_create'] == ['r-crashed']
+    result = site.playbook('reconcile.yml')
+    assert result.ok, result.output[-3000:]
+    ws = site.workspace('r-crashed')
+    assert ws['status'] == 'ready' and ws['vmid'] == ws['candidate_vmid']
+    names = [g.get('name') for g in site.cluster.api().get('/cluster/resources', type='vm')]
+    assert names.count('agent-r-crashed') == 1

@@ -180,8 +180,8 @@ class DestroyFlow:
         if step not in STEPS:
             raise DestroyError('Unknown step %r; the steps are %s.' % (step, ', '.join(STEPS)))
         if self.ws is None:
-            return StepResult(False, '%s: workspace %s is not recorded; nothing to destroy' % (STEP_LABELS[step],
-                                                                                                   self.name))
+            label = STEP_LABELS[step]
+            return StepResult(False, '%s: workspace %s is not recorded; nothing to destroy' % (label, self.name))
         if self.ws['status'] == 'destroyed' and self.ws['desired_state'] == 'destroyed':
             return StepResult(False, '%s: already destroyed' % STEP_LABELS[step])
         if step != 'mark' and self.ws['desired_state'] != 'destroyed':
@@ -323,9 +323,9 @@ class DestroyFlow:
                     continue
             except (PveLocked, PveLockTimeout) as err:
                 if time.monotonic() > deadline:
-                    raise self._debt(target, 'delete', DestroyError('CT %d stayed locked for %d s (%s). It is retried by '
-                                                                   'the next reconcile.' % (
-                                                                       target.vmid, self.params['lock_timeout'], err)))
+                    stuck = DestroyError('CT %d stayed locked for %d s (%s). It is retried by the next reconcile.'
+                                         % (target.vmid, self.params['lock_timeout'], err))
+                    raise self._debt(target, 'delete', stuck)
                 self._event('observed', 'delete_locked', {'vmid': target.vmid, 'error': str(err)})
                 self.sleep(backoff.next_delay())
                 target = self.locate()

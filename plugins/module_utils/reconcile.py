@@ -247,8 +247,8 @@ class Reconciler:
             if self._verdict(config, name, vmid) != marker.VERIFIED:
                 self._add('debt_open', name, vmid, guest['node'], 'not deleted: its marker does not verify')
                 continue
-            self._add('debt_open', name, vmid, guest['node'], 'attempt %d failed: %s' % (debt['attempts'],
-                                                                                       debt['last_error'][:160]))
+            said = 'attempt %d failed: %s' % (debt['attempts'], debt['last_error'][:160])
+            self._add('debt_open', name, vmid, guest['node'], said)
 
     def _strangers(self, cluster, known):
         """Pool or tag members the journal does not know: ours (orphans) or foreign. Reported, never touched."""

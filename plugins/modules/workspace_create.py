@@ -53,11 +53,10 @@ options:
   idempotency_key:
     description:
       - A key that makes a retried request safe, for example the AWX workflow's id. With the V(request) step, a key
-        that already finished a creation with the same parameters replays that result (RV(details.replayed)) and the
+        that already finished a creation with the same parameters replays that result (C(details.replayed)) and the
         later steps change nothing; the same key with other parameters is refused. The V(ready) step stores the
         result. Keys are kept as SHA-256 hashes for 24 hours.
     type: str
-    no_log: false
   controller_secret:
     description:
       - The secret that signs ownership markers. If not set, E(EPHEMERA_CONTROLLER_SECRET), else a secret made once

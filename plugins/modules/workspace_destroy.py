@@ -46,7 +46,7 @@ options:
   step:
     description:
       - The step to run. Required with O(name).
-      - V(inspect) only reads whether the container exists and runs (RV(details.present), RV(details.running)).
+      - V(inspect) only reads whether the container exists and runs (C(details.present), C(details.running)).
     type: str
     choices: [inspect, mark, shutdown, stop, delete, finish]
   vmid:

@@ -14,15 +14,15 @@ description:
   - Reads every workspace record and makes one C(/cluster/resources) call, then looks closer only where needed
     (candidate VMIDs of unfinished creates, ready workspaces, pool and tag members the journal does not know).
   - Acts on two things only, and only on containers whose ownership marker verifies, each under the workspace's
-    queue: it continues destructions that were decided (desired state V(destroyed)) until the container is absent,
+    queue. It continues destructions that were decided (desired state V(destroyed)) until the container is absent,
     and it settles cleanup debt whose container is gone.
   - Reports the rest, never deleting anything on its own. Unfinished creates are listed in RV(resume_create) for the
     C(ephemera.workspaces.reconcile) playbook to resume through the create flow (which adopts a clone only when its
     marker verifies). Containers in the pool or with the tag that the journal does not know are reported as
-    V(orphan) (ours by marker: a lost or restored journal makes every live workspace look like this) or V(foreign).
-    An orphan goes only by an operator's explicit request (M(ephemera.workspaces.workspace_destroy) with O(ephemera.workspaces.workspace_destroy#module:vmid)
-    and C(confirm_orphan)).
-  - Safe to run at any time: a workspace that a live run works on is left to that run and reported as V(busy).
+    V(orphan) (ours by marker; a lost or restored journal makes every live workspace look like this) or V(foreign).
+    An orphan goes only by an operator's explicit request (M(ephemera.workspaces.workspace_destroy) with C(vmid) and
+    C(confirm_orphan)).
+  - Safe to run at any time. A workspace that a live run works on is left to that run and reported as V(busy).
 author:
   - Ephemera maintainers (@ephemera)
 extends_documentation_fragment:

@@ -1,0 +1,124 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r'''module: workspace_reconcile
+short_description: Compare the journal with the cluster, finish pending destructions,
+  report everything else
+version_added: 0.1.0
+description:
+- Safe to run at any time: a workspace that a live run works on is left to that run
+    and reported as V(busy).
+author:
+- Ephemera maintainers (@ephemera)
+extends_documentation_fragment:
+- ephemera.workspaces.proxmox
+- ephemera.workspaces.journal
+attributes:
+  check_mode:
+    support: full
+    description: Reports what it would do; finishes nothing.
+  diff_mode:
+    support: none
+    description: Not supported.
+options:
+  pool:
+    description: The pool whose members are compared with the journal.
+    type: str
+    default: disposable-workspaces
+  tag:
+    description: Containers with this tag are compared with the journal too (tags
+      are hints, never proof).
+    type: str
+    default: ephemera
+  controller_secret:
+    description:
+    - The secret that signs ownership markers. If not set, E(EPHEMERA_CONTROLLER_SECRET),
+      else the secret stored next to the journal.
+    type: str
+  shutdown_timeout:
+    description: Seconds a graceful shutdown may take, for pending destructions.
+    type: int
+    default: 60
+  task_timeout:
+    description: Seconds to wait for a Proxmox task.
+    type: int
+    default: 300
+  lock_timeout:
+    description: Seconds to keep retrying a delete while the container is locked.
+    type: int
+    default: 60
+'''
+
+EXAMPLES = r'''
+- name: Reconcile
+  ephemera.workspaces.workspace_reconcile:
+  register: reconcile
+
+- name: Show the report
+  ansible.builtin.debug:
+    var: reconcile.report
+'''
+
+RETURN = r'''
+report:
+  description: A summary line with the counts, then one line per finding (kind, workspace, container, detail).
+  returned: always
+  type: list
+  elements: str
+counts:
+  description: Findings by kind (V(destroyed), V(destroy_pending), V(destroy_blocked), V(debt_settled), V(debt_open),
+    V(busy), V(unfinished_create), V(adoptable), V(candidate_taken), V(missing), V(not_ours), V(failed), V(orphan),
+    V(foreign), V(ok)).
+  returned: always
+  type: dict
+findings:
+  description: One dict per finding, with kind, workspace, vmid, node and detail.
+  returned: always
+  type: list
+  elements: dict
+resume_create:
+  description: Workspaces whose create stopped before V(ready), for the create flow to resume.
+  returned: always
+  type: list
+  elements: str
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec, open_journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import client_from_params, connection_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.reconcile import Reconciler
+
+
+def main():
+    spec = dict(
+        pool=dict(type='str', default='disposable-workspaces'),
+        tag=dict(type='str', default='ephemera'),
+        controller_secret=dict(type='str', no_log=True),
+        shutdown_timeout=dict(type='int', default=60),
+        task_timeout=dict(type='int', default=300),
+        lock_timeout=dict(type='int', default=60),
+    )
+    spec.update(connection_argument_spec())
+    spec.update(journal_argument_spec())
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    with open_journal(module) as journal:
+        try:
+            client = client_from_params(module.params)
+            secret = marker.load_secret(journal.path, module.params['controller_secret'])
+            reconciler = Reconciler(journal, client, secret, module.params, check_mode=module.check_mode)
+            result = reconciler.run()
+        except EphemeraError as err:
+            module.fail_json(msg=str(err), **err.details)
+    module.exit_json(changed=reconciler.changed, **result)
+
+
+if __name__ == '__main__':
+    main()

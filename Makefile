@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: help venv system-packages test unit sanity lint integration demo
-.PHONY: bench-queue bench-create
+.PHONY: bench-queue bench-create bench-reconcile
 .PHONY: bench-inventory
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
 
@@ -64,7 +64,7 @@ bench-cluster: venv
 
 # 10 workspaces x 1 queued operation (forks 10) against 1 x 1: times and their ratio.
 bench-queue: venv
-	$(BIN)/python bench/queue.py
+	$(BIN)/python bench/queue_parallel.py
 
 # ansible-inventory --list with 100, 1,000 and 10,000 guests: ephemera.workspaces.workspaces against
 # community.proxmox.proxmox (with and without want_facts); times, API requests and their ratios.
@@ -74,3 +74,7 @@ bench-inventory: venv
 # Request to ready for 1 and 20 workspaces, at time scale 0 and with real task durations: times, steps, API requests.
 bench-create: venv
 	$(BIN)/python bench/create.py
+
+# Time and API requests of one reconcile: 1,000 journal records against 2,000 containers.
+bench-reconcile: venv
+	$(BIN)/python bench/reconcile.py

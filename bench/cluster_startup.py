@@ -19,7 +19,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The repository root instead of bench/ itself, whose scripts' names (queue.py) would shadow the standard library.
+# The repository root first on sys.path, so that bench.* and tests.* import as packages.
 sys.path[0] = ROOT
 
 from tests.localpve import LocalCluster, guest_address, proxmox, ssh, wait_task  # noqa: E402 pylint: disable=wrong-import-position

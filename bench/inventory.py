@@ -14,7 +14,6 @@ The last line is the 10,000-guest (largest size) summary that `make bench-invent
 """
 
 import argparse
-import asyncio
 import json
 import os
 import re
@@ -23,16 +22,17 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# The script's own directory would come first on sys.path, and the other scripts in it (queue.py) would
-# shadow standard modules of the same name. The collection itself is importable through the venv's link.
+# The repository root first on sys.path, so that bench.* and tests.* import as packages; the collection
+# itself is importable through the venv's link.
 sys.path[0] = os.path.dirname(HERE)
 
 from fakepve.certs import make_cert
 from fakepve.server import FakePve
+
+from bench.fakepve_site import Server, index_guests
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
 from ansible_collections.ephemera.workspaces.plugins.module_utils.create import STEPS
@@ -47,38 +47,6 @@ POOL_BASE = 100000
 OTHER_BASE = 200000
 USER, PASSWORD = 'root@pam', 'secret'
 GUEST_PATH = re.compile(r'/nodes/[^/]+/(?:lxc|qemu)/(\d+)/')
-
-
-class Server:
-    """A FakePve on its own event loop in a daemon thread of this process."""
-
-    def __init__(self, pve, certfile, keyfile):
-        self.pve = pve
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name='fakepve', daemon=True)
-        self.thread.start()
-        self._wait(pve.start(certfile, keyfile))
-
-    def _wait(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
-
-    def stop(self):
-        self._wait(self.pve.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(60)
-        self.loop.close()
-
-
-def index_guests(pve):
-    """Give the fake the O(1) lookup by id that a real PVE has (it opens the guest's config file by path).
-
-    The fake finds a guest by scanning its list, which costs every per-guest request time in proportion to the
-    cluster's size; that would charge the fake's cost to the plugin that makes per-guest requests.
-    """
-    by_id = {}
-    pve.ct = by_id.get
-    pve._guest_of = by_id.get  # pylint: disable=protected-access
-    return by_id
 
 
 def layout(size):
@@ -112,7 +80,7 @@ def build(size, workdir):
     secret = marker.load_secret(journal_path)
     status_of = dict((vmid, (name, status)) for name, (status, vmid) in plan.items() if vmid is not None)
     with Journal.open(journal_path) as journal:
-        controller = journal.controller_id
+        controller = marker.controller_id(secret)
         for name, (status, vmid) in sorted(plan.items()):
             failed = status == 'failed'
             progress = dict((step, '2026-01-01T00:00:00Z') for step in STEPS[:{'ready': 13, 'booting': 6,

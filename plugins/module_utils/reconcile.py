@@ -32,7 +32,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import C
 IN_PROGRESS = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registering')
 # Finding kinds, in the order the report lists them.
 KINDS = ('destroyed', 'destroy_pending', 'destroy_blocked', 'debt_settled', 'debt_open', 'busy', 'unfinished_create',
-         'adoptable', 'candidate_taken', 'missing', 'not_ours', 'failed', 'orphan', 'foreign', 'ok')
+         'adoptable', 'candidate_taken', 'missing', 'not_ours', 'unreadable', 'failed', 'orphan', 'foreign', 'ok')
 CONFIG_READERS = 8
 
 
@@ -70,6 +70,7 @@ class Reconciler:
         self.findings = []
         self.resume_create = []
         self.changed = False
+        self._ready_configs = {}
 
     def _add(self, kind, ws=None, vmid=None, node=None, detail=''):
         self.findings.append(Finding(kind, ws, vmid, node, detail))
@@ -109,6 +110,10 @@ class Reconciler:
         known = set()
         queue = Queue(self.journal)
         busy = self._busy(queue)
+        # Every ready workspace's marker is checked: its config is read in one batch, with bounded concurrency.
+        self._ready_configs = self._configs([cluster[int(ws['vmid'])] for ws in records
+                                             if ws['status'] == 'ready' and ws['desired_state'] != 'destroyed'
+                                             and ws['vmid'] and int(ws['vmid']) in cluster])
         for ws in records:
             for vmid in (ws['vmid'], ws['candidate_vmid']):
                 if vmid:
@@ -159,7 +164,10 @@ class Reconciler:
             if not present:
                 self._add('missing', name, vmid, ws['node'], 'ready in the journal, but the container is gone')
                 return
-            config = self._config(vmid, present['node'])
+            config = self._ready_configs.get(int(vmid))
+            if isinstance(config, Exception):
+                self._add('unreadable', name, vmid, present['node'], 'its config could not be read: %s' % config)
+                return
             verdict = self._verdict(config, name, vmid)
             if verdict != marker.VERIFIED:
                 self._add('not_ours', name, vmid, present['node'], 'the container at this VMID is not ours (%s)'

@@ -82,7 +82,7 @@ report:
 counts:
   description: Findings by kind (V(destroyed), V(destroy_pending), V(destroy_blocked), V(debt_settled), V(debt_open),
     V(busy), V(unfinished_create), V(adoptable), V(candidate_taken), V(missing), V(not_ours), V(failed), V(orphan),
-    V(foreign), V(ok)).
+    V(unreadable), V(foreign), V(ok)).
   returned: always
   type: dict
 findings:

@@ -1,6 +1,6 @@
 """Do operations on different workspaces still run in parallel behind the queue?
 
-    .venv/bin/python bench/queue.py [--runs N] [--hold SECONDS] [--same-target]
+    .venv/bin/python bench/queue_parallel.py [--runs N] [--hold SECONDS] [--same-target]
 
 Runs a real ansible-playbook against a fresh journal, each host one workspace, each doing one
 queued operation (wait for the turn, two step records, hold for --hold seconds, record the outcome):

@@ -415,7 +415,8 @@ class CreateFlow:
                 taken.add(candidate)
                 candidate = self._new_candidate(candidate, taken, 'taken by another client')
         lock_deadline = time.monotonic() + self.params['lock_timeout']
-        backoff = waiter.Backoff(start=0.5, maximum=5.0, factor=1.7, jitter=0.3)
+        # Short enough that a template lock released by one clone is soon taken by the next one.
+        backoff = waiter.Backoff(start=0.3, maximum=2.0, factor=1.5, jitter=0.3)
         attempts = 0
         while True:
             attempts += 1

@@ -70,6 +70,8 @@ def test_a_lost_journal_makes_every_workspace_an_orphan_and_nothing_is_deleted(s
     assert not unconfirmed.ok and 'needs confirm_orphan=true' in unconfirmed.output
     foreign = site.playbook('destroy.yml', orphan_vmid=site.foreign, confirm_orphan=True)
     assert not foreign.ok and 'it is not deleted' in foreign.output
+    wrong = site.playbook('destroy.yml', orphan_vmid=99999, confirm_orphan=True)
+    assert wrong.ok and wrong.changed == 0 and 'CT 99999 does not exist' in wrong.output
     assert running(site) == before
 
     os.remove(site.journal_path)

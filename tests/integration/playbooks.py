@@ -9,6 +9,7 @@
 Output is read from the ansible.posix.json callback; the text is kept for messages.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -162,6 +163,20 @@ class Site:
     def secret(self):
         from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
         return marker.load_secret(self.journal_path)
+
+
+@contextlib.contextmanager
+def site_with_workspaces(base, names, forks=5):
+    """A cluster, a controller (journal under ``base``) and a repository, with ``names`` created and ready."""
+    cluster = Cluster.start(os.path.join(base, 'cluster'))
+    try:
+        site = Site(cluster, os.path.join(base, 'journal.sqlite'))
+        site.repo = make_repo(os.path.join(base, 'repo'))
+        result = site.create_many(names, site.repo, forks=forks)
+        assert result.ok, result.output[-4000:]
+        yield site
+    finally:
+        cluster.stop()
 
 
 def make_repo(path):

@@ -7,7 +7,7 @@ import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
 from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import PveNotFound
-from tests.integration.playbooks import Cluster, Site, make_repo
+from tests.integration.playbooks import site_with_workspaces
 
 NAMES = ['d-twice', 'd-absent', 'd-nomark', 'd-forged', 'd-copied', 'd-src', 'd-stubborn', 'd-lost', 'd-locked',
          'd-protected', 'd-work']
@@ -15,16 +15,8 @@ NAMES = ['d-twice', 'd-absent', 'd-nomark', 'd-forged', 'd-copied', 'd-src', 'd-
 
 @pytest.fixture(scope='module')
 def site(tmp_path_factory):
-    base = str(tmp_path_factory.mktemp('destroy'))
-    cluster = Cluster.start(os.path.join(base, 'cluster'))
-    try:
-        site = Site(cluster, os.path.join(base, 'journal.sqlite'))
-        site.repo = make_repo(os.path.join(base, 'repo'))
-        result = site.create_many(NAMES, site.repo, forks=5)
-        assert result.ok, result.output[-4000:]
+    with site_with_workspaces(str(tmp_path_factory.mktemp('destroy')), NAMES) as site:
         yield site
-    finally:
-        cluster.stop()
 
 
 def ct(site, name):

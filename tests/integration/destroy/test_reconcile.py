@@ -8,24 +8,16 @@ import subprocess
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import PveNotFound
-from tests.integration.playbooks import BIN, INVENTORY, Cluster, Site, make_repo
+from tests.integration.playbooks import BIN, INVENTORY, site_with_workspaces
 
 NAMES = ['r-one', 'r-two', 'r-pending']
 
 
 @pytest.fixture(scope='module')
 def site(tmp_path_factory):
-    base = str(tmp_path_factory.mktemp('reconcile'))
-    cluster = Cluster.start(os.path.join(base, 'cluster'))
-    try:
-        site = Site(cluster, os.path.join(base, 'journal.sqlite'))
-        site.repo = make_repo(os.path.join(base, 'repo'))
-        result = site.create_many(NAMES, site.repo, forks=3)
-        assert result.ok, result.output[-4000:]
-        site.foreign = cluster.control.foreign_create(pool=cluster.info['pool'], start=True)['vmid']
+    with site_with_workspaces(str(tmp_path_factory.mktemp('reconcile')), NAMES, forks=3) as site:
+        site.foreign = site.cluster.control.foreign_create(pool=site.cluster.info['pool'], start=True)['vmid']
         yield site
-    finally:
-        cluster.stop()
 
 
 def reconcile(site, check=False):

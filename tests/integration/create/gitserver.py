@@ -85,7 +85,7 @@ class GitHttpServer:
                     self.send_header('Content-Length', '0')
                     self.end_headers()
                     return
-                path, _, query = self.path.partition('?')
+                path, dummy, query = self.path.partition('?')
                 length = int(self.headers.get('Content-Length') or 0)
                 body = self.rfile.read(length) if length else b''
                 env = dict(os.environ, GIT_PROJECT_ROOT=server.root, GIT_HTTP_EXPORT_ALL='1', PATH_INFO=path,
@@ -94,11 +94,11 @@ class GitHttpServer:
                 if self.headers.get('Git-Protocol'):
                     env['GIT_PROTOCOL'] = self.headers['Git-Protocol']
                 out = subprocess.run([backend], input=body, env=env, capture_output=True, check=False).stdout
-                head, _, payload = out.partition(b'\r\n\r\n')
+                head, dummy, payload = out.partition(b'\r\n\r\n')
                 status = 200
                 headers = []
                 for line in head.split(b'\r\n'):
-                    name, _, value = line.decode('latin-1').partition(':')
+                    name, dummy, value = line.decode('latin-1').partition(':')
                     if name.lower() == 'status':
                         status = int(value.strip().split()[0])
                     elif name:

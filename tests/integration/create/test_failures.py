@@ -36,8 +36,8 @@ def assert_one_ready(ctl, name, run):
 
 def clone_tasks_since(ctl, since):
     """Clone tasks of the template started by the collection's API token since ``since``."""
-    tasks = ctl.api.nodes(ctl.info['template_node']).tasks.get(typefilter='vzclone', vmid=ctl.info['template_vmid'],
-                                                                 source='all', limit=500)
+    node = ctl.api.nodes(ctl.info['template_node'])
+    tasks = node.tasks.get(typefilter='vzclone', vmid=ctl.info['template_vmid'], source='all', limit=500)
     return [t for t in tasks if t['user'] == ctl.info['token_id'] and int(t['starttime']) >= int(since)]
 
 
@@ -143,8 +143,8 @@ def test_ssh_that_never_comes_up_fails_the_run_and_the_workspace_is_never_ready(
     assert step_changes(rerun)[8]
 
 
-def test_repository_clone_failed_the_git_credentials_are_removed_and_the_workspace_failed(controller, repo,
-                                                                                           git_server, git_token):
+def test_repository_clone_failed_the_git_credentials_are_removed_and_the_workspace_failed(
+        controller, repo, git_server, git_token):
     name = 'bad-ref'
     branch = 'not-pushed-yet'
     request = request_vars(git_server.url_of(repo.bare), name, ref=branch, git_token=git_token, git_username=GIT_USER)

@@ -175,8 +175,12 @@ class Controller:
         return Journal.open(self.journal_path, create=False)
 
     def queue_entries(self, name):
-        """The queue entries of workspace ``name``, oldest first."""
-        with self.journal() as journal:
+        """The queue entries of workspace ``name``, oldest first (none while there is no journal)."""
+        try:
+            journal = self.journal()
+        except JournalMissing:
+            return []
+        with journal:
             return sorted(Queue(journal).entries(target=name, target_type='workspace', recent=100),
                           key=lambda entry: entry['id'])
 

@@ -2,6 +2,8 @@
 match the first, and an idempotency key replays the first run's result.
 """
 
+import os
+
 import pytest
 
 from .createrun import DESTROY, Controller, request_vars
@@ -26,6 +28,8 @@ def refused_at_request(ctl, run, name):
     step, result = run.failure()
     assert step == 'Check the request for %s' % name, run.explain()
     assert ctl.workspace(name) is None and ctl.queue_entries(name) == []
+    # A controller that never made a workspace does not even have a journal or a secret yet.
+    assert not os.path.exists(ctl.journal_path) and not os.path.exists(ctl.journal_path + '.secret')
     return result['msg']
 
 

@@ -25,7 +25,11 @@ from urllib.parse import urlsplit
 from ansible_collections.ephemera.workspaces.plugins.module_utils import guest as guest_ops
 from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
 from ansible_collections.ephemera.workspaces.plugins.module_utils import waiter
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError, JournalError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import (
+    EphemeraError,
+    JournalError,
+    StaleGenerationError,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import Owner
 from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import (
     PveAlreadyExists,
@@ -240,10 +244,14 @@ class CreateFlow:
         try:
             return getattr(self, 'step_' + step)()
         except EphemeraError as err:
-            # Every failure of a recorded workspace is in the journal, also one a step did not foresee; a journal
-            # that cannot be written (or a claim that was lost) cannot record it.
-            if step != 'request' and not getattr(err, 'recorded', False) and not isinstance(err, JournalError):
-                self._fail(step, err)
+            # Every failure of a recorded workspace is in the journal, also one a step did not foresee. A run that
+            # lost its claim (or whose record moved on) must not write; a journal that cannot take the failure
+            # leaves the error itself to report.
+            if step != 'request' and not getattr(err, 'recorded', False) and not isinstance(err, StaleGenerationError):
+                try:
+                    self._fail(step, err)
+                except JournalError:
+                    pass
             raise
 
     # ------------------------------------------------------------- 1. request
@@ -533,7 +541,8 @@ class CreateFlow:
                               'destroy this workspace (its record) and create it again.' % (vmid, self.name))
         address = self.ws['address']
         if req['address_mode'] == 'static':
-            address = self.journal.lease_address(req['address_range'], self.name, address_candidates(req['address_range']))
+            address = self.journal.lease_address(req['address_range'], self.name, address_candidates(req['address_range']),
+                                                 claim=self.claim)
             ip = 'ip=%s/%d' % (address, req['address_prefix']) + (',gw=%s' % req['gateway'] if req['gateway'] else '')
         else:
             ip = 'ip=dhcp'

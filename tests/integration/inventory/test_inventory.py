@@ -96,7 +96,8 @@ def site(tmp_path_factory):
             for name in ('ws-ready', 'ws-broken'):
                 record = journal.get_workspace(name)
                 s.vmids[name], s.addresses[name] = record['vmid'], record['address']
-            controller, secret = journal.controller_id, marker.load_secret(journal_path)
+            secret = marker.load_secret(journal_path)
+            controller = marker.controller_id(secret)
             # A workspace as the destroy flow leaves it first: marked for destruction, container still there.
             gone = int(api.cluster.nextid.get())
             clone_workspace(api, cluster.info, hostname='agent-ws-gone', start=False, vmid=gone,

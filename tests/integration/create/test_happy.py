@@ -146,12 +146,17 @@ def test_a_rerun_on_a_ready_workspace_changes_nothing(happy):
 def test_check_mode_changes_nothing_for_a_ready_or_a_new_workspace(happy, repo, git_server):
     state = happy.cluster_state()
     before = happy.journal_dump()
+    # Closing the last connection folded the write-ahead log into the file: its bytes are the whole journal.
+    with open(happy.journal_path, 'rb') as src:
+        data = src.read()
     ready = happy.create(happy.request, check=True, callback='default', verbose=3)
     assert ready.ok, ready.explain()
     new = happy.create(dict(happy.request, workspace='happy-new'), check=True)
     assert new.ok, new.explain()
     assert [n for n, r in new.step_results().items() if not r.get('changed')] == []
     assert 'would' in new.step_results()[1]['msg']
+    with open(happy.journal_path, 'rb') as src:
+        assert src.read() == data
     assert happy.journal_dump() == before
     assert happy.cluster_state() == state
     assert happy.workspace('happy-new') is None

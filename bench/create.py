@@ -22,6 +22,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,6 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[0] = ROOT
 
 from tests.localpve import LocalCluster  # noqa: E402 pylint: disable=wrong-import-position
+from tests.localpve.guests import stop_leftovers  # noqa: E402 pylint: disable=wrong-import-position
 from ansible_collections.ephemera.workspaces.plugins.module_utils.create import STEPS  # noqa: E402 pylint: disable=wrong-import-position
 from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal  # noqa: E402 pylint: disable=wrong-import-position
 
@@ -123,6 +125,9 @@ def scenario(time_scale, count, forks, latency, with_rerun):
         return result
     finally:
         cluster.stop()
+        # The runners and agents started their own sessions in the guests: gone with the guests' files.
+        stop_leftovers(cluster.info['state_dir'])
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main():

@@ -481,7 +481,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     # ------------------------------------------------------------------------------ snapshot
 
     def _take_snapshot(self):
-        records, debts, operations, controller, journal_path = self._read_journal()
+        records, debts, operations, journal_path = self._read_journal()
         client = self._client()
         resources, cluster, cluster_error = None, 'skipped', None
         if client is not None:
@@ -495,7 +495,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         snapshot = assemble(records, debts, operations, resources, pools)
         snapshot.update(version=SNAPSHOT_VERSION, cluster=cluster, cluster_error=cluster_error)
         if resources is not None:
-            self._complete(snapshot, client, controller, journal_path)
+            self._complete(snapshot, client, journal_path)
         if client is not None:
             client.close()
         return snapshot
@@ -506,7 +506,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 records = journal.list_workspaces()
                 debts = journal.cleanup_debts()
                 running = Queue(journal).entries(target_type='workspace', states=['running'], recent=0)
-                return records, debts, self._operations(running), journal.controller_id, journal.path
+                return records, debts, self._operations(running), journal.path
         except JournalMissing as err:
             self._fail('%s: %s' % (self._journal_where(), err))
         except EphemeraError as err:
@@ -547,7 +547,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             raise AnsibleParserError(text)
         self.display.warning(text + ' The hosts come from the journal alone; their live state is unknown.')
 
-    def _complete(self, snapshot, client, controller, journal_path):
+    def _complete(self, snapshot, client, journal_path):
         """The few per-guest reads: addresses of running workspaces without one, markers of odd containers."""
         jobs = []
         for entry in snapshot['workspaces'] + snapshot['orphans']:

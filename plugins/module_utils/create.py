@@ -22,6 +22,7 @@ import re
 import time
 from urllib.parse import urlsplit
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils import guest as guest_ops
 from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
 from ansible_collections.ephemera.workspaces.plugins.module_utils import waiter
@@ -226,6 +227,7 @@ class CreateFlow:
     def run(self, step):
         if step not in STEPS:
             raise CreateError('Unknown step %r; the steps are %s.' % (step, ', '.join(STEPS)))
+        failpoint.enter(self.name, 'create.' + step)
         if step != 'request':
             if self.ws is None and self.check_mode:
                 return StepResult(True, '%s: would run' % STEP_LABELS[step])

@@ -19,6 +19,7 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
 from ansible_collections.ephemera.workspaces.plugins.module_utils import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
@@ -175,6 +176,7 @@ class DestroyFlow:
         return waiter.wait_for(probe, timeout, waiter.Backoff(start=0.1, maximum=2.0))
 
     def run(self, step):
+        failpoint.enter(self.name, 'destroy.' + step)
         if step == 'inspect':
             return self.inspect()
         if step not in STEPS:

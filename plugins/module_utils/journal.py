@@ -36,6 +36,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import 
     JournalMissing,
     StaleGenerationError,
 )
+from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import Owner
 
 ENV_VAR = 'EPHEMERA_JOURNAL'
@@ -391,12 +392,13 @@ class Journal:
     # ------------------------------------------------------------ transactions
 
     @contextlib.contextmanager
-    def transaction(self, claim=None):
+    def transaction(self, claim=None, point='write'):
         """A write transaction holding SQLite's write lock from its first statement to COMMIT.
 
         With ``claim`` (what ``Queue.wait`` hands the run that executes a queued operation), the
         claim is checked first, inside the transaction, and its lease renewed: a run that no longer
-        holds it gets :class:`ClaimLostError` and the transaction writes nothing.
+        holds it gets :class:`ClaimLostError` and the transaction writes nothing. ``point`` names the
+        commit for the crash-safety tests (:mod:`failpoint`).
         """
         try:
             self._conn.execute('BEGIN IMMEDIATE')
@@ -411,6 +413,7 @@ class Journal:
             self._conn.execute('ROLLBACK')
             raise
         self._conn.execute('COMMIT')
+        failpoint.reached('journal ' + point)
 
     def _check_claim(self, conn, claim):
         entry_id, fence = claim_parts(claim)
@@ -485,7 +488,7 @@ class Journal:
         now = time.time()
         cols = ['name', 'created_at', 'updated_at', 'generation'] + sorted(fields)
         values = [name, now, now, 1] + [self._column_value(k, fields[k]) for k in sorted(fields)]
-        with self.transaction(claim) as conn:
+        with self.transaction(claim, point='create_workspace') as conn:
             try:
                 conn.execute('INSERT INTO workspaces (%s) VALUES (%s)' % (', '.join(cols), ', '.join('?' * len(cols))),
                              values)
@@ -524,7 +527,7 @@ class Journal:
         keys = sorted(fields)
         assignments = ', '.join('%s = ?' % k for k in keys + ['updated_at']) + ', generation = generation + 1'
         args = [self._column_value(k, fields[k]) for k in keys] + [now, name, generation]
-        with self.transaction(claim) as conn:
+        with self.transaction(claim, point=event['action'] if event else 'update_workspace') as conn:
             cur = conn.execute('UPDATE workspaces SET %s WHERE name = ? AND generation = ?' % assignments, args)
             if cur.rowcount != 1:
                 row = conn.execute('SELECT generation FROM workspaces WHERE name = ?', (name,)).fetchone()
@@ -548,7 +551,7 @@ class Journal:
 
     def append_event(self, workspace, kind, action, detail=None, claim=None):
         """Append one entry to a workspace's event log: ``kind`` is e.g. dispatched, observed, note."""
-        with self.transaction(claim) as conn:
+        with self.transaction(claim, point=action) as conn:
             self._append_event(conn, workspace, kind, action, detail)
 
     def events(self, workspace, limit=None):
@@ -563,7 +566,7 @@ class Journal:
     def open_intent(self, op, target, resources=None, owner=None, claim=None):
         """Record that ``op`` on ``target`` is about to run, owned by this process; returns the intent."""
         owner = owner or Owner.current()
-        with self.transaction(claim) as conn:
+        with self.transaction(claim, point='open_intent') as conn:
             cur = conn.execute('INSERT INTO intents (op, target, owner, started_at, resources) VALUES (?, ?, ?, ?, ?)',
                                (op, target, _dumps(owner.to_dict()), time.time(), _dumps(resources or [])))
             intent_id = cur.lastrowid
@@ -597,7 +600,7 @@ class Journal:
             sets.append('result = ?')
             args.append(_dumps(redact(result)))
         sets.append('generation = generation + 1')
-        with self.transaction(claim) as conn:
+        with self.transaction(claim, point='update_intent') as conn:
             cur = conn.execute('UPDATE intents SET %s WHERE id = ? AND generation = ?' % ', '.join(sets),
                                args + [intent_id, generation])
             if cur.rowcount != 1:
@@ -619,7 +622,7 @@ class Journal:
     def record_cleanup_debt(self, workspace, resource, error, retry_in=300.0, claim=None):
         """Remember a cleanup that could not finish; repeated failures count up ``attempts``."""
         now = time.time()
-        with self.transaction(claim) as conn:
+        with self.transaction(claim, point='cleanup_debt') as conn:
             conn.execute(
                 'INSERT INTO cleanup_debt (workspace, resource, attempts, last_error, next_retry, created_at, updated_at) '
                 'VALUES (?, ?, 1, ?, ?, ?, ?) ON CONFLICT (workspace, resource) DO UPDATE SET '
@@ -632,7 +635,7 @@ class Journal:
 
     def clear_cleanup_debt(self, workspace, resource, claim=None):
         """Settle a debt once the cleanup was confirmed; returns True if there was one."""
-        with self.transaction(claim) as conn:
+        with self.transaction(claim, point='cleanup_debt_cleared') as conn:
             cur = conn.execute('DELETE FROM cleanup_debt WHERE workspace = ? AND resource = ?', (workspace, resource))
             if cur.rowcount:
                 self._append_event(conn, workspace, 'observed', 'cleanup_debt_settled', {'resource': resource})
@@ -658,7 +661,7 @@ class Journal:
         however many forks allocate at once. Raises JournalError when every candidate is taken.
         """
         now = time.time()
-        with self.transaction(claim) as conn:
+        with self.transaction(claim, point='address_lease') as conn:
             row = conn.execute('SELECT address FROM address_leases WHERE pool = ? AND workspace = ?',
                                (pool, workspace)).fetchone()
             if row is not None:
@@ -676,7 +679,7 @@ class Journal:
 
     def release_address(self, workspace, claim=None):
         """Give the workspace's leased addresses back; returns them."""
-        with self.transaction(claim) as conn:
+        with self.transaction(claim, point='address_release') as conn:
             rows = [r[0] for r in conn.execute('SELECT address FROM address_leases WHERE workspace = ?', (workspace,))]
             if rows:
                 conn.execute('DELETE FROM address_leases WHERE workspace = ?', (workspace,))
@@ -712,7 +715,7 @@ class Journal:
         now = time.time() if now is None else now
         key_hash = self.idempotency_hash(key, action, controller)
         print_ = fingerprint(request)
-        with self.transaction() as conn:
+        with self.transaction(point='idempotency_begin') as conn:
             conn.execute('DELETE FROM idempotency WHERE expires_at <= ?', (now,))
             row = conn.execute('SELECT * FROM idempotency WHERE key_hash = ?', (key_hash,)).fetchone()
             if row is None:
@@ -739,13 +742,13 @@ class Journal:
 
     def finish_idempotent(self, claim, result):
         """Store the result of a claimed request, so that a repeat replays it."""
-        with self.transaction() as conn:
+        with self.transaction(point='idempotency_finish') as conn:
             conn.execute("UPDATE idempotency SET state = 'done', result = ? WHERE key_hash = ?",
                          (_dumps(redact(result)), claim.key_hash))
 
     def abandon_idempotent(self, claim):
         """Forget a claim whose work failed, so that a retry with the same key runs again."""
-        with self.transaction() as conn:
+        with self.transaction(point='idempotency_abandon') as conn:
             conn.execute("DELETE FROM idempotency WHERE key_hash = ? AND state = 'in_flight'", (claim.key_hash,))
 
 

@@ -31,6 +31,7 @@ from urllib.parse import quote, urlsplit
 from ansible.module_utils.basic import env_fallback
 from ansible.module_utils.parsing.convert_bool import boolean
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.waiter import TIMEOUT, Backoff, done, pending, wait_for
 
@@ -620,6 +621,9 @@ class PveClient:
                                          timeout=self._timeouts(timeout))
         except requests.exceptions.RequestException as exc:
             raise self._transport_error(exc, method, path, timeout)
+        if method != 'GET':
+            # The cluster has acted on the request; nothing has been recorded about its answer yet.
+            failpoint.reached(failpoint.api_point(method, path))
         return self._answer(answer, method, path)
 
     @contextlib.contextmanager

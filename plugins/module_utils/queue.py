@@ -230,7 +230,7 @@ class Queue:
         requested_by = requested_by or default_requester(job_id)
         print_ = fingerprint(params)
         now = time.time() if now is None else now
-        with self.journal.transaction(claim) as conn:
+        with self.journal.transaction(claim, point='queue enqueue') as conn:
             if parent_id is not None:
                 self._check_parent(conn, parent_id)
             if target_type == 'workspace' and kind != 'create':
@@ -288,7 +288,7 @@ class Queue:
     def poll(self, request_id, now=None):
         """One look at the queue for ``request_id``, settling dead entries ahead of it; returns a :class:`Turn`."""
         now = time.time() if now is None else now
-        with self.journal.transaction() as conn:
+        with self.journal.transaction(point='queue poll') as conn:
             req = self._request(conn, request_id)
             if req['state'] == 'waiting' and now - req['seen_at'] >= HEARTBEAT:
                 conn.execute('UPDATE queue_requests SET seen_at = ?, lease_expires = ? WHERE id = ?',
@@ -374,7 +374,7 @@ class Queue:
     def withdraw(self, request_id, reason, now=None):
         """This run no longer waits: drop its request; cancel its entry if nobody else stands behind it."""
         now = time.time() if now is None else now
-        with self.journal.transaction() as conn:
+        with self.journal.transaction(point='queue withdraw') as conn:
             req = self._request(conn, request_id)
             if req['state'] != 'waiting':
                 return
@@ -394,7 +394,7 @@ class Queue:
             raise QueueError('A step label is a non-empty string, not %r.' % (label,))
         entry_id = claim_parts(claim)[0]
         now = time.time() if now is None else now
-        with self.journal.transaction(claim) as conn:
+        with self.journal.transaction(claim, point='queue step') as conn:
             entry = self._entry(conn, entry_id)
             steps = (json.loads(entry['steps']) + [{'step': label, 'at': iso(now)}])[-STEPS_KEPT:]
             conn.execute('UPDATE queue SET step = ?, step_at = ?, steps = ? WHERE id = ?',
@@ -411,7 +411,7 @@ class Queue:
             raise QueueError('The result of an operation is a dict, not %r.' % (result,))
         entry_id = claim_parts(claim)[0]
         now = time.time() if now is None else now
-        with self.journal.transaction(claim) as conn:
+        with self.journal.transaction(claim, point='queue finish') as conn:
             self._close(conn, self._entry(conn, entry_id), state, result or {}, now, 'finished')
         return self.get(entry_id)
 
@@ -425,7 +425,7 @@ class Queue:
         """
         now = time.time() if now is None else now
         by = requested_by or default_requester()
-        with self.journal.transaction() as conn:
+        with self.journal.transaction(point='queue cancel') as conn:
             row = conn.execute('SELECT * FROM queue WHERE id = ?', (entry_id,)).fetchone()
             if row is None:
                 raise QueueError('Operation #%d does not exist; nothing was cancelled.' % entry_id, entry_id=entry_id)

@@ -19,6 +19,7 @@ __metaclass__ = type
 
 import concurrent.futures
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
 from ansible_collections.ephemera.workspaces.plugins.module_utils.destroy import (
     STEPS as DESTROY_STEPS,
@@ -205,6 +206,7 @@ class Reconciler:
         if self.check_mode:
             self._add('destroy_pending', name, ws['vmid'], ws['node'], 'would continue the destruction')
             return
+        failpoint.enter(name, 'reconcile.destroy')
         request_id = queue.enqueue('destroy', name, source='schedule', requested_by='reconcile').request_id
         turn = queue.poll(request_id)
         if turn.outcome != CLAIMED:
@@ -222,6 +224,7 @@ class Reconciler:
                 flow.ws = self.journal.update_workspace(name, ws['generation'], claim=turn.claim, status='destroying',
                                                         event={'kind': 'observed', 'action': 'destroyed_but_present'})
             for step in DESTROY_STEPS:
+                failpoint.enter(name, 'destroy.' + step)
                 queue.step(turn.claim, 'reconcile: ' + step)
                 flow.run(step)
         except EphemeraError as err:

@@ -21,6 +21,7 @@ import shlex
 import socket
 import time
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils import waiter
 
@@ -172,6 +173,7 @@ class Guest:
         except (socket.error, self._pm.SSHException, EOFError) as exc:
             raise SshDropped('%s: the connection broke while "%s" ran (%s); its outcome is unknown.'
                              % (self.where, what, exc), address=self.host)
+        failpoint.reached('ssh ' + what)
         result = CommandResult(rc, out.decode('utf-8', 'replace'), err.decode('utf-8', 'replace'))
         if check and rc != 0:
             raise SshCommandFailed('%s: "%s" failed with exit status %d: %s'
@@ -219,6 +221,7 @@ class Guest:
                 sftp.close()
         except (IOError, OSError, self._pm.SSHException, EOFError) as exc:
             raise SshError('%s: cannot write %s: %s' % (self.where, path, exc), address=self.host)
+        failpoint.reached('ssh put ' + posixpath.basename(path))
 
     def fetch(self, path, out):
         """Copy ``path`` from the guest into the file object ``out``, in parts; returns the number of bytes.

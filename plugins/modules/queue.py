@@ -269,6 +269,7 @@ from ansible.module_utils.basic import AnsibleModule, env_fallback
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal, claim_parts, resolve_path
 from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import Owner, hostname, run_pid
 from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import (
@@ -374,6 +375,11 @@ def main():
         module.fail_json(msg=str(err), journal_path=path, **err.details)
     with journal:
         queue = Queue(journal, owner=owner, lease=params['lease'])
+        if failpoint.active():
+            target = params['target']
+            if target is None and params['claim'] is not None:
+                target = (queue.get(claim_parts(params['claim'])[0]) or {}).get('target')
+            failpoint.enter(target, 'queue.' + state)
         failure = None
         try:
             if state == 'claimed':

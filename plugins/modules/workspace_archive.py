@@ -225,6 +225,7 @@ from ansible.module_utils.basic import AnsibleModule, env_fallback
 from ansible_collections.ephemera.workspaces.plugins.module_utils.archive import ENV_VAR, DEFAULT_PUSH_PREFIX, ArchiveFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec, open_journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
 
 
@@ -254,6 +255,7 @@ def main():
     params = module.params
     with open_journal(module, create=False) as journal:
         flow = ArchiveFlow(journal, params, claim=params['claim'], check_mode=module.check_mode)
+        failpoint.enter(params['name'], 'archive.' + params['mode'])
         try:
             if params['mode'] == 'check':
                 result = flow.check()

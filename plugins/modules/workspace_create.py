@@ -240,7 +240,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.create import 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError, JournalMissing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import DEFAULT_AGENTS
 from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal, resolve_path
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint, marker
 from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import client_from_params, connection_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
 
@@ -335,6 +335,7 @@ def main():
             client = None if step in GUEST_STEPS else client_from_params(params)
             secret = controller_secret(path, params['controller_secret'], module.check_mode)
             flow = CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
+            failpoint.enter(params['name'], 'create.' + step)
             if params['claim'] and not module.check_mode:
                 Queue(journal).step(params['claim'], STEP_LABELS[step], detail={'workspace': params['name']})
             outcome = flow.run(step)

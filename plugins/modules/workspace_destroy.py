@@ -120,7 +120,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec, open_journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.destroy import STEP_LABELS, DestroyFlow, destroy_orphan
 from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint, marker
 from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import client_from_params, connection_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
 
@@ -166,6 +166,7 @@ def main():
                                          task_timeout=params['task_timeout'], check_mode=module.check_mode)
             else:
                 flow = DestroyFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
+                failpoint.enter(params['name'], 'destroy.' + step)
                 if params['claim'] and not module.check_mode and step != 'inspect':
                     Queue(journal).step(params['claim'], STEP_LABELS[step], detail={'workspace': params['name']})
                 outcome = flow.run(step)

@@ -1,0 +1,114 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Named points in the create and destroy paths where a crash can be made to happen, for the crash-safety tests.
+
+Inert unless ``EPHEMERA_FAILPOINT_TRACE`` names a file: then every point a run passes is appended
+to that file as ``<workspace> TAB <where> <what>``, and if ``EPHEMERA_FAILPOINT_KILL`` names the
+point (a JSON object ``{"workspace": ..., "point": "<where> <what>", "nth": N}``), the N-th time
+that workspace passes it the whole run is killed with SIGKILL: the ``ansible-playbook`` process
+(or whatever program runs the modules), every process below it, and this one. That is a
+controller dying at that very place, with nothing flushed, closed or rolled back.
+
+The points are where the issue of crash safety lives: the start of each step (``begin``), right
+after every journal commit (``journal <label>``), right after the answer of every mutating API
+call arrived (``pve <METHOD> <path>``: the cluster acted, the journal does not know yet), and right
+after every command on a guest (``ssh <what>``). ``docs/faults.md`` describes the tests that use
+them. Never set these variables outside those tests.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import fcntl
+import json
+import os
+import re
+import signal
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import parent_pid, run_pid
+
+TRACE_ENV = 'EPHEMERA_FAILPOINT_TRACE'
+KILL_ENV = 'EPHEMERA_FAILPOINT_KILL'
+
+_scope = {'workspace': '-', 'where': '-'}
+# Parts of an API path that name one object, not a kind of call: /nodes/pve1/lxc/104/clone -> /nodes/*/lxc/*/clone
+_NAMED = re.compile(r'(?<=/nodes/)[^/]+|(?<=/lxc/)\d+|(?<=/qemu/)\d+|(?<=/tasks/)[^/]+|(?<=/pools/)[^/]+')
+
+
+def active():
+    return bool(os.environ.get(TRACE_ENV))
+
+
+def enter(workspace, where):
+    """From here on, points belong to ``workspace`` at ``where`` (e.g. ``create.clone``); passes ``begin``."""
+    if not active() or (_scope['workspace'], _scope['where']) == (workspace, where):
+        return
+    _scope.update(workspace=workspace or '-', where=where)
+    reached('begin')
+
+
+def api_point(method, path):
+    return 'pve %s %s' % (method.upper(), _NAMED.sub('*', path))
+
+
+def reached(what, workspace=None, where=None):
+    """Pass the point ``what`` (in the current scope unless ``workspace``/``where`` say otherwise)."""
+    trace = os.environ.get(TRACE_ENV)
+    if not trace:
+        return
+    workspace = workspace or _scope['workspace']
+    point = '%s %s' % (where or _scope['where'], what)
+    line = '%s\t%s\n' % (workspace, point)
+    with open(trace, 'a+') as out:
+        fcntl.flock(out, fcntl.LOCK_EX)
+        out.seek(0)
+        nth = sum(1 for seen in out if seen == line) + 1
+        out.write(line)
+        out.flush()
+    wanted = _kill_spec()
+    if wanted and wanted.get('workspace') == workspace and wanted.get('point') == point \
+            and int(wanted.get('nth', 1)) == nth:
+        kill_run()
+
+
+def _kill_spec():
+    raw = os.environ.get(KILL_ENV)
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _children():
+    """pid -> parent pid of every process that can be read."""
+    parents = {}
+    for entry in os.listdir('/proc'):
+        if entry.isdigit():
+            parent = parent_pid(int(entry))
+            if parent is not None:
+                parents[int(entry)] = parent
+    return parents
+
+
+def kill_run():
+    """SIGKILL the run this process belongs to, everything below it, and this process last."""
+    me = os.getpid()
+    root = run_pid()
+    for dummy in range(2):
+        # Twice: a process forked while the first pass ran is caught by the second.
+        parents = _children()
+        victims = set([root])
+        grew = True
+        while grew:
+            below = set(pid for pid, parent in parents.items() if parent in victims) - victims
+            grew = bool(below)
+            victims |= below
+        for pid in victims - set([me]):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    os.kill(me, signal.SIGKILL)

@@ -1,0 +1,227 @@
+"""What must hold once the runs after a fault have converged, each invariant checked and reported on its own.
+
+    ready        every workspace the journal calls ready has exactly one container, with a marker that
+                 verifies, reachable over SSH, its runner answering
+    destroyed    every workspace the journal calls destroyed has no container
+    unrecorded   no container in the pool without a journal record unless reconcile reports it
+    foreign      no foreign container was modified (configs before and after; no request of ours touched one)
+    credentials  no temporary credential remains on any guest or on the controller
+    events       the event log agrees with what the cluster did: every mutating request our controller sent
+                 was recorded as dispatched before it went out, and every dispatched mutation has an outcome
+
+A leak is one of our containers (its marker verifies for this controller) that the journal does not
+account for: no record, a destroyed record, or a record naming another VMID.
+"""
+
+import datetime
+import os
+import re
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils import guest as guest_ops
+from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils.reconcile import Reconciler
+from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import Guest, SshError
+
+NAMES = ('ready', 'destroyed', 'unrecorded', 'foreign', 'credentials', 'events')
+# Mutating requests and the journal action that must announce them.
+ACTIONS = (
+    ('PUT', re.compile(r'^/nodes/[^/]+/lxc/(\d+)/config$'), 'configure'),
+    ('POST', re.compile(r'^/nodes/[^/]+/lxc/(\d+)/status/start$'), 'start'),
+    ('POST', re.compile(r'^/nodes/[^/]+/lxc/(\d+)/status/shutdown$'), 'shutdown'),
+    ('POST', re.compile(r'^/nodes/[^/]+/lxc/(\d+)/status/stop$'), 'stop'),
+    ('DELETE', re.compile(r'^/nodes/[^/]+/lxc/(\d+)$'), 'delete'),
+    ('POST', re.compile(r'^/nodes/[^/]+/lxc/\d+/clone$'), 'clone'),
+)
+IGNORED_CONFIG_KEYS = ('digest',)
+
+
+class ClusterView:
+    """The cluster as our controller sees it: which containers are ours (and whose), which are foreign."""
+
+    def __init__(self, site, secret):
+        self.containers = site.containers()
+        controller = marker.controller_id(secret)
+        self.ours = {}
+        self.foreign = {}
+        for vmid, (dummy, config, resource) in self.containers.items():
+            description = config.get('description')
+            name = (marker.parse(description) or {}).get('workspace')
+            if name and marker.verify(description, secret, controller, name, vmid) == marker.VERIFIED:
+                self.ours[vmid] = name
+            else:
+                self.foreign[vmid] = dict((k, v) for k, v in config.items() if k not in IGNORED_CONFIG_KEYS)
+        self.pool_members = set(vmid for vmid, (dummy, dummy2, resource) in self.containers.items()
+                                if resource.get('pool') == site.info['pool'])
+
+
+def leaks(view, records):
+    """Our containers the journal does not account for: vmid -> why."""
+    out = {}
+    for vmid, name in view.ours.items():
+        ws = records.get(name)
+        if ws is None:
+            out[vmid] = '%s: no journal record' % name
+        elif ws['status'] == 'destroyed':
+            out[vmid] = '%s: the journal says destroyed' % name
+        elif vmid not in (ws['vmid'], ws['candidate_vmid']):
+            out[vmid] = '%s: the journal names CT %s' % (name, ws['vmid'] or ws['candidate_vmid'])
+    return out
+
+
+def check_ready(site, view, ws):
+    owned = sorted(vmid for vmid, name in view.ours.items() if name == ws['name'])
+    if owned != [ws['vmid']]:
+        return ['%s is ready with CT %s, but its containers are %s' % (ws['name'], ws['vmid'], owned)]
+    req = ws['params']
+    layout = guest_ops.Layout(req['guest_root'], ws['vmid'], req['checkout_path'], req['agent_user'])
+    try:
+        with Guest(ws['address'], port=req['ssh_port'], user=req['ssh_user'], key_file=req['ssh_key_path'],
+                   host_key=ws['facts'].get('host_key')).connect() as connected:
+            answer = guest_ops.runner_call(connected, layout, req['ssh_user'], {'op': 'ping'})
+    except SshError as err:
+        return ['%s is ready but SSH to %s fails: %s' % (ws['name'], ws['address'], err)]
+    if not answer.get('alive'):
+        return ['%s is ready but its runner does not answer: %s' % (ws['name'], answer.get('error'))]
+    return []
+
+
+def check_unrecorded(site, view, records, secret):
+    """Pool members without a record of a live workspace must be in reconcile's report."""
+    live = set(ws['vmid'] for ws in records.values() if ws['status'] != 'destroyed' and ws['vmid'])
+    strays = sorted(vmid for vmid in view.pool_members if vmid not in live)
+    if not strays:
+        return []
+    with site.journal() as journal:
+        reconciler = Reconciler(journal, site.api, secret, {'pool': site.info['pool']}, check_mode=True)
+        report = reconciler.run()
+    reported = set(int(f['vmid']) for f in report.get('findings', []) if f.get('vmid') is not None)
+    return ['CT %d is in the pool with no live workspace record, and reconcile does not report it' % vmid
+            for vmid in strays if vmid not in reported]
+
+
+def check_foreign(before, view, requests):
+    out = []
+    for vmid, config in sorted(before.items()):
+        now = view.foreign.get(vmid)
+        if now is None:
+            out.append('foreign CT %d is gone' % vmid)
+        elif now != config:
+            changed = sorted(k for k in set(now) | set(config) if now.get(k) != config.get(k))
+            out.append('foreign CT %d changed: %s' % (vmid, ', '.join(changed)))
+    foreign = set(before) | set(view.foreign)
+    for dummy, method, path in requests:
+        if method == 'GET':
+            continue
+        match = re.match(r'^/nodes/[^/]+/lxc/(\d+)(/.*)?$', path)
+        if match and int(match.group(1)) in foreign and not path.endswith('/clone'):
+            out.append('our controller sent %s %s to foreign CT %s' % (method, path, match.group(1)))
+    return out
+
+
+def _files(top):
+    for directory, dummy, files in os.walk(top):
+        for name in files:
+            path = os.path.join(directory, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                yield path
+
+
+def _holding(paths, needles):
+    """(path, needle) for every file that contains one of ``needles``."""
+    found = []
+    for path in paths:
+        try:
+            with open(path, 'rb') as src:
+                data = src.read()
+        except OSError:
+            continue
+        found.extend((path, needle) for needle in needles if needle.encode() in data)
+    return found
+
+
+def check_credentials(site):
+    """The git token nowhere (controller, guests); the agent's key only in its guest's credentials file."""
+    out = []
+    controller = list(_files(os.path.dirname(site.journal_path))) + list(_files(os.path.join(site.workdir, 'runs')))
+    for path, needle in _holding(controller, [site.git_token, site.agent_key]):
+        out.append('controller file %s holds the %s' % (path, 'git token' if needle == site.git_token else 'agent key'))
+    guests = list(_files(site.guests_dir)) if os.path.isdir(site.guests_dir) else []
+    for path in guests:
+        if os.path.basename(path) == 'git-askpass':
+            out.append('temporary git credential helper left on a guest: %s' % path)
+    for path, needle in _holding(guests, [site.git_token, site.agent_key]):
+        if needle == site.agent_key and os.path.basename(path) == 'agent.env':
+            continue
+        out.append('guest file %s holds the %s' % (path, 'git token' if needle == site.git_token else 'agent key'))
+    return out
+
+
+def check_events(journal, names, requests, records, clones):
+    """Dispatched before sent, and every dispatched mutation of ``names`` followed by an outcome.
+
+    A VMID can pass from one workspace to another (a candidate taken, then given to the next), so a
+    request counts as announced when any workspace recorded it as dispatched before it went out.
+    """
+    out = []
+    announced = {}
+    clones_recorded = {}
+    for name, ws in records.items():
+        events = journal.events(name)
+        for index, event in enumerate(events):
+            if event['kind'] != 'dispatched':
+                continue
+            if event['action'] == 'clone':
+                clones_recorded[name] = clones_recorded.get(name, 0) + 1
+            if name in names and not any(later['kind'] != 'dispatched' for later in events[index + 1:]):
+                out.append('%s: dispatched %s (event %d) has no outcome recorded after it'
+                           % (name, event['action'], event['id']))
+            vmids = set([(event['detail'] or {}).get('vmid'), ws.get('vmid')]) - set([None])
+            for vmid in vmids:
+                announced.setdefault((int(vmid), event['action']), []).append(_epoch(event['at']))
+    mine = set()
+    for name in names:
+        ws = records.get(name) or {}
+        mine |= set([ws.get('vmid'), ws.get('candidate_vmid')]) - set([None])
+        for event in journal.events(name):
+            if (event['detail'] or {}).get('vmid'):
+                mine.add(int(event['detail']['vmid']))
+    for at, method, path in requests:
+        for wanted_method, pattern, action in ACTIONS:
+            match = pattern.match(path)
+            if method != wanted_method or not match or action == 'clone' or int(match.group(1)) not in mine:
+                continue
+            if not any(t <= at for t in announced.get((int(match.group(1)), action), [])):
+                out.append('%s %s was sent without a dispatched %s recorded before it' % (method, path, action))
+    for name in names:
+        sent = sum(1 for hostname in clones if hostname == 'agent-' + name)
+        if sent > clones_recorded.get(name, 0):
+            out.append('%s: %d clone requests were sent, %d recorded as dispatched' % (
+                name, sent, clones_recorded.get(name, 0)))
+    return out
+
+
+def _epoch(stamp):
+    return datetime.datetime.strptime(stamp, '%Y-%m-%dT%H:%M:%S.%fZ').replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def check(site, names, foreign_before, requests, secret, clones):
+    """Every invariant over the workspaces ``names``; returns (violations by invariant, leaks, view)."""
+    view = ClusterView(site, secret)
+    with site.journal() as journal:
+        records = dict((ws['name'], ws) for ws in journal.list_workspaces())
+        found = dict((k, []) for k in NAMES)
+        for name in names:
+            ws = records.get(name)
+            if ws is None:
+                continue
+            if ws['status'] == 'ready':
+                found['ready'].extend(check_ready(site, view, ws))
+            elif ws['status'] == 'destroyed':
+                owned = sorted(vmid for vmid, owner in view.ours.items() if owner == name)
+                if owned:
+                    found['destroyed'].append('%s is destroyed, yet CT %s carries its marker' % (name, owned))
+        found['events'] = check_events(journal, names, requests, records, clones)
+    found['unrecorded'] = check_unrecorded(site, view, records, secret)
+    found['foreign'] = check_foreign(foreign_before, view, requests)
+    found['credentials'] = check_credentials(site)
+    return found, leaks(view, records), view

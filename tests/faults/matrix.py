@@ -1,0 +1,332 @@
+"""The crash-safety matrix: every kill point and every lost response of create and destroy, the races, and a
+set of seeded random schedules, against one try-out cluster with foreign containers in it.
+
+Kill points are not written down by hand: a clean create and a clean destroy run first with the
+failpoint trace on, and every point they passed (step starts, journal commits, answers of mutating
+API calls, guest commands) becomes a row. A point a later run does not reach is reported, never
+skipped.
+"""
+
+import concurrent.futures
+import os
+import threading
+import time
+
+from tests.faults import schedules
+from tests.faults.cells import Cell, converge, kill_cell, status_of
+
+# Every mutating API call the collection makes, and how a lost answer to it is arranged.
+LOST = (
+    ('create', 'clone', 'POST', '/nodes/*/lxc/*/clone'),
+    ('create', 'config update', 'PUT', '/nodes/*/lxc/*/config'),
+    ('create', 'start', 'POST', '/nodes/*/lxc/*/status/start'),
+    ('destroy', 'shutdown', 'POST', '/nodes/*/lxc/*/status/shutdown'),
+    ('destroy', 'stop', 'POST', '/nodes/*/lxc/*/status/stop'),
+    ('destroy', 'delete', 'DELETE', '/nodes/*/lxc/*'),
+)
+NOT_SEPARATE = (('lost response: pool changes',
+                 'no call of its own: a container joins the pool with its clone (pool=) and leaves it with its delete '
+                 '(purge=1), both rows above'),)
+# What each size runs: kill variants per point, random schedules.
+SIZES = {
+    'ci': {'variants': ('rerun',), 'reconcile_every': 3, 'seeds': range(1, 6), 'jobs': 2},
+    'full': {'variants': ('rerun', 'reconcile'), 'reconcile_every': 1, 'seeds': range(1, 21), 'jobs': 2},
+}
+
+
+def points_of(trace, name):
+    """(point, nth) for every line of ``name`` in a trace, in order."""
+    seen, out = {}, []
+    for workspace, point in trace:
+        if workspace != name:
+            continue
+        seen[point] = seen.get(point, 0) + 1
+        out.append((point, seen[point]))
+    return out
+
+
+class Matrix:
+    def __init__(self, site, size='ci', log=print):
+        self.site = site
+        self.size = SIZES[size]
+        self.log = log
+        self.cells = []
+        self.uncovered = list(NOT_SEPARATE)
+        self.secret = None
+        self.foreign_before = {}
+        self._names = iter(range(1, 10 ** 6))
+        self._lock = threading.Lock()
+        self.create_points = []
+        self.destroy_points = []
+        # Ready workspaces the create cells left, for the destroy cells to start from.
+        self.ready = []
+
+    def name(self, prefix):
+        with self._lock:
+            return '%s%d' % (prefix, next(self._names))
+
+    # -------------------------------------------------------------- setup
+
+    def prepare(self):
+        """Foreign containers (one in our pool, one running elsewhere, one with a copied marker), the traces."""
+        control = self.site.cluster
+        self.site.clear_faults()
+        self.site.log_requests()
+        control.foreign_create(pool=self.site.info['pool'], hostname='theirs-in-pool')
+        control.foreign_create(hostname='theirs-running', start=True)
+        first = self.name('t')
+        traced = self.site.run([self.site.create_op(first)])
+        if not traced.ok:
+            raise RuntimeError('the clean create failed: %s' % traced.explain())
+        self.create_points = points_of(traced.trace, first)
+        self.secret = self.site.secret()
+        ours = self.site.containers()
+        vmid = next(v for v, (node, config, res) in ours.items() if 'agent-' + first == config.get('hostname'))
+        # Another user copied one of our markers onto their container: it must stay untouched as well.
+        control.foreign_create(pool=self.site.info['pool'], hostname='copied-marker',
+                               description=ours[vmid][1].get('description'))
+        traced = self.site.run([self.site.destroy_op(first)])
+        if not traced.ok:
+            raise RuntimeError('the clean destroy failed: %s' % traced.explain())
+        self.destroy_points = points_of(traced.trace, first)
+        self.snapshot()
+        cell = Cell('no fault (the traced create and destroy)', 'clean', [first])
+        cell.converged = status_of(self.site, first) == 'destroyed'
+        self.judge([cell])
+        self.cells.append(cell)
+
+    def snapshot(self):
+        from tests.faults.invariants import ClusterView
+        self.foreign_before = ClusterView(self.site, self.secret).foreign
+
+    def judge(self, cells):
+        """Every invariant over ``cells``, with the requests sent since the faults were last cleared."""
+        requests, clones = self.site.requests(), self.site.clones()
+        for cell in cells:
+            cell.judge(self.site, self.foreign_before, requests, self.secret, clones)
+        # Processes of guests that are gone (the runners a deleted container left on this machine).
+        self.site.stop_guest_leftovers(set(self.site.containers()))
+
+    def wave(self, work, log_now=True):
+        """Run (cell, function) pairs, ``jobs`` at a time, then judge them together.
+
+        ``log_now`` False: the cells arm proxy faults first, then call site.log_requests() themselves.
+        """
+        self.site.clear_faults()
+        if log_now:
+            self.site.log_requests()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=self.size['jobs']) as pool:
+            futures = [pool.submit(fn) for cell, fn in work]
+            for future in futures:
+                future.result()
+        cells = [cell for cell, fn in work]
+        self.judge(cells)
+        self.cells.extend(cells)
+        self.ready.extend(c.names[0] for c in cells if c.kind == 'kill' and c.ok and c.row.startswith('kill create')
+                          and status_of(self.site, c.names[0]) == 'ready')
+        for cell in cells:
+            self.log('%-4s %-70s %s' % ('ok' if cell.ok else 'FAIL', cell.row[:70], '' if cell.ok else cell.notes))
+
+    # -------------------------------------------------------------- kill matrix
+
+    def kill_cells(self, op, points):
+        cells = []
+        for index, (point, nth) in enumerate(points):
+            for variant in self.size['variants']:
+                cells.append((variant, point, nth))
+            if 'reconcile' not in self.size['variants'] and index % self.size['reconcile_every'] == 0:
+                cells.append(('reconcile', point, nth))
+        work = []
+        for variant, point, nth in cells:
+            row = 'kill %s: %s #%d' % (op, point, nth)
+            cell = Cell(row, 'kill', [self.name('k')], variant)
+            work.append((cell, self._kill(cell, op, point, nth)))
+        return work
+
+    def _kill(self, cell, op, point, nth):
+        def go():
+            if op == 'destroy' and not self._take_ready(cell):
+                return
+            kill_cell(self.site, cell, op, point, nth)
+        return go
+
+    def _take_ready(self, cell):
+        """Make the cell's workspace one that is ready: left by a create cell, else created now."""
+        with self._lock:
+            name = self.ready.pop(0) if self.ready else None
+        if name is not None:
+            cell.names[0] = name
+            return True
+        made = self.site.run([self.site.create_op(cell.names[0])])
+        if not made.ok:
+            cell.notes.append('the workspace to destroy could not be made: %s' % made.explain())
+        return made.ok
+
+    def run_kills(self):
+        work = self.kill_cells('create', self.create_points)
+        reconcile = [w for w in work if w[0].variant == 'reconcile']
+        for start in range(0, len(work) - len(reconcile), 8):
+            self.wave([w for w in work if w[0].variant != 'reconcile'][start:start + 8])
+        # Reconcile resumes every unfinished create it finds: those cells run one at a time.
+        for item in reconcile:
+            self.wave([item])
+        work = self.kill_cells('destroy', self.destroy_points)
+        plain = [w for w in work if w[0].variant != 'reconcile']
+        for start in range(0, len(plain), 8):
+            self.wave(plain[start:start + 8])
+        for item in [w for w in work if w[0].variant == 'reconcile']:
+            self.wave([item])
+
+    # -------------------------------------------------------------- lost responses
+
+    def run_lost(self):
+        for op, label, method, path in LOST:
+            cell = Cell('lost response: %s (%s %s)' % (label, method, path), 'lost', [self.name('l')])
+            self.wave([(cell, self._lost(cell, op, label, method, path))], log_now=False)
+
+    def _lost(self, cell, op, label, method, path):
+        def go():
+            site = self.site
+            started = time.monotonic()
+            if op == 'destroy' and not self._take_ready(cell):
+                return
+            name = cell.names[0]
+            rules = []
+            if label == 'stop':
+                # The guest ignores its shutdown, so the forced stop is sent.
+                rules.append(site.cluster.proxy_add('error', 'POST', '/nodes/*/lxc/*/status/shutdown', status=500,
+                                                    message='command timed out', times=1))
+            rule = site.cluster.proxy_add('drop-response', method, path, times=1)
+            site.log_requests()
+            make_op = site.create_op if op == 'create' else site.destroy_op
+            first = site.run([make_op(name)])
+            hits = [r for r in site.cluster.proxy_rules() if r['id'] == rule['id']][0]['hits']
+            if not hits:
+                cell.reached = False
+                cell.notes.append('no %s %s was sent' % (method, path))
+            if not first.ok:
+                cell.notes.append('the run that lost the answer: %s' % first.explain()[:200])
+            wanted = 'ready' if op == 'create' else 'destroyed'
+            if status_of(site, name) == wanted:
+                cell.converged = True
+            else:
+                converge(site, cell, name, wanted, make_op)
+            cell.seconds = time.monotonic() - started
+        return go
+
+    # -------------------------------------------------------------- races
+
+    def run_races(self):
+        for row, fn in (('race: a foreign client takes the candidate VMID (nextid)', self._snipe('nextid')),
+                        ('race: a foreign client takes the candidate VMID (clone)', self._snipe('clone')),
+                        ('race: two runs create the same workspace at once', self._twice('create')),
+                        ('race: two runs destroy the same workspace at once', self._twice('destroy')),
+                        ('race: destroy while create is mid-flight', self._destroy_mid_create),
+                        ('race: parallel clones contend for the template lock', self._lock_contention)):
+            cell = Cell(row, 'race', [])
+            self.wave([(cell, fn(cell))])
+
+    def _snipe(self, on):
+        def go(cell):
+            def run():
+                site = self.site
+                name = self.name('r')
+                cell.names.append(name)
+                site.cluster.foreign_snipe(on=on, pool=site.info['pool'])
+                outcome = site.run([site.create_op(name)])
+                if not outcome.ok:
+                    cell.notes.append(outcome.explain()[:200])
+                converge(site, cell, name, 'ready', site.create_op)
+                with site.journal() as journal:
+                    events = [e['action'] for e in journal.events(name)]
+                if on == 'clone' and 'candidate_vmid' not in events[events.index('clone'):]:
+                    cell.notes.append('the clone was not moved to a new candidate: %s' % events)
+                    cell.converged = False
+            return run
+        return go
+
+    def _twice(self, op):
+        def go(cell):
+            def run():
+                site = self.site
+                cell.names.append(self.name('r'))
+                if op == 'destroy' and not self._take_ready(cell):
+                    return
+                name = cell.names[0]
+                make_op = site.create_op if op == 'create' else site.destroy_op
+                handles = [site.start_run([make_op(name)]) for dummy in range(2)]
+                outcomes = [site.finish(h) for h in handles]
+                for outcome in outcomes:
+                    if not outcome.ok:
+                        cell.notes.append('one of the two runs: %s' % outcome.explain()[:200])
+                with site.journal() as journal:
+                    events = journal.events(name)
+                action = 'clone' if op == 'create' else 'delete'
+                sent = [e for e in events if e['kind'] == 'dispatched' and e['action'] == action]
+                done = [e['detail'].get('step') for e in events if e['action'] == 'step_done']
+                if len(sent) != 1 or len(done) != len(set(done)):
+                    cell.notes.append('%d %s dispatched, steps done %s: the runs overlapped' % (len(sent), action, done))
+                wanted = 'ready' if op == 'create' else 'destroyed'
+                cell.converged = all(o.ok for o in outcomes) and status_of(site, name) == wanted and not cell.notes
+            return run
+        return go
+
+    def _destroy_mid_create(self, cell):
+        def run():
+            site = self.site
+            name = self.name('r')
+            cell.names.append(name)
+            creating = site.start_run([site.create_op(name)])
+            trace = os.path.join(creating['paths']['trace'])
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                from tests.faults.site import read_trace
+                if (name, 'create.checkout begin') in read_trace(trace):
+                    break
+                time.sleep(0.02)
+            destroying = site.start_run([site.destroy_op(name)])
+            created, destroyed = site.finish(creating), site.finish(destroying)
+            cell.notes.append('create: %s; destroy: %s' % (created.explain()[:120], destroyed.explain()[:120]))
+            if status_of(site, name) != 'destroyed':
+                converge(site, cell, name, 'destroyed', site.destroy_op)
+            else:
+                cell.converged = destroyed.ok
+        return run
+
+    def _lock_contention(self, cell):
+        def run():
+            site = self.site
+            names = [self.name('r') for dummy in range(3)]
+            cell.names.extend(names)
+            site.cluster.pve_hold_lock(site.info['template_vmid'], 2)
+            handles = [site.start_run([site.create_op(n)]) for n in names]
+            outcomes = [site.finish(h) for h in handles]
+            for outcome in outcomes:
+                if not outcome.ok:
+                    cell.notes.append(outcome.explain()[:200])
+            cell.converged = all(status_of(site, n) == 'ready' for n in names)
+        return run
+
+    # -------------------------------------------------------------- random schedules
+
+    def run_seeds(self, seeds):
+        for seed in seeds:
+            cell = Cell('random schedules', 'seed', [])
+            cell.seed = seed
+            self.wave([(cell, self._seed(cell, seed))], log_now=False)
+
+    def _seed(self, cell, seed):
+        def run():
+            schedules.execute(self, cell, schedules.generate(seed, self.create_points, self.destroy_points))
+        return run
+
+    # -------------------------------------------------------------- all
+
+    def run(self, seeds=None):
+        self.prepare()
+        self.run_kills()
+        self.run_lost()
+        self.run_races()
+        self.run_seeds(self.size['seeds'] if seeds is None else seeds)
+        return self.cells
+

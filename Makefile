@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: help venv system-packages test unit sanity lint integration demo
 .PHONY: bench-queue bench-create bench-reconcile
-.PHONY: bench-inventory
+.PHONY: bench-inventory faults soak
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
 
 help:
@@ -15,6 +15,8 @@ help:
 	@echo "make test          install everything needed and run every test"
 	@echo "make venv          create $(VENV) with runtime and test dependencies"
 	@echo "make unit | sanity | lint | integration    one part of 'make test'"
+	@echo "make faults        the crash-safety matrix (FAULTS_SIZE=full, the default, or ci as in make test)"
+	@echo "make soak          500 seeded random fault schedules (SCHEDULES=N, FIRST_SEED=N)"
 
 system-packages:
 	@scripts/system-packages.sh
@@ -31,6 +33,7 @@ $(STAMP): requirements.txt requirements-test.txt scripts/link-collection.sh
 
 test: venv
 	$(MAKE) --no-print-directory unit sanity lint integration
+	$(MAKE) --no-print-directory faults FAULTS_SIZE=ci
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit
@@ -44,6 +47,20 @@ lint: venv
 
 integration: venv
 	$(BIN)/python -m pytest tests/integration
+
+# The crash-safety matrix (docs/faults.md): every kill point and lost response of create and destroy, the races and
+# seeded random schedules; prints the table and writes it as JSON to build/faults-$(FAULTS_SIZE).json.
+# make test runs it at FAULTS_SIZE=ci: every point once per variant, as chains.
+FAULTS_SIZE ?= full
+faults: venv
+	@mkdir -p build
+	$(BIN)/python -m tests.faults matrix --size $(FAULTS_SIZE) --json build/faults-$(FAULTS_SIZE).json
+
+SCHEDULES ?= 500
+FIRST_SEED ?= 1001
+soak: venv
+	@mkdir -p build
+	$(BIN)/python -m tests.faults soak --schedules $(SCHEDULES) --first-seed $(FIRST_SEED) --json build/soak.json
 
 demo: venv
 	scripts/demo.sh

@@ -26,7 +26,7 @@ import os
 import re
 import signal
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import parent_pid, run_pid
+from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import parent_pid
 
 TRACE_ENV = 'EPHEMERA_FAILPOINT_TRACE'
 KILL_ENV = 'EPHEMERA_FAILPOINT_KILL'
@@ -93,10 +93,33 @@ def _children():
     return parents
 
 
+def _environment(pid):
+    try:
+        with open('/proc/%d/environ' % pid, 'rb') as src:
+            return src.read().split(b'\0')
+    except (OSError, IOError):
+        return []
+
+
+def run_root():
+    """The run this process belongs to: its topmost ancestor (or itself) started with the same trace setting.
+
+    Only the processes the trace was handed to can be killed: whatever started the run with it (a test,
+    a shell) does not carry it and is never touched.
+    """
+    mark = ('%s=%s' % (TRACE_ENV, os.environ.get(TRACE_ENV, ''))).encode()
+    root = os.getpid()
+    parent = parent_pid(root)
+    while parent and parent > 1 and mark in _environment(parent):
+        root = parent
+        parent = parent_pid(parent)
+    return root
+
+
 def kill_run():
     """SIGKILL the run this process belongs to, everything below it, and this process last."""
     me = os.getpid()
-    root = run_pid()
+    root = run_root()
     for dummy in range(2):
         # Twice: a process forked while the first pass ran is caught by the second.
         parents = _children()

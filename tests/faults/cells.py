@@ -45,7 +45,7 @@ class Cell:
 
     def judge(self, site, foreign_before, requests, secret, clones):
         """Check every invariant over this cell's workspaces (after its runs ended)."""
-        found, leaks, dummy = invariants.check(site, self.names, foreign_before, requests, secret, clones)
+        found, leaks, dummy = invariants.check(site, self.names, foreign_before, requests, secret, clones, site.since)
         self.foreign = found.pop('foreign')
         self.violations = dict((k, v) for k, v in found.items() if v)
         self.leaks = ['CT %d: %s' % (vmid, why) for vmid, why in sorted(leaks.items())
@@ -85,3 +85,68 @@ def kill_cell(site, cell, op, point, nth):
     converge(site, cell, name, 'ready' if op == 'create' else 'destroyed', make_op,
              first_reconcile=cell.variant == 'reconcile')
     cell.seconds = time.monotonic() - started
+
+
+def chain(site, cells, op, points, variant, new_workspace):
+    """Kill at every point of ``points`` in turn, one workspace carrying the chain as far as it goes.
+
+    The run after the kill at point i is the recovery of point i, and is itself killed at point i+1:
+    reaching point i+1 proves that it got past what the kill at point i left. A recovery that ends
+    without reaching point i+1 (its path changed, e.g. it adopted a clone instead of recording one)
+    ends the chain: point i+1 starts a new one with a fresh workspace. ``cells`` maps each (point, nth)
+    to its Cell; ``new_workspace()`` gives the name of a workspace to start from (ready, for destroy).
+    """
+    wanted = 'ready' if op == 'create' else 'destroyed'
+    make_op = site.create_op if op == 'create' else site.destroy_op
+    remaining = list(points)
+    chains = []
+    while remaining:
+        name = new_workspace()
+        if name is None:
+            for point in remaining:
+                cells[point].notes.append('no workspace to start a chain from')
+            return chains
+        started = time.monotonic()
+        members = []
+        current = remaining.pop(0)
+        cell = cells[current]
+        cell.names = [name]
+        members.append(cell)
+        outcome = site.run([make_op(name)], kill=Kill(name, *current))
+        if not outcome.killed:
+            cell.reached = False
+            cell.notes.append('the run did not die at %s #%d (%s)' % (current + (outcome.explain()[:200],)))
+        while current is not None:
+            following = remaining[0] if remaining else None
+            cell = cells[current]
+            moved = False
+            for attempt in range(1, MAX_RERUNS + 1):
+                first = variant == 'reconcile' and attempt == 1
+                kill = Kill(name, *following) if following else None
+                outcome = site.run([site.reconcile_op() if first else make_op(name)], kill=kill)
+                cell.reruns = attempt
+                if following and outcome.killed:
+                    cell.converged = True
+                    moved = True
+                    break
+                if status_of(site, name) == wanted:
+                    cell.converged = True
+                    break
+                if not outcome.ok:
+                    cell.notes.append('run %d after the kill: %s' % (attempt, outcome.explain()[:200]))
+            if not cell.converged:
+                cell.notes.append('%s is %s, not %s, after %d runs' % (name, status_of(site, name), wanted,
+                                                                      cell.reruns))
+            if not moved:
+                break
+            current = remaining.pop(0)
+            cells[current].names = [name]
+            members.append(cells[current])
+        if status_of(site, name) != wanted:
+            # The chain stopped short of the end: finish the workspace so that the next chain starts clean.
+            site.run([make_op(name)])
+        seconds = time.monotonic() - started
+        for member in members:
+            member.seconds = seconds / len(members)
+        chains.append(members)
+    return chains

@@ -156,7 +156,7 @@ def check_credentials(site):
     return out
 
 
-def check_events(journal, names, requests, records, clones):
+def check_events(journal, names, requests, records, clones, since):
     """Dispatched before sent, and every dispatched mutation of ``names`` followed by an outcome.
 
     A VMID can pass from one workspace to another (a candidate taken, then given to the next), so a
@@ -185,13 +185,18 @@ def check_events(journal, names, requests, records, clones):
         for event in journal.events(name):
             if (event['detail'] or {}).get('vmid'):
                 mine.add(int(event['detail']['vmid']))
+    sent = {}
     for at, method, path in requests:
         for wanted_method, pattern, action in ACTIONS:
             match = pattern.match(path)
-            if method != wanted_method or not match or action == 'clone' or int(match.group(1)) not in mine:
-                continue
-            if not any(t <= at for t in announced.get((int(match.group(1)), action), [])):
-                out.append('%s %s was sent without a dispatched %s recorded before it' % (method, path, action))
+            if method == wanted_method and match and action != 'clone' and int(match.group(1)) in mine:
+                sent.setdefault((int(match.group(1)), action), []).append((at, method, path))
+    # One announcement per request: the k-th request of an action on a VMID needs k announcements before it.
+    for key, sends in sorted(sent.items()):
+        times = sorted(t for t in announced.get(key, []) if t >= since)
+        for k, (at, method, path) in enumerate(sorted(sends), 1):
+            if sum(1 for t in times if t <= at) < k:
+                out.append('%s %s was sent without a dispatched %s recorded before it' % (method, path, key[1]))
     for name in names:
         sent = sum(1 for hostname in clones if hostname == 'agent-' + name)
         if sent > clones_recorded.get(name, 0):
@@ -204,7 +209,7 @@ def _epoch(stamp):
     return datetime.datetime.strptime(stamp, '%Y-%m-%dT%H:%M:%S.%fZ').replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
-def check(site, names, foreign_before, requests, secret, clones):
+def check(site, names, foreign_before, requests, secret, clones, since):
     """Every invariant over the workspaces ``names``; returns (violations by invariant, leaks, view)."""
     view = ClusterView(site, secret)
     with site.journal() as journal:
@@ -220,7 +225,7 @@ def check(site, names, foreign_before, requests, secret, clones):
                 owned = sorted(vmid for vmid, owner in view.ours.items() if owner == name)
                 if owned:
                     found['destroyed'].append('%s is destroyed, yet CT %s carries its marker' % (name, owned))
-        found['events'] = check_events(journal, names, requests, records, clones)
+        found['events'] = check_events(journal, names, requests, records, clones, since)
     found['unrecorded'] = check_unrecorded(site, view, records, secret)
     found['foreign'] = check_foreign(foreign_before, view, requests)
     found['credentials'] = check_credentials(site)

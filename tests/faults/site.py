@@ -114,6 +114,7 @@ class FaultSite:
         """Every fault off; a proxy rule that lets every request through and logs it."""
         self.cluster.clear()
         self.logging_rule = None
+        self.since = time.time()
         self._clone_mark = self.cluster.run(lambda: len(self.cluster.pve.requests))
 
     def log_requests(self):

@@ -1,0 +1,67 @@
+"""The failpoints kill a real ansible-playbook run whole, and the next real run converges: what the matrix's driver
+does with module processes holds for the playbooks themselves."""
+
+import os
+import types
+
+import pytest
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
+from tests.faults import invariants
+from tests.faults.site import AGENTS, GIT_USER, Kill, read_trace
+from tests.integration.playbooks import Site
+from tests.localpve import system
+
+
+def playbook_site(site):
+    return Site(types.SimpleNamespace(state_dir=site.info['state_dir']), site.journal_path)
+
+
+def run_vars(site, name):
+    return dict(workspace=name, repo=site.repo_url, purpose='work on %s' % name, agent='fake', ephemera_agents=AGENTS,
+                git_token=site.git_token, git_username=GIT_USER, agent_credentials={'AGENT_API_KEY': site.agent_key})
+
+
+@pytest.mark.parametrize('playbook,point', [
+    ('create.yml', 'create.clone pve POST /nodes/*/lxc/*/clone'),
+    ('create.yml', 'create.checkout ssh put git-askpass'),
+], ids=['create-clone-answered', 'create-askpass-written'])
+def test_a_playbook_killed_at_a_point_dies_whole_and_the_next_run_converges(site, tmp_path, playbook, point):
+    name = 'pb-' + point.split()[0].split('.')[1].replace('_', '-')
+    runner = playbook_site(site)
+    trace = str(tmp_path / 'trace')
+    site.clear_faults()
+    site.log_requests()
+    killed = runner.playbook(playbook, env={failpoint.TRACE_ENV: trace, failpoint.KILL_ENV: Kill(name, point).env()},
+                             **run_vars(site, name))
+    assert killed.returncode == -9, killed.output[-2000:]
+    assert read_trace(trace)[-1] == (name, point)
+    # Nothing of the run is left: no process carries its trace in its environment.
+    assert system.with_environment((failpoint.TRACE_ENV + '=' + trace).encode()) == []
+    rerun = runner.playbook(playbook, **run_vars(site, name))
+    assert rerun.ok, rerun.output[-3000:]
+    found, leaks, view = invariants.check(site, [name], {}, site.requests(), site.secret(), site.clones(), site.since)
+    assert found == dict((k, []) for k in invariants.NAMES) and leaks == {}
+    assert sorted(n for n in view.ours.values() if n == name) == [name]
+
+
+def test_a_destroy_playbook_killed_after_its_delete_was_answered_is_finished_by_reconcile(site, tmp_path):
+    name = 'pb-destroy'
+    runner = playbook_site(site)
+    assert runner.playbook('create.yml', **run_vars(site, name)).ok
+    trace = str(tmp_path / 'trace')
+    site.clear_faults()
+    site.log_requests()
+    point = 'destroy.delete pve DELETE /nodes/*/lxc/*'
+    killed = runner.playbook('destroy.yml', env={failpoint.TRACE_ENV: trace, failpoint.KILL_ENV: Kill(name, point).env()},
+                             workspace=name, git_token=site.git_token)
+    assert killed.returncode == -9 and read_trace(trace)[-1] == (name, point)
+    with site.journal() as journal:
+        assert journal.get_workspace(name)['status'] == 'destroying'
+    reconciled = runner.playbook('reconcile.yml')
+    assert reconciled.ok, reconciled.output[-3000:]
+    with site.journal() as journal:
+        assert journal.get_workspace(name)['status'] == 'destroyed'
+    found, leaks, view = invariants.check(site, [name], {}, site.requests(), site.secret(), site.clones(), site.since)
+    assert found == dict((k, []) for k in invariants.NAMES) and leaks == {} and name not in view.ours.values()
+    assert os.path.exists(site.journal_path)

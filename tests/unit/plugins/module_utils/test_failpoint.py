@@ -1,0 +1,70 @@
+"""Failpoints: inert by default, a trace of every point passed, and a kill of the whole run at the n-th passage."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
+
+SCRIPT = textwrap.dedent('''
+    import os, subprocess, sys, time
+    from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
+    # A child process that is part of the run: the kill takes it too.
+    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(20)'], stdout=subprocess.DEVNULL)
+    print(child.pid, flush=True)
+    failpoint.enter('w1', 'create.clone')
+    for n in range(3):
+        failpoint.reached('pve POST /nodes/*/lxc/*/clone')
+    print('survived', flush=True)
+    child.kill()
+''')
+
+
+def run(tmp_path, kill=None):
+    env = dict(os.environ, **{failpoint.TRACE_ENV: str(tmp_path / 'trace')})
+    env.pop(failpoint.KILL_ENV, None)
+    if kill:
+        env[failpoint.KILL_ENV] = json.dumps(kill)
+    # The script is the run: this test process, which did not get the trace setting, is not part of it.
+    return subprocess.run([sys.executable, '-c', SCRIPT], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def trace(tmp_path):
+    with open(tmp_path / 'trace') as src:
+        return src.read().splitlines()
+
+
+def test_without_the_trace_variable_nothing_is_written_or_killed(tmp_path, monkeypatch):
+    monkeypatch.delenv(failpoint.TRACE_ENV, raising=False)
+    monkeypatch.setenv(failpoint.KILL_ENV, json.dumps({'workspace': '-', 'point': '- x', 'nth': 1}))
+    failpoint.enter('w1', 'create.vmid')
+    failpoint.reached('x')
+    assert not failpoint.active() and os.listdir(tmp_path) == []
+
+
+def test_every_point_passed_is_traced_with_its_workspace_and_step(tmp_path):
+    done = run(tmp_path)
+    assert done.returncode == 0 and 'survived' in done.stdout
+    assert trace(tmp_path) == ['w1\tcreate.clone begin'] + ['w1\tcreate.clone pve POST /nodes/*/lxc/*/clone'] * 3
+
+
+def test_the_nth_passage_kills_the_run_and_everything_below_it(tmp_path):
+    done = run(tmp_path, {'workspace': 'w1', 'point': 'create.clone pve POST /nodes/*/lxc/*/clone', 'nth': 2})
+    assert done.returncode == -9 and 'survived' not in done.stdout
+    assert trace(tmp_path)[-1] == 'w1\tcreate.clone pve POST /nodes/*/lxc/*/clone' and len(trace(tmp_path)) == 3
+    child = int(done.stdout.split()[0])
+    assert not os.path.exists('/proc/%d' % child) or open('/proc/%d/stat' % child).read().split(')')[-1].split()[0] == 'Z'
+
+
+def test_another_workspace_or_point_does_not_kill(tmp_path):
+    done = run(tmp_path, {'workspace': 'w2', 'point': 'create.clone pve POST /nodes/*/lxc/*/clone', 'nth': 1})
+    assert done.returncode == 0 and 'survived' in done.stdout
+
+
+def test_api_points_name_the_kind_of_call_not_the_object():
+    assert failpoint.api_point('post', '/nodes/pve2/lxc/104/status/start') == 'pve POST /nodes/*/lxc/*/status/start'
+    assert failpoint.api_point('DELETE', '/nodes/pve1/lxc/9000') == 'pve DELETE /nodes/*/lxc/*'
+    assert failpoint.api_point('PUT', '/pools/disposable-workspaces') == 'pve PUT /pools/*'

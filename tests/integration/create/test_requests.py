@@ -2,6 +2,7 @@
 match the first, and an idempotency key replays the first run's result.
 """
 
+import json
 import os
 
 import pytest
@@ -22,36 +23,61 @@ def keyed(cluster, repo, tmp_path_factory):
         ctl.stop()
 
 
-def refused_at_request(ctl, run, name):
+def refused_at_request(ctl, run, name, host='localhost'):
     """The run failed when it checked the request, before the queue: nothing recorded. Returns the message."""
-    assert not run.ok
-    step, result = run.failure()
-    assert step == 'Check the request for %s' % name, run.explain()
+    assert not run.ok and run.stats(host)['failures'] == 1, run.explain()
+    step, result = run.failure(host)
+    # A task's title is templated once for all hosts of a run: with one host per request it names another's.
+    assert step == 'Check the request for %s' % name or (host != 'localhost' and step.startswith('Check the request for ')), \
+        run.explain()
     assert ctl.workspace(name) is None and ctl.queue_entries(name) == []
     # A controller that never made a workspace does not even have a journal or a secret yet.
     assert not os.path.exists(ctl.journal_path) and not os.path.exists(ctl.journal_path + '.secret')
     return result['msg']
 
 
-@pytest.mark.parametrize('change, expected', [
-    ({'ephemera_template_vmid': 4242}, 'Template 4242 does not exist in the cluster'),
-    ({'ephemera_pool': 'no-such-pool'}, "Pool 'no-such-pool' does not exist. Create it (pveum pool add no-such-pool)"),
-    ({'repo': 'not a repository'}, "Repository 'not a repository' is not a URL"),
-    ({'repo': '--upload-pack=touch /tmp/x'}, 'is not a URL'),
-    ({'repo': 'https://bot:hunter2@git.example.com/app.git'}, 'carries a password'),
-    ({'ref': 'main..feature'}, "Ref 'main..feature' is not a branch, tag or commit name git accepts"),
-    ({'ref': '--orphan'}, "Ref '--orphan' is not"),
-    ({'workspace': 'Bad_Name'}, "Invalid workspace name 'Bad_Name'"),
-    ({'agent': 'nobody'}, "Unknown agent 'nobody'; configured agents: worker"),
-], ids=['unknown-template', 'missing-pool', 'repo-not-a-url', 'repo-option', 'repo-password', 'ref-dots',
-        'ref-option', 'name', 'agent'])
-def test_bad_input_is_refused_before_anything_is_recorded_or_made(controller, repo, change, expected):
-    name = change.get('workspace', 'bad-input')
-    guests = controller.cluster_state()
-    run = controller.create(dict(request_vars(repo.url, 'bad-input'), **change))
-    assert expected in refused_at_request(controller, run, name)
+BAD_INPUT = {
+    'unknown-template': ({'ephemera_template_vmid': 4242}, 'Template 4242 does not exist in the cluster'),
+    'missing-pool': ({'ephemera_pool': 'no-such-pool'},
+                     "Pool 'no-such-pool' does not exist. Create it (pveum pool add no-such-pool)"),
+    'repo-not-a-url': ({'repo': 'not a repository'}, "Repository 'not a repository' is not a URL"),
+    'repo-option': ({'repo': '--upload-pack=touch /tmp/x'}, 'is not a URL'),
+    'repo-password': ({'repo': 'https://bot:hunter2@git.example.com/app.git'}, 'carries a password'),
+    'ref-dots': ({'ref': 'main..feature'}, "Ref 'main..feature' is not a branch, tag or commit name git accepts"),
+    'ref-option': ({'ref': '--orphan'}, "Ref '--orphan' is not"),
+    'name': ({'workspace': 'Bad_Name'}, "Invalid workspace name 'Bad_Name'"),
+    'agent': ({'agent': 'nobody'}, "Unknown agent 'nobody'; configured agents: worker"),
+}
+
+
+@pytest.fixture(scope='module')
+def bad_input(cluster, repo, tmp_path_factory):
+    """Every bad request of BAD_INPUT in one run, a host each (its request as host vars), on a fresh controller."""
+    ctl = Controller(cluster, tmp_path_factory.mktemp('bad-input'))
+    hosts = {}
+    for case, (change, dummy) in BAD_INPUT.items():
+        hosts[case] = dict(request_vars(repo.url, 'bad-input-' + case), **change)
+    inventory = os.path.join(ctl.workdir, 'bad-input.json')
+    with open(inventory, 'w') as out:
+        json.dump({'bad': {'hosts': hosts, 'vars': {'ansible_connection': 'local',
+                                                    'ansible_python_interpreter': '{{ ansible_playbook_python }}'}}}, out)
+    guests = ctl.cluster_state()
+    try:
+        ctl.run = ctl.create({}, inventory=inventory, target='bad', forks=len(hosts))
+        ctl.guests_before, ctl.guests_after = guests, ctl.cluster_state()
+        yield ctl
+    finally:
+        ctl.stop()
+
+
+@pytest.mark.parametrize('case', list(BAD_INPUT))
+def test_bad_input_is_refused_before_anything_is_recorded_or_made(bad_input, case):
+    change, expected = BAD_INPUT[case]
+    name = change.get('workspace', 'bad-input-' + case)
+    run = bad_input.run
+    assert expected in refused_at_request(bad_input, run, name, host=case)
     assert 'hunter2' not in run.output
-    assert controller.cluster_state() == guests
+    assert bad_input.guests_after == bad_input.guests_before
 
 
 def test_a_vmid_that_is_not_a_template_is_refused(controller, repo):

@@ -116,15 +116,17 @@ class Reconciler:
                                              if ws['status'] == 'ready' and ws['desired_state'] != 'destroyed'
                                              and ws['vmid'] and int(ws['vmid']) in cluster])
         for ws in records:
-            for vmid in (ws['vmid'], ws['candidate_vmid']):
-                if vmid:
-                    known.add(int(vmid))
+            # A destroyed record's VMID may hold someone else's container by now: only _record claims it, and only
+            # when the marker there is still this workspace's.
+            if not (ws['status'] == 'destroyed' and ws['desired_state'] == 'destroyed'):
+                known.update(int(vmid) for vmid in (ws['vmid'], ws['candidate_vmid']) if vmid)
             if ws['name'] in busy:
                 self._add('busy', ws['name'], ws['vmid'], ws['node'], 'a live run works on it (%s); left to it'
                           % busy[ws['name']])
                 continue
             try:
-                self._record(ws, cluster, queue)
+                if self._record(ws, cluster, queue):
+                    known.add(int(ws['vmid']))
             except EphemeraError as err:
                 self._add('destroy_blocked', ws['name'], ws['vmid'], ws['node'], str(err))
         self._debts(cluster, busy)
@@ -142,6 +144,8 @@ class Reconciler:
         return busy
 
     def _record(self, ws, cluster, queue):
+        """Look at one record; True when it turned out to account for a container the record no longer names as
+        live (a destroyed workspace whose container is still there)."""
         name = ws['name']
         vmid = ws['vmid']
         present = cluster.get(int(vmid)) if vmid else None
@@ -150,9 +154,11 @@ class Reconciler:
                 if not present:
                     return
                 if self._verdict(self._config(vmid, present['node']), name, vmid) != marker.VERIFIED:
-                    return  # the VMID was handed to someone else's container since: none of our business
+                    return False  # the VMID went to another container since: _strangers reports it if it is ours to see
+                self._destroy(ws, queue)
+                return True
             self._destroy(ws, queue)
-            return
+            return False
         if ws['status'] in IN_PROGRESS:
             self._unfinished(ws, cluster)
             return

@@ -170,6 +170,10 @@ class Guest:
             if not chan.exit_status_ready():
                 raise SshDropped('%s: the connection closed while "%s" ran; its outcome is unknown.' % (self.where, what))
             rc = chan.recv_exit_status()
+            if rc == -1:
+                # paramiko's value when the channel closed without an exit status: the session was cut.
+                raise SshDropped('%s: the session ended without an exit status while "%s" ran; its outcome is unknown.'
+                                 % (self.where, what), address=self.host)
         except (socket.error, self._pm.SSHException, EOFError) as exc:
             raise SshDropped('%s: the connection broke while "%s" ran (%s); its outcome is unknown.'
                              % (self.where, what, exc), address=self.host)

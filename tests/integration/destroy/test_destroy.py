@@ -1,7 +1,9 @@
 """Destroy against the try-out cluster: idempotent, marker-checked, force stop, lost answers, locks, protection."""
 
+import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -76,30 +78,51 @@ def _forged(site, vmid):
     return marker.render(b'not the controller secret', marker.controller_id(site.secret()), 'd-forged', vmid)
 
 
-@pytest.mark.parametrize('name, description, verdict', [
-    ('d-nomark', lambda site, vmid: 'somebody replaced this container', marker.ABSENT),
-    ('d-forged', _forged, marker.FORGED),
-    ('d-copied', lambda site, vmid: config(site, *ct(site, 'd-src'))['description'], marker.MISMATCH),
-])
-def test_containers_whose_marker_does_not_verify_are_never_touched(site, name, description, verdict):
+# Each container's description, rewritten by another user, and what the marker check makes of it.
+REWRITTEN = {
+    'd-nomark': (lambda site, vmid: 'somebody replaced this container', marker.ABSENT),
+    'd-forged': (_forged, marker.FORGED),
+    'd-copied': (lambda site, vmid: config(site, *ct(site, 'd-src'))['description'], marker.MISMATCH),
+}
+
+
+@pytest.fixture(scope='module')
+def rewritten(site):
+    """The three rewritten containers, destroyed in one run (a host each), then one reconcile; what they left."""
+    names = sorted(REWRITTEN)
+    before = {}
+    for name in names:
+        vmid, node = ct(site, name)
+        site.cluster.control.foreign_edit(vmid, REWRITTEN[name][0](site, vmid))
+        before[name] = config(site, vmid, node)
+    inventory = os.path.join(site.directory, 'rewritten.json')
+    with open(inventory, 'w') as out:
+        json.dump({'rewritten': {'hosts': dict((name, {'workspace': name}) for name in names), 'vars': {
+            'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable}}}, out)
+    result = site.playbook('destroy.yml', inventories=[inventory], target='rewritten')
+    # Reconcile continues decided destructions, but also only with proof of ownership.
+    rec = site.playbook('reconcile.yml')
+    return before, result, rec
+
+
+@pytest.mark.parametrize('name', sorted(REWRITTEN))
+def test_containers_whose_marker_does_not_verify_are_never_touched(site, rewritten, name):
+    verdict = REWRITTEN[name][1]
+    before, result, rec = rewritten
     vmid, node = ct(site, name)
-    site.cluster.control.foreign_edit(vmid, description(site, vmid))
-    before = config(site, vmid, node)
-    result = destroy(site, name)
-    assert not result.ok
-    assert 'is not workspace %s\'s' % name in result.output and 'It was not touched' in result.output
+    assert not result.ok and result.stats(name)['failures'] == 1, result.output[-3000:]
+    refusal = result.failure(name)
+    assert 'is not workspace %s\'s' % name in refusal and 'It was not touched' in refusal, refusal
     assert status(site, vmid, node) == 'running'
-    assert config(site, vmid, node) == before
+    assert config(site, vmid, node) == before[name]
     ws = site.workspace(name)
     assert ws['status'] == 'destroying' and ws['failure']['step'] == 'shutdown'
     assert any(e['action'] == 'ownership_refused' and e['detail']['verdict'] == verdict
                for e in site.journal().events(name))
-    # Reconcile continues decided destructions, but also only with proof of ownership.
-    rec = site.playbook('reconcile.yml')
     assert rec.ok, rec.output[-3000:]
     findings = [f for f in rec.task('Compare the journal with the cluster')['findings'] if f['workspace'] == name]
     assert [f['kind'] for f in findings] == ['destroy_blocked']
-    assert status(site, vmid, node) == 'running' and config(site, vmid, node) == before
+    assert status(site, vmid, node) == 'running' and config(site, vmid, node) == before[name]
 
 
 def test_a_container_that_ignores_shutdown_is_stopped_by_force(site):

@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 GIT_USER = 'fault-bot'
 # The agent is briefed, says so and ends: nothing of it keeps running.
 AGENTS = {'fake': ['sh', '-c', 'echo "working on: {purpose}"']}
-RUN_TIMEOUT = 240
+RUN_TIMEOUT = 180
 
 
 class Kill:

@@ -10,13 +10,25 @@ import pytest
 from .createrun import DESTROY, Controller, request_vars
 
 
+NO_REPO = 'no-repo'
+
+
 @pytest.fixture(scope='module')
 def keyed(cluster, repo, tmp_path_factory):
-    """A controller with one workspace made ready by a request with an idempotency key."""
+    """A controller with one workspace made ready by a request with an idempotency key.
+
+    The same run (a host per request) also asks for workspace no-repo, whose repository does not exist.
+    """
     ctl = Controller(cluster, tmp_path_factory.mktemp('requests'))
     ctl.request = request_vars(repo.url, 'keyed', idempotency_key='awx-workflow-4711')
-    ctl.first = ctl.create(ctl.request)
-    assert ctl.first.ok, ctl.first.explain()
+    ctl.no_repo_request = request_vars(repo.url.replace('app.git', 'missing.git'), NO_REPO)
+    inventory = os.path.join(ctl.workdir, 'requests.json')
+    with open(inventory, 'w') as out:
+        json.dump({'requests': {'hosts': {'keyed': ctl.request, NO_REPO: ctl.no_repo_request}, 'vars': {
+            'ansible_connection': 'local', 'ansible_python_interpreter': '{{ ansible_playbook_python }}'}}}, out)
+    ctl.first = ctl.create({}, inventory=inventory, target='requests', forks=2)
+    assert ctl.first.stats('keyed')['failures'] == 0, ctl.first.explain()
+    assert ctl.workspace('keyed')['status'] == 'ready', ctl.first.explain()
     try:
         yield ctl
     finally:
@@ -87,11 +99,10 @@ def test_a_vmid_that_is_not_a_template_is_refused(controller, repo):
     assert 'VMID %d (foreign-%d) is not an LXC template' % (foreign['vmid'], foreign['vmid']) in message
 
 
-def test_a_repository_that_does_not_exist_fails_the_checkout_and_destroy_cleans_up(controller, repo):
-    name = 'no-repo'
-    missing = repo.url.replace('app.git', 'missing.git')
-    run = controller.create(request_vars(missing, name))
-    assert not run.ok and run.failure()[0].startswith('10/13'), run.explain()
+def test_a_repository_that_does_not_exist_fails_the_checkout_and_destroy_cleans_up(keyed):
+    controller, name = keyed, NO_REPO
+    run = keyed.first
+    assert not run.ok and run.failure(name)[0].startswith('10/13'), run.explain()
     ws = controller.workspace(name)
     assert (ws['status'], ws['failure']['step']) == ('failed', 'checkout') and 'missing.git' in ws['failure']['message']
     assert controller.ours(name) == [ws['vmid']]

@@ -16,7 +16,7 @@ help:
 	@echo "make venv          create $(VENV) with runtime and test dependencies"
 	@echo "make unit | sanity | lint | integration    one part of 'make test'"
 	@echo "make faults        the crash-safety matrix (FAULTS_SIZE=full, the default, or ci as in make test)"
-	@echo "make soak          500 seeded random fault schedules (SCHEDULES=N, FIRST_SEED=N)"
+	@echo "make soak          500 seeded random fault schedules (SCHEDULES=N, FIRST_SEED=N, SOAK_JOBS=N)"
 
 system-packages:
 	@scripts/system-packages.sh
@@ -58,9 +58,11 @@ faults: venv
 
 SCHEDULES ?= 500
 FIRST_SEED ?= 1001
+SOAK_JOBS ?= 2
 soak: venv
 	@mkdir -p build
-	$(BIN)/python -m tests.faults soak --schedules $(SCHEDULES) --first-seed $(FIRST_SEED) --json build/soak.json
+	$(BIN)/python -m tests.faults soak --schedules $(SCHEDULES) --first-seed $(FIRST_SEED) --jobs $(SOAK_JOBS) \
+		--json build/soak.json
 
 demo: venv
 	scripts/demo.sh

@@ -1,7 +1,7 @@
 """Crash-safety runs against a try-out cluster of their own (docs/faults.md).
 
     python -m tests.faults matrix [--size ci|full] [--json PATH]   kill and lost-response matrix, races, seeds
-    python -m tests.faults soak [--schedules 500] [--first-seed 1001] [--json PATH]   random schedules only
+    python -m tests.faults soak [--schedules 500] [--first-seed 1001] [--jobs N] [--json PATH]   schedules only
     python -m tests.faults replay --seed N                          one random schedule again, exactly
 
 Prints one line per run as it ends, then the table; exits 1 unless every run converged with no
@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,13 +30,19 @@ def main(argv=None):
     soak = sub.add_parser('soak', help='many random schedules')
     soak.add_argument('--schedules', type=int, default=500)
     soak.add_argument('--first-seed', type=int, default=1001)
+    soak.add_argument('--jobs', type=int, default=1, help='schedules run by this many processes, each with its own '
+                                                           'cluster, seeds dealt out in turn')
     replay = sub.add_parser('replay', help='one random schedule, by its seed')
     replay.add_argument('--seed', type=int, required=True)
-    for each in (matrix, soak, replay):
+    part = sub.add_parser('soak-part', help=argparse.SUPPRESS)
+    part.add_argument('--seeds', type=lambda text: [int(s) for s in text.split(',') if s], required=True)
+    for each in (matrix, soak, replay, part):
         each.add_argument('--json', help='write the report as JSON here too')
         each.add_argument('--keep', action='store_true', help='keep the working directory (journal, traces, logs)')
     args = parser.parse_args(argv)
 
+    if args.command == 'soak' and args.jobs > 1:
+        return soak_in_parallel(args)
     workdir = tempfile.mkdtemp(prefix='ephemera-faults-')
     started = time.monotonic()
     site = FaultSite.start(workdir)
@@ -45,10 +52,14 @@ def main(argv=None):
             cells = runner.run()
         else:
             runner.prepare()
-            seeds = range(args.first_seed, args.first_seed + args.schedules) if args.command == 'soak' else [args.seed]
             if args.command == 'replay':
                 print('schedule: %s' % json.dumps(schedules.generate(args.seed, runner.create_points,
                                                                      runner.destroy_points)))
+                seeds = [args.seed]
+            elif args.command == 'soak-part':
+                seeds = args.seeds
+            else:
+                seeds = range(args.first_seed, args.first_seed + args.schedules)
             runner.run_seeds(seeds)
             cells = runner.cells
     finally:
@@ -58,6 +69,10 @@ def main(argv=None):
         else:
             print('kept: %s' % workdir)
     uncovered = runner.uncovered if args.command == 'matrix' else []
+    return finish(args, cells, uncovered, started)
+
+
+def finish(args, cells, uncovered, started):
     lines = report.table(cells, uncovered)
     print('\n'.join(lines))
     failing = [c.seed for c in cells if c.seed is not None and not c.ok]
@@ -70,6 +85,33 @@ def main(argv=None):
                                                        'failing_seeds': failing})
     ok = total['converged'] == total['runs'] and not total['leaks'] and not total['foreign'] and not total['failed']
     return 0 if ok else 1
+
+
+def soak_in_parallel(args):
+    """``--jobs`` soak processes side by side, seeds dealt out in turn; one table over all of them."""
+    started = time.monotonic()
+    seeds = list(range(args.first_seed, args.first_seed + args.schedules))
+    workdir = tempfile.mkdtemp(prefix='ephemera-soak-')
+    procs = []
+    for job in range(args.jobs):
+        part = os.path.join(workdir, 'part-%d.json' % job)
+        mine = ','.join(str(seed) for seed in seeds[job::args.jobs])
+        cmd = [sys.executable, '-m', 'tests.faults', 'soak-part', '--seeds', mine, '--json', part]
+        procs.append((part, subprocess.Popen(cmd, stdout=open(os.path.join(workdir, 'part-%d.log' % job), 'w'),
+                                             stderr=subprocess.STDOUT)))
+    cells = []
+    for part, proc in procs:
+        proc.wait()
+        if os.path.exists(part):
+            with open(part) as src:
+                cells.extend(report.cell_from_dict(c) for c in json.load(src)['cells'] if c['kind'] == 'seed')
+        else:
+            print('a soak process ended with status %s and no report (logs in %s)' % (proc.returncode, workdir))
+            args.keep = True
+    if not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    cells.sort(key=lambda c: c.seed)
+    return finish(args, cells, [], started)
 
 
 if __name__ == '__main__':

@@ -142,7 +142,11 @@ def _holding(paths, needles):
 def check_credentials(site):
     """The git token nowhere (controller, guests); the agent's key only in its guest's credentials file."""
     out = []
-    controller = list(_files(os.path.dirname(site.journal_path))) + list(_files(os.path.join(site.workdir, 'runs')))
+    runs = os.path.join(site.workdir, 'runs')
+    # The runs since the faults were last cleared: earlier ones were checked when they ended.
+    recent = [os.path.join(runs, entry) for entry in (sorted(os.listdir(runs)) if os.path.isdir(runs) else [])
+              if int(entry) > site.runs_at_clear]
+    controller = list(_files(os.path.dirname(site.journal_path))) + [path for run in recent for path in _files(run)]
     for path, needle in _holding(controller, [site.git_token, site.agent_key]):
         out.append('controller file %s holds the %s' % (path, 'git token' if needle == site.git_token else 'agent key'))
     guests = list(_files(site.guests_dir)) if os.path.isdir(site.guests_dir) else []

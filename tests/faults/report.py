@@ -9,6 +9,15 @@ reruns needed (the most any cell of the row needed), and what went wrong. The la
 import json
 
 
+def cell_from_dict(data):
+    """A Cell as write_json wrote it (to merge the reports of several processes)."""
+    from tests.faults.cells import Cell
+    cell = Cell(data['row'], data['kind'], data['workspaces'], data['variant'])
+    for key in ('converged', 'reached', 'reruns', 'leaks', 'foreign', 'violations', 'notes', 'seconds', 'seed'):
+        setattr(cell, key, data[key])
+    return cell
+
+
 def rows(cells):
     """Rows in the order their first cell ran."""
     order, grouped = [], {}

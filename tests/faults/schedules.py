@@ -1,10 +1,10 @@
-"""Seeded random fault schedules: the matrix's faults mixed, over a few workspaces created (and some destroyed)
-at once.
+"""Seeded random fault schedules: the matrix's faults mixed, over a few workspaces created at once and then
+destroyed at once.
 
 A schedule is made from its seed alone (``generate``), so a failing seed runs again exactly as it
 did: ``python -m tests.faults replay --seed N``. What it holds, per workspace: a kill point for its
-create run and, if it is destroyed, for its destroy run (or none), and whether the first run after
-the fault is reconcile; for the whole schedule: lost responses, delayed answers, the template
+create run and one for its destroy run (or none), and whether the first run after a fault is
+reconcile; for the whole schedule: lost responses, delayed answers, the template
 locked by another task, guests whose SSH is refused for a while or whose sessions are cut.
 """
 
@@ -26,9 +26,8 @@ def generate(seed, create_points, destroy_points):
     workspaces = []
     for dummy in range(rng.randint(2, 3)):
         create_kill = rng.choice(create_points) if rng.random() < 0.6 else None
-        destroy = rng.random() < 0.5
-        destroy_kill = rng.choice(destroy_points) if destroy and rng.random() < 0.6 else None
-        workspaces.append({'create_kill': list(create_kill) if create_kill else None, 'destroy': destroy,
+        destroy_kill = rng.choice(destroy_points) if rng.random() < 0.5 else None
+        workspaces.append({'create_kill': list(create_kill) if create_kill else None,
                            'destroy_kill': list(destroy_kill) if destroy_kill else None,
                            'reconcile_first': rng.random() < 0.3})
     faults = []
@@ -96,7 +95,6 @@ def execute(matrix, cell, schedule):
     plan = list(zip(names, schedule['workspaces']))
     arm(site, schedule['faults'])
     converged = _phase(matrix, cell, plan, 'create', 'create_kill')
-    doomed = [(name, spec) for name, spec in plan if spec['destroy']]
-    if converged and doomed:
-        converged = _phase(matrix, cell, doomed, 'destroy', 'destroy_kill')
+    if converged:
+        converged = _phase(matrix, cell, plan, 'destroy', 'destroy_kill')
     cell.converged = converged

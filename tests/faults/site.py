@@ -18,6 +18,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 
@@ -88,6 +89,8 @@ class FaultSite:
         self.git = GitHttpServer(os.path.dirname(self.repo.bare), GIT_USER, self.git_token)
         self.repo_url = self.git.url_of(self.repo.bare)
         self.runs = 0
+        self._lock = threading.Lock()
+        self.runs_at_clear = 0
         self.logging_rule = None
         self.api = PveClient(self.info['api_url'], api_token_id=self.info['token_id'],
                              api_token_secret=self.info['token_secret'], ca_file=self.info['ca_file'])
@@ -115,6 +118,7 @@ class FaultSite:
         self.cluster.clear()
         self.logging_rule = None
         self.since = time.time()
+        self.runs_at_clear = self.runs
         self._clone_mark = self.cluster.run(lambda: len(self.cluster.pve.requests))
 
     def log_requests(self):
@@ -186,8 +190,10 @@ class FaultSite:
 
     def start_run(self, ops, kill=None):
         """Start a run; returns a handle for :meth:`finish`."""
-        self.runs += 1
-        base = os.path.join(self.workdir, 'runs', '%05d' % self.runs)
+        with self._lock:
+            self.runs += 1
+            number = self.runs
+        base = os.path.join(self.workdir, 'runs', '%05d' % number)
         os.makedirs(base)
         paths = dict((k, os.path.join(base, k)) for k in ('plan.json', 'result.json', 'trace', 'log'))
         with open(paths['plan.json'], 'w') as out:

@@ -339,7 +339,9 @@ class GuestManager(object):
                 '-o', 'PasswordAuthentication=no', '-o', 'KbdInteractiveAuthentication=no', '-o', 'UsePAM=no',
                 '-o', 'PermitRootLogin=prohibit-password', '-o', 'UseDNS=no', '-o', 'PidFile=none',
                 '-o', 'Subsystem=sftp internal-sftp',
-                '-o', 'SetEnv=LOCALPVE_VMID={0} LOCALPVE_GUEST_ROOT={1}'.format(vmid, root)]
+                # SHLVL=1: bash reads ~/.bashrc for a command run by sshd only at shell level 1, so the host's own
+                # shell start-up (a version manager's hooks, say) stays out of the guests, as in a real container.
+                '-o', 'SetEnv=LOCALPVE_VMID={0} LOCALPVE_GUEST_ROOT={1} SHLVL=1'.format(vmid, root)]
 
     async def _start(self, guest, address):
         vmid = guest.vmid

@@ -30,8 +30,8 @@ def main(argv=None):
     soak = sub.add_parser('soak', help='many random schedules')
     soak.add_argument('--schedules', type=int, default=500)
     soak.add_argument('--first-seed', type=int, default=1001)
-    soak.add_argument('--jobs', type=int, default=1, help='schedules run by this many processes, each with its own '
-                                                           'cluster, seeds dealt out in turn')
+    soak.add_argument('--jobs', type=int, default=1,
+                      help='schedules run by this many processes, each with its own cluster, seeds dealt out in turn')
     replay = sub.add_parser('replay', help='one random schedule, by its seed')
     replay.add_argument('--seed', type=int, required=True)
     part = sub.add_parser('soak-part', help=argparse.SUPPRESS)
@@ -81,8 +81,8 @@ def finish(args, cells, uncovered, started):
     total = report.totals(cells, uncovered)
     print('took %.0f s' % (time.monotonic() - started))
     if args.json:
-        report.write_json(args.json, cells, uncovered, {'command': args.command, 'seconds': time.monotonic() - started,
-                                                       'failing_seeds': failing})
+        extra = {'command': args.command, 'seconds': time.monotonic() - started, 'failing_seeds': failing}
+        report.write_json(args.json, cells, uncovered, extra)
     ok = total['converged'] == total['runs'] and not total['leaks'] and not total['foreign'] and not total['failed']
     return 0 if ok else 1
 

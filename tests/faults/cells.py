@@ -135,8 +135,8 @@ def chain(site, cells, op, points, variant, new_workspace):
                 if not outcome.ok:
                     cell.notes.append('run %d after the kill: %s' % (attempt, outcome.explain()[:200]))
             if not cell.converged:
-                cell.notes.append('%s is %s, not %s, after %d runs' % (name, status_of(site, name), wanted,
-                                                                      cell.reruns))
+                cell.notes.append('%s is %s, not %s, after %d runs'
+                                  % (name, status_of(site, name), wanted, cell.reruns))
             if not moved:
                 break
             current = remaining.pop(0)

@@ -172,19 +172,14 @@ class Matrix:
     def run_kills(self):
         if self.size['chains']:
             return self.run_kill_chains()
-        work = self.kill_cells('create', self.create_points)
-        plain = [w for w in work if w[0].variant != 'reconcile']
-        for start in range(0, len(plain), 8):
-            self.wave(plain[start:start + 8])
-        # Reconcile resumes every unfinished create it finds: those cells run one at a time.
-        for item in [w for w in work if w[0].variant == 'reconcile']:
-            self.wave([item])
-        work = self.kill_cells('destroy', self.destroy_points)
-        plain = [w for w in work if w[0].variant != 'reconcile']
-        for start in range(0, len(plain), 8):
-            self.wave(plain[start:start + 8])
-        for item in [w for w in work if w[0].variant == 'reconcile']:
-            self.wave([item])
+        for op, points in (('create', self.create_points), ('destroy', self.destroy_points)):
+            work = self.kill_cells(op, points)
+            plain = [w for w in work if w[0].variant != 'reconcile']
+            for start in range(0, len(plain), 8):
+                self.wave(plain[start:start + 8])
+            # Reconcile resumes every unfinished create it finds: those cells run one at a time.
+            for item in [w for w in work if w[0].variant == 'reconcile']:
+                self.wave([item])
 
     def run_kill_chains(self):
         """Every point once with the same playbook again, once with reconcile first, as chains (cells.chain)."""
@@ -379,4 +374,3 @@ class Matrix:
         self.run_races()
         self.run_seeds(self.size['seeds'] if seeds is None else seeds)
         return self.cells
-

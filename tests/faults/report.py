@@ -65,7 +65,7 @@ def table(cells, uncovered=()):
                      str(max(c.reruns for c in group)), '; '.join(dict.fromkeys(problems)) or '-'))
     for row, why in uncovered:
         body.append((row, '0', '0', '0', '0', '-', 'not covered: %s' % why))
-    widths = [max(len(head[i]), max([len(line[i]) for line in body] or [0])) for i in range(len(head) - 1)]
+    widths = [max([len(head[i])] + [len(line[i]) for line in body]) for i in range(len(head) - 1)]
     lines = []
     for line in [head] + body:
         cols = [line[0].ljust(widths[0])] + [line[i].rjust(widths[i]) for i in range(1, len(head) - 1)]

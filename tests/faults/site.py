@@ -291,4 +291,3 @@ def _read_pid(result_path, timeout=30):
             pass
         time.sleep(0.01)
     raise RuntimeError('the driver did not start (no %s.pid)' % result_path)
-

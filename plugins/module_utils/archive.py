@@ -523,8 +523,12 @@ class ArchiveFlow:
             if not state.clean:
                 self.notes.append('push is off: captured a bundle and patches instead')
         files, bundle_refs = self._capture(guest, state, path, pushed=push.get('ok'))
-        runner = guest_ops.runner_call(guest, layout_of(self.ws), self.ws['params'].get('ssh_user') or 'root',
-                                       {'op': 'status'})
+        try:
+            runner = guest_ops.runner_call(guest, layout_of(self.ws), self.ws['params'].get('ssh_user') or 'root',
+                                           {'op': 'status'})
+        except SshError as err:
+            # What the agent was doing is a note in the metadata; the work is captured already.
+            runner = {'ok': False, 'alive': None, 'error': 'the runner could not be asked: %s' % err}
         metadata = self._metadata(state, path, now, push, files, bundle_refs, runner)
         write_durable(os.path.join(path, METADATA), json.dumps(metadata, indent=2, sort_keys=True, default=str) + '\n')
         record = {

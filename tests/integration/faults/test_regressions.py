@@ -1,9 +1,13 @@
 """Collection bugs the crash-safety matrix found, each kept as a case of its own."""
 
+import os
+import signal
+
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.reconcile import Reconciler
 from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import Guest, SshDropped
+from tests.localpve import system
 
 
 def test_a_foreign_container_at_the_vmid_of_a_destroyed_workspace_is_reported(site):
@@ -38,3 +42,31 @@ def test_a_session_cut_while_its_command_runs_is_a_dropped_one_not_a_failed_comm
         with pytest.raises(SshDropped) as dropped:
             guest.run('kill -9 $PPID; sleep 5', what='cut my own session')
     assert 'its outcome is unknown' in str(dropped.value)
+
+
+def test_a_destroy_goes_on_when_the_session_asking_the_runner_for_its_status_is_cut(site):
+    """Found by soak seed 1174: the archive before a destroy asks the runner what the agent is doing, for its
+    metadata; a cut session there failed the archive, and so the destroy refused to go on."""
+    name = 'reg-status'
+    assert site.run([site.create_op(name)]).ok
+    with site.journal() as journal:
+        vmid = journal.get_workspace(name)['vmid']
+    runner = [pid for pid in system.with_environment(
+        ('LOCALPVE_GUEST_ROOT=' + site.guest_root(vmid)).encode())
+        if 'agent_runner.py serve' in system.cmdline(pid) and 'setsid' not in system.cmdline(pid)]
+    assert len(runner) == 1
+    # The runner stops answering, so that its status call is still running when the session is cut.
+    os.kill(runner[0], signal.SIGSTOP)
+    try:
+        site.cluster.guest_fault('drop', vmid=vmid, match='agent_runner.py call', times=1)
+        destroyed = site.run([site.destroy_op(name)])
+        cut = site.cluster.guest_faults()
+    finally:
+        os.kill(runner[0], signal.SIGCONT)
+        site.clear_faults()
+    assert [f['hits'] for f in cut if f['match'] == 'agent_runner.py call'][0], cut
+    assert destroyed.ok, destroyed.explain()
+    with site.journal() as journal:
+        archived = [e for e in journal.events(name) if e['action'] == 'archived']
+        assert journal.get_workspace(name)['status'] == 'destroyed'
+    assert len(archived) == 1

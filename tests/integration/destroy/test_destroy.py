@@ -156,7 +156,11 @@ def test_a_locked_container_is_retried_then_reported_then_finished_by_reconcile(
     api = site.cluster.api()
     api.wait_task(api.post('/nodes/%s/lxc/%d/status/stop' % (node, vmid)))
     site.cluster.control.pve_lock(vmid, 'backup')
-    # Stopped, its work cannot be inspected: the destruction goes ahead only with the explicit override.
+    # Stopped, its work cannot be inspected: the destruction is refused at once, and the workspace stays as it was...
+    refused = destroy(site, 'd-locked')
+    assert not refused.ok and 'is stopped, so whether it holds unsaved work cannot be checked' in refused.output
+    assert site.workspace('d-locked')['desired_state'] == 'present' and config(site, vmid, node) is not None
+    # ...and goes ahead only with the explicit override.
     result = destroy(site, 'd-locked', workspace_destroy_lock_timeout=2, discard_unsaved_work=True)
     assert not result.ok
     assert 'stayed locked' in result.output

@@ -221,13 +221,24 @@ class Site(object):
         if user != FOREIGN_USER and self.pve.guest(newid) is None:
             arm = _take([s for s in self.snipes if s['on'] == 'clone'], newid)
             if arm is not None:
-                await self.foreign.claim(newid, arm['pool'])
+                await self._claim(arm, newid)
 
     async def after_nextid(self, vmid, user):
         if user != FOREIGN_USER:
             arm = _take([s for s in self.snipes if s['on'] == 'nextid'], vmid)
             if arm is not None:
-                await self.foreign.claim(vmid, arm['pool'])
+                await self._claim(arm, vmid)
+
+    async def _claim(self, arm, vmid):
+        """The foreign client takes vmid for a snipe; if another clone got there first, the snipe waits for the next."""
+        try:
+            await self.foreign.claim(vmid, arm['pool'])
+        except ClusterError:
+            if self.pve.guest(vmid) is None:
+                raise
+            arm['hits'].pop()
+            if arm['times'] is not None:
+                arm['times'] += 1
 
     def born(self, ct):
         """A container this site made: it starts and stops as long as this site's containers do."""

@@ -17,6 +17,7 @@ lock, an HA manager that keeps the container up) are reported as such, with what
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import datetime
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
@@ -59,6 +60,11 @@ class StepResult:
         self.changed = changed
         self.msg = msg
         self.extra = extra
+
+
+def _epoch(stamp):
+    return (datetime.datetime.strptime(stamp, '%Y-%m-%dT%H:%M:%S.%fZ').replace(tzinfo=datetime.timezone.utc)
+            - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)).total_seconds()
 
 
 def resource_name(vmid, node):
@@ -130,7 +136,29 @@ class DestroyFlow:
             config = self._config(vmid, node) if node != self._node() else None
         verdict = None if config is None else marker.verify(config.get('description'), self.secret, self.controller,
                                                             self.name, vmid)
+        if verdict not in (None, marker.VERIFIED) and self._deleted_by_us(vmid, node):
+            # Our delete of this VMID went through (its answer was lost with the run that sent it), and PVE has
+            # handed the VMID to a new container since: ours is gone, the newcomer is none of this destruction's.
+            if not self.check_mode:
+                self._event('observed', 'vmid_reused', {'vmid': vmid, 'verdict': verdict})
+            return Target(vmid, node, None, None)
         return Target(vmid, node, config, verdict)
+
+    def _deleted_by_us(self, vmid, node):
+        """True when a delete of ``vmid`` was dispatched and the cluster shows it finished (a vzdestroy task of our
+        user, started after the dispatch, that ended OK)."""
+        sent = [_epoch(e['at']) for e in self.journal.events(self.name)
+                if e['kind'] == 'dispatched' and e['action'] == 'delete' and (e['detail'] or {}).get('vmid') == vmid]
+        if not sent:
+            return False
+        try:
+            tasks = self.client.get('/nodes/%s/tasks' % node, typefilter='vzdestroy', vmid=vmid, source='all',
+                                    limit=200) or []
+        except PveApiError:
+            return False
+        users = (self.client.user, self.client.token_id)
+        return any(t.get('user') in users and t.get('status') == 'OK' and int(t.get('starttime', 0)) >= int(min(sent)) - 2
+                   for t in tasks)
 
     def _config(self, vmid, node):
         try:

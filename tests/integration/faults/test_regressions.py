@@ -7,6 +7,7 @@ import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.reconcile import Reconciler
 from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import Guest, SshDropped
+from tests.faults.site import Kill
 from tests.localpve import system
 
 
@@ -70,3 +71,25 @@ def test_a_destroy_goes_on_when_the_session_asking_the_runner_for_its_status_is_
         archived = [e for e in journal.events(name) if e['action'] == 'archived']
         assert journal.get_workspace(name)['status'] == 'destroyed'
     assert len(archived) == 1
+
+
+def test_a_destroy_killed_after_its_delete_finishes_even_when_the_vmid_was_reused(site):
+    """Found by the kill matrix (destroy.delete, reconcile first, while creates ran next to it): the delete went
+    through, the run died before it heard so, PVE handed the VMID to a new container, and every later destroy
+    refused because the container at "its" VMID was not the workspace's. The finished vzdestroy task proves ours
+    is gone; the newcomer is left alone."""
+    name = 'reg-reused-vmid'
+    assert site.run([site.create_op(name)]).ok
+    with site.journal() as journal:
+        vmid = journal.get_workspace(name)['vmid']
+    killed = site.run([site.destroy_op(name)], kill=Kill(name, 'destroy.delete pve DELETE /nodes/*/lxc/*'))
+    assert killed.killed
+    theirs = site.cluster.foreign_create(vmid=vmid, pool=site.info['pool'], hostname='newcomer', start=True)
+    before = site.api.get('/nodes/%s/lxc/%d/config' % (theirs['node'], vmid))
+    rerun = site.run([site.destroy_op(name)])
+    assert rerun.ok, rerun.explain()
+    with site.journal() as journal:
+        assert journal.get_workspace(name)['status'] == 'destroyed'
+        assert [e['detail']['vmid'] for e in journal.events(name) if e['action'] == 'vmid_reused'][:1] == [vmid]
+    assert site.api.get('/nodes/%s/lxc/%d/config' % (theirs['node'], vmid)) == before
+    assert site.api.get('/nodes/%s/lxc/%d/status/current' % (theirs['node'], vmid))['status'] == 'running'

@@ -17,13 +17,13 @@ lock, an HA manager that keeps the container up) are reported as such, with what
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import datetime
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
 from ansible_collections.ephemera.workspaces.plugins.module_utils import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import epoch
 from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import (
     PveApiError,
     PveLocked,
@@ -60,11 +60,6 @@ class StepResult:
         self.changed = changed
         self.msg = msg
         self.extra = extra
-
-
-def _epoch(stamp):
-    return (datetime.datetime.strptime(stamp, '%Y-%m-%dT%H:%M:%S.%fZ').replace(tzinfo=datetime.timezone.utc)
-            - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)).total_seconds()
 
 
 def resource_name(vmid, node):
@@ -147,7 +142,7 @@ class DestroyFlow:
     def _deleted_by_us(self, vmid, node):
         """True when a delete of ``vmid`` was dispatched and the cluster shows it finished (a vzdestroy task of our
         user, started after the dispatch, that ended OK)."""
-        sent = [_epoch(e['at']) for e in self.journal.events(self.name)
+        sent = [epoch(e['at']) for e in self.journal.events(self.name)
                 if e['kind'] == 'dispatched' and e['action'] == 'delete' and (e['detail'] or {}).get('vmid') == vmid]
         if not sent:
             return False

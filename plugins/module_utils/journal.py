@@ -226,6 +226,14 @@ def iso(ts):
     return datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%fZ')
 
 
+def epoch(stamp):
+    """The seconds since the epoch of a time as :func:`iso` writes it (None for None)."""
+    if not stamp:
+        return None
+    return (datetime.datetime.strptime(stamp, '%Y-%m-%dT%H:%M:%S.%fZ').replace(tzinfo=datetime.timezone.utc)
+            - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)).total_seconds()
+
+
 def _dumps(value):
     return json.dumps(value, sort_keys=True, default=str)
 

@@ -24,7 +24,6 @@ comes along, and the reads (``entries``) show such an entry as stale meanwhile.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import datetime
 import getpass
 import json
 import re
@@ -34,6 +33,7 @@ import uuid
 from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import QueueError, QueueTimeout
 from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import (
     claim_parts,
+    epoch,
     fingerprint,
     iso,
     redact,
@@ -611,13 +611,6 @@ class Queue:
 
 # ---------------------------------------------------------------------- the tree
 
-def _epoch(stamp):
-    if not stamp:
-        return None
-    return (datetime.datetime.strptime(stamp, '%Y-%m-%dT%H:%M:%S.%fZ').replace(tzinfo=datetime.timezone.utc)
-            - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)).total_seconds()
-
-
 def _requesters_text(requests):
     parts = []
     for req in requests:
@@ -650,7 +643,7 @@ def _outcome_text(entry):
 def entry_line(entry, entries_by_id, now):
     """One line about one entry: what, state and for how long, which step, who asked."""
     head = '#%d %s %s %s: ' % (entry['id'], entry['kind'], entry['target_type'], entry['target'])
-    created, started, ended = (_epoch(entry.get(k)) for k in ('created_at', 'started_at', 'ended_at'))
+    created, started, ended = (epoch(entry.get(k)) for k in ('created_at', 'started_at', 'ended_at'))
     if entry['state'] == 'queued':
         ahead = [other['id'] for other in entries_by_id.values()
                  if other['target_type'] == entry['target_type'] and other['target'] == entry['target']
@@ -661,7 +654,7 @@ def entry_line(entry, entries_by_id, now):
     elif entry['state'] == 'running':
         state = 'running for %s' % duration(now - (started or created))
         if entry.get('step'):
-            state += ', step "%s" for %s' % (entry['step'], duration(now - (_epoch(entry.get('step_at')) or now)))
+            state += ', step "%s" for %s' % (entry['step'], duration(now - (epoch(entry.get('step_at')) or now)))
         runner = _owner_text(entry.get('owner'))
         if entry.get('runner_alive'):
             state += ' (runner %s)' % runner

@@ -13,12 +13,12 @@ A leak is one of our containers (its marker verifies for this controller) that t
 account for: no record, a destroyed record, or a record naming another VMID.
 """
 
-import datetime
 import os
 import re
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import guest as guest_ops
 from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import epoch
 from ansible_collections.ephemera.workspaces.plugins.module_utils.reconcile import Reconciler
 from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import Guest, SshError
 
@@ -181,7 +181,7 @@ def check_events(journal, names, requests, records, clones, since):
                            % (name, event['action'], event['id']))
             vmids = set([(event['detail'] or {}).get('vmid'), ws.get('vmid')]) - set([None])
             for vmid in vmids:
-                announced.setdefault((int(vmid), event['action']), []).append(_epoch(event['at']))
+                announced.setdefault((int(vmid), event['action']), []).append(epoch(event['at']))
     mine = set()
     for name in names:
         ws = records.get(name) or {}
@@ -207,10 +207,6 @@ def check_events(journal, names, requests, records, clones, since):
             out.append('%s: %d clone requests were sent, %d recorded as dispatched' % (
                 name, sent, clones_recorded.get(name, 0)))
     return out
-
-
-def _epoch(stamp):
-    return datetime.datetime.strptime(stamp, '%Y-%m-%dT%H:%M:%S.%fZ').replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
 def check(site, names, foreign_before, requests, secret, clones, since):

@@ -8,12 +8,12 @@ skipped.
 """
 
 import concurrent.futures
-import os
 import threading
 import time
 
 from tests.faults import schedules
 from tests.faults.cells import Cell, chain, converge, kill_cell, status_of
+from tests.faults.site import read_trace
 
 # Every mutating API call the collection makes, and how a lost answer to it is arranged.
 LOST = (
@@ -328,10 +328,9 @@ class Matrix:
             name = self.name('r')
             cell.names.append(name)
             creating = site.start_run([site.create_op(name)])
-            trace = os.path.join(creating['paths']['trace'])
+            trace = creating['paths']['trace']
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                from tests.faults.site import read_trace
                 if (name, 'create.checkout begin') in read_trace(trace):
                     break
                 time.sleep(0.02)

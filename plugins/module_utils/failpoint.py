@@ -117,21 +117,37 @@ def run_root():
 
 
 def kill_run():
-    """SIGKILL the run this process belongs to, everything below it, and this process last."""
+    """SIGKILL the run this process belongs to, everything below it, and this process last.
+
+    The run is stopped (SIGSTOP) before anything is killed: a stopped process cannot fork, and its children
+    stay its children, so the tree read after the last stop is all of the run. Killing it first and
+    reading the tree again would lose a child forked meanwhile: its dead parent hands it to init.
+    """
     me = os.getpid()
     root = run_root()
-    for dummy in range(2):
-        # Twice: a process forked while the first pass ran is caught by the second.
+    stopped = set()
+    while True:
         parents = _children()
-        victims = set([root])
+        run = set([root])
         grew = True
         while grew:
-            below = set(pid for pid, parent in parents.items() if parent in victims) - victims
+            below = set(pid for pid, parent in parents.items() if parent in run) - run
             grew = bool(below)
-            victims |= below
-        for pid in victims - set([me]):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+            run |= below
+        fresh = run - stopped - set([me])
+        if not fresh:
+            break
+        for pid in fresh:
+            _signal(pid, signal.SIGSTOP)
+        stopped |= fresh
+    for pid in stopped - set([root]):
+        _signal(pid, signal.SIGKILL)
+    _signal(root, signal.SIGKILL)
     os.kill(me, signal.SIGKILL)
+
+
+def _signal(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass

@@ -137,9 +137,24 @@ def _clone(guest, layout, ssh_user, repo, ref, askpass, git_token, git_username,
     try:
         result = guest.run(as_agent(layout, ssh_user, script), timeout=timeout, what='git clone')
     except SshCommandFailed as exc:
-        said = exc.details.get('stderr_tail') or exc
-        raise GuestError('Cloning %s at %r into %s failed: %s' % (repo, ref, layout.checkout, said), step='checkout')
+        said = '%s' % (exc.details.get('stderr_tail') or exc)
+        raise GuestError('Cloning %s at %r into %s failed: %s%s' % (repo, ref, layout.checkout, said,
+                                                                   _credentials_hint(said, git_token)),
+                         step='checkout')
     return result.stdout.split()[-1]
+
+
+# What git says when the server wants credentials it was not given, or refused the ones it got.
+_ASKED_FOR_CREDENTIALS = ('could not read Username', 'could not read Password', 'Authentication failed',
+                          'terminal prompts disabled')
+
+
+def _credentials_hint(said, git_token):
+    if not any(words in said for words in _ASKED_FOR_CREDENTIALS):
+        return ''
+    if git_token:
+        return ' (the server refused the git_token and git_username given: check that the token may read this repository)'
+    return ' (the repository wants credentials: pass git_token, and git_username where the host needs one)'
 
 
 def _remove_helper(guest, askpass, git_token, failure=None):

@@ -89,6 +89,16 @@ def with_environment(needle):
     return out
 
 
+def left_with_environment(needle, timeout=5.0):
+    """with_environment(needle) once it is empty or timeout seconds passed: a killed process takes a moment to go."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = with_environment(needle)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
 def children(pid):
     """Direct children of pid."""
     out = []

@@ -37,7 +37,7 @@ def test_a_playbook_killed_at_a_point_dies_whole_and_the_next_run_converges(site
     assert killed.returncode == -9, killed.output[-2000:]
     assert read_trace(trace)[-1] == (name, point)
     # Nothing of the run is left: no process carries its trace in its environment.
-    assert system.with_environment((failpoint.TRACE_ENV + '=' + trace).encode()) == []
+    assert system.left_with_environment((failpoint.TRACE_ENV + '=' + trace).encode()) == []
     rerun = runner.playbook(playbook, **run_vars(site, name))
     assert rerun.ok, rerun.output[-3000:]
     found, leaks, view = invariants.check(site, [name], {}, site.requests(), site.secret(), site.clones(), site.since)

@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
+from tests.localpve.system import left_with_environment
 
 SCRIPT = textwrap.dedent('''
     import os, subprocess, sys, time
@@ -57,6 +58,32 @@ def test_the_nth_passage_kills_the_run_and_everything_below_it(tmp_path):
     assert trace(tmp_path)[-1] == 'w1\tcreate.clone pve POST /nodes/*/lxc/*/clone' and len(trace(tmp_path)) == 3
     child = int(done.stdout.split()[0])
     assert not os.path.exists('/proc/%d' % child) or open('/proc/%d/stat' % child).read().split(')')[-1].split()[0] == 'Z'
+
+
+SPAWNER = textwrap.dedent('''
+    import os, subprocess, sys, time
+    from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
+    # A part of the run that keeps forking while the kill reads the process tree: nothing it forks may escape.
+    spawner = subprocess.Popen([sys.executable, '-c', 'import os, time\\nwhile True:\\n    if os.fork() == 0:\\n'
+                                '        time.sleep(30)\\n        os._exit(0)\\n    time.sleep(0.002)'],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    failpoint.enter('w1', 'create.clone')
+    failpoint.reached('pve POST /nodes/*/lxc/*/clone')
+    print('survived', flush=True)
+    spawner.kill()
+''')
+
+
+def test_a_kill_leaves_no_process_of_the_run_even_one_forked_while_it_ran(tmp_path):
+    trace_file = str(tmp_path / 'trace')
+    env = dict(os.environ, **{failpoint.TRACE_ENV: trace_file, failpoint.KILL_ENV: json.dumps(
+        {'workspace': 'w1', 'point': 'create.clone pve POST /nodes/*/lxc/*/clone'})})
+    done = subprocess.run([sys.executable, '-c', SPAWNER], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == -9 and 'survived' not in done.stdout
+    # A killed process may take a moment to be gone; one that escaped the kill would still be there in 5 s.
+    assert left_with_environment(('%s=%s' % (failpoint.TRACE_ENV, trace_file)).encode()) == []
 
 
 def test_another_workspace_or_point_does_not_kill(tmp_path):

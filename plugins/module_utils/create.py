@@ -238,6 +238,8 @@ class CreateFlow:
                                   % (self.name, self.ws['status']), step=step)
             if step in self.ws['progress']:
                 return StepResult(False, '%s: already done' % STEP_LABELS[step])
+            if step in ('bootstrap', 'checkout'):
+                self._refuse_missing_secrets(step)
             if self.check_mode:
                 return StepResult(True, '%s: would run' % STEP_LABELS[step])
             if self.ws['status'] != STEP_STATUS[step] and step != 'ready':
@@ -286,6 +288,10 @@ class CreateFlow:
             'guest_root', 'ssh_user', 'ssh_port', 'agent_user', 'tags'))
         # Stored under a name the journal does not mask: it is the key file's path, not the key.
         req['ssh_key_path'] = self.params['ssh_private_key']
+        # Which secrets the request came with (names, never values), so that a run resuming it without them
+        # (a reconcile without the vault) is refused before a step goes on with none.
+        req['inputs'] = {'agent_env': sorted(self.params.get('agent_credentials') or {}),
+                         'git_login': bool(self.params.get('git_token'))}
         validate_repo(req['repo'])
         validate_ref(req['ref'])
         if req['agent'] not in req['agents']:
@@ -323,6 +329,8 @@ class CreateFlow:
             raise CreateError('A workspace named %r exists with other parameters (%s). Choose another name, or '
                               'destroy it first.' % (self.name, ', '.join('%s: %r, not %r' % (
                                   k, ws['params'].get(k), req[k]) for k in different)), step='request')
+        for step in ('bootstrap', 'checkout'):
+            self._refuse_missing_secrets(step)
         key = self.params.get('idempotency_key')
         if key and not self.check_mode:
             claim = self.journal.begin_idempotent(key, 'create', self._idempotency_request(req), owner=Owner.of_run())
@@ -339,6 +347,26 @@ class CreateFlow:
                        params=dict(ws['params'], **changed))
         return StepResult(True, 'request: already recorded (%s); new %s for the next brief'
                           % (ws['status'], ', '.join(sorted(changed))))
+
+    def _refuse_missing_secrets(self, step):
+        """Refuse, changing nothing, a run that is to do ``step`` without the secrets the workspace was requested with.
+
+        Written without them, the agent would start with no API key, or the clone would fail asking for a login.
+        """
+        if step in self.ws['progress']:
+            return
+        inputs = self.ws['params'].get('inputs') or {}
+        if step == 'bootstrap' and inputs.get('agent_env') and not self.params.get('agent_credentials'):
+            missing = 'agent_credentials (%s)' % ', '.join(inputs['agent_env'])
+        elif step == 'checkout' and inputs.get('git_login') and not self.params.get('git_token'):
+            missing = 'git_token'
+        else:
+            return
+        err = CreateError('Workspace %r was requested with %s, and this run passes none, so its %s step cannot go on. '
+                          'Pass them again as in the first request (extra vars from a vault or an AWX credential); '
+                          'reconcile needs them too to resume it.' % (self.name, missing, step), step=step)
+        err.recorded = True  # a run short of input: nothing about the workspace failed, its record stays as it was
+        raise err
 
     def _result(self):
         """What a request with an idempotency key replays."""

@@ -138,9 +138,8 @@ def _clone(guest, layout, ssh_user, repo, ref, askpass, git_token, git_username,
         result = guest.run(as_agent(layout, ssh_user, script), timeout=timeout, what='git clone')
     except SshCommandFailed as exc:
         said = '%s' % (exc.details.get('stderr_tail') or exc)
-        raise GuestError('Cloning %s at %r into %s failed: %s%s' % (repo, ref, layout.checkout, said,
-                                                                   _credentials_hint(said, git_token)),
-                         step='checkout')
+        hint = _credentials_hint(said, git_token)
+        raise GuestError('Cloning %s at %r into %s failed: %s%s' % (repo, ref, layout.checkout, said, hint), step='checkout')
     return result.stdout.split()[-1]
 
 

@@ -162,11 +162,16 @@ options:
       - Environment variables the agent needs (API keys). Written by the V(bootstrap) step into one file readable
         only by the agent user, read by the runner when it starts the agent; never on a command line, in the journal
         or in the output.
+      - The V(request) step records the variables' names (never their values). A later run that is to do the
+        V(bootstrap) step without any O(agent_credentials) (a resume by reconcile without the vault) is refused
+        with what to pass, and nothing changes.
     type: dict
   git_token:
     description:
       - Token for cloning a private repository over HTTPS. Used only by the V(checkout) step, through a temporary
         helper that is removed afterwards, on success and on failure.
+      - The V(request) step records that one was given; a later run that is to do the V(checkout) step without it
+        is refused with what to pass, and nothing changes.
     type: str
   git_username:
     description: User name sent with O(git_token).

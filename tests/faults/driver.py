@@ -97,6 +97,7 @@ class Run:
     def create(self, name, request, secrets):
         """roles/workspace_create."""
         request_args = dict(request, name=name, step='request')
+        request_args.update((k, secrets[k]) for k in ('agent_credentials', 'git_token') if secrets.get(k))
         self.call('workspace_create', request_args, check=True)
         op = self.call('queue', {'kind': 'create', 'target': name, 'timeout': 600,
                                  'params': dict((k, request.get(k)) for k in ('repo', 'ref', 'purpose', 'template'))})
@@ -162,9 +163,12 @@ class Run:
             try:
                 resumed.append([name, self.create(name, request, secrets)])
             except TaskFailed as failed:
-                # The playbook ignores one resume's failure so that the others still run.
+                # One resume's failure does not keep the others from running; the play fails after all were tried.
                 resumed.append([name, 'failed: %s' % failed])
-        return 'reconciled: %s' % json.dumps({'report': found.get('report'), 'resumed': resumed})
+        said = json.dumps({'report': found.get('report'), 'resumed': resumed})
+        if any(outcome.startswith('failed') for dummy, outcome in resumed):
+            raise TaskFailed('reconcile: could not resume', {'msg': said})
+        return 'reconciled: %s' % said
 
     def execute(self):
         outcomes = []

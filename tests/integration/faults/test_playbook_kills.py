@@ -65,3 +65,37 @@ def test_a_destroy_playbook_killed_after_its_delete_was_answered_is_finished_by_
     found, leaks, view = invariants.check(site, [name], {}, site.requests(), site.secret(), site.clones(), site.since)
     assert found == dict((k, []) for k in invariants.NAMES) and leaks == {} and name not in view.ours.values()
     assert os.path.exists(site.journal_path)
+
+
+def test_reconcile_refuses_resumes_that_lack_their_secrets_tries_them_all_and_finishes_them_once_given(site, tmp_path):
+    names = ['pb-resume-a', 'pb-resume-b']
+    runner = playbook_site(site)
+    for name in names:
+        trace = str(tmp_path / name)
+        killed = runner.playbook('create.yml', env={failpoint.TRACE_ENV: trace, failpoint.KILL_ENV: Kill(
+            name, 'create.clone pve POST /nodes/*/lxc/*/clone').env()}, **run_vars(site, name))
+        assert killed.returncode == -9 and read_trace(trace)[-1][0] == name
+    with site.journal() as journal:
+        before = dict((name, journal.get_workspace(name)) for name in names)
+        history = dict((name, len(journal.events(name))) for name in names)
+    assert [ws['status'] for ws in before.values()] == ['provisioning', 'provisioning']
+
+    # A reconcile without the vault: both resumes are tried and refused before their turn, with what to pass.
+    without = runner.playbook('reconcile.yml')
+    assert not without.ok
+    assert "Workspace 'pb-resume-a' was requested with agent_credentials (AGENT_API_KEY)" in without.output
+    assert "Workspace 'pb-resume-b' was requested with agent_credentials (AGENT_API_KEY)" in without.output
+    assert 'Could not resume pb-resume-a, pb-resume-b' in without.output
+    with site.journal() as journal:
+        assert dict((name, journal.get_workspace(name)) for name in names) == before
+        assert dict((name, len(journal.events(name))) for name in names) == history
+
+    # With the secrets as extra vars, as the create playbook takes them, reconcile finishes both.
+    given = runner.playbook('reconcile.yml', git_token=site.git_token, git_username=GIT_USER,
+                            agent_credentials={'AGENT_API_KEY': site.agent_key})
+    assert given.ok, given.output[-3000:]
+    found, leaks, view = invariants.check(site, names, {}, site.requests(), site.secret(), site.clones(), site.since)
+    assert found == dict((k, []) for k in invariants.NAMES) and leaks == {}
+    assert sorted(n for n in view.ours.values() if n in names) == names
+    with site.journal() as journal:
+        assert [journal.get_workspace(name)['status'] for name in names] == ['ready', 'ready']

@@ -31,9 +31,12 @@ $(STAMP): requirements.txt requirements-test.txt scripts/link-collection.sh
 	scripts/link-collection.sh $(VENV)
 	touch $@
 
+# The integration tests (two pytest workers) and the CI-size fault matrix run side by side: much of both is
+# waiting (tasks, SSH, the try-out cluster), so together they take little longer than the integration tests
+# alone. Each one's output is printed whole when it ends.
 test: venv
-	$(MAKE) --no-print-directory unit sanity lint integration
-	$(MAKE) --no-print-directory faults FAULTS_SIZE=ci
+	$(MAKE) --no-print-directory unit sanity lint
+	$(MAKE) --no-print-directory -j2 --output-sync=target integration faults FAULTS_SIZE=ci
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit
@@ -45,8 +48,10 @@ sanity: venv
 lint: venv
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ansible-lint
 
+# TEST_JOBS pytest workers, each taking whole test files (a file's tests share their try-out cluster).
+TEST_JOBS ?= 2
 integration: venv
-	$(BIN)/python -m pytest tests/integration
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile tests/integration
 
 # The crash-safety matrix (docs/faults.md): every kill point and lost response of create and destroy, the races and
 # seeded random schedules; prints the table and writes it as JSON to build/faults-$(FAULTS_SIZE).json.

@@ -173,11 +173,11 @@ def runner_source():
     return inspect.getsource(agent_runner)
 
 
-def runner_call(guest, layout, ssh_user, request, timeout=10):
+def runner_call(guest, layout, ssh_user, request, timeout=10, point=True):
     """Send one request to the runner; returns its answer (``alive`` False when it does not answer)."""
     command = 'python3 %s call --socket %s --timeout %s -' % (q(layout.runner), q(layout.socket), int(timeout))
     result = guest.run(as_agent(layout, ssh_user, command), stdin=json.dumps(request), check=False,
-                       timeout=timeout + 10, what='runner %s' % request.get('op'))
+                       timeout=timeout + 10, what='runner %s' % request.get('op'), point=point)
     try:
         return json.loads(result.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -196,20 +196,27 @@ def install_runner(guest, layout, ssh_user, agents, timeout=30):
     write_runner_config(guest, layout, agents)
     if runner_call(guest, layout, ssh_user, {'op': 'ping'}).get('alive'):
         return False
-    start = ('cd %s && setsid python3 %s serve --state-dir %s --socket %s --config %s >>%s 2>&1 </dev/null &'
+    start = ('cd %s && setsid python3 %s serve --state-dir %s --socket %s --config %s >>%s 2>&1 </dev/null & echo $!'
              % (q(layout.state), q(layout.runner), q(layout.state), q(layout.socket), q(layout.runner_config),
                 q(layout.runner_log)))
-    guest.run(as_agent(layout, ssh_user, start), what='start the agent runner')
+    pid = guest.run(as_agent(layout, ssh_user, start), what='start the agent runner').stdout.strip()
 
     def probe(remaining):
-        answer = runner_call(guest, layout, ssh_user, {'op': 'ping'}, timeout=max(min(remaining, 5), 1))
-        return waiter.done(answer) if answer.get('alive') else waiter.pending(answer)
+        answer = runner_call(guest, layout, ssh_user, {'op': 'ping'}, timeout=max(min(remaining, 5), 1), point=False)
+        if answer.get('alive'):
+            return waiter.done(answer)
+        # A runner that exited (it could not serve) will not answer later: no point waiting out the timeout.
+        if pid.isdigit() and guest.run(['test', '-d', '/proc/%s' % pid], check=False, what='runner alive',
+                                       point=False).rc != 0:
+            return waiter.failed(answer)
+        return waiter.pending(answer)
 
     result = waiter.wait_for(probe, timeout, waiter.Backoff(start=0.1, maximum=1.0))
     if not result.ok:
         log = guest.run('tail -n 15 %s' % q(layout.runner_log), check=False, what='runner log').stdout
-        raise GuestError('The agent runner did not answer within %d s. Its log ends:\n%s' % (timeout, log.strip()),
-                         step='runner')
+        why = ('exited after %.1f s' % result.elapsed if result.outcome == waiter.FAILED
+               else 'did not answer within %d s' % timeout)
+        raise GuestError('The agent runner %s. Its log ends:\n%s' % (why, log.strip()), step='runner')
     return True
 
 

@@ -149,12 +149,13 @@ class Guest:
     def __exit__(self, *exc):
         self.close()
 
-    def run(self, command, stdin=None, timeout=120.0, check=True, what=None):
+    def run(self, command, stdin=None, timeout=120.0, check=True, what=None, point=True):
         """Run ``command`` (a string for the remote shell, or an argv list that is quoted here).
 
         ``stdin`` (str or bytes) is written to the command's standard input and closed: the place
         for secrets. Raises SshCommandFailed on a non-zero status when ``check``, SshDropped when
-        the connection breaks before the status arrives.
+        the connection breaks before the status arrives. ``point=False`` for a look repeated while
+        waiting: how often it runs depends on timing, so it is no failpoint (see failpoint.py).
         """
         if isinstance(command, (list, tuple)):
             command = ' '.join(shlex.quote(str(part)) for part in command)
@@ -177,7 +178,8 @@ class Guest:
         except (socket.error, self._pm.SSHException, EOFError) as exc:
             raise SshDropped('%s: the connection broke while "%s" ran (%s); its outcome is unknown.'
                              % (self.where, what, exc), address=self.host)
-        failpoint.reached('ssh ' + what)
+        if point:
+            failpoint.reached('ssh ' + what)
         result = CommandResult(rc, out.decode('utf-8', 'replace'), err.decode('utf-8', 'replace'))
         if check and rc != 0:
             raise SshCommandFailed('%s: "%s" failed with exit status %d: %s'

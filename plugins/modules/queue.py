@@ -268,7 +268,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError, JournalMissing
 from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal, claim_parts, resolve_path
 from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import Owner, hostname, run_pid
@@ -310,6 +310,22 @@ def argument_spec():
     )
     spec.update(journal_argument_spec())
     return spec
+
+
+def without_journal(params, path, missing):
+    """The check-mode answer on a controller that has no journal yet: an empty queue."""
+    if params['state'] in ('claimed', 'enqueued'):
+        try:
+            kind, target_type = Queue.check_request(params['kind'], params['target'], params['target_type'],
+                                                    params['source'])
+        except EphemeraError as err:
+            return dict(failed=True, msg=str(err), journal_path=path)
+        if kind != 'create' and target_type == 'workspace':
+            return dict(failed=True, msg='%s Workspace %r is not known to it.' % (missing, params['target']),
+                        journal_path=path)
+        return dict(changed=True, claimed=False, claim=None, folded=False, resumed=False, entry=None,
+                    would={'action': 'run', 'entry_id': None, 'ahead': []}, journal_path=path)
+    return dict(changed=False, entry=None, journal_path=path)
 
 
 def run_claimed(queue, params, check_mode):
@@ -370,7 +386,10 @@ def main():
                              'it this run has no right to write for the operation.' % state, journal_path=path)
     try:
         owner = Owner.of_run(lease_seconds=params['lease'])
-        journal = Journal.open(path, actor='%s pid %d' % (hostname(), run_pid()))
+        # Check mode writes nothing, and that includes making the journal on a controller's first run.
+        journal = Journal.open(path, create=not module.check_mode, actor='%s pid %d' % (hostname(), run_pid()))
+    except JournalMissing as err:
+        module.exit_json(**without_journal(params, path, err))
     except EphemeraError as err:
         module.fail_json(msg=str(err), journal_path=path, **err.details)
     with journal:

@@ -194,7 +194,7 @@ options:
     type: int
     default: 120
   runner_timeout:
-    description: Seconds to wait for the agent runner to answer.
+    description: Seconds to wait for the agent runner to answer; a runner whose process exited fails the step at once.
     type: int
     default: 60
 '''

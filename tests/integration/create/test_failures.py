@@ -179,13 +179,15 @@ def test_agent_runner_that_does_not_come_up_keeps_the_container_and_only_its_ste
         made = os.path.join(made, os.path.relpath(obstacle, made).split(os.sep)[0])
     os.makedirs(obstacle)
     try:
-        request = request_vars(repo.url, name, ephemera_runner_timeout=3)
+        # A long timeout: a runner that exited is seen as such at once, not waited for.
+        request = request_vars(repo.url, name, ephemera_runner_timeout=120)
         run = controller.create(request)
     finally:
         shutil.rmtree(made)
     assert not run.ok and run.failure()[0].startswith('11/13'), run.explain()
     ws = controller.workspace(name)
     assert (ws['status'], ws['failure']['step'], ws['failure']['phase']) == ('failed', 'runner', 'registering')
+    assert 'The agent runner exited after' in ws['failure']['message']
     assert 'something other than a socket' in ws['failure']['message']
     assert controller.guests()[ws['vmid']]['status'] == 'running'
     # The guest is repaired; the rerun runs the runner step and what follows, nothing before it.

@@ -141,3 +141,17 @@ def test_the_same_idempotency_key_replays_the_first_result(keyed):
     assert not other.ok
     assert 'The idempotency key was already used for a different create request' in other.failure()[1]['msg']
     assert keyed.workspace('keyed-2') is None
+
+
+def test_check_mode_on_a_controller_with_no_journal_yet_writes_nothing(cluster, repo, tmp_path):
+    ctl = Controller(cluster, tmp_path)
+    guests = ctl.cluster_state()
+    try:
+        run = ctl.create(request_vars(repo.url, 'first-look'), check=True)
+    finally:
+        ctl.stop()
+    assert run.ok, run.explain()
+    assert 'would' in run.step_results()[1]['msg']
+    # Neither the queue nor a step made the journal or the controller's secret on this first, looking-only run.
+    assert not os.path.exists(ctl.journal_path) and not os.path.exists(ctl.journal_path + '.secret')
+    assert ctl.cluster_state() == guests

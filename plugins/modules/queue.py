@@ -313,16 +313,15 @@ def argument_spec():
 
 
 def without_journal(params, path, missing):
-    """The check-mode answer on a controller that has no journal yet: an empty queue."""
+    """The check-mode answer on a controller that has no journal yet: an empty queue (a failure when it has a msg)."""
     if params['state'] in ('claimed', 'enqueued'):
         try:
             kind, target_type = Queue.check_request(params['kind'], params['target'], params['target_type'],
                                                     params['source'])
         except EphemeraError as err:
-            return dict(failed=True, msg=str(err), journal_path=path)
+            return dict(msg=str(err), journal_path=path)
         if kind != 'create' and target_type == 'workspace':
-            return dict(failed=True, msg='%s Workspace %r is not known to it.' % (missing, params['target']),
-                        journal_path=path)
+            return dict(msg='%s Workspace %r is not known to it.' % (missing, params['target']), journal_path=path)
         return dict(changed=True, claimed=False, claim=None, folded=False, resumed=False, entry=None,
                     would={'action': 'run', 'entry_id': None, 'ahead': []}, journal_path=path)
     return dict(changed=False, entry=None, journal_path=path)
@@ -389,7 +388,10 @@ def main():
         # Check mode writes nothing, and that includes making the journal on a controller's first run.
         journal = Journal.open(path, create=not module.check_mode, actor='%s pid %d' % (hostname(), run_pid()))
     except JournalMissing as err:
-        module.exit_json(**without_journal(params, path, err))
+        answer = without_journal(params, path, err)
+        if 'msg' in answer:
+            module.fail_json(**answer)
+        module.exit_json(**answer)
     except EphemeraError as err:
         module.fail_json(msg=str(err), journal_path=path, **err.details)
     with journal:

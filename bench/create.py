@@ -35,8 +35,8 @@ sys.path[0] = ROOT
 
 from tests.localpve import LocalCluster  # noqa: E402 pylint: disable=wrong-import-position
 from tests.localpve.guests import stop_leftovers  # noqa: E402 pylint: disable=wrong-import-position
-from ansible_collections.ephemera.workspaces.plugins.module_utils.create import STEPS  # noqa: E402 pylint: disable=wrong-import-position
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal  # noqa: E402 pylint: disable=wrong-import-position
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import STEPS  # noqa: E402 pylint: disable=wrong-import-position
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal  # noqa: E402 pylint: disable=wrong-import-position
 
 BIN = os.path.dirname(sys.executable)
 PLAYBOOK = os.path.join(ROOT, 'playbooks', 'create.yml')

@@ -34,9 +34,9 @@ from fakepve.server import FakePve
 
 from bench.fakepve_site import Server, index_guests
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
-from ansible_collections.ephemera.workspaces.plugins.module_utils.create import STEPS
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import STEPS
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 
 BIN = os.path.dirname(sys.executable)
 POOL = 'disposable-workspaces'
@@ -77,10 +77,10 @@ def build(size, workdir):
     by_id = index_guests(pve)
     members, others, plan = layout(size)
     journal_path = os.path.join(workdir, 'journal.sqlite')
-    secret = marker.load_secret(journal_path)
+    secret = ownership.load_secret(journal_path)
     status_of = dict((vmid, (name, status)) for name, (status, vmid) in plan.items() if vmid is not None)
     with Journal.open(journal_path) as journal:
-        controller = marker.controller_id(secret)
+        controller = ownership.controller_id(secret)
         for name, (status, vmid) in sorted(plan.items()):
             failed = status == 'failed'
             progress = dict((step, '2026-01-01T00:00:00Z') for step in STEPS[:{'ready': 13, 'booting': 6,
@@ -97,7 +97,7 @@ def build(size, workdir):
         config = {'net0': 'name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:%02X:%02X,ip=%s/8' % (
             vmid // 256 % 256, vmid % 256, address_of(vmid)), 'tags': 'ephemera' if vmid < OTHER_BASE else 'other'}
         if status is not None:
-            config['description'] = marker.render(secret, controller, name, vmid)
+            config['description'] = ownership.render(secret, controller, name, vmid)
             name = 'agent-' + name
         ct = pve.add_ct(vmid, name, node='pve%d' % (1 + vmid % NODES), status='running' if running else 'stopped',
                         config=config)

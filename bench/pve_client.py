@@ -15,7 +15,7 @@ from fakepve.certs import make_cert
 from fakepve.server import FakePve
 
 # .venv links this checkout as ansible_collections/ephemera/workspaces (make venv).
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import PveClient, PveTaskFailed
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import PveClient, PveTaskFailed
 
 
 def serve(time_scale):

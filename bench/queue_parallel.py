@@ -88,7 +88,7 @@ def one_run(workdir, hosts, hold, same_target, playbook_name='op.yml'):
     names = ['ws%02d' % n for n in range(hosts)]
     # The workspaces exist in the journal, as a reconcile needs.
     subprocess.run([sys.executable, '-c', 'import sys\n'
-                    'from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal\n'
+                    'from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal\n'
                     'j = Journal.open(sys.argv[1])\n'
                     '[j.create_workspace(n) for n in sys.argv[2:]]', journal] + names, check=True)
     extra = ['-e', 'hold=%s' % hold] + (['-e', 'target=ws00'] if same_target else [])

@@ -25,10 +25,10 @@ from fakepve.certs import make_cert
 from fakepve.server import FakePve
 
 from bench.fakepve_site import Server
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import PveClient
-from ansible_collections.ephemera.workspaces.plugins.module_utils.reconcile import Reconciler
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import PveClient
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.reconcile import Reconciler
 
 POOL = 'disposable-workspaces'
 NODES = 8
@@ -44,8 +44,8 @@ def build(workdir, records, containers, pending):
     # No lookup index here (see bench/inventory.py): destructions must really remove containers from the fake.
     by_id = {}
     journal_path = os.path.join(workdir, 'journal.sqlite')
-    secret = marker.load_secret(journal_path)
-    controller = marker.controller_id(secret)
+    secret = ownership.load_secret(journal_path)
+    controller = ownership.controller_id(secret)
     ours = list(range(1000, 1000 + containers // 2))
     others = list(range(100000, 100000 + containers - len(ours)))
     orphans = ours[records:]
@@ -75,7 +75,7 @@ def build(workdir, records, containers, pending):
     for vmid in ours:
         name = named.get(vmid, 'lost-%d' % vmid)
         ct = pve.add_ct(vmid, 'agent-' + name, node='pve%d' % (1 + vmid % NODES), status='running',
-                        config={'description': marker.render(secret, controller, name, vmid), 'tags': 'ephemera'})
+                        config={'description': ownership.render(secret, controller, name, vmid), 'tags': 'ephemera'})
         by_id[vmid] = ct
     for vmid in others:
         by_id[vmid] = pve.add_ct(vmid, 'other-%d' % vmid, node='pve%d' % (1 + vmid % NODES), status='running')

@@ -128,11 +128,11 @@ from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.unsafe_proxy import wrap_var
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
-from ansible_collections.ephemera.workspaces.plugins.module_utils.create import STEPS
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError, JournalMissing
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import WORKSPACE_STATUSES, Journal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import STEPS
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import WORKSPACE_STATUSES, Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
     ENV_VARS,
     PveApiError,
     PveAuthError,
@@ -142,7 +142,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import (
     client_from_params,
     connection_options,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 
 SNAPSHOT_VERSION = 1
 CONNECTION_OPTIONS = ('api_host', 'api_port', 'api_user', 'api_password', 'api_token_id', 'api_token_secret',
@@ -329,21 +329,21 @@ def assemble(records, debts, operations, resources, pools):
 
 
 def marker_verdict(description, secret, controller, workspace=None, vmid=None):
-    """marker.verify, or without the controller secret as much as the marker shows: absent, foreign or
+    """ownership.verify, or without the controller secret as much as the marker shows: absent, foreign or
     unverified (ours by its words, but no secret to check the token with)."""
     if secret is not None:
-        return marker.verify(description, secret, controller, workspace=workspace, vmid=vmid)
-    fields = marker.parse(description)
+        return ownership.verify(description, secret, controller, workspace=workspace, vmid=vmid)
+    fields = ownership.parse(description)
     if fields is None:
-        return marker.ABSENT
+        return ownership.ABSENT
     if controller is not None and fields.get('controller') != controller:
-        return marker.FOREIGN
+        return ownership.FOREIGN
     return 'unverified'
 
 
 def apply_marker(snapshot, ws_or_orphan, description, secret, controller):
     """Record a config read's verdict on a workspace (whose container bears another name) or an orphan."""
-    fields = marker.parse(description) or {}
+    fields = ownership.parse(description) or {}
     if 'reason' in ws_or_orphan:
         ws_or_orphan['marker'] = marker_verdict(description, secret, controller, vmid=ws_or_orphan['vmid'])
         ws_or_orphan['marker_workspace'] = fields.get('workspace')
@@ -351,7 +351,7 @@ def apply_marker(snapshot, ws_or_orphan, description, secret, controller):
     ws = ws_or_orphan
     verdict = marker_verdict(description, secret, controller, workspace=ws['name'], vmid=ws['vmid'])
     ws['marker'] = verdict
-    if verdict == marker.VERIFIED:
+    if verdict == ownership.VERIFIED:
         return
     # The container at the journal's vmid does not prove to be this workspace: a foreign guest took the id.
     view = ws.pop('live')
@@ -558,7 +558,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if jobs:
             secret = self._secret(journal_path)
             # Markers name the controller by an id derived from its secret, not by the journal's id.
-            controller = marker.controller_id(secret) if secret is not None else None
+            controller = ownership.controller_id(secret) if secret is not None else None
             self._run_jobs(snapshot, jobs, client, controller, secret)
         for ws in snapshot['workspaces']:
             ws.pop('live', None)
@@ -598,8 +598,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     def _secret(self, journal_path):
         given = self.get_option('controller_secret')
         try:
-            if given or os.path.exists(marker.secret_path(journal_path)):
-                return marker.load_secret(journal_path, given)
+            if given or os.path.exists(ownership.secret_path(journal_path)):
+                return ownership.load_secret(journal_path, given)
         except EphemeraError as err:
             self.display.warning('%s: %s Orphan markers are checked without it.' % (self._path, err))
         return None

@@ -160,8 +160,8 @@ kind:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.common import fail_from
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import fail_from
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
     PVE_IMPORT_ERROR, PVE_MISSING_LIBRARY, PveError, client_from_params, connection_argument_spec)
 
 

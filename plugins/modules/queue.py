@@ -267,12 +267,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError, JournalMissing
-from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal, claim_parts, resolve_path
-from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import Owner, hostname, run_pid
-from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, claim_parts, resolve_path
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner, hostname, run_pid
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import (
     ACTIVE,
     CLAIMED,
     KINDS,

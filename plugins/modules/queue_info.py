@@ -162,10 +162,10 @@ journal_path:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError, JournalMissing
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal, resolve_path
-from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import KINDS, STATES, TARGET_TYPES, Queue, render_tree
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, resolve_path
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import KINDS, STATES, TARGET_TYPES, Queue, render_tree
 
 
 def main():

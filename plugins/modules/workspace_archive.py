@@ -222,11 +222,11 @@ notes:
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.archive import ENV_VAR, DEFAULT_PUSH_PREFIX, ArchiveFlow
-from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec, open_journal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ENV_VAR, DEFAULT_PUSH_PREFIX, ArchiveFlow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec, open_journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 
 
 def argument_spec():

@@ -240,14 +240,15 @@ from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec, open_journal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.create import STEP_LABELS, STEPS, CreateFlow
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError, JournalMissing
-from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import DEFAULT_AGENTS
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal, resolve_path
-from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint, marker
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import client_from_params, connection_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec, open_journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import STEP_LABELS, STEPS, CreateFlow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.operations import DEFAULT_AGENTS
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, resolve_path
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 
 # Steps that never talk to the Proxmox API.
 GUEST_STEPS = ('ssh', 'bootstrap', 'checkout', 'runner', 'brief', 'ready')
@@ -310,10 +311,10 @@ def hide_repo_password(module, repo):
 
 def controller_secret(journal_path, given, check_mode):
     """The controller secret; in check mode a throwaway one instead of making the file (no marker can exist yet)."""
-    if check_mode and not given and not os.environ.get(marker.SECRET_ENV) \
-            and not os.path.exists(marker.secret_path(journal_path)):
-        return os.urandom(marker.SECRET_BYTES)
-    return marker.load_secret(journal_path, given)
+    if check_mode and not given and not os.environ.get(ownership.SECRET_ENV) \
+            and not os.path.exists(ownership.secret_path(journal_path)):
+        return os.urandom(ownership.SECRET_BYTES)
+    return ownership.load_secret(journal_path, given)
 
 
 def main():

@@ -117,12 +117,13 @@ details:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec, open_journal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.destroy import STEP_LABELS, DestroyFlow, destroy_orphan
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint, marker
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import client_from_params, connection_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec, open_journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEP_LABELS, DestroyFlow, destroy_orphan
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 
 
 def argument_spec():
@@ -160,7 +161,7 @@ def main():
     with open_journal(module) as journal:
         try:
             client = client_from_params(params)
-            secret = marker.load_secret(journal.path, params['controller_secret'])
+            secret = ownership.load_secret(journal.path, params['controller_secret'])
             if params['vmid'] is not None:
                 outcome = destroy_orphan(journal, client, secret, params['vmid'], params['node'],
                                          task_timeout=params['task_timeout'], check_mode=module.check_mode)

@@ -153,15 +153,15 @@ journal_path:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError, JournalMissing
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import (
     WORKSPACE_ACTIVITIES,
     WORKSPACE_STATUSES,
     Journal,
     resolve_path,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 
 
 def read_workspaces(journal, name=None, status=None, activity=None, events=False, events_limit=50):

@@ -99,11 +99,11 @@ resume_create:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.common import journal_argument_spec, open_journal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import client_from_params, connection_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.reconcile import Reconciler
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec, open_journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.reconcile import Reconciler
 
 
 def main():
@@ -121,7 +121,7 @@ def main():
     with open_journal(module) as journal:
         try:
             client = client_from_params(module.params)
-            secret = marker.load_secret(journal.path, module.params['controller_secret'])
+            secret = ownership.load_secret(journal.path, module.params['controller_secret'])
             reconciler = Reconciler(journal, client, secret, module.params, check_mode=module.check_mode)
             result = reconciler.run()
         except EphemeraError as err:

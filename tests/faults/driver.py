@@ -25,8 +25,8 @@ import traceback
 
 from ansible.module_utils import basic
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.create import STEPS as CREATE_STEPS
-from ansible_collections.ephemera.workspaces.plugins.module_utils.destroy import STEPS as DESTROY_STEPS
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import STEPS as CREATE_STEPS
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS
 
 MODULES = ('workspace_create', 'workspace_destroy', 'workspace_reconcile', 'workspace_archive', 'workspace_info',
            'queue')

@@ -16,11 +16,11 @@ account for: no record, a destroyed record, or a record naming another VMID.
 import os
 import re
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import guest as guest_ops
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import epoch
-from ansible_collections.ephemera.workspaces.plugins.module_utils.reconcile import Reconciler
-from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import Guest, SshError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import epoch
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.reconcile import Reconciler
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import Guest, SshError
 
 NAMES = ('ready', 'destroyed', 'unrecorded', 'foreign', 'credentials', 'events')
 # Mutating requests and the journal action that must announce them.
@@ -40,13 +40,13 @@ class ClusterView:
 
     def __init__(self, site, secret):
         self.containers = site.containers()
-        controller = marker.controller_id(secret)
+        controller = ownership.controller_id(secret)
         self.ours = {}
         self.foreign = {}
         for vmid, (dummy, config, resource) in self.containers.items():
             description = config.get('description')
-            name = (marker.parse(description) or {}).get('workspace')
-            if name and marker.verify(description, secret, controller, name, vmid) == marker.VERIFIED:
+            name = (ownership.parse(description) or {}).get('workspace')
+            if name and ownership.verify(description, secret, controller, name, vmid) == ownership.VERIFIED:
                 self.ours[vmid] = name
             else:
                 self.foreign[vmid] = dict((k, v) for k, v in config.items() if k not in IGNORED_CONFIG_KEYS)

@@ -22,9 +22,9 @@ import threading
 import time
 import urllib.parse
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import PveClient
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import PveClient
 from tests.integration.create.gitserver import GitHttpServer, Repo
 from tests.localpve import system
 from tests.localpve.cluster import LocalCluster
@@ -238,8 +238,8 @@ class FaultSite:
         return Journal.open(self.journal_path, create=False)
 
     def secret(self):
-        from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
-        return marker.load_secret(self.journal_path)
+        from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+        return ownership.load_secret(self.journal_path)
 
     def guest_root(self, vmid):
         return self.info['guest_root'].replace('{vmid}', str(vmid))

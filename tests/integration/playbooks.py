@@ -47,7 +47,7 @@ class Cluster:
 
     def api(self):
         """A PveClient straight to the API (not through the fault proxy), with the cluster's token."""
-        from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import PveClient
+        from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import PveClient
         return PveClient(self.info['api_url'], api_token_id=self.info['token_id'],
                          api_token_secret=self.info['token_secret'], ca_file=self.info['ca_file'])
 
@@ -153,7 +153,7 @@ class Site:
         return self.playbook('create.yml', inventories=[inventory], forks=forks, **values)
 
     def journal(self):
-        from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
+        from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
         return Journal.open(self.journal_path, create=False)
 
     def workspace(self, name):
@@ -161,8 +161,8 @@ class Site:
             return journal.get_workspace(name)
 
     def secret(self):
-        from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
-        return marker.load_secret(self.journal_path)
+        from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+        return ownership.load_secret(self.journal_path)
 
 
 @contextlib.contextmanager

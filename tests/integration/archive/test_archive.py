@@ -15,8 +15,8 @@ import subprocess
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.archive import ArchiveError, ArchiveFlow
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveError, ArchiveFlow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 
 from tests.localpve.clients import proxmox, wait_task
 

@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import JournalMissing
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import JournalMissing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 from tests.localpve import proxmox, system
 
 BIN = os.path.dirname(sys.executable)
@@ -213,10 +213,10 @@ class Controller:
         return data
 
     def secret(self):
-        return marker.load_secret(self.journal_path)
+        return ownership.load_secret(self.journal_path)
 
     def controller_id(self):
-        return marker.controller_id(self.secret())
+        return ownership.controller_id(self.secret())
 
     # ------------------------------------------------------------- cluster
 
@@ -240,13 +240,13 @@ class Controller:
                     for vmid, g in self.guests().items())
 
     def marker_verdict(self, vmid, name):
-        return marker.verify(self.config(vmid).get('description'), self.secret(), self.controller_id(), name, vmid)
+        return ownership.verify(self.config(vmid).get('description'), self.secret(), self.controller_id(), name, vmid)
 
     def ours(self, name):
         """VMIDs of the containers whose marker verifies for workspace ``name`` of this controller."""
         return sorted(vmid for vmid, g in self.guests().items()
-                      if marker.verify(self.config(vmid, g['node']).get('description'), self.secret(),
-                                       self.controller_id(), name, vmid) == marker.VERIFIED)
+                      if ownership.verify(self.config(vmid, g['node']).get('description'), self.secret(),
+                                       self.controller_id(), name, vmid) == ownership.VERIFIED)
 
     def guest_root(self, vmid):
         return self.info['guest_root'].replace('{vmid}', str(vmid))

@@ -9,7 +9,7 @@ import os
 import shutil
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from tests.localpve import wait_task
 
 from .conftest import GIT_USER
@@ -89,7 +89,7 @@ def test_boot_failed_the_container_stays_failed_for_diagnosis_and_a_retry_starts
     # Kept for diagnosis: the container is there, stopped, and provably ours (so a destroy may delete it).
     vmid = ws['vmid']
     assert controller.guests()[vmid]['status'] == 'stopped'
-    assert controller.marker_verdict(vmid, name) == marker.VERIFIED
+    assert controller.marker_verdict(vmid, name) == ownership.VERIFIED
     rerun = controller.create(request_vars(repo.url, name))
     ws = assert_one_ready(controller, name, rerun)
     assert ws['vmid'] == vmid

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from tests.localpve import ssh, ssh_run
 
 from .conftest import GIT_USER
@@ -70,7 +70,7 @@ def test_exactly_one_container_and_its_marker_verifies(happy):
     ws = happy.workspace(NAME)
     config = happy.config(ws['vmid'])
     assert happy.ours(NAME) == [ws['vmid']], (config, ws)
-    assert happy.marker_verdict(ws['vmid'], NAME) == marker.VERIFIED
+    assert happy.marker_verdict(ws['vmid'], NAME) == ownership.VERIFIED
     assert config['hostname'] == 'agent-%s' % NAME
     assert 'ephemera' in config['tags'].split(';')
     assert (config['cores'], config['memory']) == (2, 2048)
@@ -78,10 +78,10 @@ def test_exactly_one_container_and_its_marker_verifies(happy):
     guest = happy.guests()[ws['vmid']]
     assert (guest['status'], guest['pool'], guest['node']) == ('running', happy.info['pool'], ws['node'])
     # The marker does not verify on another VMID, nor for another workspace.
-    assert marker.verify(config['description'], happy.secret(), happy.controller_id(), NAME,
-                         ws['vmid'] + 1) == marker.MISMATCH
-    assert marker.verify(config['description'], happy.secret(), happy.controller_id(), 'other',
-                         ws['vmid']) == marker.MISMATCH
+    assert ownership.verify(config['description'], happy.secret(), happy.controller_id(), NAME,
+                         ws['vmid'] + 1) == ownership.MISMATCH
+    assert ownership.verify(config['description'], happy.secret(), happy.controller_id(), 'other',
+                         ws['vmid']) == ownership.MISMATCH
 
 
 def test_the_checkout_is_at_the_ref(happy, repo):

@@ -7,7 +7,7 @@ how a batch of workspaces is made in one job (docs/create.md).
 
 import json
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 
 from .createrun import WORKING_AGENT
 
@@ -56,7 +56,7 @@ def test_twenty_workspaces_in_one_run_while_a_foreign_client_grabs_vmids(control
     for vmid in sniped:
         config = controller.config(vmid)
         assert config['hostname'] == 'claimed-%d' % vmid
-        assert marker.verify(config.get('description'), secret, marker.controller_id(secret)) == marker.ABSENT
+        assert ownership.verify(config.get('description'), secret, ownership.controller_id(secret)) == ownership.ABSENT
     assert look_alike not in vmids and outside not in vmids
     # Each workspace that met a taken VMID moved on to another candidate, as its events say.
     moved = [e for name in names for e in controller.events(name) if e['action'] == 'candidate_vmid'

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import PveNotFound
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import PveNotFound
 from tests.integration.playbooks import site_with_workspaces
 
 NAMES = ['d-twice', 'd-absent', 'd-nomark', 'd-forged', 'd-copied', 'd-src', 'd-stubborn', 'd-lost', 'd-locked',
@@ -75,14 +75,14 @@ def test_destroy_of_an_already_absent_container_succeeds(site):
 
 
 def _forged(site, vmid):
-    return marker.render(b'not the controller secret', marker.controller_id(site.secret()), 'd-forged', vmid)
+    return ownership.render(b'not the controller secret', ownership.controller_id(site.secret()), 'd-forged', vmid)
 
 
 # Each container's description, rewritten by another user, and what the marker check makes of it.
 REWRITTEN = {
-    'd-nomark': (lambda site, vmid: 'somebody replaced this container', marker.ABSENT),
-    'd-forged': (_forged, marker.FORGED),
-    'd-copied': (lambda site, vmid: config(site, *ct(site, 'd-src'))['description'], marker.MISMATCH),
+    'd-nomark': (lambda site, vmid: 'somebody replaced this container', ownership.ABSENT),
+    'd-forged': (_forged, ownership.FORGED),
+    'd-copied': (lambda site, vmid: config(site, *ct(site, 'd-src'))['description'], ownership.MISMATCH),
 }
 
 

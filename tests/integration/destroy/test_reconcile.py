@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import PveNotFound
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import PveNotFound
 from tests.integration.playbooks import BIN, INVENTORY, site_with_workspaces
 
 NAMES = ['r-one', 'r-two', 'r-pending']

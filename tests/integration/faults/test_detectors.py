@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import PveClient
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import PveClient
 from tests.faults import invariants
 from tests.faults.matrix import Matrix, points_of
 from tests.faults.site import Kill
@@ -66,7 +66,7 @@ def test_a_container_of_ours_the_journal_does_not_know_is_a_leak(site, ready):
     vmid = int(site.api.get('/cluster/nextid'))
     upid = site.api.post('/nodes/%s/lxc/%d/clone' % (site.info['template_node'], site.info['template_vmid']),
                          newid=vmid, hostname='agent-ghost', pool=site.info['pool'],
-                         description=marker.render(secret, marker.controller_id(secret), 'ghost', vmid))
+                         description=ownership.render(secret, ownership.controller_id(secret), 'ghost', vmid))
     site.api.wait_task(upid)
     try:
         found, leaks, view = check(site, ['ghost'])

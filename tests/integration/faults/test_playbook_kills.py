@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from tests.faults import invariants
 from tests.faults.site import AGENTS, GIT_USER, Kill, read_trace
 from tests.integration.playbooks import Site

@@ -5,8 +5,8 @@ import signal
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.reconcile import Reconciler
-from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import Guest, SshDropped
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.reconcile import Reconciler
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import Guest, SshDropped
 from tests.faults.site import Kill
 from tests.localpve import system
 

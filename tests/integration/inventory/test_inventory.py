@@ -17,9 +17,9 @@ import sys
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import CLAIMED, Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import CLAIMED, Queue
 from tests.localpve import LocalCluster, clone_workspace, proxmox
 
 BIN = os.path.dirname(sys.executable)
@@ -96,12 +96,12 @@ def site(tmp_path_factory):
             for name in ('ws-ready', 'ws-broken'):
                 record = journal.get_workspace(name)
                 s.vmids[name], s.addresses[name] = record['vmid'], record['address']
-            secret = marker.load_secret(journal_path)
-            controller = marker.controller_id(secret)
+            secret = ownership.load_secret(journal_path)
+            controller = ownership.controller_id(secret)
             # A workspace as the destroy flow leaves it first: marked for destruction, container still there.
             gone = int(api.cluster.nextid.get())
             clone_workspace(api, cluster.info, hostname='agent-ws-gone', start=False, vmid=gone,
-                            description=marker.render(secret, controller, 'ws-gone', gone))
+                            description=ownership.render(secret, controller, 'ws-gone', gone))
             node = cluster.info['template_node']
             journal.create_workspace('ws-gone', status='destroying', desired_state='destroyed', vmid=gone, node=node,
                                      repo='file://' + repo, ref='main', purpose='done',
@@ -111,7 +111,7 @@ def site(tmp_path_factory):
         s.orphans['bare'] = clone_workspace(api, cluster.info, hostname='stray', start=False).vmid
         lost = int(api.cluster.nextid.get())
         s.orphans['lost'] = clone_workspace(api, cluster.info, hostname='agent-ws-lost', start=False, vmid=lost,
-                                            description=marker.render(secret, controller, 'ws-lost', lost)).vmid
+                                            description=ownership.render(secret, controller, 'ws-lost', lost)).vmid
         yield s
     finally:
         cluster.stop()
@@ -172,7 +172,7 @@ def copy_journal(site, tmp_path):
     source.backup(target)
     source.close()
     target.close()
-    shutil.copy(marker.secret_path(site.journal_path), marker.secret_path(path))
+    shutil.copy(ownership.secret_path(site.journal_path), ownership.secret_path(path))
     return path
 
 

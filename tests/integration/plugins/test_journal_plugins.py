@@ -2,7 +2,7 @@
 
 import os
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 
 PLAY = '''
 - hosts: localhost

@@ -6,8 +6,8 @@ import signal
 import subprocess
 import sys
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 
 from .runs import BIN, open_gate, query, wait_until
 

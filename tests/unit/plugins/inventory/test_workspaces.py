@@ -3,7 +3,7 @@
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.inventory import workspaces as inv
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 
 SECRET = b'unit-secret'
 CONTROLLER = 'ctl-1'
@@ -107,14 +107,14 @@ def test_assemble_ignores_a_candidate_under_another_name():
 def test_apply_marker_on_a_renamed_container_of_ours_keeps_it():
     snap = inv.assemble([record('f', vmid=106)], [], {}, [resource(106, 'renamed-f')], [POOL])
     ws = snap['workspaces'][0]
-    inv.apply_marker(snap, ws, marker.render(SECRET, CONTROLLER, 'f', 106), SECRET, CONTROLLER)
+    inv.apply_marker(snap, ws, ownership.render(SECRET, CONTROLLER, 'f', 106), SECRET, CONTROLLER)
     assert (ws['marker'], ws['live_status']) == ('verified', 'running') and snap['orphans'] == []
 
 
 def test_apply_marker_on_a_foreign_container_at_our_vmid_makes_an_orphan():
     snap = inv.assemble([record('f', vmid=106)], [], {}, [resource(106, 'intruder', tags='x', lock='backup')], [POOL])
     ws = snap['workspaces'][0]
-    inv.apply_marker(snap, ws, marker.render(SECRET, CONTROLLER, 'g', 106), SECRET, CONTROLLER)
+    inv.apply_marker(snap, ws, ownership.render(SECRET, CONTROLLER, 'g', 106), SECRET, CONTROLLER)
     assert (ws['marker'], ws['live_status'], ws['lock'], ws['tags']) == ('mismatch', 'mismatch', None, ['ephemera', 't1'])
     [orphan] = snap['orphans']
     assert (orphan['vmid'], orphan['reason'], orphan['marker_workspace']) == (106, 'marker_mismatch', 'g')
@@ -123,11 +123,11 @@ def test_apply_marker_on_a_foreign_container_at_our_vmid_makes_an_orphan():
 @pytest.mark.parametrize('description, secret, verdict', [
     (None, SECRET, 'absent'),
     ('note only', None, 'absent'),
-    (marker.render(SECRET, 'other-controller', 'x', 107), None, 'foreign'),
-    (marker.render(SECRET, CONTROLLER, 'x', 107), None, 'unverified'),
-    (marker.render(SECRET, CONTROLLER, 'x', 107), SECRET, 'verified'),
-    (marker.render(b'not-ours', CONTROLLER, 'x', 107), SECRET, 'forged'),
-    (marker.render(SECRET, CONTROLLER, 'x', 999), SECRET, 'mismatch'),
+    (ownership.render(SECRET, 'other-controller', 'x', 107), None, 'foreign'),
+    (ownership.render(SECRET, CONTROLLER, 'x', 107), None, 'unverified'),
+    (ownership.render(SECRET, CONTROLLER, 'x', 107), SECRET, 'verified'),
+    (ownership.render(b'not-ours', CONTROLLER, 'x', 107), SECRET, 'forged'),
+    (ownership.render(SECRET, CONTROLLER, 'x', 999), SECRET, 'mismatch'),
 ])
 def test_orphan_marker_verdicts(description, secret, verdict):
     snap = inv.assemble([], [], {}, [resource(107, 'stray')], [POOL])

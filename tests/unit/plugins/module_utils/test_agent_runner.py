@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import agent_runner
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import agent_runner
 
 RUNNER = agent_runner.__file__
 

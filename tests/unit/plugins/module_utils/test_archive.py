@@ -7,10 +7,10 @@ import subprocess
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import archive
-from ansible_collections.ephemera.workspaces.plugins.module_utils.archive import CheckoutState
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import archive
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import CheckoutState
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 
 IDENTITY = ['-c', 'user.name=Test', '-c', 'user.email=test@example.invalid']
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.create import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import (
     CreateError,
     _merge_net,
     _same_net,

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import durable
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import durable
 
 
 def test_writes_content_with_mode_and_no_temporary_left(tmp_path):

@@ -6,12 +6,12 @@ import subprocess
 import sys
 import textwrap
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from tests.localpve.system import left_with_environment
 
 SCRIPT = textwrap.dedent('''
     import os, subprocess, sys, time
-    from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
     # A child process that is part of the run: the kill takes it too.
     child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(20)'], stdout=subprocess.DEVNULL)
     print(child.pid, flush=True)
@@ -62,7 +62,7 @@ def test_the_nth_passage_kills_the_run_and_everything_below_it(tmp_path):
 
 SPAWNER = textwrap.dedent('''
     import os, subprocess, sys, time
-    from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
     # A part of the run that keeps forking while the kill reads the process tree: nothing it forks may escape.
     spawner = subprocess.Popen([sys.executable, '-c', 'import os, time\\nwhile True:\\n    if os.fork() == 0:\\n'
                                 '        time.sleep(30)\\n        os._exit(0)\\n    time.sleep(0.002)'],

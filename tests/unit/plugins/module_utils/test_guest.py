@@ -1,6 +1,6 @@
 """Guest operations that need no guest: what a failed checkout tells the operator."""
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import _credentials_hint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.operations import _credentials_hint
 
 NO_LOGIN = "fatal: could not read Username for 'https://git.example.com': terminal prompts disabled"
 REFUSED = "remote: Invalid username or password.\nfatal: Authentication failed for 'https://git.example.com/app.git/'"

@@ -13,14 +13,14 @@ import time
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import journal as journal_mod
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import journal as journal_mod
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import (
     IdempotencyError,
     JournalError,
     StaleGenerationError,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import Owner
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
 
 FORK = multiprocessing.get_context('fork')
 

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import Owner, proc_start_time
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner, proc_start_time
 
 
 def test_start_time_is_field_22_after_the_last_paren(tmp_path):
@@ -79,7 +79,7 @@ import os, subprocess, sys
 worker = os.fork()
 if worker == 0:
     # Like Ansible's forked workers: same command line as the main process; the module runs under a shell.
-    code = 'from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import run_pid; print(run_pid())'
+    code = 'from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import run_pid; print(run_pid())'
     out = subprocess.run(['/bin/sh', '-c', '"%s" -c "%s"' % (sys.executable, code)], stdout=subprocess.PIPE)
     sys.stdout.write(out.stdout.decode())
     sys.stdout.flush()
@@ -97,7 +97,7 @@ def test_run_pid_is_the_main_ansible_playbook_process(tmp_path):
 
 
 def test_run_pid_without_ansible_is_the_topmost_python_ancestor():
-    code = 'from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import run_pid; print(run_pid())'
+    code = 'from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import run_pid; print(run_pid())'
     out = subprocess.run(['/bin/sh', '-c', '"%s" -c "%s"' % (sys.executable, code)], stdout=subprocess.PIPE, text=True,
                          check=True)
     found = int(out.stdout.strip())

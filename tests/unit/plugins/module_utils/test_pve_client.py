@@ -13,8 +13,8 @@ import pytest
 
 from fakepve.certs import make_cert
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import pve as pvemod
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox import client as pvemod
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
     PveAlreadyExists, PveApiError, PveAuthError, PveBadUpid, PveClient, PveConfigError, PveLocked, PveLockTimeout,
     PveNotFound, PveParameterError, PvePermissionDenied, PveTaskFailed, PveTaskTimeout, PveTlsError, PveTransient,
     PveUnknownOutcome, PveUnreachable, TaskResult, Upid, classify, client_from_params, connection_options)

@@ -12,17 +12,17 @@ import time
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import queue as queue_mod
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import queue as queue_mod
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import (
     ClaimLostError,
     JournalError,
     QueueError,
     QueueTimeout,
     StaleGenerationError,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import Journal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import Owner
-from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import (
     CLAIMED,
     FINISHED_TURN,
     WAITING,

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.waiter import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.waiter import (
     DONE, FAILED, TIMEOUT, Backoff, Poll, done, failed, pending, wait_for)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import PveClient
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import PveClient
 from ansible_collections.ephemera.workspaces.plugins.modules import pve_task
 
 ANSIBLE = os.path.join(os.path.dirname(sys.executable), 'ansible')

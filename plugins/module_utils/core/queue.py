@@ -30,16 +30,16 @@ import re
 import time
 import uuid
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import QueueError, QueueTimeout
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import QueueError, QueueTimeout
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import (
     claim_parts,
     epoch,
     fingerprint,
     iso,
     redact,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import Owner, hostname
-from ansible_collections.ephemera.workspaces.plugins.module_utils.waiter import Backoff, done, pending, wait_for
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner, hostname
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.waiter import Backoff, done, pending, wait_for
 
 # Kind -> the target types it acts on (the first is the default). A new kind is one more line.
 KINDS = {

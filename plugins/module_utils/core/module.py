@@ -8,8 +8,8 @@ __metaclass__ = type
 
 from ansible.module_utils.basic import env_fallback
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import ENV_VAR, Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import ENV_VAR, Journal
 
 
 def journal_argument_spec():

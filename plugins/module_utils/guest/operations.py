@@ -16,10 +16,10 @@ import json
 import posixpath
 import shlex
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import agent_runner
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import SshCommandFailed, SshError, tail
-from ansible_collections.ephemera.workspaces.plugins.module_utils import waiter
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import agent_runner
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import SshCommandFailed, SshError, tail
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 
 RUNNER_DIR = '/opt/ephemera'
 STATE_DIR = '/var/lib/ephemera'

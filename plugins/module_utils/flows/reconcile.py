@@ -19,16 +19,16 @@ __metaclass__ = type
 
 import concurrent.futures
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
-from ansible_collections.ephemera.workspaces.plugins.module_utils.destroy import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import (
     STEPS as DESTROY_STEPS,
     DestroyFlow,
     resource_name,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import PveApiError, PveNotFound
-from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import CLAIMED, Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import PveApiError, PveNotFound
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import CLAIMED, Queue
 
 IN_PROGRESS = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registering')
 # Finding kinds, in the order the report lists them.
@@ -65,7 +65,7 @@ class Reconciler:
         self.secret = secret
         self.params = params
         self.check_mode = check_mode
-        self.controller = marker.controller_id(secret)
+        self.controller = ownership.controller_id(secret)
         self.pool = params.get('pool') or 'disposable-workspaces'
         self.tag = params.get('tag') or 'ephemera'
         self.findings = []
@@ -101,7 +101,7 @@ class Reconciler:
         return out
 
     def _verdict(self, config, name, vmid):
-        return marker.verify((config or {}).get('description'), self.secret, self.controller, name, vmid)
+        return ownership.verify((config or {}).get('description'), self.secret, self.controller, name, vmid)
 
     # ------------------------------------------------------------------ run
 
@@ -153,7 +153,7 @@ class Reconciler:
             if ws['status'] == 'destroyed':
                 if not present:
                     return
-                if self._verdict(self._config(vmid, present['node']), name, vmid) != marker.VERIFIED:
+                if self._verdict(self._config(vmid, present['node']), name, vmid) != ownership.VERIFIED:
                     return False  # the VMID went to another container since: _strangers reports it if it is ours to see
                 self._destroy(ws, queue)
                 return True
@@ -176,7 +176,7 @@ class Reconciler:
                 self._add('unreadable', name, vmid, present['node'], 'its config could not be read: %s' % config)
                 return
             verdict = self._verdict(config, name, vmid)
-            if verdict != marker.VERIFIED:
+            if verdict != ownership.VERIFIED:
                 self._add('not_ours', name, vmid, present['node'], 'the container at this VMID is not ours (%s)'
                           % verdict)
                 return
@@ -190,7 +190,7 @@ class Reconciler:
             guest = cluster.get(int(candidate))
             if guest:
                 verdict = self._verdict(self._config(candidate, guest['node']), name, candidate)
-                if verdict == marker.VERIFIED:
+                if verdict == ownership.VERIFIED:
                     self._add('adoptable', name, candidate, guest['node'],
                               'our clone exists with a verifying marker; resuming the create adopts it')
                 else:
@@ -261,7 +261,7 @@ class Reconciler:
                 self._add('debt_settled', name, vmid, node, 'the container is gone')
                 continue
             config = self._config(vmid, guest['node'])
-            if self._verdict(config, name, vmid) != marker.VERIFIED:
+            if self._verdict(config, name, vmid) != ownership.VERIFIED:
                 self._add('debt_open', name, vmid, guest['node'], 'not deleted: its marker does not verify')
                 continue
             said = 'attempt %d failed: %s' % (debt['attempts'], debt['last_error'][:160])
@@ -278,9 +278,9 @@ class Reconciler:
             if isinstance(config, Exception):
                 self._add('foreign', None, vmid, guest['node'], 'config unreadable: %s' % config)
                 continue
-            fields = marker.parse((config or {}).get('description')) or {}
+            fields = ownership.parse((config or {}).get('description')) or {}
             name = fields.get('workspace')
-            if name and self._verdict(config, name, vmid) == marker.VERIFIED:
+            if name and self._verdict(config, name, vmid) == ownership.VERIFIED:
                 self._add('orphan', name, vmid, guest['node'], 'ours (marker verifies) but unknown to the journal; '
                           'destroy with vmid=%d confirm_orphan=true, or restore the journal' % vmid)
             else:

@@ -19,12 +19,12 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
-from ansible_collections.ephemera.workspaces.plugins.module_utils import waiter
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.journal import epoch
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import epoch
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
     PveApiError,
     PveLocked,
     PveLockTimeout,
@@ -97,7 +97,7 @@ class DestroyFlow:
         self.sleep = sleep
         self.name = params['name']
         self.ws = journal.get_workspace(self.name)
-        self.controller = marker.controller_id(secret)
+        self.controller = ownership.controller_id(secret)
 
     # ------------------------------------------------------------------ helpers
 
@@ -129,9 +129,9 @@ class DestroyFlow:
             # Not on the recorded node: it may have been migrated. Ask the cluster where it is.
             node = self._find_node(vmid) or node
             config = self._config(vmid, node) if node != self._node() else None
-        verdict = None if config is None else marker.verify(config.get('description'), self.secret, self.controller,
+        verdict = None if config is None else ownership.verify(config.get('description'), self.secret, self.controller,
                                                             self.name, vmid)
-        if verdict not in (None, marker.VERIFIED) and self._deleted_by_us(vmid, node):
+        if verdict not in (None, ownership.VERIFIED) and self._deleted_by_us(vmid, node):
             # Our delete of this VMID went through (its answer was lost with the run that sent it), and PVE has
             # handed the VMID to a new container since: ours is gone, the newcomer is none of this destruction's.
             if not self.check_mode:
@@ -168,13 +168,13 @@ class DestroyFlow:
         return None
 
     def _require_ours(self, target, step):
-        if target.verdict == marker.VERIFIED:
+        if target.verdict == ownership.VERIFIED:
             return
         reason = {
-            marker.ABSENT: 'it carries no ownership marker',
-            marker.FOREIGN: 'its marker belongs to another controller',
-            marker.MISMATCH: "its marker is genuine but names another workspace or another VMID (copied there)",
-            marker.FORGED: 'its marker does not verify (edited or forged)',
+            ownership.ABSENT: 'it carries no ownership marker',
+            ownership.FOREIGN: 'its marker belongs to another controller',
+            ownership.MISMATCH: "its marker is genuine but names another workspace or another VMID (copied there)",
+            ownership.FORGED: 'its marker does not verify (edited or forged)',
         }.get(target.verdict, 'its marker could not be checked')
         err = NotOurs('CT %d on %s is not workspace %s\'s: %s. It was not touched. If the journal is right, someone '
                       'replaced the container; inspect it and remove it by hand if it should go.'
@@ -396,7 +396,7 @@ class DestroyFlow:
             return StepResult(True, 'mark destroyed: would mark %s destroyed once its container is gone' % self.name)
         target = self.locate()
         if target is not None and not target.absent:
-            if target.verdict != marker.VERIFIED:
+            if target.verdict != ownership.VERIFIED:
                 # The VMID now holds someone else's container: ours is gone, theirs is none of our business.
                 self._event('observed', 'vmid_reused', {'vmid': target.vmid, 'verdict': target.verdict})
             else:
@@ -418,7 +418,7 @@ def destroy_orphan(journal, client, secret, vmid, node=None, task_timeout=300, c
     the workspace the marker names, at this VMID) is stopped and deleted. The deletion is logged
     under that workspace's name.
     """
-    controller = marker.controller_id(secret)
+    controller = ownership.controller_id(secret)
     if node is None:
         for guest in client.get('/cluster/resources', type='vm') or []:
             if int(guest.get('vmid', -1)) == int(vmid) and guest.get('type') == 'lxc':
@@ -430,10 +430,10 @@ def destroy_orphan(journal, client, secret, vmid, node=None, task_timeout=300, c
         config = client.get(path + '/config')
     except PveNotFound:
         return StepResult(False, 'CT %d does not exist on %s; nothing to destroy' % (vmid, node))
-    fields = marker.parse(config.get('description')) or {}
+    fields = ownership.parse(config.get('description')) or {}
     name = fields.get('workspace')
-    verdict = marker.verify(config.get('description'), secret, controller, name, vmid) if name else marker.ABSENT
-    if verdict != marker.VERIFIED:
+    verdict = ownership.verify(config.get('description'), secret, controller, name, vmid) if name else ownership.ABSENT
+    if verdict != ownership.VERIFIED:
         raise NotOurs('CT %d on %s does not carry a marker of this controller that verifies (%s); it is not deleted. '
                       'Remove it by hand if it should go.' % (vmid, node, verdict), vmid=vmid, verdict=verdict)
     record = journal.get_workspace(name)

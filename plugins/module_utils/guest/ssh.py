@@ -21,9 +21,9 @@ import shlex
 import socket
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils import waiter
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 
 _LIBRARIES = {}
 

@@ -35,13 +35,13 @@ import shutil
 import tempfile
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import guest as guest_ops
-from ansible_collections.ephemera.workspaces.plugins.module_utils.durable import durable_writer, fsync_dir, write_durable
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import as_agent, q
-from ansible_collections.ephemera.workspaces.plugins.module_utils.queue import Queue
-from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import Guest, SshCommandFailed, SshError, tail
-from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import wait_for_guest
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.durable import durable_writer, fsync_dir, write_durable
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.operations import as_agent, q
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import Guest, SshCommandFailed, SshError, tail
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import wait_for_guest
 
 ENV_VAR = 'EPHEMERA_ARCHIVE_DIR'
 DEFAULT_PUSH_PREFIX = 'ephemera/'

@@ -26,7 +26,7 @@ import os
 import re
 import signal
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import parent_pid
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import parent_pid
 
 TRACE_ENV = 'EPHEMERA_FAILPOINT_TRACE'
 KILL_ENV = 'EPHEMERA_FAILPOINT_KILL'

@@ -22,17 +22,17 @@ import re
 import time
 from urllib.parse import urlsplit
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils import guest as guest_ops
-from ansible_collections.ephemera.workspaces.plugins.module_utils import marker
-from ansible_collections.ephemera.workspaces.plugins.module_utils import waiter
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import (
     EphemeraError,
     JournalError,
     StaleGenerationError,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import Owner
-from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
     PveAlreadyExists,
     PveApiError,
     PveLocked,
@@ -41,7 +41,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.pve import (
     PveTaskFailed,
     PveUnknownOutcome,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils.ssh import Guest, wait_for_guest
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import Guest, wait_for_guest
 
 STEPS = ('request', 'vmid', 'clone', 'wait_clone', 'configure', 'start', 'address', 'ssh', 'bootstrap', 'checkout',
          'runner', 'brief', 'ready')
@@ -167,7 +167,7 @@ class CreateFlow:
         self.name = params['name']
         # No journal at all only in check mode, before anything was ever recorded.
         self.ws = journal.get_workspace(self.name) if journal is not None else None
-        self.controller = marker.controller_id(secret)
+        self.controller = ownership.controller_id(secret)
 
     # ------------------------------------------------------------------ helpers
 
@@ -213,7 +213,7 @@ class CreateFlow:
             return None
 
     def _verify(self, config, vmid):
-        return marker.verify((config or {}).get('description'), self.secret, self.controller, self.name, vmid)
+        return ownership.verify((config or {}).get('description'), self.secret, self.controller, self.name, vmid)
 
     def _layout(self):
         req = self.request
@@ -414,7 +414,7 @@ class CreateFlow:
         config = self._read_config(vmid, self.request['node'])
         if config is None:
             return 'absent', None
-        return ('ours' if self._verify(config, vmid) == marker.VERIFIED else 'taken'), config
+        return ('ours' if self._verify(config, vmid) == ownership.VERIFIED else 'taken'), config
 
     def _adopt(self, vmid, reason):
         upid = self._find_clone_task(vmid)
@@ -462,7 +462,7 @@ class CreateFlow:
                 raise CreateError('Gave up after %d clone attempts; VMIDs taken meanwhile: %s.'
                                   % (CLONE_ATTEMPTS, sorted(taken)))
             args = dict(newid=candidate, hostname='agent-%s' % self.name, pool=req['pool'],
-                        description=marker.render(self.secret, self.controller, self.name, candidate))
+                        description=ownership.render(self.secret, self.controller, self.name, candidate))
             if req['full_clone']:
                 args['full'] = 1
                 if req['storage']:
@@ -566,7 +566,7 @@ class CreateFlow:
         req = self.request
         vmid = self.ws['vmid']
         config = self._read_config(vmid)
-        if config is None or self._verify(config, vmid) != marker.VERIFIED:
+        if config is None or self._verify(config, vmid) != ownership.VERIFIED:
             raise CreateError('CT %d does not carry our marker for %s; refusing to touch it. Reconcile reports it; '
                               'destroy this workspace (its record) and create it again.' % (vmid, self.name))
         address = self.ws['address']

@@ -29,15 +29,15 @@ import sqlite3
 import time
 import uuid
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import (
     ClaimLostError,
     IdempotencyError,
     JournalError,
     JournalMissing,
     StaleGenerationError,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.owner import Owner
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
 
 ENV_VAR = 'EPHEMERA_JOURNAL'
 SCHEMA_VERSION = 1

@@ -24,8 +24,8 @@ import os
 import re
 import tempfile
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.durable import fsync_dir
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.durable import fsync_dir
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 
 PREFIX = 'ephemera-workspace:'
 VERSION = 'v1'

@@ -31,9 +31,9 @@ from urllib.parse import quote, urlsplit
 from ansible.module_utils.basic import env_fallback
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.waiter import TIMEOUT, Backoff, done, pending, wait_for
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.waiter import TIMEOUT, Backoff, done, pending, wait_for
 
 # The libraries the client needs are imported here once; modules report a missing one through
 # missing_required_lib(PVE_MISSING_LIBRARY) instead of a traceback.

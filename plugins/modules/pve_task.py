@@ -183,8 +183,13 @@ def argument_spec():
     return spec
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+def module_args():
+    """The options of the module, declared once: its action plugin validates a task against them too."""
+    return dict(argument_spec=argument_spec(), supports_check_mode=True)
+
+
+def run(module):
+    """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
     if PVE_IMPORT_ERROR:
         module.fail_json(msg=missing_required_lib(PVE_MISSING_LIBRARY), exception=PVE_IMPORT_ERROR)
     if module.params['timeout'] < 0:
@@ -194,6 +199,10 @@ def main():
     except PveError as err:
         fail_from(module, err)
     module.exit_json(changed=False, task=task)
+
+
+def main():
+    run(AnsibleModule(**module_args()))
 
 
 if __name__ == '__main__':

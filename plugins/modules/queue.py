@@ -364,8 +364,9 @@ def preview_args(request):
     return dict((key, request[key]) for key in ('kind', 'target', 'target_type', 'params', 'source', 'parent_id'))
 
 
-def main():
-    module = AnsibleModule(
+def module_args():
+    """The options of the module, declared once: its action plugin validates a task against them too."""
+    return dict(
         argument_spec=argument_spec(),
         required_if=[
             ('state', 'claimed', ('kind', 'target')),
@@ -375,6 +376,10 @@ def main():
         ],
         supports_check_mode=True,
     )
+
+
+def run(module):
+    """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
     params = module.params
     state = params['state']
     path = resolve_path(params['journal_path'])
@@ -436,6 +441,10 @@ def main():
     if failure:
         module.fail_json(msg=failure, **result)
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_args()))
 
 
 if __name__ == '__main__':

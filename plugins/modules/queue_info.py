@@ -168,7 +168,8 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import KINDS, STATES, TARGET_TYPES, Queue, render_tree
 
 
-def main():
+def module_args():
+    """The options of the module, declared once: its action plugin validates a task against them too."""
     argument_spec = dict(
         target=dict(type='str'),
         target_type=dict(type='str', choices=list(TARGET_TYPES)),
@@ -178,7 +179,11 @@ def main():
         recent=dict(type='int', default=20),
     )
     argument_spec.update(journal_argument_spec())
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    return dict(argument_spec=argument_spec, supports_check_mode=True)
+
+
+def run(module):
+    """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
     path = resolve_path(module.params['journal_path'])
     try:
         journal = Journal.open(path, create=False)
@@ -194,6 +199,10 @@ def main():
                                          kinds=module.params['kind'], states=module.params['state'],
                                          entry_id=module.params['entry_id'], recent=module.params['recent'])
     module.exit_json(changed=False, entries=entries, tree=render_tree(entries), journal_path=path)
+
+
+def main():
+    run(AnsibleModule(**module_args()))
 
 
 if __name__ == '__main__':

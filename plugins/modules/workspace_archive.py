@@ -250,8 +250,13 @@ def argument_spec():
     return spec
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+def module_args():
+    """The options of the module, declared once: its action plugin validates a task against them too."""
+    return dict(argument_spec=argument_spec(), supports_check_mode=True)
+
+
+def run(module):
+    """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
     params = module.params
     with open_journal(module, create=False) as journal:
         flow = ArchiveFlow(journal, params, claim=params['claim'], check_mode=module.check_mode)
@@ -268,6 +273,10 @@ def main():
             failure.update(err.details)
             module.fail_json(msg='%s %s: %s' % (params['mode'], params['name'], err), **failure)
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_args()))
 
 
 if __name__ == '__main__':

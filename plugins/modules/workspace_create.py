@@ -317,8 +317,9 @@ def controller_secret(journal_path, given, check_mode):
     return ownership.load_secret(journal_path, given)
 
 
-def main():
-    module = AnsibleModule(
+def module_args():
+    """The options of the module, declared once: its action plugin validates a task against them too."""
+    return dict(
         argument_spec=argument_spec(),
         supports_check_mode=True,
         required_if=[
@@ -326,6 +327,10 @@ def main():
             ('address_mode', 'static', ('address_range',)),
         ],
     )
+
+
+def run(module):
+    """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
     params = dict(module.params)
     params['agents'] = params['agents'] or DEFAULT_AGENTS
     hide_repo_password(module, params['repo'])
@@ -363,6 +368,10 @@ def journal_if_any(module):
         return None
     except EphemeraError as err:
         module.fail_json(msg=str(err), **err.details)
+
+
+def main():
+    run(AnsibleModule(**module_args()))
 
 
 if __name__ == '__main__':

@@ -144,14 +144,19 @@ def argument_spec():
     return spec
 
 
-def main():
-    module = AnsibleModule(
+def module_args():
+    """The options of the module, declared once: its action plugin validates a task against them too."""
+    return dict(
         argument_spec=argument_spec(),
         supports_check_mode=True,
         required_one_of=[('name', 'vmid')],
         mutually_exclusive=[('name', 'vmid')],
         required_by={'name': 'step'},
     )
+
+
+def run(module):
+    """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
     params = module.params
     if params['vmid'] is not None and not params['confirm_orphan']:
         module.fail_json(msg='Deleting CT %d needs confirm_orphan=true: it is not a workspace the journal knows, so '
@@ -180,6 +185,10 @@ def main():
         if params['name']:
             result['workspace'] = journal.get_workspace(params['name'])
     module.exit_json(**result)
+
+
+def main():
+    run(AnsibleModule(**module_args()))
 
 
 if __name__ == '__main__':

@@ -176,7 +176,8 @@ def read_workspaces(journal, name=None, status=None, activity=None, events=False
     return records
 
 
-def main():
+def module_args():
+    """The options of the module, declared once: its action plugin validates a task against them too."""
     argument_spec = dict(
         name=dict(type='str'),
         status=dict(type='list', elements='str', choices=list(WORKSPACE_STATUSES)),
@@ -185,7 +186,11 @@ def main():
         events_limit=dict(type='int', default=50),
     )
     argument_spec.update(journal_argument_spec())
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    return dict(argument_spec=argument_spec, supports_check_mode=True)
+
+
+def run(module):
+    """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
     path = resolve_path(module.params['journal_path'])
     try:
         journal = Journal.open(path, create=False)
@@ -198,6 +203,10 @@ def main():
         workspaces = read_workspaces(journal, **dict((k, module.params[k]) for k in
                                                      ('name', 'status', 'activity', 'events', 'events_limit')))
     module.exit_json(changed=False, workspaces=workspaces, journal_path=path)
+
+
+def main():
+    run(AnsibleModule(**module_args()))
 
 
 if __name__ == '__main__':

@@ -106,7 +106,8 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.prox
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.reconcile import Reconciler
 
 
-def main():
+def module_args():
+    """The options of the module, declared once: its action plugin validates a task against them too."""
     spec = dict(
         pool=dict(type='str', default='disposable-workspaces'),
         tag=dict(type='str', default='ephemera'),
@@ -117,7 +118,11 @@ def main():
     )
     spec.update(connection_argument_spec())
     spec.update(journal_argument_spec())
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    return dict(argument_spec=spec, supports_check_mode=True)
+
+
+def run(module):
+    """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
     with open_journal(module) as journal:
         try:
             client = client_from_params(module.params)
@@ -127,6 +132,10 @@ def main():
         except EphemeraError as err:
             module.fail_json(msg=str(err), **err.details)
     module.exit_json(changed=reconciler.changed, **result)
+
+
+def main():
+    run(AnsibleModule(**module_args()))
 
 
 if __name__ == '__main__':

@@ -1,0 +1,129 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run a module of this collection inside Ansible's worker process instead of a new interpreter.
+
+Every module of the collection runs on the controller. Started as a module, each task pays for a new
+Python interpreter, the module's packaging and our imports again (about 0.3 s before any work); a
+create is a dozen such tasks. The action plugin of the same name instead validates the task's
+arguments against the module's own argument spec (defaults, environment fallbacks, choices,
+``no_log``, required and exclusive options: the module's ``module_args()``, declared once) and runs
+the module's ``run(module)`` with a stand-in for ``AnsibleModule`` in the worker that Ansible forked
+for the task anyway. The module file stays the one place that documents and declares the options,
+and it still runs on its own (``python -m`` or any other way Ansible can start a module).
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import contextlib
+import importlib
+import os
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.basic import remove_values
+from ansible.module_utils.common.arg_spec import ModuleArgumentSpecValidator
+from ansible.module_utils.errors import UnsupportedError
+from ansible.plugins.action import ActionBase
+
+MODULES = 'ansible_collections.ephemera.workspaces.plugins.modules.'
+
+
+class ModuleExit(Exception):
+    """How ``exit_json`` and ``fail_json`` end a module body run in-process (a module would exit its process)."""
+
+    def __init__(self, result):
+        super(ModuleExit, self).__init__(result.get('msg', ''))
+        self.result = result
+
+
+class InProcessModule:
+    """The part of ``AnsibleModule`` the collection's module bodies use: params, check and diff mode, warnings,
+    ``no_log`` values, and the two ways to end."""
+
+    def __init__(self, name, params, no_log_values, check_mode=False, diff=False):
+        self._name = name
+        self.params = params
+        self.no_log_values = set(no_log_values)
+        self.check_mode = check_mode
+        self._diff = diff
+        self._warnings = []
+
+    def warn(self, warning):
+        self._warnings.append(warning)
+
+    def exit_json(self, **result):
+        raise ModuleExit(self._finish(result))
+
+    def fail_json(self, msg, **result):
+        result.update(failed=True, msg=msg)
+        raise ModuleExit(self._finish(result))
+
+    def _finish(self, result):
+        result.setdefault('changed', False)
+        result.setdefault('invocation', {'module_args': self.params})
+        if self._warnings:
+            result['warnings'] = list(result.get('warnings') or []) + self._warnings
+        return remove_values(result, self.no_log_values)
+
+
+def run_in_process(name, args, check_mode=False, diff=False):
+    """The result of module ``name`` run with ``args``, as its ``AnsibleModule`` would have returned it."""
+    module_file = importlib.import_module(MODULES + name)
+    spec = module_file.module_args()
+    spec.pop('supports_check_mode', None)
+    argument_spec = spec.pop('argument_spec')
+    validation = ModuleArgumentSpecValidator(argument_spec, **spec).validate(args)
+    params = dict(args)
+    params.update(validation.validated_parameters)
+    module = InProcessModule(name, params, validation._no_log_values, check_mode=check_mode, diff=diff)
+    if validation.error_messages:
+        msg = validation.errors.msg
+        if isinstance(validation.errors[0], UnsupportedError):
+            msg = 'Unsupported parameters for (%s) module: %s' % (name, msg)
+        module.params = dict(args)
+        try:
+            module.fail_json(msg=msg)
+        except ModuleExit as ended:
+            return ended.result
+    for warning in validation._warnings:
+        module.warn('Both option %s and its alias %s are set.' % (warning['option'], warning['alias']))
+    try:
+        module_file.run(module)
+    except ModuleExit as ended:
+        return ended.result
+    raise AnsibleActionFail('Module %s ended without a result.' % name)
+
+
+@contextlib.contextmanager
+def environment(values):
+    """The task's ``environment:`` applied to this (forked) worker for the length of the step."""
+    saved = dict((k, os.environ.get(k)) for k in values)
+    os.environ.update(dict((k, str(v)) for k, v in values.items()))
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+class InProcessAction(ActionBase):
+    """The action plugin of one of the collection's modules; ``MODULE`` names it."""
+
+    MODULE = None
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        super(InProcessAction, self).run(tmp, task_vars)
+        env = {}
+        for entry in self._task.environment or []:
+            env.update(self._templar.template(entry) or {})
+        with environment(env):
+            return run_in_process(self.MODULE, dict(self._task.args), check_mode=bool(self._task.check_mode),
+                                  diff=bool(self._task.diff))

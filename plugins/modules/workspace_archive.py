@@ -30,6 +30,7 @@ description:
 author:
   - Ephemera maintainers (@ephemera)
 extends_documentation_fragment:
+  - ephemera.workspaces.archive
   - ephemera.workspaces.journal
 attributes:
   check_mode:
@@ -49,61 +50,6 @@ options:
     type: str
     choices: [archive, check]
     default: archive
-  archive_dir:
-    description:
-      - Directory on the controller that receives archives. Made (mode 0700) when missing; checked writable before
-        anything else is done.
-      - If not set, the environment variable E(EPHEMERA_ARCHIVE_DIR); if that is not set either, C(archives) next to
-        the journal.
-    type: path
-  push:
-    description:
-      - Push a commit of everything to the workspace's own branch when the remote accepts it. Off, or refused, means a
-        bundle and patches are captured instead.
-    type: bool
-    default: true
-  push_remote:
-    description: The checkout's remote to push to.
-    type: str
-    default: origin
-  push_prefix:
-    description:
-      - Prefix of the branch the archive is pushed to, C(<push_prefix><name>). A branch of that name that holds a commit
-        this workspace did not push is never overwritten; the archive falls back to a bundle and patches.
-    type: str
-    default: ephemera/
-  include_untracked:
-    description:
-      - Git pathspecs (shell globs in which C(*) also matches C(/)) of untracked files to copy into C(untracked.tar)
-        when they are not pushed, for example C(['*.md', 'notes/*']). Ignored files match too.
-      - Symbolic links are stored as links, never followed.
-    type: list
-    elements: str
-    default: []
-  git_token:
-    description:
-      - Token for pushing over HTTPS. Handed to git through a temporary helper in the guest that is removed afterwards.
-    type: str
-  git_username:
-    description: User name sent with O(git_token).
-    type: str
-    default: git
-  ssh_private_key:
-    description:
-      - Private key for SSH to the guest. If not set, the key recorded when the workspace was created.
-    type: path
-  ssh_timeout:
-    description: Seconds to keep trying SSH to the guest, with backoff.
-    type: int
-    default: 30
-  command_timeout:
-    description: Seconds a git command in the guest may take (inspection, bundle, patches).
-    type: int
-    default: 600
-  push_timeout:
-    description: Seconds the push (and the look at the remote before it) may take.
-    type: int
-    default: 300
   claim:
     description:
       - The queue claim under which this run works on the workspace, as returned by M(ephemera.workspaces.queue).
@@ -220,9 +166,10 @@ notes:
   elements: str
 '''
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ENV_VAR, DEFAULT_PUSH_PREFIX, ArchiveFlow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveFlow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import argument_spec as archive_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec, open_journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
@@ -233,19 +180,9 @@ def argument_spec():
     spec = dict(
         name=dict(type='str', required=True),
         mode=dict(type='str', default='archive', choices=['archive', 'check']),
-        archive_dir=dict(type='path', fallback=(env_fallback, [ENV_VAR])),
-        push=dict(type='bool', default=True),
-        push_remote=dict(type='str', default='origin'),
-        push_prefix=dict(type='str', default=DEFAULT_PUSH_PREFIX),
-        include_untracked=dict(type='list', elements='str', default=[]),
-        git_token=dict(type='str', no_log=True),
-        git_username=dict(type='str', default='git'),
-        ssh_private_key=dict(type='path'),
-        ssh_timeout=dict(type='int', default=30),
-        command_timeout=dict(type='int', default=600),
-        push_timeout=dict(type='int', default=300),
         claim=dict(type='dict'),
     )
+    spec.update(archive_argument_spec())
     spec.update(journal_argument_spec())
     return spec
 

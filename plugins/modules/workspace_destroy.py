@@ -30,6 +30,7 @@ description:
 author:
   - Ephemera maintainers (@ephemera)
 extends_documentation_fragment:
+  - ephemera.workspaces.archive
   - ephemera.workspaces.proxmox
   - ephemera.workspaces.journal
 attributes:
@@ -47,8 +48,24 @@ options:
     description:
       - The step to run. Required with O(name).
       - V(inspect) only reads whether the container exists and runs (C(details.present), C(details.running)).
+      - V(guard) stands before the destruction. When the destruction is not decided yet and the container runs, it
+        archives the unsaved work (with O(archive=false), only checks that there is none) and refuses to go on when the
+        work could be lost. A stopped container's work cannot be checked, so its destruction is refused too. With
+        O(discard_unsaved_work=true) none of these stops the destruction.
     type: str
-    choices: [inspect, mark, shutdown, stop, delete, finish]
+    choices: [guard, inspect, mark, shutdown, stop, delete, finish]
+  archive:
+    description:
+      - With O(step=guard), archive the unsaved work before the destruction (see M(ephemera.workspaces.workspace_archive)
+        and the archive options). V(false) only checks that there is none.
+    type: bool
+    default: true
+  discard_unsaved_work:
+    description:
+      - With O(step=guard), destroy even when unsaved work would be lost: the container is stopped, the archive fails,
+        or (with O(archive=false)) there is unsaved work.
+    type: bool
+    default: false
   vmid:
     description:
       - Delete this orphaned container (one reconcile reported) instead of a workspace by name. Needs
@@ -118,7 +135,9 @@ details:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec, open_journal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEP_LABELS, DestroyFlow, destroy_orphan
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveFlow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import argument_spec as archive_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEP_LABELS, DestroyFlow, StepResult, destroy_orphan
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
@@ -129,7 +148,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue imp
 def argument_spec():
     spec = dict(
         name=dict(type='str'),
-        step=dict(type='str', choices=list(STEP_LABELS)),
+        step=dict(type='str', choices=['guard'] + list(STEP_LABELS)),
+        archive=dict(type='bool', default=True),
+        discard_unsaved_work=dict(type='bool', default=False),
         vmid=dict(type='int'),
         node=dict(type='str'),
         confirm_orphan=dict(type='bool', default=False),
@@ -139,9 +160,19 @@ def argument_spec():
         task_timeout=dict(type='int', default=300),
         lock_timeout=dict(type='int', default=120),
     )
+    spec.update(archive_argument_spec())
     spec.update(connection_argument_spec())
     spec.update(journal_argument_spec())
     return spec
+
+
+def guard(journal, flow, params, check_mode):
+    """The guard step: what the cluster shows of the container, then the archive's verdict on its work."""
+    seen = flow.run('inspect').extra
+    failpoint.enter(params['name'], 'destroy.guard')
+    changed, msg, result = ArchiveFlow(journal, params, claim=params['claim'], check_mode=check_mode).guard(
+        seen['present'], seen['running'], archive=params['archive'], discard=params['discard_unsaved_work'])
+    return StepResult(changed, msg, **dict((k, v) for k, v in result.items() if k not in ('changed', 'msg')))
 
 
 def module_args():
@@ -174,8 +205,9 @@ def run(module):
                 flow = DestroyFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
                 failpoint.enter(params['name'], 'destroy.' + step)
                 if params['claim'] and not module.check_mode and step != 'inspect':
-                    Queue(journal).step(params['claim'], STEP_LABELS[step], detail={'workspace': params['name']})
-                outcome = flow.run(step)
+                    Queue(journal).step(params['claim'], STEP_LABELS.get(step, 'archive guard'),
+                                        detail={'workspace': params['name']})
+                outcome = flow.run(step) if step != 'guard' else guard(journal, flow, params, module.check_mode)
         except EphemeraError as err:
             result.update(err.details)
             if params['name']:

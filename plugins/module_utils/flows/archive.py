@@ -35,6 +35,8 @@ import shutil
 import tempfile
 import time
 
+from ansible.module_utils.basic import env_fallback
+
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.durable import durable_writer, fsync_dir, write_durable
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
@@ -69,6 +71,23 @@ DIFF = 'git diff --binary --no-color --no-ext-diff --no-textconv --src-prefix=a/
 GIT_ENV = 'export GIT_OPTIONAL_LOCKS=0 LC_ALL=C GIT_TERMINAL_PROMPT=0'
 AUTHOR_ENV = ('GIT_AUTHOR_NAME="ephemera archive" GIT_AUTHOR_EMAIL=archive@ephemera.invalid '
               'GIT_COMMITTER_NAME="ephemera archive" GIT_COMMITTER_EMAIL=archive@ephemera.invalid')
+
+
+def argument_spec():
+    """The options of an archive (the ``ephemera.workspaces.archive`` doc fragment), for every module that makes one."""
+    return dict(
+        archive_dir=dict(type='path', fallback=(env_fallback, [ENV_VAR])),
+        push=dict(type='bool', default=True),
+        push_remote=dict(type='str', default='origin'),
+        push_prefix=dict(type='str', default=DEFAULT_PUSH_PREFIX),
+        include_untracked=dict(type='list', elements='str', default=[]),
+        git_token=dict(type='str', no_log=True),
+        git_username=dict(type='str', default='git'),
+        ssh_private_key=dict(type='path'),
+        ssh_timeout=dict(type='int', default=30),
+        command_timeout=dict(type='int', default=600),
+        push_timeout=dict(type='int', default=300),
+    )
 
 
 class ArchiveError(EphemeraError):
@@ -479,6 +498,40 @@ class ArchiveFlow:
         if guest is not None:
             guest.close()
         return self._result(False, verdict, reason, state, self.recorded)
+
+    # -- before a destruction -------------------------------------------------
+
+    def guard(self, present, running, archive=True, discard=False):
+        """The step before a destruction: archive (or, with ``archive`` false, check) the workspace's unsaved work,
+        or refuse the destruction that would lose it. ``present``/``running`` say what the cluster shows.
+
+        With ``discard`` the work may be lost: a stopped container, an archive that cannot be made and unsaved work
+        no longer stop the destruction. Returns (changed, msg, result).
+        """
+        if self.ws is None or self.ws['desired_state'] == 'destroyed':
+            return False, 'guard: the destruction was decided earlier; the work was dealt with then', {}
+        if not present:
+            return False, 'guard: the container is gone, and its work with it', {}
+        if not running:
+            if discard:
+                return False, 'guard: the container is stopped; its work is discarded as asked', {}
+            raise ArchiveError("%s's container is stopped, so whether it holds unsaved work cannot be checked. Start "
+                               "it and destroy again (its work is archived first), or destroy with "
+                               "discard_unsaved_work=true to lose it." % self.name, workspace=self.name)
+        if not archive:
+            result = self.check()
+            if result['unsaved'] and not discard:
+                raise ArchiveError('%s holds work that was never pushed or archived (%s). Archive it '
+                                   '(ephemera.workspaces.archive), or destroy with discard_unsaved_work=true to lose '
+                                   'it.' % (self.name, result['msg']), workspace=self.name)
+            return False, 'guard: %s' % result['msg'], result
+        try:
+            result = self.archive()
+        except EphemeraError as err:
+            if not discard:
+                raise
+            return False, 'guard: no archive (%s); the work is discarded as asked' % err, {}
+        return result['changed'], 'guard: %s' % result['msg'], result
 
     # -- archive --------------------------------------------------------------
 

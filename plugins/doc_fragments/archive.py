@@ -1,0 +1,69 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+
+class ModuleDocFragment(object):
+    """How unsaved work is archived: the options of workspace_archive, and of workspace_destroy's guard step."""
+
+    DOCUMENTATION = r'''
+options:
+  archive_dir:
+    description:
+      - Directory on the controller that receives archives. Made (mode 0700) when missing; checked writable before
+        anything else is done.
+      - If not set, the environment variable E(EPHEMERA_ARCHIVE_DIR); if that is not set either, C(archives) next to
+        the journal.
+    type: path
+  push:
+    description:
+      - Push a commit of everything to the workspace's own branch when the remote accepts it. Off, or refused, means a
+        bundle and patches are captured instead.
+    type: bool
+    default: true
+  push_remote:
+    description: The checkout's remote to push to.
+    type: str
+    default: origin
+  push_prefix:
+    description:
+      - Prefix of the branch the archive is pushed to, C(<push_prefix><name>). A branch of that name that holds a commit
+        this workspace did not push is never overwritten; the archive falls back to a bundle and patches.
+    type: str
+    default: ephemera/
+  include_untracked:
+    description:
+      - Git pathspecs (shell globs in which C(*) also matches C(/)) of untracked files to copy into C(untracked.tar)
+        when they are not pushed, for example C(['*.md', 'notes/*']). Ignored files match too.
+      - Symbolic links are stored as links, never followed.
+    type: list
+    elements: str
+    default: []
+  git_token:
+    description:
+      - Token for pushing over HTTPS. Handed to git through a temporary helper in the guest that is removed afterwards.
+    type: str
+  git_username:
+    description: User name sent with O(git_token).
+    type: str
+    default: git
+  ssh_private_key:
+    description:
+      - Private key for SSH to the guest. If not set, the key recorded when the workspace was created.
+    type: path
+  ssh_timeout:
+    description: Seconds to keep trying SSH to the guest, with backoff.
+    type: int
+    default: 30
+  command_timeout:
+    description: Seconds a git command in the guest may take (inspection, bundle, patches).
+    type: int
+    default: 600
+  push_timeout:
+    description: Seconds the push (and the look at the remote before it) may take.
+    type: int
+    default: 300
+'''

@@ -41,6 +41,10 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.prox
     PveTaskFailed,
     PveUnknownOutcome,
 )
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider import (
+    merge_net as _merge_net,
+    same_net as _same_net,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import Guest, wait_for_guest
 
 STEPS = ('request', 'vmid', 'clone', 'wait_clone', 'configure', 'start', 'address', 'ssh', 'bootstrap', 'checkout',
@@ -282,6 +286,13 @@ class CreateFlow:
 
     def step_request(self):
         validate_name(self.name)
+        if self.params.get('resume'):
+            return self._resume()
+        missing = [k for k in ('template', 'repo', 'purpose') if self.params.get(k) in (None, '')]
+        if missing:
+            raise CreateError('A new request for workspace %r needs template, repo and purpose; %s %s not given. To '
+                              'continue the request recorded for it, set resume=true instead.'
+                              % (self.name, ', '.join(missing), 'is' if len(missing) == 1 else 'are'), step='request')
         req = dict((k, self.params[k]) for k in (
             'template', 'node', 'pool', 'full_clone', 'storage', 'repo', 'ref', 'purpose', 'agent', 'agents', 'cores',
             'memory', 'bridge', 'address_mode', 'address_range', 'address_prefix', 'gateway', 'checkout_path',
@@ -318,6 +329,18 @@ class CreateFlow:
             self.ws = self._save('recreated', kind='recorded', vmid=None, candidate_vmid=None, upids={}, address=None,
                                  failure=None, facts={}, activity='unknown', **fields)
         return StepResult(True, 'request: recorded workspace %s' % self.name)
+
+    def _resume(self):
+        """Continue the request recorded for the workspace (reconcile resumes creates by name this way)."""
+        ws = self.ws
+        if ws is None or ws['status'] == 'destroyed':
+            raise CreateError('Workspace %r has no create to resume: %s. Create it with template, repo and purpose.'
+                              % (self.name, 'it is not recorded' if ws is None else 'it was destroyed'), step='request')
+        if ws['desired_state'] == 'destroyed' or ws['status'] == 'destroying':
+            raise CreateError('Workspace %r is being destroyed; it is not resumed.' % self.name, step='request')
+        for step in ('bootstrap', 'checkout'):
+            self._refuse_missing_secrets(step)
+        return StepResult(False, 'request: resuming the recorded request (%s)' % ws['status'])
 
     def _request_again(self, ws, req):
         """A request for a workspace that is recorded: replay, resume, or refuse other parameters."""
@@ -733,22 +756,3 @@ class CreateFlow:
                 self.journal.finish_idempotent(claim, self._result())
         return StepResult(True, 'ready: %s at %s' % (self.name, self.ws['address']))
 
-
-def _net_fields(text):
-    return [tuple(part.split('=', 1)) for part in (text or '').split(',') if '=' in part]
-
-
-def _same_net(current, wanted):
-    """True when two NIC values say the same, in whatever order PVE lists the fields."""
-    return dict(_net_fields(current)) == dict(_net_fields(wanted))
-
-
-def _merge_net(current, wanted):
-    """The template's NIC (its MAC, firewall, type) with the wanted name, bridge and address; a static address
-    replaces a gateway the template had, DHCP drops it."""
-    want = dict(_net_fields(wanted))
-    if 'ip' in want:
-        want.setdefault('gw', None)
-    merged = [(k, want.pop(k) if k in want else v) for k, v in _net_fields(current)]
-    merged += [(k, v) for k, v in _net_fields(wanted) if k in want]
-    return ','.join('%s=%s' % (k, v) for k, v in merged if v is not None)

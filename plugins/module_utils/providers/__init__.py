@@ -1,0 +1,40 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Providers: the seam (base.py) and one package per provider. A provider's package is imported when it is used."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import importlib
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import Provider
+
+# name -> (module, class) of each provider.
+PROVIDERS = {
+    'proxmox': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider',
+                'ProxmoxProvider'),
+}
+
+
+def provider_class(name):
+    """The provider class registered as ``name``."""
+    try:
+        module, cls = PROVIDERS[name]
+    except KeyError:
+        raise ValueError('Unknown provider %r; the providers are %s.' % (name, ', '.join(sorted(PROVIDERS))))
+    return getattr(importlib.import_module(module), cls)
+
+
+def bind(api, secret=None):
+    """A provider that signs with ``secret``: ``api`` itself (a Provider), or the provider that speaks the API of the
+    client ``api`` (a PveClient, say). None for None."""
+    if api is None:
+        return None
+    if isinstance(api, Provider):
+        return api if secret is None or api.secret == secret else api.with_secret(secret)
+    for name in PROVIDERS:
+        cls = provider_class(name)
+        if cls.serves(api):
+            return cls(api, secret)
+    raise TypeError('%r is neither a provider nor the client of one (%s).' % (api, ', '.join(sorted(PROVIDERS))))

@@ -32,8 +32,8 @@ from ansible.module_utils.basic import env_fallback
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.waiter import TIMEOUT, Backoff, done, pending, wait_for
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 
 # The libraries the client needs are imported here once; modules report a missing one through
 # missing_required_lib(PVE_MISSING_LIBRARY) instead of a traceback.
@@ -84,15 +84,16 @@ CONNECTION_DEFAULTS = dict(api_port=DEFAULT_PORT, validate_certs=True, request_t
 
 # ---------------------------------------------------------------------------------------- errors
 
-class PveError(EphemeraError):
-    """Base of everything the Proxmox client raises."""
+class PveError(base.ProviderError):
+    """Base of everything the Proxmox client raises. Each class is also one of the provider seam's error
+    kinds (providers/base.py): what PVE says is mapped onto what the caller may do next."""
 
 
-class PveConfigError(PveError):
+class PveConfigError(PveError, base.Refused):
     """The client's settings are missing or wrong (host, credentials, CA file). Nothing was sent."""
 
 
-class PveBadUpid(PveError):
+class PveBadUpid(PveError, base.Refused):
     """A value that is not a PVE task id (UPID)."""
 
 
@@ -120,13 +121,17 @@ class PveApiError(PveError):
         self.errors = errors
         self.transport = transport
 
+    @property
+    def provider_message(self):
+        return self.pve_message
 
-class PveNotFound(PveApiError):
+
+class PveNotFound(PveApiError, base.NotFound):
     """The guest (config file), task or other object does not exist, at least not on that node."""
     kind = 'not_found'
 
 
-class PveLocked(PveApiError):
+class PveLocked(PveApiError, base.Locked):
     """The guest carries a config lock (``lock`` holds its name: create, disk, backup, ...)."""
     kind = 'locked'
 
@@ -135,37 +140,37 @@ class PveLocked(PveApiError):
         self.lock = lock
 
 
-class PveLockTimeout(PveApiError):
+class PveLockTimeout(PveApiError, base.Locked):
     """PVE could not take the guest's config file lock in time: another task holds it."""
     kind = 'lock_timeout'
 
 
-class PveAlreadyExists(PveApiError):
+class PveAlreadyExists(PveApiError, base.Conflict):
     """The id or name is taken."""
     kind = 'already_exists'
 
 
-class PveParameterError(PveApiError):
+class PveParameterError(PveApiError, base.Refused):
     """PVE rejected parameters (HTTP 400); ``errors`` maps each parameter to PVE's message."""
     kind = 'parameter'
 
 
-class PvePermissionDenied(PveApiError):
+class PvePermissionDenied(PveApiError, base.Refused):
     """The user or token lacks a privilege (HTTP 403)."""
     kind = 'permission'
 
 
-class PveAuthError(PveApiError):
+class PveAuthError(PveApiError, base.Refused):
     """The credentials were refused: wrong user, password, token id or secret."""
     kind = 'auth'
 
 
-class PveTlsError(PveApiError):
+class PveTlsError(PveApiError, base.Refused):
     """The server's TLS certificate does not verify, or TLS failed before the request went out."""
     kind = 'tls'
 
 
-class PveTransient(PveApiError):
+class PveTransient(PveApiError, base.Transient):
     """A temporary failure in which PVE surely did not carry out the request: retrying later is safe."""
     kind = 'transient'
 
@@ -175,12 +180,12 @@ class PveUnreachable(PveTransient):
     kind = 'unreachable'
 
 
-class PveUnknownOutcome(PveApiError):
+class PveUnknownOutcome(PveApiError, base.UnknownOutcome):
     """The request went out but no usable answer came back: it may or may not have been carried out."""
     kind = 'unknown_outcome'
 
 
-class PveTaskFailed(PveError):
+class PveTaskFailed(PveError, base.TaskFailed):
     """A task stopped with an error. ``task`` is its TaskResult (exitstatus, log_tail, ...)."""
 
     def __init__(self, task):
@@ -189,12 +194,12 @@ class PveTaskFailed(PveError):
             task.describe(), task.exitstatus, task.upid, lines))
         super(PveTaskFailed, self).__init__(message, kind='task_failed', task=task.as_dict())
         self.task = task
-        self.upid = task.upid
+        self.upid = self.task_id = task.upid
         self.exitstatus = task.exitstatus
         self.log_tail = task.log_tail
 
 
-class PveTaskTimeout(PveError):
+class PveTaskTimeout(PveError, base.TaskTimeout):
     """A task did not finish before the deadline. It may still be running (or finish later) in PVE.
 
     ``task`` is the last TaskResult seen (None if no status was ever read), ``last_error`` the last
@@ -213,7 +218,7 @@ class PveTaskTimeout(PveError):
             message += '\nlast error: {0}'.format(last_error)
         super(PveTaskTimeout, self).__init__(message, kind='task_timeout', upid=str(upid),
                                              task=task.as_dict() if task is not None else None)
-        self.upid = str(upid)
+        self.upid = self.task_id = str(upid)
         self.timeout = timeout
         self.elapsed = elapsed
         self.task = task

@@ -1,0 +1,396 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The provider seam: what a workspace needs from the place its machine lives, in the place's own terms.
+
+A provider turns "a workspace needs a machine" into calls of one API (Proxmox VE today; clouds later)
+and answers in the seam's terms, so that the flows above it (create, destroy, reconcile, the
+inventory) never see a REST path, an id scheme or a task format:
+
+- **allocate** a resource from a source (a template, an image) with the ownership marker written by
+  the allocating call itself, after the caller recorded the candidate id (the idempotency token:
+  a rerun looks at that id before it allocates again);
+- **find** a resource by id, **verify** its ownership (one verdict of :mod:`core.ownership`:
+  verified, absent, foreign, forged or mismatch), and look at its power state;
+- **start** it, read its **addresses**, **stop** it (graceful, then by force) and **delete** it,
+  where a delete is done once the resource is observed absent;
+- **list** what sits in our scope (pool, labels), and look at and wait for **tasks**: the opaque
+  handles a provider returns for work that goes on after the call answered.
+
+Every failure is one of a few kinds, whatever the provider calls them; the kind says what the caller
+may do next:
+
+============== ================================================================================
+kind           what the caller does
+============== ================================================================================
+refused        the request was refused on purpose (bad input, no permission, a state that
+               forbids it): nothing says a retry would help
+not_found      the resource (or task) does not exist there: for a delete, absent is done
+conflict       the id or name is taken: pick another, and prove ownership before using one
+locked         another operation holds the resource: retry with backoff
+transient      the request was surely not carried out: retrying later is safe
+unknown_outcome the request may or may not have been carried out: look before repeating it
+============== ================================================================================
+
+A task that ended with an error is a refusal (:class:`TaskFailed`); one still running at the
+caller's deadline has an unknown outcome (:class:`TaskTimeout`): it goes on in the provider.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+
+REFUSED = 'refused'
+NOT_FOUND = 'not_found'
+CONFLICT = 'conflict'
+LOCKED = 'locked'
+TRANSIENT = 'transient'
+UNKNOWN_OUTCOME = 'unknown_outcome'
+ERROR_KINDS = (REFUSED, NOT_FOUND, CONFLICT, LOCKED, TRANSIENT, UNKNOWN_OUTCOME)
+
+# Power states a provider reports.
+RUNNING = 'running'
+STOPPED = 'stopped'
+
+# Without the controller secret a marker can only be read, not checked: ours by its words, unproven.
+UNVERIFIED = 'unverified'
+
+
+# ---------------------------------------------------------------------------------------- errors
+
+class ProviderError(EphemeraError):
+    """Base of everything a provider raises. ``error_kind`` is one of ERROR_KINDS.
+
+    An error that says nothing more specific is a definite refusal. ``transport`` tells how a
+    connection failed when no answer came (None when the provider answered), ``provider_message``
+    is the provider's own text.
+    """
+
+    error_kind = REFUSED
+    transport = None
+
+    @property
+    def provider_message(self):
+        return None
+
+
+class Refused(ProviderError):
+    """The provider refused the request on purpose; the message says why."""
+    error_kind = REFUSED
+
+
+class InvalidRequest(Refused):
+    """The request cannot work here (a source that cannot be allocated from, a scope that does not exist); the
+    message says what to change. Raised before anything was changed."""
+
+
+class NotFound(ProviderError):
+    """The resource or task does not exist (there)."""
+    error_kind = NOT_FOUND
+
+
+class Conflict(ProviderError):
+    """The id or name is taken."""
+    error_kind = CONFLICT
+
+
+class Locked(ProviderError):
+    """Another operation holds the resource; retry with backoff."""
+    error_kind = LOCKED
+
+
+class Transient(ProviderError):
+    """A temporary failure in which the request was surely not carried out."""
+    error_kind = TRANSIENT
+
+
+class UnknownOutcome(ProviderError):
+    """The request went out and no usable answer came back: it may or may not have been carried out."""
+    error_kind = UNKNOWN_OUTCOME
+
+
+class TaskFailed(Refused):
+    """A task ended with an error. ``task_id`` is its handle, ``log_tail`` the last lines of its log."""
+    task_id = None
+    log_tail = ()
+
+
+class TaskTimeout(UnknownOutcome):
+    """A task was still running (or could not be looked at) at the deadline; it may still finish."""
+    task_id = None
+
+
+# ------------------------------------------------------------------------------------- resources
+
+class Resource:
+    """One resource as a provider found it.
+
+    ``id`` is its id in the provider (a VMID, an instance id), ``location`` where it lives (a node,
+    a region), ``lock`` the name of an operation that holds it (None when free), ``deleting`` True
+    while a delete of it is under way, ``native`` the provider's own description of it (for the
+    provider's eyes only).
+    """
+
+    __slots__ = ('id', 'location', 'lock', 'deleting', 'marker_text', 'native')
+
+    def __init__(self, id, location, lock=None, deleting=False, marker_text=None, native=None):
+        self.id = id
+        self.location = location
+        self.lock = lock
+        self.deleting = deleting
+        self.marker_text = marker_text
+        self.native = native if native is not None else {}
+
+    def __repr__(self):
+        return 'Resource({0!r}, {1!r}, lock={2!r})'.format(self.id, self.location, self.lock)
+
+
+class Power:
+    """A resource's power state (RUNNING, STOPPED, or None when it is gone) and, when something outside our
+    reach keeps it running, what (a sentence that says what to do)."""
+
+    __slots__ = ('state', 'held_by')
+
+    def __init__(self, state, held_by=None):
+        self.state = state
+        self.held_by = held_by
+
+    @property
+    def running(self):
+        return self.state == RUNNING
+
+
+class Allocation:
+    """What to allocate: ``candidate`` (the id recorded before the call), ``workspace`` (whose marker it
+    carries), ``source`` (template, image) at ``location``, ``hostname``, ``scope`` (pool, label set),
+    ``full`` (an independent copy rather than a linked one) and ``storage`` (where a full copy goes)."""
+
+    __slots__ = ('candidate', 'workspace', 'source', 'location', 'hostname', 'scope', 'full', 'storage')
+
+    def __init__(self, candidate, workspace, source, location, hostname, scope, full=False, storage=None):
+        self.candidate = candidate
+        self.workspace = workspace
+        self.source = source
+        self.location = location
+        self.hostname = hostname
+        self.scope = scope
+        self.full = full
+        self.storage = storage
+
+
+class Settings:
+    """The settings of a workspace's machine: ``cores``, ``memory`` (MiB), the network (``bridge``, ``ip``:
+    'dhcp' or an address with its prefix, ``gateway``) and ``tags``."""
+
+    __slots__ = ('cores', 'memory', 'bridge', 'ip', 'gateway', 'tags')
+
+    def __init__(self, cores, memory, bridge, ip='dhcp', gateway=None, tags=()):
+        self.cores = cores
+        self.memory = memory
+        self.bridge = bridge
+        self.ip = ip
+        self.gateway = gateway
+        self.tags = list(tags)
+
+
+# -------------------------------------------------------------------------------------- protocol
+
+class Provider:
+    """The seam every provider implements. ``secret`` is the controller secret that signs ownership
+    markers (None: markers can be read but not checked, see :meth:`verify`).
+
+    Methods that act return a task handle (an opaque string the flows record and hand back to
+    :meth:`wait` or :meth:`task_status`), or None when there was nothing to do. Failures raise a
+    :class:`ProviderError` of the right kind.
+    """
+
+    name = None
+
+    def __init__(self, secret=None):
+        self.secret = secret
+        self.controller = ownership.controller_id(secret) if secret is not None else None
+
+    def with_secret(self, secret):
+        """This provider, signing with ``secret``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def serves(api):
+        """True when ``api`` is a client of this provider's API (so that it can be wrapped in the provider)."""
+        return False
+
+    # --- identity and wording
+
+    def label(self, resource_id, location=None):
+        """How messages name a resource ('CT 105', 'CT 105 on pve1')."""
+        raise NotImplementedError
+
+    def resource_key(self, resource_id, location=None):
+        """The resource's id in cleanup debt: one string that names it and where it lives."""
+        raise NotImplementedError
+
+    def parse_resource_key(self, key):
+        """(resource id, location) of a resource_key; (None, None) for a key that names no resource of ours."""
+        raise NotImplementedError
+
+    # --- ownership
+
+    def marker(self, workspace, resource_id):
+        """The ownership marker a resource of ``workspace`` with id ``resource_id`` carries."""
+        return ownership.render(self.secret, self.controller, workspace, resource_id)
+
+    def marker_fields(self, resource):
+        """The fields of the marker the resource carries (workspace, controller, ...); {} without one."""
+        return ownership.parse(resource.marker_text if resource is not None else None) or {}
+
+    def verify(self, resource, workspace=None):
+        """The one ownership verdict: VERIFIED, ABSENT, FOREIGN, FORGED or MISMATCH (core.ownership) for
+        ``resource`` as a resource of ``workspace`` (None: whatever workspace a genuine marker names).
+
+        Without the controller secret, only what the marker says: ABSENT, FOREIGN (when the controller id
+        is known) or UNVERIFIED.
+        """
+        text = resource.marker_text if resource is not None else None
+        rid = resource.id if resource is not None else None
+        if self.secret is not None:
+            return ownership.verify(text, self.secret, self.controller, workspace, rid)
+        fields = ownership.parse(text)
+        if fields is None:
+            return ownership.ABSENT
+        if self.controller is not None and fields.get('controller') != self.controller:
+            return ownership.FOREIGN
+        return UNVERIFIED
+
+    # --- allocation
+
+    def check_source(self, source, location, scope):
+        """The location the source lives at, after checking that ``source`` can be allocated from and ``scope``
+        exists; Refused with what to change otherwise."""
+        raise NotImplementedError
+
+    def candidate(self, avoid=(), sleep=None):
+        """A free id to allocate at (reserving nothing), none of ``avoid``; Conflict when the provider keeps
+        offering ids of ``avoid`` (``sleep`` pauses between asking again)."""
+        raise NotImplementedError
+
+    def allocate(self, allocation):
+        """Allocate ``allocation.candidate`` with the marker of ``allocation.workspace``; a task handle.
+
+        Conflict when the id is taken (by anyone, also by our own earlier call), UnknownOutcome when the
+        answer was lost: look at the candidate (:meth:`find`, :meth:`verify`) before anything else.
+        """
+        raise NotImplementedError
+
+    def allocation_task(self, allocation, since):
+        """The handle of the task that allocated ``allocation.candidate`` at or after ``since`` (seconds since
+        the epoch) when exactly one task of ours fits; else None."""
+        raise NotImplementedError
+
+    # --- looking
+
+    def ref(self, resource_id, location):
+        """A resource to act on without looking at it first (its id and location as recorded)."""
+        return Resource(resource_id, location)
+
+    def find(self, resource_id, location=None, search=False):
+        """The resource, or None when it does not exist at ``location``; with ``search``, also when it is
+        elsewhere in the provider (moved)."""
+        raise NotImplementedError
+
+    def power(self, resource):
+        """The resource's :class:`Power`."""
+        raise NotImplementedError
+
+    def addresses(self, resource):
+        """The resource's addresses as (interface, family, address) tuples (family ``inet`` or ``inet6``), loopback
+        left out; [] when it has none (or is not running)."""
+        raise NotImplementedError
+
+    def unlock_hint(self, resource_id):
+        """What to do about a resource that stays locked (a sentence), or ''."""
+        return ''
+
+    def list(self, every_kind=False):
+        """Every resource the provider shows us that is not a source (a template, an image), as dicts: ``id``,
+        ``location``, ``kind``, ``name``, ``status``, ``lock``, ``pool`` (the scope it sits in), ``tags`` (a list).
+        Only resources of the kind workspaces are, unless ``every_kind``."""
+        raise NotImplementedError
+
+    def in_scope(self, entry, scope, tag=None):
+        """True when a :meth:`list` entry sits in ``scope`` (pool) or carries ``tag``."""
+        raise NotImplementedError
+
+    # --- acting
+
+    def plan_settings(self, resource, settings):
+        """{name: (before, after)} of the settings that differ from ``settings``; the names are the provider's
+        own (what a diff shows)."""
+        raise NotImplementedError
+
+    def apply_settings(self, resource, changes):
+        """Write ``changes`` ({name: (before, after)}), refusing if the resource changed since it was found."""
+        raise NotImplementedError
+
+    def start(self, resource):
+        """Start it; a task handle, or None when it runs already."""
+        raise NotImplementedError
+
+    def shutdown(self, resource, timeout):
+        """Ask it to shut down within ``timeout`` seconds; a task handle, or None when it is not running."""
+        raise NotImplementedError
+
+    def stop(self, resource):
+        """Stop it by force; a task handle, or None when it is not running."""
+        raise NotImplementedError
+
+    def delete_blocker(self, resource, source=None):
+        """A sentence saying what a person must do before ``resource`` can be deleted (no retry cures it), or
+        None. ``source``: what it was allocated from (its tasks may legitimately hold it)."""
+        raise NotImplementedError
+
+    def delete(self, resource):
+        """Delete it with everything it owns; a task handle. NotFound when it is gone already."""
+        raise NotImplementedError
+
+    def delete_options(self):
+        """What a delete sends besides the resource's id, for the record of what was dispatched."""
+        return {}
+
+    def deleted_since(self, resource_id, location, since):
+        """True when a delete of ``resource_id`` by us, started at or after ``since``, finished successfully
+        (so a resource found at that id now is a newcomer)."""
+        raise NotImplementedError
+
+    # --- tasks
+
+    def wait(self, handle, timeout):
+        """Wait for a task; its result (``succeeded``, ``warnings``, ``warning_lines``, ``log_tail``) if it
+        succeeded. TaskFailed when it failed, TaskTimeout when it runs on at the deadline, NotFound when the
+        provider does not know it."""
+        raise NotImplementedError
+
+    def task_status(self, handle):
+        """One look at a task: its result, whatever the outcome (``status``: running or stopped,
+        ``exitstatus``)."""
+        raise NotImplementedError
+
+    def close(self):
+        """Let go of connections."""
+
+
+# --------------------------------------------------------------------------------------- helpers
+
+def first_address(addresses, family='inet', expected=None):
+    """The first address of ``family`` in :meth:`Provider.addresses` (``expected`` only), or None."""
+    for dummy, fam, address in addresses or ():
+        if fam == family and (expected is None or address == expected):
+            return address
+    return None
+
+
+def reachable_address(addresses):
+    """The address to reach a machine at: its first IPv4 address, else its first global IPv6 one, else None."""
+    inet6 = [a for n, f, a in addresses or () if f == 'inet6' and not a.lower().startswith('fe80:')]
+    return first_address(addresses) or (inet6[0] if inet6 else None)

@@ -57,13 +57,22 @@ options:
         later steps change nothing; the same key with other parameters is refused. The V(ready) step stores the
         result. Keys are kept as SHA-256 hashes for 24 hours.
     type: str
+  resume:
+    description:
+      - With the V(request) step, continue the request recorded for O(name) instead of making one: the request options
+        (O(template), O(repo), O(purpose), sizes, guest settings) are not needed and, when given, not used. The
+        secrets the workspace was requested with (O(agent_credentials), O(git_token)) are still needed by the steps
+        that use them. The C(ephemera.workspaces.reconcile) playbook resumes unfinished creates this way.
+      - Without it, a new request needs O(template), O(repo) and O(purpose).
+    type: bool
+    default: false
   controller_secret:
     description:
       - The secret that signs ownership markers. If not set, E(EPHEMERA_CONTROLLER_SECRET), else a secret made once
         next to the journal (C(<journal>.secret), mode 0600).
     type: str
   template:
-    description: VMID of the prepared LXC template to clone. Used by the V(request) step.
+    description: VMID of the prepared LXC template to clone. Used by the V(request) step; required for a new request.
     type: int
   node:
     description: Node of the template. If not set, the node the cluster reports for the template.
@@ -80,14 +89,14 @@ options:
     description: Target storage of a full clone. Not allowed for linked clones.
     type: str
   repo:
-    description: URL of the repository to check out.
+    description: URL of the repository to check out. Required for a new request.
     type: str
   ref:
     description: Branch, tag or commit to check out.
     type: str
     default: main
   purpose:
-    description: What the agent is asked to do; its brief.
+    description: What the agent is asked to do; its brief. Required for a new request.
     type: str
   agent:
     description: Which agent the runner starts, a key of O(agents).
@@ -260,6 +269,7 @@ def argument_spec():
         step=dict(type='str', required=True, choices=list(STEPS)),
         claim=dict(type='dict'),
         idempotency_key=dict(type='str', no_log=False),
+        resume=dict(type='bool', default=False),
         controller_secret=dict(type='str', no_log=True),
         template=dict(type='int'),
         node=dict(type='str'),
@@ -323,7 +333,6 @@ def module_args():
         argument_spec=argument_spec(),
         supports_check_mode=True,
         required_if=[
-            ('step', 'request', ('template', 'repo', 'purpose')),
             ('address_mode', 'static', ('address_range',)),
         ],
     )

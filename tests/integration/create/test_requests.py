@@ -59,6 +59,11 @@ BAD_INPUT = {
     'ref-option': ({'ref': '--orphan'}, "Ref '--orphan' is not"),
     'name': ({'workspace': 'Bad_Name'}, "Invalid workspace name 'Bad_Name'"),
     'agent': ({'agent': 'nobody'}, "Unknown agent 'nobody'; configured agents: worker"),
+    'no-purpose': ({'purpose': None}, "A new request for workspace 'bad-input-no-purpose' needs template, repo and "
+                                      "purpose; purpose is not given. To continue the request recorded for it, set "
+                                      "resume=true instead."),
+    'resume-unknown': ({'workspace_create_resume': True},
+                       "Workspace 'bad-input-resume-unknown' has no create to resume: it is not recorded."),
 }
 
 

@@ -265,7 +265,7 @@ class GuestManager(object):
             if self.boots.get(vmid) != ct.pid:
                 if guest.proc is not None:
                     # Restarted between two looks (a reboot): nothing of the last boot survives.
-                    await self._stop(guest)
+                    await self._stop(guest, everything=True)
                 self.boots[vmid] = ct.pid
                 self._boot(guest, now)
             wanted[vmid] = self._address(ct, now, taken)
@@ -277,7 +277,8 @@ class GuestManager(object):
                 await self._stop(guest)
                 guest.state = 'failed'
             if guest.proc is not None and wanted.get(vmid) != guest.address:
-                await self._stop(guest)
+                # A stopped container ends all it runs; a new address only restarts sshd.
+                await self._stop(guest, everything=vmid not in wanted)
             if vmid not in wanted:
                 guest.state, guest.address = 'stopped', None
                 self.boots.pop(vmid, None)
@@ -321,6 +322,7 @@ class GuestManager(object):
         guest = self.guests.pop(vmid, None)
         if guest is not None and guest.proc is not None:
             await self._stop(guest)
+        end_guest_processes(self.root(vmid))
         self.pool.release(vmid)
         self.boots.pop(vmid, None)
         self.leases_visible.discard(vmid)
@@ -368,8 +370,10 @@ class GuestManager(object):
         LOG.info('CT %s: sshd %s listening on %s:%s after %.3fs', vmid, guest.proc.pid, address, self.port,
                  guest.startup_secs)
 
-    async def _stop(self, guest):
-        """Kill the guest's sshd with every session and command under it, as stopping a container does."""
+    async def _stop(self, guest, everything=False):
+        """Kill the guest's sshd with every session and command under it; with ``everything``, also what those
+        started that left the sshd's tree (an agent runner in a session of its own, its agent), as stopping a
+        container does."""
         proc = guest.proc
         if proc.poll() is None:
             # Only while it is ours: once reaped, its pid may belong to anything.
@@ -382,13 +386,18 @@ class GuestManager(object):
         except FileNotFoundError:
             pass
         LOG.info('CT %s: sshd %s stopped', guest.vmid, proc.pid)
+        if everything:
+            end_guest_processes(self.root(guest.vmid))
 
     async def stop_all(self):
+        """Stop every guest with all it runs (the cluster stops)."""
         async with self.lock:
             for guest in self.guests.values():
                 if guest.proc is not None:
                     await self._stop(guest)
                     guest.state = 'stopped'
+            # Also what runs in guests whose sshd was already gone.
+            end_guest_processes(self.dir + os.sep)
 
     def _drop_sessions(self, now):
         active = [f for f in self.faults if f['kind'] == 'drop' and f['times'] != 0]
@@ -462,6 +471,17 @@ def _tail(path, lines=3):
         return 'no log'
 
 
+def end_guest_processes(root):
+    """Kill, by pid, what SSH sessions into guests started: every process whose LOCALPVE_GUEST_ROOT (which the
+    guests' sshd sets) starts with ``root`` (one guest's root, or the guests directory and a separator).
+    Returns the pids."""
+    needle = ('LOCALPVE_GUEST_ROOT=' + root).encode()
+    killed = system.stop_then_kill(lambda: system.with_environment(needle))
+    for pid in killed:
+        LOG.info('ended %s, left by a guest session under %s', pid, root)
+    return killed
+
+
 def stop_leftovers(state_dir):
     """Kill what the guests of a cluster that died without cleaning up left behind: sshd by its pid file, and
     commands of SSH sessions by the guest root in their environment. Returns the pids killed."""
@@ -480,7 +500,5 @@ def stop_leftovers(state_dir):
             system.kill_tree(pid)
             killed.append(pid)
         os.unlink(path)
-    for pid in system.with_environment(('LOCALPVE_GUEST_ROOT=' + guests + os.sep).encode()):
-        system.kill_tree(pid)
-        killed.append(pid)
+    killed += end_guest_processes(guests + os.sep)
     return killed

@@ -135,6 +135,33 @@ def kill_tree(pid):
             pass
 
 
+def stop_then_kill(members):
+    """SIGKILL every process that ``members()`` names, however many it starts meanwhile; returns their pids.
+
+    Every member is stopped (SIGSTOP) before any is killed: a stopped process cannot fork, and its children stay
+    its children, so the members read after the last stop are all of them. Killing first and reading again would
+    miss a child forked meanwhile: its dead parent hands it to init.
+    """
+    stopped = set()
+    while True:
+        fresh = set(members()) - stopped - set([os.getpid()])
+        if not fresh:
+            break
+        for pid in fresh:
+            _signal(pid, signal.SIGSTOP)
+        stopped |= fresh
+    for pid in stopped:
+        _signal(pid, signal.SIGKILL)
+    return sorted(stopped)
+
+
+def _signal(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
 def wait_gone(pids, timeout):
     """Wait until none of pids is alive; True if so within timeout seconds."""
     deadline = time.monotonic() + timeout

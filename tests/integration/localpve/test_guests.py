@@ -8,6 +8,7 @@ import time
 import paramiko
 import pytest
 
+from tests.localpve import LocalCluster, system
 from tests.localpve import clone_workspace, guest_address, proxmox, ssh, ssh_run, wait_task
 from tests.localpve.system import alive
 
@@ -237,3 +238,43 @@ def test_reboot_ends_the_sessions_of_the_last_boot(localpve):
     after = [g['sshd_pid'] for g in localpve.status()['guests'] if g['vmid'] == ws.vmid]
     assert after != before and alive(after[0]) and not alive(before[0])
     ssh(info, ws.address).close()
+
+
+def _detached(client, what):
+    """Start ``sleep 300`` in a session of its own that outlives the SSH session (as the agent runner does);
+    returns its pid."""
+    status, out, err = ssh_run(client, 'setsid sh -c \'echo $$; exec sleep 300 # {0}\' < /dev/null > "$LOCALPVE_GUEST_ROOT/'
+                                       '{0}.pid" 2>&1 & sleep 0.2; cat "$LOCALPVE_GUEST_ROOT/{0}.pid"'.format(what))
+    assert status == 0, err
+    pid = int(out.split()[0])
+    assert system.alive(pid) and 'sleep 300' in system.cmdline(pid)
+    return pid
+
+
+def test_stopping_a_container_or_the_cluster_ends_what_its_sessions_started_in_sessions_of_their_own(tmp_path):
+    cluster = LocalCluster.start(str(tmp_path / 'localpve'))
+    running = True
+    try:
+        info = cluster.info
+        api = proxmox(info)
+        halted, kept = clone_workspace(api, info, hostname='ws-halted'), clone_workspace(api, info, hostname='ws-kept')
+        pids = {}
+        for ws in (halted, kept):
+            client = ssh(info, ws.address)
+            try:
+                pids[ws.vmid] = _detached(client, 'detached')
+            finally:
+                client.close()
+        # The sessions are closed: the detached processes live on, as the agent runner does in a running container.
+        assert all(system.alive(pid) for pid in pids.values())
+
+        assert wait_task(api, api.nodes(halted.node).lxc(halted.vmid).status.stop.post())['exitstatus'] == 'OK'
+        assert system.wait_gone([pids[halted.vmid]], 10)
+        assert system.alive(pids[kept.vmid])
+
+        running = False
+        cluster.stop()
+        assert system.wait_gone([pids[kept.vmid]], 10)
+    finally:
+        if running:
+            cluster.stop()

@@ -33,12 +33,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The repository root first on sys.path, so that bench.* and tests.* import as packages.
 sys.path[0] = ROOT
 
+from tests.ansible_run import run_ansible  # noqa: E402 pylint: disable=wrong-import-position
 from tests.localpve import LocalCluster  # noqa: E402 pylint: disable=wrong-import-position
 from tests.localpve.guests import stop_leftovers  # noqa: E402 pylint: disable=wrong-import-position
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import STEPS  # noqa: E402 pylint: disable=wrong-import-position
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal  # noqa: E402 pylint: disable=wrong-import-position
 
-BIN = os.path.dirname(sys.executable)
 PLAYBOOK = os.path.join(ROOT, 'playbooks', 'create.yml')
 INVENTORY = os.path.join(ROOT, 'inventories', 'localpve')
 AGENT = ['sh', '-c', 'sleep 600']
@@ -66,16 +66,12 @@ def run_create(workdir, state_dir, journal, repo, names, forks):
     with open(extra, 'w') as out:
         json.dump({'target': 'workspaces', 'repo': repo, 'purpose': 'Benchmark the create', 'agent': 'bench',
                    'ephemera_agents': {'bench': AGENT}}, out)
-    env = dict(os.environ, LOCALPVE_STATE_DIR=state_dir, EPHEMERA_JOURNAL=journal, ANSIBLE_NOCOLOR='1',
-               ANSIBLE_STDOUT_CALLBACK='ansible.posix.json', ANSIBLE_LOCALHOST_WARNING='0')
-    cmd = [os.path.join(BIN, 'ansible-playbook'), '-i', INVENTORY, '-i', inventory, PLAYBOOK, '-e', '@' + extra,
-           '--forks', str(forks)]
-    started, began = time.time(), time.monotonic()
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
-    elapsed = time.monotonic() - began
-    if proc.returncode:
-        sys.exit('ansible-playbook failed (rc %d):\n%s' % (proc.returncode, (proc.stdout + proc.stderr)[-4000:]))
-    return elapsed, started, json.loads(proc.stdout[proc.stdout.index('{'):])
+    cmd = ['ansible-playbook', '-i', INVENTORY, '-i', inventory, PLAYBOOK, '-e', '@' + extra, '--forks', str(forks)]
+    started = time.time()
+    run = run_ansible(cmd, env={'LOCALPVE_STATE_DIR': state_dir, 'EPHEMERA_JOURNAL': journal}, timeout=3600)
+    if not run.ok or run.data is None:
+        sys.exit('ansible-playbook failed (rc %d):\n%s' % (run.returncode, run.output[-4000:]))
+    return run.seconds, started, run.data
 
 
 def task_seconds(data):

@@ -14,12 +14,9 @@ The last line is the 10,000-guest (largest size) summary that `make bench-invent
 """
 
 import argparse
-import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,12 +30,12 @@ from fakepve.certs import make_cert
 from fakepve.server import FakePve
 
 from bench.fakepve_site import Server, index_guests
+from tests import ansible_run
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import STEPS
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 
-BIN = os.path.dirname(sys.executable)
 POOL = 'disposable-workspaces'
 NODES = 8
 # Pool members get ids from POOL_BASE up, the other guests from OTHER_BASE up: community.proxmox selects the
@@ -133,35 +130,19 @@ class Run:
 
 def measure(label, source, pve, cert, timeout, workdir):
     """Run ansible-inventory --list on one source; the Run with time, requests and what it listed."""
-    env = dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED='1', ANSIBLE_NOCOLOR='1', REQUESTS_CA_BUNDLE=cert,
+    env = dict(ANSIBLE_INVENTORY_UNPARSED_FAILED='1', REQUESTS_CA_BUNDLE=cert,
                ANSIBLE_LOCAL_TEMP=os.path.join(workdir, 'tmp'), ANSIBLE_HOME=os.path.join(workdir, 'home'))
-    out_path = os.path.join(workdir, 'out.json')
     before = len(pve.requests)
-    began = time.monotonic()
-    with open(out_path, 'w') as out, open(os.path.join(workdir, 'err.txt'), 'w') as err:
-        proc = subprocess.Popen([os.path.join(BIN, 'ansible-inventory'), '-i', source, '--list'], stdout=out,
-                                stderr=err, env=env, start_new_session=True)
-        try:
-            proc.wait(timeout)
-            finished = True
-        except subprocess.TimeoutExpired:
-            finished = False
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    seconds = time.monotonic() - began
+    run = ansible_run.run_ansible(['ansible-inventory', '-i', source, '--list'], timeout=timeout, fail=False, env=env,
+                                  callback=None)
+    seconds = run.seconds
     seen = pve.requests[before:]
     touched = len(set(m.group(1) for m in (GUEST_PATH.search(path) for _method, path, _body in seen) if m))
-    if not finished:
+    if run.timed_out:
         return Run(label, seconds, len(seen), False, touched=touched)
-    if proc.returncode != 0:
-        with open(os.path.join(workdir, 'err.txt')) as f:
-            return Run(label, seconds, len(seen), False, touched=touched, error=f.read()[-2000:])
-    with open(out_path) as f:
-        hostvars = json.load(f)['_meta']['hostvars']
+    if not run.ok:
+        return Run(label, seconds, len(seen), False, touched=touched, error=run.output[-2000:])
+    hostvars = run.data['_meta']['hostvars']
     guests = set()
     for hv in hostvars.values():
         vmid = hv.get('ephemera_vmid', hv.get('proxmox_vmid'))

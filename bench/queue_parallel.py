@@ -26,7 +26,11 @@ import sys
 import tempfile
 import time
 
-BIN = os.path.dirname(sys.executable)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The repository root first on sys.path, so that tests.* imports as a package.
+sys.path[0] = ROOT
+
+from tests.ansible_run import Run  # noqa: E402 pylint: disable=wrong-import-position
 
 PLAYBOOK = '''
 - name: One queued operation per host
@@ -92,18 +96,17 @@ def one_run(workdir, hosts, hold, same_target, playbook_name='op.yml'):
                     'j = Journal.open(sys.argv[1])\n'
                     '[j.create_workspace(n) for n in sys.argv[2:]]', journal] + names, check=True)
     extra = ['-e', 'hold=%s' % hold] + (['-e', 'target=ws00'] if same_target else [])
-    env = dict(os.environ, EPHEMERA_JOURNAL=journal, ANSIBLE_LOCALHOST_WARNING='0', ANSIBLE_NOCOLOR='1')
-    playbook = [os.path.join(BIN, 'ansible-playbook'), os.path.join(workdir, playbook_name)] + extra
+    playbook = ['ansible-playbook', os.path.join(workdir, playbook_name)] + extra
     commands = ([playbook + ['-i', inventory_file(workdir, [n])] for n in names] if same_target
                 else [playbook + ['-i', inventory_file(workdir, names), '--forks', str(hosts)]])
     started = time.monotonic()
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for cmd in commands]
-    outputs = [proc.communicate()[0] for proc in procs]
+    runs = [Run.start(cmd, env={'EPHEMERA_JOURNAL': journal}, callback=None) for cmd in commands]
+    for run in runs:
+        run.wait(3600)
     elapsed = time.monotonic() - started
-    for proc, output in zip(procs, outputs):
-        if proc.returncode:
-            sys.exit('ansible-playbook failed:\n' + output[-3000:])
+    for run in runs:
+        if not run.ok:
+            sys.exit('ansible-playbook failed:\n' + run.output[-3000:])
     conn = sqlite3.connect(journal)
     spans = conn.execute('SELECT created_at, started_at, ended_at FROM queue').fetchall()
     conn.close()

@@ -25,10 +25,11 @@ import urllib.parse
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import PveClient
+from tests import ansible_run
 from tests.integration.create.gitserver import GitHttpServer, Repo
 from tests.localpve import system
 from tests.localpve.cluster import LocalCluster
-from tests.localpve.guests import stop_leftovers
+from tests.localpve.guests import end_guest_processes, stop_leftovers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GIT_USER = 'fault-bot'
@@ -203,10 +204,12 @@ class FaultSite:
         env.pop(failpoint.KILL_ENV, None)
         if kill is not None:
             env[failpoint.KILL_ENV] = kill.env()
+        mark = env[ansible_run.RUN_MARK] = ansible_run.new_mark()
         with open(paths['log'], 'w') as log:
             subprocess.run([sys.executable, '-m', 'tests.faults.driver', paths['plan.json'], paths['result.json']],
                            cwd=ROOT, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL, check=True, timeout=60)
-        return {'paths': paths, 'kill': kill, 'started': time.monotonic(), 'pid': _read_pid(paths['result.json'])}
+        return {'paths': paths, 'kill': kill, 'started': time.monotonic(), 'pid': _read_pid(paths['result.json']),
+                'mark': mark}
 
     def finish(self, handle, timeout=RUN_TIMEOUT):
         """Wait for a run to end (its result written, or its process gone); an overdue run is killed."""
@@ -214,7 +217,7 @@ class FaultSite:
         deadline = time.monotonic() + timeout
         while not os.path.exists(paths['result.json']) and system.alive(pid):
             if time.monotonic() > deadline:
-                system.kill_tree(pid)
+                system.stop_then_kill(lambda: ansible_run.marked(handle['mark']))
                 break
             time.sleep(0.02)
         result = None
@@ -261,11 +264,9 @@ class FaultSite:
 
     def stop_guest_leftovers(self, keep):
         """Stop what SSH sessions started in guests that are gone (runners, agents): this test started them."""
-        prefix = self.guests_dir + os.sep
         for entry in os.listdir(self.guests_dir) if os.path.isdir(self.guests_dir) else []:
             if entry.isdigit() and int(entry) not in keep:
-                for pid in system.with_environment(('LOCALPVE_GUEST_ROOT=' + prefix + entry + os.sep).encode()):
-                    system.kill_tree(pid)
+                end_guest_processes(os.path.join(self.guests_dir, entry) + os.sep)
 
     def remove(self):
         shutil.rmtree(self.workdir, ignore_errors=True)

@@ -3,10 +3,10 @@
     cluster = Cluster.start(directory)                 # a cluster process, like `make cluster-up`
     site = Site(cluster, journal_path)                  # one controller: its journal and environment
     result = site.playbook('create.yml', workspace='w1', repo=..., purpose=...)
-    result.ok, result.changed, result.task('13/13 mark ready')
+    result.ok, result.changed, result.task('13/13 mark ready')    (a tests.ansible_run.Run)
     site.create_many(['w1', 'w2'], repo=...)            # several workspaces in one run, in parallel
 
-Output is read from the ansible.posix.json callback; the text is kept for messages.
+Runs go through tests/ansible_run.py: output read from the ansible.posix.json callback, the text kept for messages.
 """
 
 import contextlib
@@ -15,12 +15,12 @@ import os
 import subprocess
 import sys
 
+from tests.ansible_run import run_ansible
 from tests.localpve.cluster import pick_host
 from tests.localpve.config import Options
 from tests.localpve.control import ControlClient
 from tests.localpve.process import down, up
 
-BIN = os.path.dirname(sys.executable)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOKS = os.path.join(ROOT, 'playbooks')
 INVENTORY = os.path.join(ROOT, 'inventories', 'localpve')
@@ -55,45 +55,6 @@ class Cluster:
         return self.info['guest_root'].replace('{vmid}', str(vmid))
 
 
-class Result:
-    def __init__(self, returncode, output, data):
-        self.returncode = returncode
-        self.output = output
-        self.data = data
-
-    @property
-    def ok(self):
-        return self.returncode == 0
-
-    def stats(self, host='localhost'):
-        return (self.data or {}).get('stats', {}).get(host, {})
-
-    @property
-    def changed(self):
-        return sum(s.get('changed', 0) for s in (self.data or {}).get('stats', {}).values())
-
-    def task(self, name, host='localhost'):
-        """The result of the last task whose name is ``name`` (or ends with it) for ``host``."""
-        found = None
-        for play in (self.data or {}).get('plays', []):
-            for task in play['tasks']:
-                title = task['task']['name']
-                if (title == name or title.endswith(name)) and host in task['hosts']:
-                    found = task['hosts'][host]
-        if found is None:
-            raise KeyError('no task %r for %s in:\n%s' % (name, host, self.output[-3000:]))
-        return found
-
-    def failure(self, host='localhost'):
-        """The msg of the first failed task for ``host``, or None."""
-        for play in (self.data or {}).get('plays', []):
-            for task in play['tasks']:
-                result = task['hosts'].get(host) or {}
-                if result.get('failed') and not result.get('ignore_errors'):
-                    return result.get('msg')
-        return None
-
-
 class Site:
     """One controller: a journal and the environment that points the playbooks at the cluster."""
 
@@ -103,15 +64,11 @@ class Site:
         self.directory = directory or os.path.dirname(journal_path)
 
     def env(self, **extra):
-        env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK='ansible.posix.json', ANSIBLE_NOCOLOR='1',
-                   ANSIBLE_LOCALHOST_WARNING='0', ANSIBLE_INVENTORY_UNPARSED_WARNING='0',
-                   ANSIBLE_PYTHON_INTERPRETER=sys.executable, LOCALPVE_STATE_DIR=self.cluster.state_dir,
-                   EPHEMERA_JOURNAL=self.journal_path)
-        env.update(extra)
-        return env
+        """What a run of this controller adds to the environment: the cluster and the journal."""
+        return dict(LOCALPVE_STATE_DIR=self.cluster.state_dir, EPHEMERA_JOURNAL=self.journal_path, **extra)
 
     def command(self, playbook, extra_vars, check=False, inventories=(), forks=None):
-        cmd = [os.path.join(BIN, 'ansible-playbook'), '-i', INVENTORY]
+        cmd = ['ansible-playbook', '-i', INVENTORY]
         for inventory in inventories:
             cmd += ['-i', inventory]
         cmd += [os.path.join(PLAYBOOKS, playbook) if not os.path.isabs(playbook) else playbook,
@@ -123,13 +80,9 @@ class Site:
         return cmd
 
     def playbook(self, playbook, check=False, inventories=(), forks=None, env=None, timeout=600, **extra_vars):
-        proc = subprocess.run(self.command(playbook, extra_vars, check, inventories, forks), capture_output=True,
-                              text=True, env=self.env(**(env or {})), timeout=timeout, check=False)
-        try:
-            data = json.loads(proc.stdout)
-        except ValueError:
-            data = None
-        return Result(proc.returncode, proc.stdout + proc.stderr, data)
+        """Run a playbook to its end: the finished tests.ansible_run.Run."""
+        return run_ansible(self.command(playbook, extra_vars, check, inventories, forks), timeout=timeout,
+                           env=self.env(**(env or {})))
 
     def create_vars(self, workspace, repo, **extra):
         values = dict(workspace=workspace, repo=repo, purpose='work on %s' % workspace, agent='fake',

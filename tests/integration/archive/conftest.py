@@ -8,15 +8,14 @@ edited again, untracked files (two Markdown files and a text file) and an ignore
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
+from tests.ansible_run import run_ansible
 from tests.localpve.cluster import pick_host
 from tests.localpve.config import Options
 from tests.localpve.process import down, up
 
-BIN = os.path.dirname(sys.executable)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SECRET = 's3cr3t-archive-credential-value'
 IDENTITY = ['-c', 'user.name=Test', '-c', 'user.email=test@example.invalid']
@@ -36,41 +35,27 @@ class Ansible:
     """ansible-playbook and ansible runs against the cluster's inventory, with the JSON callback."""
 
     def __init__(self, state_dir, journal, archive_dir, tmp):
-        self.env = dict(os.environ, LOCALPVE_STATE_DIR=state_dir, EPHEMERA_JOURNAL=journal,
-                        EPHEMERA_ARCHIVE_DIR=archive_dir, ANSIBLE_STDOUT_CALLBACK='ansible.posix.json',
-                        ANSIBLE_LOAD_CALLBACK_PLUGINS='1', ANSIBLE_NOCOLOR='1', ANSIBLE_LOCALHOST_WARNING='0',
-                        ANSIBLE_PYTHON_INTERPRETER=sys.executable)
+        self.env = dict(LOCALPVE_STATE_DIR=state_dir, EPHEMERA_JOURNAL=journal, EPHEMERA_ARCHIVE_DIR=archive_dir)
         self.inventory = os.path.join(ROOT, 'inventories', 'localpve')
         self.tmp = tmp
 
     def _run(self, cmd):
-        proc = subprocess.run(cmd, cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              check=False, timeout=600)
-        text = proc.stdout.decode('utf-8', 'replace')
-        try:
-            data = json.loads(text[text.index('{'):])
-        except ValueError:
-            raise AssertionError('no JSON from %s (rc %d):\n%s' % (cmd[0], proc.returncode, text[-3000:]))
-        return proc.returncode, data
+        run = run_ansible(cmd, env=self.env)
+        if run.data is None:
+            raise AssertionError('no JSON from %s (rc %d):\n%s' % (cmd[0], run.returncode, run.output[-3000:]))
+        return run
 
     def playbook(self, name, extra_vars, check=False):
-        """(rc, {task name: host result}) of playbooks/<name>.yml."""
-        cmd = [os.path.join(BIN, 'ansible-playbook'), '-i', self.inventory, os.path.join(ROOT, 'playbooks', name + '.yml'),
-               '-e', json.dumps(extra_vars)] + (['--check'] if check else [])
-        rc, data = self._run(cmd)
-        tasks = {}
-        for play in data['plays']:
-            for task in play['tasks']:
-                # Role tasks are named "<role> : <name>"; keep the name.
-                tasks[task['task']['name'].split(' : ', 1)[-1]] = task['hosts'].get('localhost', {})
-        return rc, tasks
+        """(rc, {task name: host result}) of playbooks/<name>.yml; role tasks without their "<role> : "."""
+        run = self._run(['ansible-playbook', '-i', self.inventory, os.path.join(ROOT, 'playbooks', name + '.yml'),
+                         '-e', json.dumps(extra_vars)] + (['--check'] if check else []))
+        return run.returncode, dict(run.results())
 
     def module(self, args):
         """The result of one workspace_archive call."""
-        cmd = [os.path.join(BIN, 'ansible'), 'localhost', '-i', self.inventory, '-m',
-               'ephemera.workspaces.workspace_archive', '-a', json.dumps(args)]
-        dummy, data = self._run(cmd)
-        return data['plays'][0]['tasks'][0]['hosts']['localhost']
+        run = self._run(['ansible', 'localhost', '-i', self.inventory, '-m', 'ephemera.workspaces.workspace_archive',
+                         '-a', json.dumps(args)])
+        return run.results()[0][1]
 
 
 @pytest.fixture(scope='module')

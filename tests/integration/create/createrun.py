@@ -7,20 +7,15 @@ extra vars go through a file, so that no secret ever sits on a command line.
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
-
-import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import JournalMissing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
-from tests.localpve import proxmox, system
+from tests import ansible_run
+from tests.ansible_run import Run
+from tests.localpve import proxmox
 
-BIN = os.path.dirname(sys.executable)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PLAYBOOK = os.path.join(ROOT, 'playbooks', 'create.yml')
 DESTROY = os.path.join(ROOT, 'playbooks', 'destroy.yml')
@@ -29,79 +24,18 @@ INVENTORY = os.path.join(ROOT, 'inventories', 'localpve')
 WORKING_AGENT = ['sh', '-c', 'sleep 300']
 
 
-class Run:
-    """One ansible-playbook process, started in its own session so that everything it started can be stopped."""
-
-    def __init__(self, proc, out_path, callback):
-        self.proc = proc
-        self.pid = proc.pid
-        self.out_path = out_path
-        self.callback = callback
-        self.returncode = None
-        self.output = ''
-        self.data = None
-
-    def finish(self, timeout=300):
-        try:
-            self.returncode = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            pytest.fail('ansible-playbook did not finish within %d s:\n%s' % (timeout, self._read()[-4000:]))
-        self.output = self._read()
-        if self.callback == 'json':
-            try:
-                self.data = json.loads(self.output[self.output.index('{'):])
-            except ValueError:
-                pytest.fail('ansible-playbook did not print JSON (rc %s):\n%s' % (self.returncode, self.output[-4000:]))
-        return self
-
-    def _read(self):
-        with open(self.out_path) as src:
-            return src.read()
-
-    def kill(self):
-        """SIGKILL the run and everything it started, as a controller that dies does.
-
-        Ansible's workers start sessions of their own, so the process group is not enough: the whole tree goes
-        (twice, for a process started while the first pass ran).
-        """
-        for dummy in range(2):
-            tree = [self.pid] + system.descendants(self.pid) if self.proc.poll() is None else []
-            for pid in tree:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-        self.proc.wait(30)
-
-    # -------------------------------------------------------------- results
-
-    def results(self, host='localhost'):
-        """(task name, result) of every task that ran for ``host``, in order."""
-        out = []
-        for play in self.data['plays']:
-            for task in play['tasks']:
-                if host in task['hosts']:
-                    # Role tasks are named "<role> : <task>".
-                    out.append((task['task']['name'].split(' : ', 1)[-1], task['hosts'][host]))
-        return out
+class CreateRun(Run):
+    """A create (or destroy) playbook run, read by its numbered steps."""
 
     def step_results(self, host='localhost'):
         """{step number: result} of the thirteen create steps that ran (skipped ones included)."""
         return dict((int(name.split('/', 1)[0]), result) for name, result in self.results(host)
                     if name[:1].isdigit() and '/13 ' in name)
 
-    def stats(self, host='localhost'):
-        return self.data['stats'][host]
-
-    @property
-    def ok(self):
-        return self.returncode == 0
-
     def failure(self, host='localhost'):
         """(task name, result) of the first task that failed for ``host`` (not the rescue's closing fail)."""
-        for name, result in self.results(host):
-            if result.get('failed') and not name.startswith('Fail the run'):
+        for name, result in self.failures(host):
+            if not name.startswith('Fail the run'):
                 return name, result
         return None, None
 
@@ -110,9 +44,6 @@ class Run:
             if name.startswith('Report '):
                 return result['msg']
         return None
-
-    def explain(self):
-        return 'rc %s\n%s' % (self.returncode, self.output[-6000:])
 
 
 class Controller:
@@ -132,18 +63,10 @@ class Controller:
     def start(self, extra_vars, check=False, inventory=None, target=None, forks=None, callback='json', verbose=0,
               env=None, playbook=PLAYBOOK):
         """Start the create playbook (or another) with ``extra_vars`` (given through a file); returns the Run."""
-        index = len(self.runs)
-        vars_path = os.path.join(self.workdir, 'vars-%d.json' % index)
+        vars_path = os.path.join(self.workdir, 'vars-%d.json' % len(self.runs))
         with open(vars_path, 'w') as out:
             json.dump(dict(extra_vars, **({'target': target} if target else {})), out)
-        out_path = os.path.join(self.workdir, 'run-%d.out' % index)
-        environ = dict(os.environ, ANSIBLE_NOCOLOR='1', ANSIBLE_LOCALHOST_WARNING='0',
-                       ANSIBLE_INVENTORY_UNPARSED_WARNING='0', ANSIBLE_RETRY_FILES_ENABLED='0',
-                       LOCALPVE_STATE_DIR=self.info['state_dir'], EPHEMERA_JOURNAL=self.journal_path)
-        if callback == 'json':
-            environ['ANSIBLE_STDOUT_CALLBACK'] = 'ansible.posix.json'
-        environ.update(env or {})
-        cmd = [os.path.join(BIN, 'ansible-playbook'), '-i', INVENTORY]
+        cmd = ['ansible-playbook', '-i', INVENTORY]
         if inventory:
             cmd += ['-i', inventory]
         cmd += [playbook, '-e', '@' + vars_path]
@@ -153,21 +76,19 @@ class Controller:
             cmd += ['--forks', str(forks)]
         if verbose:
             cmd.append('-' + 'v' * verbose)
-        with open(out_path, 'w') as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ, cwd=ROOT,
-                                    start_new_session=True)
-        run = Run(proc, out_path, callback)
+        run = CreateRun.start(cmd, env=dict(env or {}, LOCALPVE_STATE_DIR=self.info['state_dir'],
+                                            EPHEMERA_JOURNAL=self.journal_path),
+                              callback=ansible_run.JSON_CALLBACK if callback == 'json' else None)
         self.runs.append(run)
         return run
 
     def create(self, extra_vars, timeout=300, **options):
         """Run the create playbook to its end; returns the finished Run."""
-        return self.start(extra_vars, **options).finish(timeout)
+        return self.start(extra_vars, **options).wait(timeout)
 
     def stop(self):
         for run in self.runs:
-            if run.proc.poll() is None:
-                run.kill()
+            run.kill()
 
     # ------------------------------------------------------------- journal
 
@@ -258,21 +179,6 @@ def request_vars(repo_url, name, **extra):
            'agent': 'worker', 'ephemera_agents': {'worker': WORKING_AGENT}}
     out.update(extra)
     return out
-
-
-def wait_until(condition, what, timeout=120, run=None):
-    """Poll ``condition()`` until it is true and return its value; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if run is not None and run.proc.poll() is not None:
-            run.finish()
-            pytest.fail('the run ended (rc %s) before %s:\n%s' % (run.returncode, what, run.output[-4000:]))
-        if time.monotonic() > deadline:
-            pytest.fail('never saw %s within %d s' % (what, timeout))
-        time.sleep(0.05)
 
 
 def files_containing(top, needle):

@@ -9,10 +9,11 @@ import time
 
 import pytest
 
+from tests.ansible_run import wait_until
 from tests.localpve.process import down
 
 from .conftest import start_cluster
-from .createrun import Controller, request_vars, wait_until
+from .createrun import Controller, request_vars
 
 
 @pytest.fixture(scope='module')
@@ -53,7 +54,7 @@ def test_a_killed_run_is_resumed_by_the_next_one_with_exactly_one_container(slow
     try:
         request = request_vars(repo.url, name)
         run = ctl.start(request)
-        wait_until(lambda: where(ctl, name), 'the run in the middle of the step', run=run)
+        wait_until(lambda: where(ctl, name), 'the run in the middle of the step', runs=[run])
         run.kill()
         killed = ctl.workspace(name)
         assert killed['status'] == ('booting' if where is in_start_task else 'provisioning')

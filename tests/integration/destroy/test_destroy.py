@@ -111,7 +111,7 @@ def test_containers_whose_marker_does_not_verify_are_never_touched(site, rewritt
     before, result, rec = rewritten
     vmid, node = ct(site, name)
     assert not result.ok and result.stats(name)['failures'] == 1, result.output[-3000:]
-    refusal = result.failure(name)
+    refusal = result.failed_messages(name)[0]
     assert 'is not workspace %s\'s' % name in refusal and 'It was not touched' in refusal, refusal
     assert status(site, vmid, node) == 'running'
     assert config(site, vmid, node) == before[name]

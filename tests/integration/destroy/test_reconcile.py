@@ -3,12 +3,12 @@
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import PveNotFound
-from tests.integration.playbooks import BIN, INVENTORY, site_with_workspaces
+from tests.ansible_run import run_ansible
+from tests.integration.playbooks import INVENTORY, site_with_workspaces
 
 NAMES = ['r-one', 'r-two', 'r-pending']
 
@@ -33,13 +33,11 @@ def running(site):
 
 def module(site, module_name, **args):
     """Run one module of the collection ad hoc, as a crashed playbook would have left off."""
-    argv = [os.path.join(BIN, 'ansible'), 'localhost', '-i', INVENTORY, '-m', module_name, '-a',
-            json.dumps(args)]
     info = site.cluster.info
     env = site.env(PROXMOX_HOST=info['proxy_url'], PROXMOX_TOKEN_ID=info['token_id'],
                    PROXMOX_TOKEN_SECRET=info['token_secret'], PROXMOX_CA_FILE=info['ca_file'])
-    env.pop('ANSIBLE_STDOUT_CALLBACK')
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+    return run_ansible(['ansible', 'localhost', '-i', INVENTORY, '-m', module_name, '-a', json.dumps(args)],
+                       timeout=300, env=env)
 
 
 def test_a_lost_journal_makes_every_workspace_an_orphan_and_nothing_is_deleted(site):
@@ -77,7 +75,7 @@ def test_a_lost_journal_makes_every_workspace_an_orphan_and_nothing_is_deleted(s
 def test_a_decided_destruction_is_finished_by_reconcile(site):
     ws = site.workspace('r-pending')
     marked = module(site, 'ephemera.workspaces.workspace_destroy', name='r-pending', step='mark')
-    assert marked.returncode == 0, marked.stdout + marked.stderr
+    assert marked.ok and marked.results()[0][1]['changed'], marked.explain()
     checked = reconcile(site, check=True)
     assert [f['kind'] for f in checked['findings'] if f['workspace'] == 'r-pending'] == ['destroy_pending']
     assert ws['vmid'] in running(site)
@@ -100,7 +98,7 @@ def test_an_interrupted_create_is_reported_and_resumed_adopting_its_clone(site):
     for step in ('request', 'vmid', 'clone'):
         args['step'] = step
         done = module(site, 'ephemera.workspaces.workspace_create', **args)
-        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.ok, done.explain()
         args = dict(name='r-crashed', step=step)
     ws = site.workspace('r-crashed')
     assert ws['vmid'] is None and ws['candidate_vmid']

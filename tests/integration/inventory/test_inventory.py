@@ -13,16 +13,15 @@ import shutil
 import socket
 import sqlite3
 import subprocess
-import sys
 
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import CLAIMED, Queue
+from tests.ansible_run import Run, run_ansible
 from tests.localpve import LocalCluster, clone_workspace, proxmox
 
-BIN = os.path.dirname(sys.executable)
 GOOD_AGENT = ['true']
 CREATE_TIMEOUT = 240
 
@@ -45,8 +44,6 @@ class Site(object):
 
 
 def _create_runs(info, journal_path, repo, names_and_agents):
-    env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING='0', ANSIBLE_INVENTORY_UNPARSED_WARNING='0', ANSIBLE_NOCOLOR='1',
-               ANSIBLE_PYTHON_INTERPRETER=sys.executable)
     runs = []
     for name, agent in names_and_agents:
         extra = dict(workspace=name, repo='file://' + repo, ref='main', purpose='make the tests pass: %s' % name,
@@ -57,17 +54,11 @@ def _create_runs(info, journal_path, repo, names_and_agents):
                      ephemera_ssh_user=info['ssh_user'], ephemera_ssh_port=info['ssh_port'],
                      ephemera_ssh_private_key=info['ssh_private_key'], ephemera_agent_user=info['ssh_user'],
                      ephemera_journal_path=journal_path)
-        runs.append(subprocess.Popen([os.path.join(BIN, 'ansible-playbook'), 'ephemera.workspaces.create', '-e',
-                                      json.dumps(extra)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=env, start_new_session=True))
-    outputs = []
+        runs.append(Run.start(['ansible-playbook', 'ephemera.workspaces.create', '-e', json.dumps(extra)],
+                              callback=None))
     for run in runs:
-        try:
-            outputs.append((run.communicate(timeout=CREATE_TIMEOUT)[0], run.returncode))
-        except subprocess.TimeoutExpired:
-            run.kill()
-            outputs.append((run.communicate()[0], 'timeout'))
-    return outputs
+        run.wait(CREATE_TIMEOUT, fail=False)
+    return [(run.output, 'timeout' if run.timed_out else run.returncode) for run in runs]
 
 
 def _make_repo(path):
@@ -124,18 +115,13 @@ def inventory(tmp_path):
         path = str(tmp_path / ('%s.workspaces.yml' % name))
         with open(path, 'w') as f:
             f.write(config if isinstance(config, str) else json.dumps(config))
-        environ = dict((k, v) for k, v in os.environ.items() if not k.startswith(('PROXMOX_', 'EPHEMERA_')))
-        environ.update(ANSIBLE_INVENTORY_UNPARSED_FAILED='1', ANSIBLE_NOCOLOR='1', ANSIBLE_HOME=str(tmp_path / 'home'),
-                       ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'), ANSIBLE_PYTHON_INTERPRETER=sys.executable)
+        environ = dict(ANSIBLE_INVENTORY_UNPARSED_FAILED='1', ANSIBLE_HOME=str(tmp_path / 'home'),
+                       ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'))
         environ.update(env or {})
         default_args = ['--list'] if command == 'ansible-inventory' else []
-        cmd = [os.path.join(BIN, command), '-i', path] + list(args or default_args)
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=environ, timeout=180, check=False)
-        try:
-            data = json.loads(proc.stdout)
-        except ValueError:
-            data = None
-        return proc.returncode, data, proc.stdout + proc.stderr
+        run = run_ansible([command, '-i', path] + list(args or default_args), timeout=180, env=environ, callback=None,
+                          unset=('PROXMOX_', 'EPHEMERA_'))
+        return run.returncode, run.data, run.output
     run.path = lambda name='site': str(tmp_path / ('%s.workspaces.yml' % name))
     return run
 

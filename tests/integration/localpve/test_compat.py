@@ -1,13 +1,9 @@
 """Other Proxmox VE clients work with the try-out cluster: plain proxmoxer and community.proxmox's modules."""
 
 import json
-import os
-import subprocess
-import sys
 
+from tests.ansible_run import run_ansible
 from tests.localpve import guest_address, proxmox, ssh, wait_task
-
-BIN = os.path.dirname(sys.executable)
 
 PLAYBOOK = '''
 - name: A container's life with community.proxmox
@@ -88,15 +84,11 @@ def test_community_proxmox_modules(localpve, tmp_path):
     vmid = int(proxmox(info).cluster.nextid.get())
     book = tmp_path / 'compat.yml'
     book.write_text(PLAYBOOK)
-    env = dict(os.environ, REQUESTS_CA_BUNDLE=info['ca_file'], ANSIBLE_STDOUT_CALLBACK='ansible.builtin.json',
-               ANSIBLE_LOCALHOST_WARNING='0', ANSIBLE_INVENTORY_UNPARSED_WARNING='0',
-               ANSIBLE_PYTHON_INTERPRETER=sys.executable, ANSIBLE_NOCOLOR='1')
-    proc = subprocess.run([os.path.join(BIN, 'ansible-playbook'), str(book), '-e',
-                           json.dumps({'cluster': info, 'vmid': vmid})],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    tasks = json.loads(proc.stdout)['plays'][0]['tasks']
-    report = json.loads(tasks[-1]['hosts']['localhost']['msg'])
+    run = run_ansible(['ansible-playbook', str(book), '-e', json.dumps({'cluster': info, 'vmid': vmid})], timeout=300,
+                      callback='ansible.builtin.json', env={'REQUESTS_CA_BUNDLE': info['ca_file']})
+    assert run.ok, run.output[-6000:]
+    tasks = run.results()
+    report = json.loads(tasks[-1][1]['msg'])
     assert all(report[step]['changed'] for step in ('cloned', 'started', 'stopped', 'deleted'))
     proxmox_vms = report['info']['proxmox_vms']
     assert [vm['vmid'] for vm in proxmox_vms] == [vmid]

@@ -38,35 +38,35 @@ def seed(path):
         j.record_cleanup_debt('ws-a', 'lxc/777@pve1', 'CT is locked (backup)')
 
 
-def test_info_and_lookup_read_the_journal(tmp_path, run_playbook, task_results):
+def test_info_and_lookup_read_the_journal(tmp_path, run_playbook):
     path = str(tmp_path / 'journal.sqlite')
     seed(path)
-    code, data, out = run_playbook(PLAY, env={'EPHEMERA_JOURNAL': path}, check=True)
-    assert code == 0, out
-    one = task_results(data, 'info one')
+    run = run_playbook(PLAY, env={'EPHEMERA_JOURNAL': path}, check=True)
+    assert run.ok, run.output
+    one = run.task('info one')
     assert one['changed'] is False
     [ws] = one['workspaces']
     assert (ws['name'], ws['status'], ws['activity'], ws['vmid']) == ('ws-a', 'ready', 'blocked', 101)
     assert [e['action'] for e in ws['events']] == ['create_workspace', 'ready', 'cleanup_debt']
     assert [d['resource'] for d in ws['cleanup_debt']] == ['lxc/777@pve1']
-    assert [w['name'] for w in task_results(data, 'info blocked')['workspaces']] == ['ws-a']
-    assert task_results(data, 'lookup one')['msg']['purpose'] == 'fix it'
-    assert task_results(data, 'lookup ready names')['msg'] == ['ws-a', 'ws-b']
+    assert [w['name'] for w in run.task('info blocked')['workspaces']] == ['ws-a']
+    assert run.task('lookup one')['msg']['purpose'] == 'fix it'
+    assert run.task('lookup ready names')['msg'] == ['ws-a', 'ws-b']
 
 
-def test_missing_journal_is_empty_for_info_and_an_error_for_lookup(tmp_path, run_playbook, task_results):
+def test_missing_journal_is_empty_for_info_and_an_error_for_lookup(tmp_path, run_playbook):
     path = str(tmp_path / 'never-made.sqlite')
-    code, data, out = run_playbook(PLAY_INFO_ONLY, env={'EPHEMERA_JOURNAL': path})
-    assert code == 0, out
-    result = task_results(data, 'info one')
+    run = run_playbook(PLAY_INFO_ONLY, env={'EPHEMERA_JOURNAL': path})
+    assert run.ok, run.output
+    result = run.task('info one')
     assert result['workspaces'] == [] and 'No journal at' in ' '.join(result['warnings'])
-    code, data, out = run_playbook(PLAY, env={'EPHEMERA_JOURNAL': path})
-    assert code != 0
-    assert 'No journal at %s' % path in task_results(data, 'lookup one')['msg']
+    run = run_playbook(PLAY, env={'EPHEMERA_JOURNAL': path})
+    assert not run.ok, run.output
+    assert 'No journal at %s' % path in run.task('lookup one')['msg']
     assert not os.path.exists(path)
 
 
-def test_lookup_refuses_unknown_names_and_filters(tmp_path, run_playbook, task_results):
+def test_lookup_refuses_unknown_names_and_filters(tmp_path, run_playbook):
     path = str(tmp_path / 'journal.sqlite')
     seed(path)
     play = '''
@@ -85,17 +85,17 @@ def test_lookup_refuses_unknown_names_and_filters(tmp_path, run_playbook, task_r
         msg: "{{ query('ephemera.workspaces.journal', status='sleeping') }}"
       ignore_errors: true
 '''
-    code, data, out = run_playbook(play, env={'EPHEMERA_JOURNAL': path})
-    assert code == 0, out
-    assert "no workspace named 'nope'" in task_results(data, 'unknown name')['msg']
-    assert task_results(data, 'skipped name')['msg'] == ['ws-b']
-    assert 'unknown status sleeping' in task_results(data, 'bad status')['msg']
+    run = run_playbook(play, env={'EPHEMERA_JOURNAL': path})
+    assert run.ok, run.output
+    assert "no workspace named 'nope'" in run.task('unknown name')['msg']
+    assert run.task('skipped name')['msg'] == ['ws-b']
+    assert 'unknown status sleeping' in run.task('bad status')['msg']
 
 
-def test_corrupt_journal_fails_info_with_a_clear_message(tmp_path, run_playbook, task_results):
+def test_corrupt_journal_fails_info_with_a_clear_message(tmp_path, run_playbook):
     path = tmp_path / 'journal.sqlite'
     path.write_bytes(b'garbage' * 1000)
-    code, data, out = run_playbook(PLAY_INFO_ONLY, env={'EPHEMERA_JOURNAL': str(path)})
-    assert code != 0
-    assert 'not a readable journal' in task_results(data, 'info one')['msg']
+    run = run_playbook(PLAY_INFO_ONLY, env={'EPHEMERA_JOURNAL': str(path)})
+    assert not run.ok, run.output
+    assert 'not a readable journal' in run.task('info one')['msg']
     assert path.read_bytes() == b'garbage' * 1000

@@ -3,13 +3,13 @@
 import json
 import os
 import signal
-import subprocess
 import sys
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
+from tests.ansible_run import run_ansible, wait_until
 
-from .runs import BIN, open_gate, query, wait_until
+from .runs import open_gate, query
 
 
 def seed_workspace(path, *names):
@@ -47,14 +47,14 @@ def test_five_runs_on_one_workspace_run_one_at_a_time_in_fifo_order(tmp_path, jo
                'the first run holding the workspace while four wait', runs=runs)
     open_gate(gate)
     for run in runs:
-        assert run.finish().returncode == 0, run.output[-3000:]
+        assert run.wait().returncode == 0, run.output[-3000:]
     entries = entries_of(journal_path, 'ws-fifo')
     assert [e['kind'] for e in entries] == kinds
     assert [e['state'] for e in entries] == ['done'] * 5
     # Each ran in the run that asked for it (the owner is the ansible-playbook process itself) ...
     assert [json.loads(e['owner'])['pid'] for e in entries] == [run.pid for run in runs]
-    assert [run.report()['entry']['id'] for run in runs] == [e['id'] for e in entries]
-    assert all(run.report()['claimed'] and not run.report()['folded'] for run in runs)
+    assert [run.task('Report')['msg']['entry']['id'] for run in runs] == [e['id'] for e in entries]
+    assert all(run.task('Report')['msg']['claimed'] and not run.task('Report')['msg']['folded'] for run in runs)
     # ... one at a time, in queue order: each started after the one before it had ended.
     for before, after in zip(entries, entries[1:]):
         assert after['started_at'] >= before['ended_at']
@@ -77,12 +77,12 @@ def test_five_identical_requests_fold_into_one_execution(tmp_path, journal_path,
                runs=runs + [blocker])
     open_gate(gate)
     for run in [blocker] + runs:
-        assert run.finish().returncode == 0, run.output[-3000:]
+        assert run.wait().returncode == 0, run.output[-3000:]
     archives = [e for e in entries_of(journal_path, 'ws-fold') if e['kind'] == 'archive']
     assert len(archives) == 1 and archives[0]['state'] == 'done'
     requesters = [r for r in requests_of(journal_path, 'ws-fold') if r['entry_id'] == archives[0]['id']]
     assert sorted(r['requested_by'] for r in requesters) == ['asker-%d' % n for n in range(5)]
-    reports = [run.report() for run in runs]
+    reports = [run.task('Report')['msg'] for run in runs]
     assert sorted(r['claimed'] for r in reports) == [False, False, False, False, True]
     assert sorted(r['folded'] for r in reports) == [False, True, True, True, True]
     # Every run reports the same outcome: the one execution's entry, state and result.
@@ -103,11 +103,11 @@ def test_a_sigkilled_runner_is_detected_and_its_operation_resumed_by_the_next_ru
     successor = start_run({'op_kind': 'create', 'op_target': 'ws-kill', 'op_params': {'ref': 'main'}})
     wait_until(lambda: len(requests_of(journal_path, 'ws-kill')) == 2, 'the second run queued', runs=[successor])
     os.kill(victim.pid, signal.SIGKILL)  # mid-operation: its entry is running, at step "hold"
-    victim.finish()
-    victim.stop_leftovers()  # its orphaned worker and module
+    victim.wait()
+    victim.kill()  # its orphaned worker and module
     assert victim.returncode == -signal.SIGKILL
-    assert successor.finish().returncode == 0, successor.output[-3000:]
-    report = successor.report()
+    assert successor.wait().returncode == 0, successor.output[-3000:]
+    report = successor.task('Report')['msg']
     assert report['claimed'] and report['resumed'] and report['resumed_from_step'] == 'hold'
     first, second = entries_of(journal_path, 'ws-kill')
     assert report['entry']['id'] == first['id']
@@ -132,7 +132,7 @@ def test_different_workspaces_run_in_parallel(tmp_path, journal_path, start_run)
     wait_until(lambda: len(query(journal_path, "SELECT id FROM queue WHERE state = 'running'")) == 3,
                'three operations running at once', runs=[run])
     open_gate(gate)
-    assert run.finish().returncode == 0, run.output[-3000:]
+    assert run.wait().returncode == 0, run.output[-3000:]
     assert [e['state'] for e in query(journal_path, 'SELECT state FROM queue ORDER BY id')] == ['done'] * 3
 
 
@@ -179,8 +179,8 @@ def test_bad_input_gets_clear_messages_and_leaves_the_queue_consistent(tmp_path,
     playbook = tmp_path / 'bad.yml'
     playbook.write_text(BAD_INPUT)
     run = start_run({'parent_id': parent.entry['id'], 'busy_id': busy.claim['entry_id']}, playbook=str(playbook))
-    assert run.finish().returncode == 0, run.output[-3000:]
-    results = dict((task['task']['name'], task['hosts']['localhost']) for task in run.data['plays'][0]['tasks'])
+    assert run.wait().returncode == 0, run.output[-3000:]
+    results = dict(run.results())
     assert 'value of kind must be one of: archive, create, destroy, reconcile, template_build, got: build' in \
         results['unknown kind']['msg']
     assert results['unknown target']['msg'].startswith("Unknown target: no workspace named 'ghost' is recorded")
@@ -213,12 +213,10 @@ def test_status_playbook_prints_the_queue_as_a_tree(journal_path):
         child = queue.poll(queue.enqueue('destroy', 'ws-a', parent_id=parent.claim['entry_id']).request_id)
         queue.step(child.claim, 'graceful shutdown')
         queue.enqueue('destroy', 'ws-b', parent_id=parent.claim['entry_id'], waits=False, claim=parent.claim)
-    env = dict(os.environ, EPHEMERA_JOURNAL=journal_path, ANSIBLE_NOCOLOR='1', ANSIBLE_LOCALHOST_WARNING='0',
-               ANSIBLE_INVENTORY_UNPARSED_WARNING='0', ANSIBLE_PYTHON_INTERPRETER=sys.executable)
-    proc = subprocess.run([os.path.join(BIN, 'ansible-playbook'), 'ephemera.workspaces.status'], env=env,
-                          capture_output=True, text=True, timeout=240, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = proc.stdout
+    run = run_ansible(['ansible-playbook', 'ephemera.workspaces.status'], timeout=240, callback=None,
+                      env={'EPHEMERA_JOURNAL': journal_path})
+    assert run.ok, run.output
+    out = run.stdout
     assert '"#1 destroy group idle-2h: running for ' in out and 'requested by nightly (schedule)' in out
     assert '"  |- #2 destroy workspace ws-a: running for ' in out and 'step \\"graceful shutdown\\"' in out
     assert '"  `- #3 destroy workspace ws-b: queued for ' in out
@@ -230,10 +228,9 @@ def test_two_hosts_of_one_run_on_one_workspace_fail_fast_instead_of_deadlocking(
                                  for n in 'ab'))
     run = start_run({'op_hosts': 'all', 'op_target': 'ws-same', 'op_params': '{{ {"host": inventory_hostname} }}',
                      'op_timeout': 600}, inventory=str(inventory), forks=2)
-    assert run.finish().returncode != 0
+    assert run.wait().returncode != 0
     entries = entries_of(journal_path, 'ws-same')
     assert sorted(e['state'] for e in entries) == ['cancelled', 'done']
     done = [e for e in entries if e['state'] == 'done'][0]
     loser = 'host-a' if json.loads(done['params'])['host'] == 'host-b' else 'host-b'
-    waiting = [t for t in run.data['plays'][0]['tasks'] if t['task']['name'] == "Wait for this run's turn"][0]
-    assert 'which this same ansible-playbook run holds' in waiting['hosts'][loser]['msg']
+    assert 'which this same ansible-playbook run holds' in run.task("Wait for this run's turn", loser)['msg']

@@ -4,6 +4,12 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# ephemera.workspaces resolves to this checkout only: a copy of the collection in ~/.ansible/collections (a
+# release installed with ansible-galaxy, or one Molecule put there) never shadows it. The path is a directory
+# holding nothing but a link to this checkout (tests/ansible_run.py, which every test and benchmark run uses too);
+# the other collections still come from the venv.
+PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run collections-path)" \
+	ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=1
 
 .PHONY: help venv system-packages test unit sanity lint integration demo
 .PHONY: bench-queue bench-create bench-reconcile
@@ -46,7 +52,7 @@ sanity: venv
 
 # The venv's bin goes first on PATH so that ansible-lint's ansible-playbook is the venv's one.
 lint: venv
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ansible-lint
+	PATH="$(abspath $(BIN)):$$PATH" $(PIN_COLLECTION) $(BIN)/ansible-lint
 
 # TEST_JOBS pytest workers, each taking whole test files (a file's tests share their try-out cluster).
 TEST_JOBS ?= 2
@@ -70,7 +76,7 @@ soak: venv
 		--json build/soak.json
 
 demo: venv
-	scripts/demo.sh
+	$(PIN_COLLECTION) scripts/demo.sh
 
 # The local try-out cluster (tests/localpve, docs/localpve.md). CLUSTER_ARGS go to `up`,
 # e.g. make cluster-up CLUSTER_ARGS="--time-scale 0 --addressing dhcp".

@@ -1,4 +1,5 @@
-"""Shared pytest set-up: make this checkout importable as ansible_collections.ephemera.workspaces."""
+"""Shared pytest set-up: make this checkout importable as ansible_collections.ephemera.workspaces, and end the
+session by checking that nothing it started still runs (tests/leftovers.py)."""
 
 import os
 import sys
@@ -22,3 +23,7 @@ def _make_collection_importable():
 
 
 _make_collection_importable()
+
+
+# The hook is a plugin of its own, so that a pytest run outside tests/ can load it too (-p tests.leftovers).
+from tests.leftovers import pytest_sessionfinish  # noqa: E402,F401 pylint: disable=wrong-import-position,unused-import

@@ -272,6 +272,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, claim_parts, resolve_path
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner, hostname, run_pid
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import Operation
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import (
     ACTIVE,
     CLAIMED,
@@ -424,13 +425,14 @@ def run(module):
             elif module.check_mode:
                 result = dict(changed=True, entry=queue.get(claim_parts(params['claim'])[0]))
             elif state == 'step':
-                result = dict(changed=True, entry=queue.step(params['claim'], params['step'], params['detail']))
-            elif state in ('finished', 'failed'):
-                outcome = dict(params['result'] or {})
-                if params['msg']:
-                    outcome['msg'] = params['msg']
-                entry = queue.finish(params['claim'], 'done' if state == 'finished' else 'failed', outcome)
-                result = dict(changed=True, entry=entry)
+                result = dict(changed=True, entry=Operation(journal, params['claim'], queue).step(params['step'],
+                                                                                                  params['detail']))
+            elif state == 'finished':
+                outcome = dict(params['result'] or {}, **({'msg': params['msg']} if params['msg'] else {}))
+                result = dict(changed=True, entry=Operation(journal, params['claim'], queue).succeeded(outcome))
+            elif state == 'failed':
+                result = dict(changed=True, entry=Operation(journal, params['claim'], queue).failed(
+                    params['msg'] or 'failed', params['result']))
             else:
                 entry, changed = queue.cancel(params['entry_id'], params['reason'], params['requested_by'],
                                               params['force'])

@@ -173,7 +173,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec, open_journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import record_step
 
 
 def argument_spec():
@@ -202,8 +202,7 @@ def run(module):
             if params['mode'] == 'check':
                 result = flow.check()
             else:
-                if params['claim'] and not module.check_mode:
-                    Queue(journal).step(params['claim'], 'archive', detail={'workspace': params['name']})
+                record_step(journal, params['claim'], 'archive', params['name'], module.check_mode)
                 result = flow.archive()
         except EphemeraError as err:
             failure = dict(archive_dir=flow.archive_dir, notes=flow.notes)

@@ -257,7 +257,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import record_step
 
 # Steps that never talk to the Proxmox API.
 GUEST_STEPS = ('ssh', 'bootstrap', 'checkout', 'runner', 'brief', 'ready')
@@ -356,8 +356,7 @@ def run(module):
             secret = controller_secret(path, params['controller_secret'], module.check_mode)
             flow = CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
             failpoint.enter(params['name'], 'create.' + step)
-            if params['claim'] and not module.check_mode:
-                Queue(journal).step(params['claim'], STEP_LABELS[step], detail={'workspace': params['name']})
+            record_step(journal, params['claim'], STEP_LABELS[step], params['name'], module.check_mode)
             outcome = flow.run(step)
         except EphemeraError as err:
             result.update(err.details)

@@ -142,7 +142,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import record_step
 
 
 def argument_spec():
@@ -204,9 +204,9 @@ def run(module):
             else:
                 flow = DestroyFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
                 failpoint.enter(params['name'], 'destroy.' + step)
-                if params['claim'] and not module.check_mode and step != 'inspect':
-                    Queue(journal).step(params['claim'], STEP_LABELS.get(step, 'archive guard'),
-                                        detail={'workspace': params['name']})
+                if step != 'inspect':
+                    record_step(journal, params['claim'], STEP_LABELS.get(step, 'archive guard'), params['name'],
+                                module.check_mode)
                 outcome = flow.run(step) if step != 'guard' else guard(journal, flow, params, module.check_mode)
         except EphemeraError as err:
             result.update(err.details)

@@ -28,7 +28,8 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy 
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import PveApiError, PveNotFound
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import CLAIMED, Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import Operation
 
 IN_PROGRESS = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registering')
 # Finding kinds, in the order the report lists them.
@@ -213,32 +214,33 @@ class Reconciler:
             self._add('destroy_pending', name, ws['vmid'], ws['node'], 'would continue the destruction')
             return
         failpoint.enter(name, 'reconcile.destroy')
-        request_id = queue.enqueue('destroy', name, source='schedule', requested_by='reconcile').request_id
-        turn = queue.poll(request_id)
-        if turn.outcome != CLAIMED:
+        operation = Operation.claim_if_free(self.journal, 'destroy', name, 'reconcile found the workspace busy',
+                                            source='schedule', requested_by='reconcile')
+        if operation is None:
             # Someone is ahead: reconcile never waits behind other runs.
-            queue.withdraw(request_id, 'reconcile found the workspace busy')
             self._add('busy', name, ws['vmid'], ws['node'], 'another run is queued on it; left to it')
             return
         flow_params = dict(name=name, shutdown_timeout=self.params.get('shutdown_timeout', 60),
                            task_timeout=self.params.get('task_timeout', 300),
                            lock_timeout=self.params.get('lock_timeout', 60))
-        flow = DestroyFlow(self.journal, self.client, flow_params, self.secret, claim=turn.claim)
-        try:
-            if ws['status'] == 'destroyed':
-                # Destroyed in the journal, yet our container is there: the destruction starts over.
-                flow.ws = self.journal.update_workspace(name, ws['generation'], claim=turn.claim, status='destroying',
-                                                        event={'kind': 'observed', 'action': 'destroyed_but_present'})
-            for step in DESTROY_STEPS:
-                failpoint.enter(name, 'destroy.' + step)
-                queue.step(turn.claim, 'reconcile: ' + step)
-                flow.run(step)
-        except EphemeraError as err:
-            queue.finish(turn.claim, 'failed', {'msg': str(err)})
-            self.changed = True
-            raise
-        queue.finish(turn.claim, 'done', {'workspace': name, 'status': 'destroyed'})
+        flow = DestroyFlow(self.journal, self.client, flow_params, self.secret, claim=operation.claim)
+
+        def step(name_of_step):
+            def act():
+                failpoint.enter(name, 'destroy.' + name_of_step)
+                flow.run(name_of_step)
+            return 'reconcile: ' + name_of_step, act
+
+        def start_over():
+            # Destroyed in the journal, yet our container is there: the destruction starts over.
+            flow.ws = self.journal.update_workspace(name, ws['generation'], claim=operation.claim, status='destroying',
+                                                    event={'kind': 'observed', 'action': 'destroyed_but_present'})
+
+        steps = [step(each) for each in DESTROY_STEPS]
+        if ws['status'] == 'destroyed':
+            steps.insert(0, ('reconcile: start over', start_over))
         self.changed = True
+        operation.run(steps, {'workspace': name, 'status': 'destroyed'})
         self._add('destroyed', name, ws['vmid'], ws['node'], 'pending destruction finished')
 
     def _debts(self, cluster, busy):

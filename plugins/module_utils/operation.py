@@ -1,0 +1,71 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one runner of a queued operation: claim a turn, run the steps under the claim, record the outcome.
+
+An operation (a create, destroy or archive of one workspace) runs only while it holds the claim on its
+target's queue (core/queue.py): two runs never work on one workspace at once, and a run that lost its
+claim writes nothing. Every caller goes through this runner:
+
+- the roles, through the modules: the ``queue`` module claims (``state=claimed``) and records the
+  outcome (``state=finished`` / ``failed``, the roles' rescue); each step module records its step
+  under the claim before it acts (:func:`record_step`);
+- reconcile, in Python: it claims only a free target (it never waits behind a run) and runs the
+  destroy steps with :meth:`Operation.run`, which records the failure before it re-raises it.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import CLAIMED, Queue
+
+
+class Operation:
+    """A claimed operation. ``claim`` is what the queue handed the run that holds it."""
+
+    def __init__(self, journal, claim, queue=None):
+        self.journal = journal
+        self.claim = claim
+        self.queue = queue or Queue(journal)
+
+    @classmethod
+    def claim_if_free(cls, journal, kind, target, busy_reason, **request):
+        """Claim ``kind`` on ``target`` now or not at all: the Operation, or None when another run is ahead (its
+        request is then withdrawn with ``busy_reason``)."""
+        queue = Queue(journal)
+        request_id = queue.enqueue(kind, target, **request).request_id
+        turn = queue.poll(request_id)
+        if turn.outcome != CLAIMED:
+            queue.withdraw(request_id, busy_reason)
+            return None
+        return cls(journal, turn.claim, queue)
+
+    def step(self, label, detail=None):
+        """Record that the run is at step ``label`` now (and renew its claim)."""
+        return self.queue.step(self.claim, label, detail)
+
+    def succeeded(self, result=None):
+        return self.queue.finish(self.claim, 'done', result)
+
+    def failed(self, msg, result=None):
+        return self.queue.finish(self.claim, 'failed', dict(result or {}, msg=msg))
+
+    def run(self, steps, result=None):
+        """Run ``steps`` ((label, callable) pairs) in order under the claim and record the outcome; a failure is
+        recorded as the operation's and raised again."""
+        try:
+            for label, act in steps:
+                self.step(label)
+                act()
+        except EphemeraError as err:
+            self.failed(str(err))
+            raise
+        return self.succeeded(result)
+
+
+def record_step(journal, claim, label, workspace, check_mode=False):
+    """A step module's first write: the step it runs, under the run's claim (nothing without a claim, or in check
+    mode)."""
+    if claim and not check_mode:
+        Operation(journal, claim).step(label, detail={'workspace': workspace})

@@ -244,18 +244,16 @@ details:
 '''
 
 import contextlib
-import os
 from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec, open_journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import controller_secret, journal_argument_spec, open_journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import STEP_LABELS, STEPS, CreateFlow
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.operations import DEFAULT_AGENTS
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, resolve_path
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_path
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import record_step
 
@@ -319,14 +317,6 @@ def hide_repo_password(module, repo):
         module.no_log_values.add(password)
 
 
-def controller_secret(journal_path, given, check_mode):
-    """The controller secret; in check mode a throwaway one instead of making the file (no marker can exist yet)."""
-    if check_mode and not given and not os.environ.get(ownership.SECRET_ENV) \
-            and not os.path.exists(ownership.secret_path(journal_path)):
-        return os.urandom(ownership.SECRET_BYTES)
-    return ownership.load_secret(journal_path, given)
-
-
 def module_args():
     """The options of the module, declared once: its action plugin validates a task against them too."""
     return dict(
@@ -348,7 +338,7 @@ def run(module):
                              "template's storage.")
     step = params['step']
     result = dict(changed=False, step=step, details={})
-    journal = journal_if_any(module) if module.check_mode else open_journal(module)
+    journal = open_journal(module)
     with journal if journal is not None else contextlib.nullcontext():
         path = journal.path if journal is not None else resolve_path(params['journal_path'])
         try:
@@ -366,16 +356,6 @@ def run(module):
         if flow.ws is not None:
             result['workspace'] = flow.ws
     module.exit_json(**result)
-
-
-def journal_if_any(module):
-    """In check mode: the journal if it exists; None (nothing recorded yet) instead of making one."""
-    try:
-        return Journal.open(module.params['journal_path'], create=False)
-    except JournalMissing:
-        return None
-    except EphemeraError as err:
-        module.fail_json(msg=str(err), **err.details)
 
 
 def main():

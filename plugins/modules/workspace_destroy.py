@@ -134,13 +134,13 @@ details:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec, open_journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_path
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import controller_secret, journal_argument_spec, open_journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import argument_spec as archive_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEP_LABELS, DestroyFlow, StepResult, destroy_orphan
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import record_step
 
@@ -194,10 +194,14 @@ def run(module):
                              'say explicitly that it should go. Its ownership marker is still checked.' % params['vmid'])
     step = params['step'] or 'orphan'
     result = dict(changed=False, step=step, details={})
-    with open_journal(module) as journal:
+    journal = open_journal(module)
+    if journal is None:
+        module.exit_json(msg='%s: no journal at %s yet, so nothing was recorded or marked by this controller; '
+                             'nothing would be destroyed' % (step, resolve_path(params['journal_path'])), **result)
+    with journal:
         try:
             client = client_from_params(params)
-            secret = ownership.load_secret(journal.path, params['controller_secret'])
+            secret = controller_secret(journal.path, params['controller_secret'], module.check_mode)
             if params['vmid'] is not None:
                 outcome = destroy_orphan(journal, client, secret, params['vmid'], params['node'],
                                          task_timeout=params['task_timeout'], check_mode=module.check_mode)

@@ -99,9 +99,9 @@ resume_create:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec, open_journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_path
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import controller_secret, journal_argument_spec, open_journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.reconcile import Reconciler
 
@@ -123,10 +123,15 @@ def module_args():
 
 def run(module):
     """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
-    with open_journal(module) as journal:
+    journal = open_journal(module)
+    if journal is None:
+        path = resolve_path(module.params['journal_path'])
+        module.exit_json(changed=False, counts={}, findings=[], resume_create=[], report=[
+            'No journal at %s yet: nothing was recorded by this controller, so there is nothing to reconcile.' % path])
+    with journal:
         try:
             client = client_from_params(module.params)
-            secret = ownership.load_secret(journal.path, module.params['controller_secret'])
+            secret = controller_secret(journal.path, module.params['controller_secret'], module.check_mode)
             reconciler = Reconciler(journal, client, secret, module.params, check_mode=module.check_mode)
             result = reconciler.run()
         except EphemeraError as err:

@@ -1,0 +1,58 @@
+"""Modules run in-process: the module's own argument spec decides, no_log values never come back, check mode
+writes nothing. The same modules run as Ansible module processes in tests/integration."""
+
+import os
+
+import pytest
+
+from ansible_collections.ephemera.workspaces.plugins.plugin_utils.in_process import environment, run_in_process
+
+
+@pytest.fixture
+def journal_path(tmp_path):
+    return str(tmp_path / 'controller' / 'journal.sqlite')
+
+
+def test_unknown_options_are_refused_as_the_module_would(journal_path):
+    result = run_in_process('workspace_info', {'journal_path': journal_path, 'bogus': 1})
+    assert result['failed']
+    assert result['msg'].startswith('Unsupported parameters for (workspace_info) module: bogus.')
+
+
+def test_choices_types_and_required_options_come_from_the_modules_own_spec(journal_path):
+    wrong_choice = run_in_process('workspace_info', {'journal_path': journal_path, 'status': ['sleeping']})
+    assert wrong_choice['failed'] and 'sleeping' in wrong_choice['msg'] and 'status' in wrong_choice['msg']
+    no_name = run_in_process('workspace_destroy', {'journal_path': journal_path, 'step': 'mark'})
+    assert no_name['failed'] and 'one of the following is required: name, vmid' in no_name['msg']
+    not_an_int = run_in_process('workspace_info', {'journal_path': journal_path, 'events_limit': 'many'})
+    assert not_an_int['failed'] and 'events_limit' in not_an_int['msg']
+
+
+def test_no_log_values_never_come_back_in_the_result(journal_path):
+    token = 'gtok-never-shown-4711'
+    result = run_in_process('workspace_create', {
+        'journal_path': journal_path, 'name': 'w1', 'step': 'request', 'template': 9000, 'repo': 'not a url',
+        'purpose': 'p', 'git_token': token, 'api_host': 'pve.invalid', 'api_token_id': 'u@pve!t',
+        'api_token_secret': 'secret-value-0815'}, check_mode=True)
+    assert result['failed'] and "Repository 'not a url' is not a URL" in result['msg']
+    text = repr(result)
+    assert token not in text and 'secret-value-0815' not in text
+    assert result['invocation']['module_args']['git_token'] == 'VALUE_SPECIFIED_IN_NO_LOG_PARAMETER'
+
+
+def test_environment_fallbacks_are_read_and_the_task_environment_is_undone_after(journal_path):
+    with environment({'EPHEMERA_JOURNAL': journal_path}):
+        result = run_in_process('workspace_info', {})
+    assert result['journal_path'] == journal_path and result['workspaces'] == []
+    assert os.environ.get('EPHEMERA_JOURNAL') != journal_path
+
+
+def test_check_mode_on_a_controller_with_no_journal_writes_nothing(journal_path):
+    connection = {'journal_path': journal_path, 'api_host': 'pve.invalid', 'api_token_id': 'u@pve!t',
+                  'api_token_secret': 'token-secret-value'}
+    reconciled = run_in_process('workspace_reconcile', connection, check_mode=True)
+    assert not reconciled.get('failed') and not reconciled['changed'], reconciled
+    assert 'nothing to reconcile' in reconciled['report'][0]
+    orphan = run_in_process('workspace_destroy', dict(connection, vmid=117, confirm_orphan=True), check_mode=True)
+    assert not orphan.get('failed') and not orphan['changed'] and 'nothing would be destroyed' in orphan['msg']
+    assert not os.path.exists(os.path.dirname(journal_path))

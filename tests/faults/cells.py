@@ -31,12 +31,14 @@ class Cell:
         self.notes = []
         self.seconds = 0.0
         self.seed = None
+        # Every run of the cell: ansible-playbook with a shipped playbook (site.start_run records them).
+        self.commands = []
 
     def as_dict(self):
         return {'row': self.row, 'kind': self.kind, 'workspaces': self.names, 'variant': self.variant,
                 'converged': self.converged, 'reached': self.reached, 'reruns': self.reruns, 'leaks': self.leaks,
                 'foreign': self.foreign, 'violations': self.violations, 'notes': self.notes,
-                'seconds': round(self.seconds, 2), 'seed': self.seed}
+                'seconds': round(self.seconds, 2), 'seed': self.seed, 'commands': self.commands}
 
     @property
     def ok(self):
@@ -112,7 +114,8 @@ def chain(site, cells, op, points, variant, new_workspace):
         cell = cells[current]
         cell.names = [name]
         members.append(cell)
-        outcome = site.run([make_op(name)], kill=Kill(name, *current))
+        with site.working_on(cell):
+            outcome = site.run([make_op(name)], kill=Kill(name, *current))
         if not outcome.killed:
             cell.reached = False
             cell.notes.append('the run did not die at %s #%d (%s)' % (current + (outcome.explain()[:200],)))
@@ -123,7 +126,8 @@ def chain(site, cells, op, points, variant, new_workspace):
             for attempt in range(1, MAX_RERUNS + 1):
                 first = variant == 'reconcile' and attempt == 1
                 kill = Kill(name, *following) if following else None
-                outcome = site.run([site.reconcile_op() if first else make_op(name)], kill=kill)
+                with site.working_on(cell):
+                    outcome = site.run([site.reconcile_op() if first else make_op(name)], kill=kill)
                 cell.reruns = attempt
                 if following and outcome.killed:
                     cell.converged = True
@@ -144,7 +148,8 @@ def chain(site, cells, op, points, variant, new_workspace):
             members.append(cells[current])
         if status_of(site, name) != wanted:
             # The chain stopped short of the end: finish the workspace so that the next chain starts clean.
-            site.run([make_op(name)])
+            with site.working_on(members[-1]):
+                site.run([make_op(name)])
         seconds = time.monotonic() - started
         for member in members:
             member.seconds = seconds / len(members)

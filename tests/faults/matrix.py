@@ -81,7 +81,9 @@ class Matrix:
         control.foreign_create(pool=self.site.info['pool'], hostname='theirs-in-pool')
         control.foreign_create(hostname='theirs-running', start=True)
         first = self.name('t')
-        traced = self.site.run([self.site.create_op(first)])
+        cell = Cell('no fault (the traced create and destroy)', 'clean', [first])
+        with self.site.working_on(cell):
+            traced = self.site.run([self.site.create_op(first)])
         if not traced.ok:
             raise RuntimeError('the clean create failed: %s' % traced.explain())
         self.create_points = points_of(traced.trace, first)
@@ -91,12 +93,12 @@ class Matrix:
         # Another user copied one of our markers onto their container: it must stay untouched as well.
         control.foreign_create(pool=self.site.info['pool'], hostname='copied-marker',
                                description=ours[vmid][1].get('description'))
-        traced = self.site.run([self.site.destroy_op(first)])
+        with self.site.working_on(cell):
+            traced = self.site.run([self.site.destroy_op(first)])
         if not traced.ok:
             raise RuntimeError('the clean destroy failed: %s' % traced.explain())
         self.destroy_points = points_of(traced.trace, first)
         self.snapshot()
-        cell = Cell('no fault (the traced create and destroy)', 'clean', [first])
         cell.converged = status_of(self.site, first) == 'destroyed'
         self.judge([cell])
         self.cells.append(cell)
@@ -131,7 +133,7 @@ class Matrix:
         if log_now:
             self.site.log_requests()
         with concurrent.futures.ThreadPoolExecutor(max_workers=self.size['jobs']) as pool:
-            futures = [pool.submit(fn) for cell, fn in work]
+            futures = [pool.submit(self._as, cell, fn) for cell, fn in work]
             for future in futures:
                 future.result()
         cells = [cell for cell, fn in work]
@@ -141,6 +143,10 @@ class Matrix:
                           and status_of(self.site, c.names[0]) == 'ready')
         for cell in cells:
             self.log('%-4s %-70s %s' % ('ok' if cell.ok else 'FAIL', cell.row[:70], '' if cell.ok else cell.notes))
+
+    def _as(self, cell, fn):
+        with self.site.working_on(cell):
+            return fn()
 
     # -------------------------------------------------------------- kill matrix
 

@@ -6,17 +6,19 @@ what they left.
     outcome.killed, outcome.trace, site.requests()
     site.stop()
 
-Every run is a tests/faults/driver.py process (the playbooks' task sequences, one module process per
-task) with ``EPHEMERA_FAILPOINT_TRACE`` set, so its trace lists every point it passed; with a Kill it
-dies (SIGKILL, the whole run) the n-th time the workspace passes that point. Every API request of
-our controller goes through the cluster's fault proxy, whose rules log it (method, path, time).
+Every run is ``ansible-playbook`` with a shipped playbook (ephemera.workspaces.create, destroy or reconcile,
+the roles as they ship) and ``EPHEMERA_FAILPOINT_TRACE`` set, so its trace lists every point it passed; with
+a Kill it dies (SIGKILL, the whole run) the n-th time the workspace passes that point. Every API request of
+our controller goes through the cluster's fault proxy, whose rules log it (method, path, time). The command
+of every run is recorded on the cell that runs it (:meth:`FaultSite.working_on`), for the report.
 """
 
+import contextlib
 import json
 import os
 import secrets
+import signal
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -25,9 +27,8 @@ import urllib.parse
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import PveClient
-from tests import ansible_run
+from tests.ansible_run import Run
 from tests.integration.create.gitserver import GitHttpServer, Repo
-from tests.localpve import system
 from tests.localpve.cluster import LocalCluster
 from tests.localpve.guests import end_guest_processes, stop_leftovers
 
@@ -36,6 +37,8 @@ GIT_USER = 'fault-bot'
 # The agent is briefed, says so and ends: nothing of it keeps running.
 AGENTS = {'fake': ['sh', '-c', 'echo "working on: {purpose}"']}
 RUN_TIMEOUT = 180
+PLAYBOOKS = {'create': 'ephemera.workspaces.create', 'destroy': 'ephemera.workspaces.destroy',
+             'reconcile': 'ephemera.workspaces.reconcile'}
 
 
 class Kill:
@@ -52,26 +55,27 @@ class Kill:
 
 
 class Outcome:
-    def __init__(self, result, trace, killed, seconds, log):
-        self.result = result
+    """What one run did: its Run (exit code, JSON output), its trace, whether the Kill got it."""
+
+    def __init__(self, run, command, trace, killed):
+        self.run = run
+        self.command = command
         self.trace = trace
         self.killed = killed
-        self.seconds = seconds
-        self.log = log
-
-    @property
-    def ops(self):
-        return (self.result or {}).get('ops') or []
+        self.seconds = run.seconds
 
     @property
     def ok(self):
-        return self.result is not None and all(op['ok'] for op in self.ops)
+        return not self.killed and not self.run.timed_out and self.run.returncode == 0
 
     def explain(self):
-        if self.result is None:
-            return 'killed' if self.killed else 'no result: %s' % self.log[-2000:]
-        return '; '.join('%s %s: %s' % (op['op'], op.get('workspace') or '', op['msg']) for op in self.ops
-                         if not op['ok']) or 'ok'
+        if self.killed:
+            return 'killed'
+        if self.run.timed_out:
+            return 'timed out: %s' % self.run.output[-2000:]
+        hosts = sorted(((self.run.data or {}).get('stats') or {}).keys()) or ['localhost']
+        said = ['%s: %s' % (title, result.get('msg')) for host in hosts for title, result in self.run.failures(host)]
+        return '; '.join(said) or ('ok' if self.ok else 'rc %s: %s' % (self.run.returncode, self.run.output[-2000:]))
 
 
 class FaultSite:
@@ -91,6 +95,11 @@ class FaultSite:
         self.repo_url = self.git.url_of(self.repo.bare)
         self.runs = 0
         self._lock = threading.Lock()
+        self._current = threading.local()
+        self.inventory = os.path.join(workdir, 'inventory.json')
+        with open(self.inventory, 'w') as out:
+            json.dump({'all': {'hosts': {'localhost': {'ansible_connection': 'local',
+                                                       'ansible_python_interpreter': sys.executable}}}}, out)
         self.runs_at_clear = 0
         self.logging_rule = None
         self.api = PveClient(self.info['api_url'], api_token_id=self.info['token_id'],
@@ -173,64 +182,74 @@ class FaultSite:
     def reconcile_op(self):
         return {'op': 'reconcile', 'secrets': self.op_secrets()}
 
-    def plan(self, ops):
+    def playbook_vars(self, op):
+        """The extra vars of ``op``'s run: the try-out cluster's connection and settings, the request, the secrets."""
         info = self.info
-        defaults = self.request_args('-')
-        for key in ('repo', 'purpose'):
-            defaults.pop(key)
-        return {
-            'connection': {'api_host': info['proxy_url'], 'api_token_id': info['token_id'],
-                           'api_token_secret': info['token_secret'], 'ca_file': info['ca_file'],
-                           'validate_certs': True},
-            'common': {'journal_path': self.journal_path, 'pool': info['pool'], 'ssh_private_key': info['ssh_private_key'],
-                       'create_defaults': defaults,
-                       'create_timeouts': {'task_timeout': 60, 'lock_timeout': 30, 'address_timeout': 30,
-                                           'ssh_timeout': 30, 'runner_timeout': 20}},
-            'ops': ops,
+        values = {
+            'ephemera_api_host': info['proxy_url'], 'ephemera_api_token_id': info['token_id'],
+            'ephemera_api_token_secret': info['token_secret'], 'ephemera_ca_file': info['ca_file'],
+            'ephemera_validate_certs': True, 'ephemera_journal_path': self.journal_path,
+            'ephemera_template_vmid': info['template_vmid'], 'ephemera_node': info['template_node'],
+            'ephemera_pool': info['pool'], 'ephemera_agents': AGENTS, 'ephemera_guest_root': info['guest_root'],
+            'ephemera_ssh_user': info['ssh_user'], 'ephemera_ssh_port': info['ssh_port'],
+            'ephemera_ssh_private_key': info['ssh_private_key'], 'ephemera_agent_user': info['ssh_user'],
+            'ephemera_task_timeout': 60, 'ephemera_lock_timeout': 30, 'ephemera_address_timeout': 30,
+            'ephemera_ssh_timeout': 30, 'ephemera_runner_timeout': 20,
         }
+        values.update(op.get('secrets') or {})
+        if op['op'] == 'create':
+            request = self.request_args(op['workspace'])
+            values.update(repo=request['repo'], ref=request['ref'], purpose=request['purpose'], agent=request['agent'])
+        return values
+
+    @contextlib.contextmanager
+    def working_on(self, cell):
+        """The runs this thread starts meanwhile are ``cell``'s: their commands go into its report row."""
+        previous = getattr(self._current, 'cell', None)
+        self._current.cell = cell
+        try:
+            yield cell
+        finally:
+            self._current.cell = previous
 
     def start_run(self, ops, kill=None):
-        """Start a run; returns a handle for :meth:`finish`."""
+        """Start the run of one operation (``ops`` is ``[op]``): ansible-playbook with the shipped playbook."""
+        (op,) = ops
         with self._lock:
             self.runs += 1
             number = self.runs
         base = os.path.join(self.workdir, 'runs', '%05d' % number)
         os.makedirs(base)
-        paths = dict((k, os.path.join(base, k)) for k in ('plan.json', 'result.json', 'trace', 'log'))
-        with open(paths['plan.json'], 'w') as out:
-            json.dump(self.plan(ops), out)
-        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
-        env[failpoint.TRACE_ENV] = paths['trace']
-        env.pop(failpoint.KILL_ENV, None)
+        paths = dict((k, os.path.join(base, k)) for k in ('vars.json', 'trace', 'log'))
+        # The run's secrets, as an extra-vars file from a vault would hold them: removed when the run has ended.
+        fd = os.open(paths['vars.json'], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, 'w') as out:
+            json.dump(self.playbook_vars(op), out)
+        argv = ['ansible-playbook', '-i', self.inventory, PLAYBOOKS[op['op']]]
+        if op.get('workspace'):
+            argv += ['-e', 'workspace=%s' % op['workspace']]
+        argv += ['-e', '@' + paths['vars.json']]
+        env = {failpoint.TRACE_ENV: paths['trace']}
         if kill is not None:
             env[failpoint.KILL_ENV] = kill.env()
-        mark = env[ansible_run.RUN_MARK] = ansible_run.new_mark()
-        with open(paths['log'], 'w') as log:
-            subprocess.run([sys.executable, '-m', 'tests.faults.driver', paths['plan.json'], paths['result.json']],
-                           cwd=ROOT, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL, check=True, timeout=60)
-        return {'paths': paths, 'kill': kill, 'started': time.monotonic(), 'pid': _read_pid(paths['result.json']),
-                'mark': mark}
+        command = ' '.join(['ansible-playbook'] + argv[1:])
+        cell = getattr(self._current, 'cell', None)
+        if cell is not None:
+            cell.commands.append(command)
+        run = Run.start(argv, env=env, unset=(failpoint.KILL_ENV,))
+        return {'run': run, 'paths': paths, 'kill': kill, 'command': command}
 
     def finish(self, handle, timeout=RUN_TIMEOUT):
-        """Wait for a run to end (its result written, or its process gone); an overdue run is killed."""
-        paths, pid = handle['paths'], handle['pid']
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(paths['result.json']) and system.alive(pid):
-            if time.monotonic() > deadline:
-                system.stop_then_kill(lambda: ansible_run.marked(handle['mark']))
-                break
-            time.sleep(0.02)
-        result = None
-        if os.path.exists(paths['result.json']):
-            with open(paths['result.json']) as src:
-                result = json.load(src)
+        """Wait for a run to end; an overdue run is killed whole."""
+        paths, kill = handle['paths'], handle['kill']
+        run = handle['run'].wait(timeout, fail=False)
+        os.unlink(paths['vars.json'])
+        with open(paths['log'], 'w') as out:
+            out.write(run.output)
         trace = read_trace(paths['trace'])
-        kill = handle['kill']
-        killed = result is None and kill is not None and any(
+        killed = run.returncode == -signal.SIGKILL and kill is not None and any(
             line == (kill.workspace, kill.point) for line in trace[-4:])
-        with open(paths['log']) as src:
-            log = src.read()
-        return Outcome(result, trace, killed, time.monotonic() - handle['started'], log)
+        return Outcome(run, handle['command'], trace, killed)
 
     def run(self, ops, kill=None, timeout=RUN_TIMEOUT):
         return self.finish(self.start_run(ops, kill), timeout)
@@ -278,17 +297,3 @@ def read_trace(path):
             return [tuple(line.rstrip('\n').split('\t', 1)) for line in src if '\t' in line]
     except FileNotFoundError:
         return []
-
-
-def _read_pid(result_path, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open(result_path + '.pid') as src:
-                text = src.read().strip()
-            if text:
-                return int(text)
-        except (FileNotFoundError, ValueError):
-            pass
-        time.sleep(0.01)
-    raise RuntimeError('the driver did not start (no %s.pid)' % result_path)

@@ -51,7 +51,9 @@ def test_a_clean_run_passes_every_invariant_and_its_trace_names_every_kind_of_po
 def test_a_kill_lands_at_its_point_and_nothing_after_it_runs(site, ready):
     point = 'create.configure pve PUT /nodes/*/lxc/*/config'
     outcome = site.run([site.create_op('killed1')], kill=Kill('killed1', point))
-    assert outcome.killed and outcome.result is None
+    # The whole ansible-playbook run died by SIGKILL at the point: no play recap, no later task.
+    assert outcome.killed and not outcome.ok and outcome.run.data is None
+    assert outcome.command.startswith('ansible-playbook -i ') and ' ephemera.workspaces.create ' in outcome.command
     assert outcome.trace[-1] == ('killed1', point)
     with site.journal() as journal:
         ws = journal.get_workspace('killed1')

@@ -1,5 +1,5 @@
-"""The failpoints kill a real ansible-playbook run whole, and the next real run converges: what the matrix's driver
-does with module processes holds for the playbooks themselves."""
+"""The failpoints kill a real ansible-playbook run whole (the shipped playbooks, as the matrix runs them), and the
+next real run converges."""
 
 import os
 import types

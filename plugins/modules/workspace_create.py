@@ -23,6 +23,7 @@ description:
 author:
   - Ephemera maintainers (@ephemera)
 extends_documentation_fragment:
+  - ephemera.workspaces.controller
   - ephemera.workspaces.proxmox
   - ephemera.workspaces.journal
 attributes:
@@ -59,18 +60,13 @@ options:
     type: str
   resume:
     description:
-      - With the V(request) step, continue the request recorded for O(name) instead of making one: the request options
+      - With the V(request) step, continue the request recorded for O(name) instead of making one. The request options
         (O(template), O(repo), O(purpose), sizes, guest settings) are not needed and, when given, not used. The
         secrets the workspace was requested with (O(agent_credentials), O(git_token)) are still needed by the steps
         that use them. The C(ephemera.workspaces.reconcile) playbook resumes unfinished creates this way.
       - Without it, a new request needs O(template), O(repo) and O(purpose).
     type: bool
     default: false
-  controller_secret:
-    description:
-      - The secret that signs ownership markers. If not set, E(EPHEMERA_CONTROLLER_SECRET), else a secret made once
-        next to the journal (C(<journal>.secret), mode 0600).
-    type: str
   template:
     description: VMID of the prepared LXC template to clone. Used by the V(request) step; required for a new request.
     type: int
@@ -186,14 +182,6 @@ options:
     description: User name sent with O(git_token).
     type: str
     default: git
-  task_timeout:
-    description: Seconds to wait for a Proxmox task (clone, start).
-    type: int
-    default: 300
-  lock_timeout:
-    description: Seconds to keep retrying a clone while the template is locked by parallel clones.
-    type: int
-    default: 120
   address_timeout:
     description: Seconds to wait for the container's address.
     type: int
@@ -248,7 +236,12 @@ from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import controller_secret, journal_argument_spec, open_journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
+    controller_argument_spec,
+    controller_secret,
+    journal_argument_spec,
+    open_journal,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import STEP_LABELS, STEPS, CreateFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.operations import DEFAULT_AGENTS
@@ -268,7 +261,6 @@ def argument_spec():
         claim=dict(type='dict'),
         idempotency_key=dict(type='str', no_log=False),
         resume=dict(type='bool', default=False),
-        controller_secret=dict(type='str', no_log=True),
         template=dict(type='int'),
         node=dict(type='str'),
         pool=dict(type='str', default='disposable-workspaces'),
@@ -296,12 +288,11 @@ def argument_spec():
         agent_credentials=dict(type='dict', no_log=True),
         git_token=dict(type='str', no_log=True),
         git_username=dict(type='str', default='git'),
-        task_timeout=dict(type='int', default=300),
-        lock_timeout=dict(type='int', default=120),
         address_timeout=dict(type='int', default=120),
         ssh_timeout=dict(type='int', default=120),
         runner_timeout=dict(type='int', default=60),
     )
+    spec.update(controller_argument_spec())
     spec.update(connection_argument_spec())
     spec.update(journal_argument_spec())
     return spec

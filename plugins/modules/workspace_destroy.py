@@ -30,6 +30,8 @@ description:
 author:
   - Ephemera maintainers (@ephemera)
 extends_documentation_fragment:
+  - ephemera.workspaces.controller
+  - ephemera.workspaces.controller.shutdown
   - ephemera.workspaces.archive
   - ephemera.workspaces.proxmox
   - ephemera.workspaces.journal
@@ -62,8 +64,8 @@ options:
     default: true
   discard_unsaved_work:
     description:
-      - With O(step=guard), destroy even when unsaved work would be lost: the container is stopped, the archive fails,
-        or (with O(archive=false)) there is unsaved work.
+      - With O(step=guard), destroy even when unsaved work would be lost, because the container is stopped, the archive
+        fails, or (with O(archive=false)) there is unsaved work.
     type: bool
     default: false
   vmid:
@@ -81,23 +83,6 @@ options:
   claim:
     description: The queue claim of this run (from M(ephemera.workspaces.queue)); every journal write carries it.
     type: dict
-  controller_secret:
-    description:
-      - The secret that signs ownership markers. If not set, E(EPHEMERA_CONTROLLER_SECRET), else the secret stored
-        next to the journal.
-    type: str
-  shutdown_timeout:
-    description: Seconds a graceful shutdown may take before the container is stopped by force.
-    type: int
-    default: 60
-  task_timeout:
-    description: Seconds to wait for a stop or delete task.
-    type: int
-    default: 300
-  lock_timeout:
-    description: Seconds to keep retrying a delete while the container is locked.
-    type: int
-    default: 120
 '''
 
 EXAMPLES = r'''
@@ -135,7 +120,12 @@ details:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_path
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import controller_secret, journal_argument_spec, open_journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
+    controller_argument_spec,
+    controller_secret,
+    journal_argument_spec,
+    open_journal,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import argument_spec as archive_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEP_LABELS, DestroyFlow, StepResult, destroy_orphan
@@ -155,12 +145,9 @@ def argument_spec():
         node=dict(type='str'),
         confirm_orphan=dict(type='bool', default=False),
         claim=dict(type='dict'),
-        controller_secret=dict(type='str', no_log=True),
-        shutdown_timeout=dict(type='int', default=60),
-        task_timeout=dict(type='int', default=300),
-        lock_timeout=dict(type='int', default=120),
     )
     spec.update(archive_argument_spec())
+    spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())
     spec.update(journal_argument_spec())
     return spec

@@ -26,6 +26,8 @@ description:
 author:
   - Ephemera maintainers (@ephemera)
 extends_documentation_fragment:
+  - ephemera.workspaces.controller
+  - ephemera.workspaces.controller.shutdown
   - ephemera.workspaces.proxmox
   - ephemera.workspaces.journal
 attributes:
@@ -44,23 +46,6 @@ options:
     description: Containers with this tag are compared with the journal too (tags are hints, never proof).
     type: str
     default: ephemera
-  controller_secret:
-    description:
-      - The secret that signs ownership markers. If not set, E(EPHEMERA_CONTROLLER_SECRET), else the secret stored
-        next to the journal.
-    type: str
-  shutdown_timeout:
-    description: Seconds a graceful shutdown may take, for pending destructions.
-    type: int
-    default: 60
-  task_timeout:
-    description: Seconds to wait for a Proxmox task.
-    type: int
-    default: 300
-  lock_timeout:
-    description: Seconds to keep retrying a delete while the container is locked.
-    type: int
-    default: 60
 '''
 
 EXAMPLES = r'''
@@ -100,7 +85,12 @@ resume_create:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_path
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import controller_secret, journal_argument_spec, open_journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
+    controller_argument_spec,
+    controller_secret,
+    journal_argument_spec,
+    open_journal,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.reconcile import Reconciler
@@ -111,11 +101,8 @@ def module_args():
     spec = dict(
         pool=dict(type='str', default='disposable-workspaces'),
         tag=dict(type='str', default='ephemera'),
-        controller_secret=dict(type='str', no_log=True),
-        shutdown_timeout=dict(type='int', default=60),
-        task_timeout=dict(type='int', default=300),
-        lock_timeout=dict(type='int', default=60),
     )
+    spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())
     spec.update(journal_argument_spec())
     return dict(argument_spec=spec, supports_check_mode=True)

@@ -21,6 +21,15 @@ def journal_argument_spec():
     return dict(journal_path=dict(type='path', fallback=(env_fallback, [ENV_VAR])))
 
 
+def controller_argument_spec(shutdown=False):
+    """The options of the ``ephemera.workspaces.controller`` doc fragment (and its ``shutdown`` part)."""
+    spec = dict(controller_secret=dict(type='str', no_log=True), task_timeout=dict(type='int', default=300),
+                lock_timeout=dict(type='int', default=120))
+    if shutdown:
+        spec['shutdown_timeout'] = dict(type='int', default=60)
+    return spec
+
+
 def open_journal(module, create=True):
     """Open the journal named by the module's ``journal_path`` (or its fallbacks), failing the module cleanly.
 

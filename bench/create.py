@@ -212,7 +212,7 @@ def main():
     print('create: request to ready, one ansible-playbook run each, --forks %d, latency %g PVE s per request'
           % (args.forks, args.latency))
     print('  %-11s %-18s %9s %15s %15s %9s %9s %8s' % ('time scale', 'run', 'run wall', 'to ready median',
-                                                         'to ready max', 'requests', 'per ws', 'polls'))
+                                                       'to ready max', 'requests', 'per ws', 'polls'))
     columns = []
     for r in results:
         print('  %-11g %-18s %8.1fs' % (r['time_scale'], 'community.proxmox', statistics.median(r['community'])))
@@ -221,8 +221,8 @@ def main():
             print('  %-11g %-18s %8.1fs %14.1fs %14.1fs %9d %9.1f %8d' % (
                 r['time_scale'], label, run['wall'], statistics.median(run['ready']), max(run['ready']),
                 run['requests'], run['requests'] / float(run['count']), run['polls']))
-        columns += [('ts %g/1' % r['time_scale'], r['one'][0]), ('ts %g/%d' % (r['time_scale'], r['many']['count']),
-                                                                  r['many'])]
+        columns += [('ts %g/1' % r['time_scale'], r['one'][0]),
+                    ('ts %g/%d' % (r['time_scale'], r['many']['count']), r['many'])]
     print()
     print('  median seconds per step (from the previous step\'s end; step 1 from the start of the run):')
     print('  %-16s' % 'step' + ''.join('%10s' % title for title, run in columns))
@@ -237,10 +237,10 @@ def main():
     one = statistics.median(r['wall'] for r in base['one'])
     community = statistics.median(base['community'])
     many = base['many']
+    figures = (one, community, one / community, many['count'], many['wall'], many['wall'] / one, many['cpu'],
+               os.cpu_count())
     print('create: 1 workspace %.2f s, community.proxmox clone+start %.2f s, ratio %.2f; %d workspaces %.2f s, '
-          'ratio to one %.2f, cpu %.1f s on %d cores' % (one, community, one / community, many['count'],
-                                                          many['wall'], many['wall'] / one, many['cpu'],
-                                                          os.cpu_count()))
+          'ratio to one %.2f, cpu %.1f s on %d cores' % figures)
 
 
 if __name__ == '__main__':

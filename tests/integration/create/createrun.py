@@ -167,7 +167,7 @@ class Controller:
         """VMIDs of the containers whose marker verifies for workspace ``name`` of this controller."""
         return sorted(vmid for vmid, g in self.guests().items()
                       if ownership.verify(self.config(vmid, g['node']).get('description'), self.secret(),
-                                       self.controller_id(), name, vmid) == ownership.VERIFIED)
+                                          self.controller_id(), name, vmid) == ownership.VERIFIED)
 
     def guest_root(self, vmid):
         return self.info['guest_root'].replace('{vmid}', str(vmid))

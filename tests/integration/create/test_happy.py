@@ -79,9 +79,9 @@ def test_exactly_one_container_and_its_marker_verifies(happy):
     assert (guest['status'], guest['pool'], guest['node']) == ('running', happy.info['pool'], ws['node'])
     # The marker does not verify on another VMID, nor for another workspace.
     assert ownership.verify(config['description'], happy.secret(), happy.controller_id(), NAME,
-                         ws['vmid'] + 1) == ownership.MISMATCH
+                            ws['vmid'] + 1) == ownership.MISMATCH
     assert ownership.verify(config['description'], happy.secret(), happy.controller_id(), 'other',
-                         ws['vmid']) == ownership.MISMATCH
+                            ws['vmid']) == ownership.MISMATCH
 
 
 def test_the_checkout_is_at_the_ref(happy, repo):

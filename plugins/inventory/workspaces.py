@@ -132,15 +132,22 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import STEPS
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import WORKSPACE_STATUSES, Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
+    NotFound,
+    ProviderError,
+    reachable_address,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
     ENV_VARS,
-    PveApiError,
     PveAuthError,
     PveConfigError,
     PvePermissionDenied,
     PveTlsError,
-    client_from_params,
     connection_options,
+)
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider import (
+    ProxmoxProvider,
+    interface_addresses,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 
@@ -194,21 +201,16 @@ def safe_group(name):
 
 
 def pick_address(interfaces):
-    """The address to reach a container at, from its ``interfaces`` answer: the first IPv4 address of a
+    """The address to reach a container at, from a Proxmox ``interfaces`` answer: the first IPv4 address of a
     non-loopback interface, else its first global IPv6 address; None if it has none (or is not running)."""
-    found = {'inet': None, 'inet6': None}
-    for iface in interfaces or []:
-        if iface.get('name') == 'lo':
-            continue
-        for entry in iface.get('ip-addresses') or []:
-            family = entry.get('ip-address-type')
-            address = entry.get('ip-address')
-            if not address or family not in found or found[family]:
-                continue
-            if family == 'inet6' and address.lower().startswith('fe80:'):
-                continue
-            found[family] = address
-    return found['inet'] or found['inet6']
+    return reachable_address(interface_addresses(interfaces))
+
+
+def listed_resource(entry):
+    """A provider's listing entry as the inventory shows it: ``vmid`` and ``node`` are the id and location."""
+    return {'vmid': entry['id'], 'node': entry['location'], 'type': entry['kind'], 'name': entry['name'],
+            'status': entry['status'], 'lock': entry['lock'], 'pool': entry['pool'], 'tags': ';'.join(entry['tags']),
+            'template': 0}
 
 
 def current_step(record, operation=None):
@@ -328,28 +330,15 @@ def assemble(records, debts, operations, resources, pools):
     return {'workspaces': workspaces, 'orphans': orphans}
 
 
-def marker_verdict(description, secret, controller, workspace=None, vmid=None):
-    """ownership.verify, or without the controller secret as much as the marker shows: absent, foreign or
-    unverified (ours by its words, but no secret to check the token with)."""
-    if secret is not None:
-        return ownership.verify(description, secret, controller, workspace=workspace, vmid=vmid)
-    fields = ownership.parse(description)
-    if fields is None:
-        return ownership.ABSENT
-    if controller is not None and fields.get('controller') != controller:
-        return ownership.FOREIGN
-    return 'unverified'
-
-
 def apply_marker(snapshot, ws_or_orphan, description, secret, controller):
     """Record a config read's verdict on a workspace (whose container bears another name) or an orphan."""
     fields = ownership.parse(description) or {}
     if 'reason' in ws_or_orphan:
-        ws_or_orphan['marker'] = marker_verdict(description, secret, controller, vmid=ws_or_orphan['vmid'])
+        ws_or_orphan['marker'] = ownership.verdict(description, secret, controller, vmid=ws_or_orphan['vmid'])
         ws_or_orphan['marker_workspace'] = fields.get('workspace')
         return
     ws = ws_or_orphan
-    verdict = marker_verdict(description, secret, controller, workspace=ws['name'], vmid=ws['vmid'])
+    verdict = ownership.verdict(description, secret, controller, workspace=ws['name'], vmid=ws['vmid'])
     ws['marker'] = verdict
     if verdict == ownership.VERIFIED:
         return
@@ -482,22 +471,22 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _take_snapshot(self):
         records, debts, operations, journal_path = self._read_journal()
-        client = self._client()
+        provider = self._provider()
         resources, cluster, cluster_error = None, 'skipped', None
-        if client is not None:
+        if provider is not None:
             try:
-                resources = client.get('/cluster/resources', type='vm') or []
+                resources = [listed_resource(entry) for entry in provider.list(every_kind=True)]
                 cluster = 'ok'
-            except PveApiError as err:
-                self._cluster_error(err, client)
+            except ProviderError as err:
+                self._cluster_error(err, provider)
                 cluster, cluster_error = 'offline', str(err)
         pools = self.get_option('pools') or []
         snapshot = assemble(records, debts, operations, resources, pools)
         snapshot.update(version=SNAPSHOT_VERSION, cluster=cluster, cluster_error=cluster_error)
         if resources is not None:
-            self._complete(snapshot, client, journal_path)
-        if client is not None:
-            client.close()
+            self._complete(snapshot, provider, journal_path)
+        if provider is not None:
+            provider.close()
         return snapshot
 
     def _read_journal(self):
@@ -522,21 +511,22 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             return 'option journal_path (from EPHEMERA_JOURNAL)'
         return 'option journal_path'
 
-    def _client(self):
+    def _provider(self):
         params = dict((name, self._given(name)) for name in CONNECTION_OPTIONS)
         try:
             options = connection_options(params)
             if not options['api_host']:
                 self.display.v('%s: no api_host: the inventory is the journal alone.' % self._path)
                 return None
-            return client_from_params(options)
+            return ProxmoxProvider.from_params(options)
         except PveConfigError as err:
             self._fail('connection options: %s.' % err)
 
-    def _cluster_error(self, err, client):
+    def _cluster_error(self, err, provider):
         """Misconfiguration fails the inventory; an unreachable cluster leaves the journal's view (unless strict)."""
         if isinstance(err, PveAuthError):
-            which = ('api_token_id', 'api_token_secret') if client.auth_mode == 'token' else ('api_user', 'api_password')
+            token = provider.client.auth_mode == 'token'
+            which = ('api_token_id', 'api_token_secret') if token else ('api_user', 'api_password')
             self._fail('%s: %s' % (self._where(*which), err))
         if isinstance(err, PveTlsError):
             self._fail('%s: %s' % (self._where('ca_file', 'validate_certs'), err))
@@ -547,7 +537,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             raise AnsibleParserError(text)
         self.display.warning(text + ' The hosts come from the journal alone; their live state is unknown.')
 
-    def _complete(self, snapshot, client, journal_path):
+    def _complete(self, snapshot, provider, journal_path):
         """The few per-guest reads: addresses of running workspaces without one, markers of odd containers."""
         jobs = []
         for entry in snapshot['workspaces'] + snapshot['orphans']:
@@ -559,21 +549,24 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             secret = self._secret(journal_path)
             # Markers name the controller by an id derived from its secret, not by the journal's id.
             controller = ownership.controller_id(secret) if secret is not None else None
-            self._run_jobs(snapshot, jobs, client, controller, secret)
+            self._run_jobs(snapshot, jobs, provider, controller, secret)
         for ws in snapshot['workspaces']:
             ws.pop('live', None)
             ws.pop('journal_view', None)
 
-    def _run_jobs(self, snapshot, jobs, client, controller, secret):
+    def _run_jobs(self, snapshot, jobs, provider, controller, secret):
         def run(job):
             kind, entry = job
             guest = entry.get('live', entry)
-            base = '/nodes/%s/%s/%d' % (guest['node'], guest['type'] or 'lxc', guest['vmid'])
+            listed = {'id': guest['vmid'], 'location': guest['node'], 'kind': guest['type']}
             try:
                 if kind == 'marker':
-                    return job, (client.get(base + '/config') or {}).get('description'), None
-                return job, client.get(base + '/interfaces'), None
-            except PveApiError as err:
+                    resource = provider.find_listed(listed)
+                    if resource is None:
+                        raise NotFound('%s is gone' % provider.label(guest['vmid'], guest['node']))
+                    return job, resource.marker_text, None
+                return job, provider.addresses(provider.ref(guest['vmid'], guest['node'])), None
+            except ProviderError as err:
                 return job, None, err
 
         with ThreadPoolExecutor(max_workers=self.get_option('max_concurrency')) as pool:
@@ -588,7 +581,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     entry['marker'] = 'unreadable'
         for (kind, entry), answer, err in results:
             if kind == 'address' and err is None and entry['live_status'] == 'running':
-                address = pick_address(answer)
+                address = reachable_address(answer)
                 if address:
                     entry.update(address=address, address_source='interfaces')
         if failed:

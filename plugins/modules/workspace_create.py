@@ -31,8 +31,11 @@ attributes:
     support: full
     description: Reports whether the step would act; changes nothing in the journal, the cluster or the guest.
   diff_mode:
-    support: none
-    description: Not supported.
+    support: full
+    description:
+      - The V(configure) step returns C(diff) with C(before) and C(after) of the container settings it changes
+        (cores, memory, net0, tags); with check mode too, read from the container without changing it.
+      - The other steps return no diff.
 options:
   name:
     description:
@@ -335,7 +338,8 @@ def run(module):
         try:
             client = None if step in GUEST_STEPS else client_from_params(params)
             secret = controller_secret(path, params['controller_secret'], module.check_mode)
-            flow = CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
+            flow = CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode,
+                              diff=module._diff)
             failpoint.enter(params['name'], 'create.' + step)
             record_step(journal, params['claim'], STEP_LABELS[step], params['name'], module.check_mode)
             outcome = flow.run(step)
@@ -344,6 +348,8 @@ def run(module):
             module.fail_json(msg='%s: %s' % (step, err), workspace=journal and journal.get_workspace(params['name']),
                              **result)
         result.update(changed=outcome.changed, msg=outcome.msg, details=outcome.extra)
+        if outcome.diff is not None:
+            result['diff'] = outcome.diff
         if flow.ws is not None:
             result['workspace'] = flow.ws
     module.exit_json(**result)

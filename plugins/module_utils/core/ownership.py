@@ -39,6 +39,7 @@ ABSENT = 'absent'              # no marker at all: not ours
 FOREIGN = 'foreign'            # a marker of another controller
 MISMATCH = 'mismatch'          # our controller's marker for another workspace or another vmid
 FORGED = 'forged'              # claims our controller but the token does not verify
+UNVERIFIED = 'unverified'      # without the secret: ours by its words, the token unchecked
 
 
 class MarkerError(EphemeraError):
@@ -106,6 +107,19 @@ def verify(description, secret, controller, workspace=None, vmid=None):
     if (workspace is not None and name != workspace) or (vmid is not None and marked_vmid != int(vmid)):
         return MISMATCH
     return VERIFIED
+
+
+def verdict(description, secret, controller, workspace=None, vmid=None):
+    """:func:`verify` with the secret; without it (None) only what the marker says: ABSENT, FOREIGN (when the
+    controller id is known) or UNVERIFIED."""
+    if secret is not None:
+        return verify(description, secret, controller, workspace, vmid)
+    fields = parse(description)
+    if fields is None:
+        return ABSENT
+    if controller is not None and fields.get('controller') != controller:
+        return FOREIGN
+    return UNVERIFIED
 
 
 def secret_path(journal_path):

@@ -32,18 +32,18 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
     StaleGenerationError,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
-    PveAlreadyExists,
-    PveApiError,
-    PveLocked,
-    PveLockTimeout,
-    PveNotFound,
-    PveTaskFailed,
-    PveUnknownOutcome,
-)
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider import (
-    merge_net as _merge_net,
-    same_net as _same_net,
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import Flow, StepResult
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
+    Allocation,
+    Conflict,
+    InvalidRequest,
+    Locked,
+    NotFound,
+    ProviderError,
+    Settings,
+    TaskFailed,
+    UnknownOutcome,
+    first_address,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import Guest, wait_for_guest
 
@@ -131,47 +131,19 @@ def address_candidates(text):
                           % (text, exc))
 
 
-def usable_address(interfaces, expected=None):
-    """The first IPv4 address of a non-loopback interface (the ``ip-addresses`` list, not legacy ``inet``)."""
-    for nic in interfaces or []:
-        if nic.get('name') == 'lo':
-            continue
-        for entry in nic.get('ip-addresses') or []:
-            if entry.get('ip-address-type') != 'inet':
-                continue
-            address = entry.get('ip-address')
-            if expected is None or address == expected:
-                return address
-    return None
+def usable_address(addresses, expected=None):
+    """The first IPv4 address among a provider's (interface, family, address) tuples (``expected`` only)."""
+    return first_address(addresses, 'inet', expected)
 
 
-class StepResult:
-    def __init__(self, changed, msg, **extra):
-        self.changed = changed
-        self.msg = msg
-        self.extra = extra
+class CreateFlow(Flow):
+    """The steps of one workspace's creation. ``params`` are the module's options; the rest as :class:`Flow`'s.
 
-
-class CreateFlow:
-    """The steps of one workspace's creation. ``params`` are the module's options.
-
-    ``journal`` is an open Journal (None in check mode when none exists yet); ``client`` a PveClient (None for
-    steps that do not need it);
-    ``secret`` the controller secret; ``claim`` the queue claim every journal write carries.
+    ``journal`` is None in check mode when none exists yet; ``provider`` None for steps that do not need it.
     """
 
-    def __init__(self, journal, client, params, secret, claim=None, check_mode=False, sleep=time.sleep):
-        self.journal = journal
-        self.client = client
-        self.params = params
-        self.secret = secret
-        self.claim = claim
-        self.check_mode = check_mode
-        self.sleep = sleep
-        self.name = params['name']
-        # No journal at all only in check mode, before anything was ever recorded.
-        self.ws = journal.get_workspace(self.name) if journal is not None else None
-        self.controller = ownership.controller_id(secret)
+    # ``phase`` of a failure: the status the workspace had when the step failed ("failed while booting").
+    STEP_STATUS = STEP_STATUS
 
     # ------------------------------------------------------------------ helpers
 
@@ -180,48 +152,9 @@ class CreateFlow:
         """The persisted request (what step 1 recorded)."""
         return self.ws['params'] if self.ws else {}
 
-    def _save(self, action, kind='observed', detail=None, **fields):
-        extra = {'claim': self.claim} if self.claim is not None else {}
-        self.ws = self.journal.update_workspace(self.name, self.ws['generation'],
-                                                event={'kind': kind, 'action': action, 'detail': detail or fields},
-                                                **dict(fields, **extra))
-        return self.ws
-
-    def _done(self, step, **fields):
-        progress = dict(self.ws['progress'], **{step: time.time()})
-        return self._save('step_done', detail={'step': step}, progress=progress, **fields)
-
-    def _fail(self, step, err, **fields):
-        """Record ``err`` as the workspace's failure at ``step`` (with ``fields``); returns it to be raised."""
-        # ``phase`` is the status the workspace had when the step failed: "failed while booting".
-        failure = {'step': step, 'phase': STEP_STATUS[step], 'message': str(err)}
-        details = err.details if isinstance(err, EphemeraError) else {}
-        log_tail = getattr(err, 'log_tail', None) or details.get('log_tail')
-        if log_tail:
-            failure['log_tail'] = list(log_tail)
-        if getattr(err, 'upid', None):
-            failure['upid'] = str(err.upid)
-        if not self.check_mode and self.ws is not None:
-            self._save('step_failed', detail=failure, status='failed', failure=failure, **fields)
-        err.recorded = True
-        return err
-
-    def _config_path(self, vmid=None, node=None):
-        return '/nodes/%s/lxc/%s/config' % (node or self.ws['node'] or self.request['node'], vmid or self.ws['vmid'])
-
-    def _read_config(self, vmid, node=None):
-        """The container's config, or None when it does not exist."""
-        try:
-            return self.client.get(self._config_path(vmid, node))
-        except PveNotFound:
-            return None
-
-    def _verify(self, config, vmid):
-        return ownership.verify((config or {}).get('description'), self.secret, self.controller, self.name, vmid)
-
     def _layout(self):
         req = self.request
-        return guest_ops.Layout(req['guest_root'], self.ws['vmid'], req['checkout_path'], req['agent_user'])
+        return guest_ops.Layout(req['guest_root'], self.resource_id, req['checkout_path'], req['agent_user'])
 
     def _guest(self):
         req = self.request
@@ -244,10 +177,12 @@ class CreateFlow:
                 return StepResult(False, '%s: already done' % STEP_LABELS[step])
             if step in ('bootstrap', 'checkout'):
                 self._refuse_missing_secrets(step)
+            if self.check_mode and step == 'configure' and self.diff and self.resource_id:
+                return self.check_configure()
             if self.check_mode:
                 return StepResult(True, '%s: would run' % STEP_LABELS[step])
             if self.ws['status'] != STEP_STATUS[step] and step != 'ready':
-                self._save('status', detail={'step': step, 'status': STEP_STATUS[step]}, status=STEP_STATUS[step],
+                self.save('status', detail={'step': step, 'status': STEP_STATUS[step]}, status=STEP_STATUS[step],
                            failure=None)
         try:
             return getattr(self, 'step_' + step)()
@@ -257,32 +192,19 @@ class CreateFlow:
             # leaves the error itself to report.
             if step != 'request' and not getattr(err, 'recorded', False) and not isinstance(err, StaleGenerationError):
                 try:
-                    self._fail(step, err)
+                    self.fail(step, err)
                 except JournalError:
                     pass
             raise
 
     # ------------------------------------------------------------- 1. request
 
-    def _check_cluster(self, req):
-        """Refuse a template or pool that cannot work, before anything is recorded."""
-        guests = self.client.get('/cluster/resources', type='vm') or []
-        template = [g for g in guests if int(g.get('vmid', -1)) == req['template']]
-        if not template:
-            raise CreateError('Template %d does not exist in the cluster. Give the VMID of a prepared LXC template.'
-                              % req['template'], step='request')
-        template = template[0]
-        if template.get('type') != 'lxc' or not int(template.get('template') or 0):
-            raise CreateError('VMID %d (%s) is not an LXC template. Convert a prepared container with "pct template", '
-                              'or give another VMID.' % (req['template'], template.get('name')), step='request')
-        if req['node'] and req['node'] != template.get('node'):
-            raise CreateError('Template %d lives on node %s, not %s: linked clones are made on the template\'s node.'
-                              % (req['template'], template.get('node'), req['node']), step='request')
-        pools = [p.get('poolid') for p in self.client.get('/pools') or []]
-        if req['pool'] not in pools:
-            raise CreateError('Pool %r does not exist. Create it (pveum pool add %s) or set pool to one of: %s.'
-                              % (req['pool'], req['pool'], ', '.join(sorted(pools)) or 'none'), step='request')
-        return template.get('node')
+    def _check_source(self, req):
+        """Refuse a template or pool that cannot work, before anything is recorded; the template's location."""
+        try:
+            return self.provider.check_source(req['template'], req['node'], req['pool'])
+        except InvalidRequest as err:
+            raise CreateError(str(err), step='request')
 
     def step_request(self):
         validate_name(self.name)
@@ -316,7 +238,7 @@ class CreateFlow:
         replay = self._begin_idempotent(req)
         if replay is not None:
             return replay
-        node = self._check_cluster(req)
+        node = self._check_source(req)
         req['node'] = node
         if self.check_mode:
             return StepResult(True, 'request: would record workspace %s' % self.name)
@@ -326,8 +248,9 @@ class CreateFlow:
             self.ws = self.journal.create_workspace(self.name, **fields)
         else:
             # A destroyed workspace of the same name starts a new life; its record and history stay.
-            self.ws = self._save('recreated', kind='recorded', vmid=None, candidate_vmid=None, upids={}, address=None,
-                                 failure=None, facts={}, activity='unknown', **fields)
+            fields.update(self.resource_fields(resource_id=None, candidate_id=None, tasks={}))
+            self.ws = self.save('recreated', kind='recorded', address=None, failure=None, facts={}, activity='unknown',
+                                **fields)
         return StepResult(True, 'request: recorded workspace %s' % self.name)
 
     def _resume(self):
@@ -366,7 +289,7 @@ class CreateFlow:
         if not changed:
             return StepResult(False, 'request: already recorded (%s)' % ws['status'])
         if not self.check_mode:
-            self._save('settings', kind='recorded', detail={'changed': sorted(changed)},
+            self.save('settings', kind='recorded', detail={'changed': sorted(changed)},
                        params=dict(ws['params'], **changed))
         return StepResult(True, 'request: already recorded (%s); new %s for the next brief'
                           % (ws['status'], ', '.join(sorted(changed))))
@@ -393,7 +316,7 @@ class CreateFlow:
 
     def _result(self):
         """What a request with an idempotency key replays."""
-        return {'name': self.name, 'vmid': self.ws['vmid'], 'node': self.ws['node'], 'address': self.ws['address'],
+        return {'name': self.name, 'vmid': self.resource_id, 'node': self.location, 'address': self.ws['address'],
                 'status': 'ready'}
 
     def _replayed(self, claim):
@@ -414,57 +337,46 @@ class CreateFlow:
     # --------------------------------------------------------------- 2. vmid
 
     def _next_candidate(self, avoid=()):
-        for dummy in range(10):
-            vmid = int(self.client.get('/cluster/nextid'))
-            if vmid not in avoid:
-                return vmid
-            self.sleep(0.2)
-        raise CreateError('/cluster/nextid kept offering VMIDs that were just found taken (%s).' % sorted(avoid))
+        try:
+            return self.provider.candidate(avoid, sleep=self.sleep)
+        except Conflict as err:
+            raise CreateError(str(err))
 
     def step_vmid(self):
-        if self.ws['candidate_vmid']:
-            self._done('vmid')
-            return StepResult(False, 'candidate vmid: %d (kept)' % self.ws['candidate_vmid'])
+        if self.candidate_id:
+            self.done('vmid')
+            return StepResult(False, 'candidate vmid: %s (kept)' % self.candidate_id)
         vmid = self._next_candidate()
-        self._save('candidate_vmid', kind='recorded', candidate_vmid=vmid)
-        self._done('vmid')
-        return StepResult(True, 'candidate vmid: %d' % vmid, vmid=vmid)
+        self.save('candidate_vmid', kind='recorded', **self.resource_fields(candidate_id=vmid))
+        self.done('vmid')
+        return StepResult(True, 'candidate vmid: %s' % vmid, vmid=vmid)
 
     # -------------------------------------------------------------- 3. clone
 
     def _inspect_candidate(self, vmid):
-        """'ours' (marker verifies), 'taken' (exists, not ours), or 'absent'."""
-        config = self._read_config(vmid, self.request['node'])
-        if config is None:
+        """'ours' (marker verifies), 'taken' (exists, not ours), or 'absent'; and the resource."""
+        resource = self.provider.find(vmid, self.request['node'])
+        if resource is None:
             return 'absent', None
-        return ('ours' if self._verify(config, vmid) == ownership.VERIFIED else 'taken'), config
+        return ('ours' if self.provider.verify(resource, self.name) == ownership.VERIFIED else 'taken'), resource
+
+    def _allocation(self, candidate):
+        req = self.request
+        return Allocation(candidate, self.name, req['template'], req['node'], 'agent-%s' % self.name, req['pool'],
+                          full=req['full_clone'], storage=req['storage'])
 
     def _adopt(self, vmid, reason):
-        upid = self._find_clone_task(vmid)
-        upids = dict(self.ws['upids'])
-        if upid:
-            upids['clone'] = upid
-        self._save('adopted', detail={'vmid': vmid, 'reason': reason, 'upid': upid}, upids=upids,
-                   candidate_vmid=vmid)
-        self._done('clone')
-        return StepResult(True, 'clone: adopted CT %d (%s)' % (vmid, reason), vmid=vmid)
-
-    def _find_clone_task(self, vmid):
-        """The UPID of the clone that made ``vmid`` after its answer was lost, when one task fits."""
-        dispatched = self.ws['facts'].get('clone_dispatched_at') or 0
-        try:
-            tasks = self.client.get('/nodes/%s/tasks' % self.request['node'], typefilter='vzclone',
-                                    vmid=self.request['template'], source='all', limit=200) or []
-        except PveApiError:
-            return None
-        # A task started with an API token runs as user@realm!token.
-        users = (self.client.user, self.client.token_id)
-        fits = [t['upid'] for t in tasks if int(t.get('starttime', 0)) >= int(dispatched) - 2 and t.get('user') in users]
-        return fits[0] if len(fits) == 1 else None
+        # The task that made it, found after its answer was lost, when one task fits.
+        upid = self.provider.allocation_task(self._allocation(vmid), self.ws['facts'].get('clone_dispatched_at') or 0)
+        tasks = self.with_task('clone', upid) if upid else {}
+        self.save('adopted', detail={'vmid': vmid, 'reason': reason, 'upid': upid},
+                  **dict(tasks, **self.resource_fields(candidate_id=vmid)))
+        self.done('clone')
+        return StepResult(True, 'clone: adopted %s (%s)' % (self.provider.label(vmid), reason), vmid=vmid)
 
     def step_clone(self):
         req = self.request
-        candidate = self.ws['candidate_vmid']
+        candidate = self.candidate_id
         taken = set()
         facts = self.ws['facts']
         if facts.get('clone_dispatched') == candidate:
@@ -484,27 +396,19 @@ class CreateFlow:
             if attempts > CLONE_ATTEMPTS:
                 raise CreateError('Gave up after %d clone attempts; VMIDs taken meanwhile: %s.'
                                   % (CLONE_ATTEMPTS, sorted(taken)))
-            args = dict(newid=candidate, hostname='agent-%s' % self.name, pool=req['pool'],
-                        description=ownership.render(self.secret, self.controller, self.name, candidate))
-            if req['full_clone']:
-                args['full'] = 1
-                if req['storage']:
-                    args['storage'] = req['storage']
-            else:
-                args['full'] = 0
-            self._save('clone', kind='dispatched', detail={'vmid': candidate, 'template': req['template'],
-                                                           'full': args['full']},
-                       facts=dict(self.ws['facts'], clone_dispatched=candidate, clone_dispatched_at=time.time()))
+            self.save('clone', kind='dispatched', detail={'vmid': candidate, 'template': req['template'],
+                                                          'full': 1 if req['full_clone'] else 0},
+                      facts=dict(self.ws['facts'], clone_dispatched=candidate, clone_dispatched_at=time.time()))
             try:
-                upid = self.client.post('/nodes/%s/lxc/%d/clone' % (req['node'], req['template']), **args)
-            except PveAlreadyExists:
+                upid = self.provider.allocate(self._allocation(candidate))
+            except Conflict:
                 state = self._inspect_candidate(candidate)[0]
                 if state == 'ours':
                     return self._adopt(candidate, 'our clone was already there')
                 taken.add(candidate)
                 candidate = self._new_candidate(candidate, taken, 'already exists')
                 continue
-            except PveUnknownOutcome as err:
+            except UnknownOutcome as err:
                 state = self._inspect_candidate(candidate)[0]
                 if state == 'ours':
                     return self._adopt(candidate, 'the clone answer was lost (%s)' % err.transport)
@@ -512,174 +416,202 @@ class CreateFlow:
                     taken.add(candidate)
                     candidate = self._new_candidate(candidate, taken, 'taken while our answer was lost')
                 continue
-            except (PveLocked, PveLockTimeout) as err:
+            except Locked as err:
                 # Parallel linked clones of one template contend on its lock: back off and try again.
                 if time.monotonic() > lock_deadline:
-                    raise CreateError('Template %d stayed locked for %d s (%s). Retry later.'
+                    raise CreateError('Template %s stayed locked for %d s (%s). Retry later.'
                                       % (req['template'], self.params['lock_timeout'], err))
                 attempts -= 1
-                self._save('clone', kind='observed', detail={'vmid': candidate, 'locked': str(err.pve_message)})
+                self.save('clone', kind='observed', detail={'vmid': candidate, 'locked': str(err.provider_message)})
                 self.sleep(backoff.next_delay())
                 continue
-            upids = dict(self.ws['upids'], clone=upid)
-            self._save('clone', kind='observed', detail={'vmid': candidate, 'upid': upid}, upids=upids)
-            self._done('clone')
-            return StepResult(True, 'clone: CT %d from template %d' % (candidate, req['template']), vmid=candidate,
-                              upid=upid)
+            self.save('clone', kind='observed', detail={'vmid': candidate, 'upid': upid},
+                      **self.with_task('clone', upid))
+            self.done('clone')
+            return StepResult(True, 'clone: %s from template %s' % (self.provider.label(candidate), req['template']),
+                              vmid=candidate, upid=upid)
 
     def _new_candidate(self, old, taken, why):
         vmid = self._next_candidate(avoid=taken)
-        self._save('candidate_vmid', kind='recorded', detail={'old': old, 'new': vmid, 'why': why},
-                   candidate_vmid=vmid)
+        self.save('candidate_vmid', kind='recorded', detail={'old': old, 'new': vmid, 'why': why},
+                  **self.resource_fields(candidate_id=vmid))
         return vmid
 
     # --------------------------------------------------------- 4. wait clone
 
+    def _forget_candidate(self):
+        """The record's fields that drop the candidate, so that the rerun takes a new one and allocates again."""
+        fields = dict(self.without_tasks('clone'), **self.resource_fields(candidate_id=None))
+        fields['progress'] = dict((k, v) for k, v in self.ws['progress'].items() if k not in ('vmid', 'clone'))
+        return fields
+
     def step_wait_clone(self):
-        vmid = self.ws['candidate_vmid']
-        upid = self.ws['upids'].get('clone')
+        vmid = self.candidate_id
+        upid = self.tasks.get('clone')
         try:
             if upid:
-                task = self.client.wait_task(upid, timeout=self.params['task_timeout'])
+                task = self.provider.wait(upid, timeout=self.params['task_timeout'])
                 warnings = task.warning_lines
             else:
                 self._wait_unlocked(vmid)
                 warnings = []
-        except PveTaskFailed as err:
+        except TaskFailed as err:
             self._clean_failed_clone(vmid)
-            raise self._fail('wait_clone', err, candidate_vmid=None,
-                             upids=dict((k, v) for k, v in self.ws['upids'].items() if k != 'clone'),
-                             progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('vmid', 'clone')))
-        self._save('clone_confirmed', detail={'vmid': vmid, 'warnings': warnings}, vmid=vmid,
-                   node=self.request['node'])
-        self._done('wait_clone')
-        return StepResult(True, 'wait clone task: CT %d cloned' % vmid, vmid=vmid, warnings=warnings)
+            raise self.fail('wait_clone', err, **self._forget_candidate())
+        self.save('clone_confirmed', detail={'vmid': vmid, 'warnings': warnings},
+                  **self.resource_fields(resource_id=vmid, location=self.request['node']))
+        self.done('wait_clone')
+        return StepResult(True, 'wait clone task: %s cloned' % self.provider.label(vmid), vmid=vmid, warnings=warnings)
 
     def _wait_unlocked(self, vmid):
         def probe(remaining):
-            config = self._read_config(vmid, self.request['node'])
-            if config is None:
+            resource = self.provider.find(vmid, self.request['node'])
+            if resource is None:
                 return waiter.failed(None)
-            return waiter.pending(config) if config.get('lock') else waiter.done(config)
+            return waiter.pending(resource) if resource.lock else waiter.done(resource)
         result = waiter.wait_for(probe, self.params['task_timeout'])
+        label = self.provider.label(vmid)
         if result.outcome == waiter.FAILED:
-            raise self._fail('wait_clone', CreateError('CT %d vanished while its clone ran: the clone failed. Rerun to '
-                                                       'clone again.' % vmid), candidate_vmid=None,
-                             progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('vmid', 'clone')))
+            raise self.fail('wait_clone', CreateError('%s vanished while its clone ran: the clone failed. Rerun to '
+                                                      'clone again.' % label), **self._forget_candidate())
         if not result.ok:
-            raise CreateError('CT %d is still locked after %d s. If it stays in lock "create", run "pct unlock %d" on '
-                              'the node.' % (vmid, self.params['task_timeout'], vmid))
+            raise CreateError('%s is still locked after %d s. %s' % (label, self.params['task_timeout'],
+                                                                    self.provider.unlock_hint(vmid)))
 
     def _clean_failed_clone(self, vmid):
         """Delete what a failed clone left, only when our marker proves it is ours."""
-        state, config = self._inspect_candidate(vmid)
+        state, resource = self._inspect_candidate(vmid)
         if state != 'ours':
             return
         try:
-            upid = self.client.delete('/nodes/%s/lxc/%d' % (self.request['node'], vmid), purge=1)
-            self.client.wait_task(upid, timeout=self.params['task_timeout'])
-            self._save('partial_clone_removed', detail={'vmid': vmid})
-        except PveApiError as err:
-            self.journal.record_cleanup_debt(self.name, 'lxc/%d@%s' % (vmid, self.request['node']), err, retry_in=60,
-                                             claim=self.claim)
+            self.provider.wait(self.provider.delete(resource), timeout=self.params['task_timeout'])
+            self.save('partial_clone_removed', detail={'vmid': vmid})
+        except ProviderError as err:
+            self.journal.record_cleanup_debt(self.name, self.provider.resource_key(vmid, self.request['node']), err,
+                                             retry_in=60, claim=self.claim)
 
     # ----------------------------------------------------------- 5. configure
 
-    def step_configure(self):
+    def _settings(self, address):
+        """The settings the request asks for, with the workspace's static ``address`` (for the static mode)."""
         req = self.request
-        vmid = self.ws['vmid']
-        config = self._read_config(vmid)
-        if config is None or self._verify(config, vmid) != ownership.VERIFIED:
-            raise CreateError('CT %d does not carry our marker for %s; refusing to touch it. Reconcile reports it; '
-                              'destroy this workspace (its record) and create it again.' % (vmid, self.name))
-        address = self.ws['address']
         if req['address_mode'] == 'static':
-            address = self.journal.lease_address(req['address_range'], self.name, address_candidates(req['address_range']),
-                                                 claim=self.claim)
-            ip = 'ip=%s/%d' % (address, req['address_prefix']) + (',gw=%s' % req['gateway'] if req['gateway'] else '')
+            ip, gateway = '%s/%d' % (address, req['address_prefix']), req['gateway']
         else:
-            ip = 'ip=dhcp'
-        net0 = _merge_net(config.get('net0'), 'name=eth0,bridge=%s,%s' % (req['bridge'], ip))
-        tags = ';'.join(sorted(set(['ephemera'] + list(req['tags'] or []))))
-        wanted = {'cores': req['cores'], 'memory': req['memory'], 'net0': net0, 'tags': tags}
-        changes = dict((k, v) for k, v in wanted.items() if str(config.get(k)) != str(v)
-                       and not (k == 'net0' and _same_net(config.get(k), v)))
+            ip, gateway = 'dhcp', None
+        return Settings(req['cores'], req['memory'], req['bridge'], ip, gateway, ['ephemera'] + list(req['tags'] or []))
+
+    def _static_address(self):
+        """The workspace's static address: its lease (made now if it has none; in check mode only looked up)."""
+        req = self.request
+        candidates = address_candidates(req['address_range'])
+        if not self.check_mode:
+            return self.journal.lease_address(req['address_range'], self.name, candidates, claim=self.claim)
+        leases = self.journal.address_leases()
+        mine = [lease['address'] for lease in leases if lease['workspace'] == self.name]
+        taken = set(lease['address'] for lease in leases)
+        return (mine or [a for a in candidates if a not in taken] or [None])[0]
+
+    def _plan_configure(self):
+        """(resource, {setting: (before, after)}, static address or None): what the configure step changes."""
+        resource = self.provider.find(self.resource_id, self.location)
+        if resource is None or self.provider.verify(resource, self.name) != ownership.VERIFIED:
+            raise CreateError('%s does not carry our marker for %s; refusing to touch it. Reconcile reports it; '
+                              'destroy this workspace (its record) and create it again.'
+                              % (self.provider.label(self.resource_id), self.name))
+        address = self._static_address() if self.request['address_mode'] == 'static' else None
+        return resource, self.provider.plan_settings(resource, self._settings(address)), address
+
+    @staticmethod
+    def _diff(changes):
+        return {'before': dict((k, before) for k, (before, after) in changes.items()),
+                'after': dict((k, after) for k, (before, after) in changes.items())}
+
+    def check_configure(self):
+        """Check mode with a diff asked for: what the configure step would change, read from the container."""
+        changes = self._plan_configure()[1]
+        return StepResult(bool(changes), 'configure: %s' % ('would change %s' % ', '.join(sorted(changes))
+                                                            if changes else 'nothing to change'),
+                          diff=self._diff(changes))
+
+    def step_configure(self):
+        resource, changes, address = self._plan_configure()
         if changes:
-            self._save('configure', kind='dispatched', detail=changes)
-            self.client.put(self._config_path(), digest=config.get('digest'), **changes)
-        self._done('configure', address=address if req['address_mode'] == 'static' else self.ws['address'])
-        return StepResult(bool(changes), 'configure: %s' % (', '.join(sorted(changes)) or 'nothing to change'))
+            self.save('configure', kind='dispatched', detail=dict((k, after) for k, (before, after) in changes.items()))
+            self.provider.apply_settings(resource, changes)
+        self.done('configure', address=address if address is not None else self.ws['address'])
+        return StepResult(bool(changes), 'configure: %s' % (', '.join(sorted(changes)) or 'nothing to change'),
+                          diff=self._diff(changes) if self.diff else None)
 
     # --------------------------------------------------------------- 6. start
 
     def step_start(self):
-        vmid = self.ws['vmid']
-        status = self.client.get('/nodes/%s/lxc/%d/status/current' % (self.ws['node'], vmid)) or {}
-        if status.get('status') == 'running':
-            self._done('start')
-            return StepResult(False, 'start: CT %d is running' % vmid)
+        vmid = self.resource_id
+        resource = self.provider.ref(vmid, self.location)
+        label = self.provider.label(vmid)
+        if self.provider.power(resource, absent_ok=False).running:
+            self.done('start')
+            return StepResult(False, 'start: %s is running' % label)
         upid = self._start_in_flight()
         if upid is None:
-            self._save('start', kind='dispatched', detail={'vmid': vmid})
+            self.save('start', kind='dispatched', detail={'vmid': vmid})
             try:
-                upid = self.client.post('/nodes/%s/lxc/%d/status/start' % (self.ws['node'], vmid))
-            except PveUnknownOutcome:
+                upid = self.provider.start(resource)
+            except UnknownOutcome:
                 upid = None
-            except PveApiError as err:
-                if 'already running' not in (err.pve_message or ''):
-                    raise
             if upid:
-                self._save('start', detail={'upid': upid}, upids=dict(self.ws['upids'], start=upid))
+                self.save('start', detail={'upid': upid}, **self.with_task('start', upid))
         if upid:
-            self.client.wait_task(upid, timeout=self.params['task_timeout'])
+            self.provider.wait(upid, timeout=self.params['task_timeout'])
         else:
-            self._wait_running(vmid)
-        self._done('start')
-        return StepResult(True, 'start: CT %d started' % vmid, upid=upid)
+            self._wait_running(resource)
+        self.done('start')
+        return StepResult(True, 'start: %s started' % label, upid=upid)
 
     def _start_in_flight(self):
-        """The UPID of a start an earlier run dispatched that may still bring the container up, else None.
+        """The handle of a start an earlier run dispatched that may still bring the container up, else None.
 
         A start task that ended (failed, or succeeded for a container that has stopped since) cannot: the step
         starts the container again.
         """
-        upid = self.ws['upids'].get('start')
+        upid = self.tasks.get('start')
         if not upid:
             return None
         try:
-            task = self.client.task_status(upid)
-        except PveNotFound:
+            task = self.provider.task_status(upid)
+        except NotFound:
             return None
         return upid if task.status == 'running' else None
 
-    def _wait_running(self, vmid):
+    def _wait_running(self, resource):
         def probe(remaining):
-            status = self.client.get('/nodes/%s/lxc/%d/status/current' % (self.ws['node'], vmid)) or {}
-            return waiter.done() if status.get('status') == 'running' else waiter.pending()
+            return waiter.done() if self.provider.power(resource, absent_ok=False).running else waiter.pending()
         if not waiter.wait_for(probe, self.params['task_timeout']).ok:
-            raise CreateError('CT %d is not running %d s after it was started.' % (vmid, self.params['task_timeout']))
+            raise CreateError('%s is not running %d s after it was started.'
+                              % (self.provider.label(resource.id), self.params['task_timeout']))
 
     # ------------------------------------------------------------- 7. address
 
     def step_address(self):
-        vmid = self.ws['vmid']
+        resource = self.provider.ref(self.resource_id, self.location)
         expected = self.ws['address'] if self.request['address_mode'] == 'static' else None
 
         def probe(remaining):
             try:
-                interfaces = self.client.get('/nodes/%s/lxc/%d/interfaces' % (self.ws['node'], vmid))
-            except PveApiError:
+                addresses = self.provider.addresses(resource)
+            except ProviderError:
                 return waiter.pending()
-            address = usable_address(interfaces, expected)
+            address = usable_address(addresses, expected)
             return waiter.done(address) if address else waiter.pending()
 
         result = waiter.wait_for(probe, self.params['address_timeout'], waiter.Backoff(start=0.2, maximum=3.0))
         if not result.ok:
             what = 'its static address %s' % expected if expected else 'an address from DHCP'
-            message = ('CT %d did not report %s within %d s (%d looks). Check the bridge and the DHCP server, then '
-                       'rerun.' % (vmid, what, self.params['address_timeout'], result.attempts))
+            message = ('%s did not report %s within %d s (%d looks). Check the bridge and the DHCP server, then '
+                       'rerun.' % (self.provider.label(resource.id), what, self.params['address_timeout'],
+                                   result.attempts))
             raise CreateError(message)
-        self._done('address', address=result.value)
+        self.done('address', address=result.value)
         return StepResult(True, 'wait address: %s' % result.value, address=result.value)
 
     # ----------------------------------------------------------------- 8. ssh
@@ -687,7 +619,7 @@ class CreateFlow:
     def step_ssh(self):
         with wait_for_guest(self._guest, self.params['ssh_timeout']) as connected:
             host_key, attempts = connected.host_key, connected.attempts
-        self._done('ssh', facts=dict(self.ws['facts'], host_key=host_key))
+        self.done('ssh', facts=dict(self.ws['facts'], host_key=host_key))
         return StepResult(True, 'ssh: %s answers (attempt %d)' % (self.ws['address'], attempts), attempts=attempts)
 
     def _with_guest(self, action):
@@ -700,14 +632,14 @@ class CreateFlow:
         req = self.request
         credentials = self.params.get('agent_credentials')
         self._with_guest(lambda g: guest_ops.bootstrap(g, self._layout(), req['ssh_user'], credentials))
-        self._done('bootstrap')
+        self.done('bootstrap')
         return StepResult(True, 'bootstrap: agent user %s, credentials written' % req['agent_user'])
 
     # ------------------------------------------------------------ 10. checkout
 
     def step_checkout(self):
         req = self.request
-        debt = '%s@lxc/%d' % (ASKPASS_DEBT, self.ws['vmid'])
+        debt = '%s@%s' % (ASKPASS_DEBT, self.naming.resource_key(self.resource_id))
         try:
             head = self._with_guest(lambda g: guest_ops.checkout(
                 g, self._layout(), req['ssh_user'], req['repo'], req['ref'], git_token=self.params.get('git_token'),
@@ -718,7 +650,7 @@ class CreateFlow:
                 self.journal.record_cleanup_debt(self.name, debt, err, retry_in=60, claim=self.claim)
             raise
         self.journal.clear_cleanup_debt(self.name, debt, claim=self.claim)
-        self._done('checkout', facts=dict(self.ws['facts'], head=head))
+        self.done('checkout', facts=dict(self.ws['facts'], head=head))
         return StepResult(True, 'checkout: %s at %s (%s)' % (req['repo'], req['ref'], head[:12]), head=head)
 
     # -------------------------------------------------------------- 11. runner
@@ -727,7 +659,7 @@ class CreateFlow:
         req = self.request
         started = self._with_guest(lambda g: guest_ops.install_runner(
             g, self._layout(), req['ssh_user'], req['agents'], timeout=self.params['runner_timeout']))
-        self._done('runner')
+        self.done('runner')
         return StepResult(True, 'runner: %s' % ('started' if started else 'already answering'))
 
     # --------------------------------------------------------------- 12. brief
@@ -736,7 +668,7 @@ class CreateFlow:
         req = self.request
         answer = self._with_guest(lambda g: guest_ops.brief(g, self._layout(), req['ssh_user'], req['purpose'],
                                                             req['agent'], req['agents']))
-        self._done('brief', activity=answer.get('activity') or 'unknown')
+        self.done('brief', activity=answer.get('activity') or 'unknown')
         return StepResult(not answer.get('already'), 'brief: %s briefed' % req['agent'])
 
     # --------------------------------------------------------------- 13. ready
@@ -745,10 +677,10 @@ class CreateFlow:
         req = self.request
         answer = self._with_guest(lambda g: guest_ops.runner_call(g, self._layout(), req['ssh_user'], {'op': 'ping'}))
         if not answer.get('alive'):
-            raise self._fail('ready', CreateError('The agent runner stopped answering: %s' % answer.get('error')),
-                             progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('runner', 'brief')))
-        self._save('ready', status='ready', activity=answer.get('activity') or 'unknown', failure=None,
-                   progress=dict(self.ws['progress'], ready=time.time()))
+            raise self.fail('ready', CreateError('The agent runner stopped answering: %s' % answer.get('error')),
+                            progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('runner', 'brief')))
+        self.save('ready', status='ready', activity=answer.get('activity') or 'unknown', failure=None,
+                  progress=dict(self.ws['progress'], ready=time.time()))
         if self.params.get('idempotency_key'):
             claim = self.journal.begin_idempotent(self.params['idempotency_key'], 'create',
                                                   self._idempotency_request(req), owner=Owner.of_run())

@@ -24,14 +24,15 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import epoch
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
-    PveApiError,
-    PveLocked,
-    PveLockTimeout,
-    PveNotFound,
-    PveTaskFailed,
-    PveTaskTimeout,
-    PveUnknownOutcome,
+from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import Flow, StepResult
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
+    Locked,
+    NotFound,
+    ProviderError,
+    TaskFailed,
+    TaskTimeout,
+    UnknownOutcome,
 )
 
 STEPS = ('mark', 'shutdown', 'stop', 'delete', 'finish')
@@ -55,117 +56,59 @@ class NeedsOperator(DestroyError):
     """A condition that retrying cannot cure: protection, a stale lock, HA keeping it up."""
 
 
-class StepResult:
-    def __init__(self, changed, msg, **extra):
-        self.changed = changed
-        self.msg = msg
-        self.extra = extra
-
-
-def resource_name(vmid, node):
-    return 'lxc/%d@%s' % (int(vmid), node)
-
-
 class Target:
-    """The container a destruction acts on: vmid, node, and what its marker proved."""
+    """The resource a destruction acts on: its id, location, the resource as found (None when absent) and what
+    its marker proved."""
 
-    def __init__(self, vmid, node, config, verdict):
+    def __init__(self, vmid, node, resource, verdict):
         self.vmid = vmid
         self.node = node
-        self.config = config
+        self.resource = resource
         self.verdict = verdict
 
     @property
     def absent(self):
-        return self.config is None
-
-    @property
-    def path(self):
-        return '/nodes/%s/lxc/%d' % (self.node, self.vmid)
+        return self.resource is None
 
 
-class DestroyFlow:
-    """The steps of one workspace's destruction. ``params`` are the module's options."""
-
-    def __init__(self, journal, client, params, secret, claim=None, check_mode=False, sleep=time.sleep):
-        self.journal = journal
-        self.client = client
-        self.params = params
-        self.secret = secret
-        self.claim = claim
-        self.check_mode = check_mode
-        self.sleep = sleep
-        self.name = params['name']
-        self.ws = journal.get_workspace(self.name)
-        self.controller = ownership.controller_id(secret)
+class DestroyFlow(Flow):
+    """The steps of one workspace's destruction. ``params`` are the module's options; the rest as :class:`Flow`'s."""
 
     # ------------------------------------------------------------------ helpers
 
-    def _save(self, action, kind='observed', detail=None, **fields):
-        self.ws = self.journal.update_workspace(self.name, self.ws['generation'], claim=self.claim,
-                                                event={'kind': kind, 'action': action, 'detail': detail or fields},
-                                                **fields)
-        return self.ws
-
-    def _event(self, kind, action, detail):
-        self.journal.append_event(self.name, kind, action, detail, claim=self.claim)
-
-    def _node(self):
-        return self.ws['node'] or self.ws['params'].get('node')
+    def _label(self, target):
+        return self.provider.label(target.vmid)
 
     def _vmids(self):
-        """The containers this workspace may own: the confirmed VMID, else the candidate a clone may have made."""
-        vmid = self.ws['vmid'] or self.ws['candidate_vmid']
+        """The resources this workspace may own: the confirmed id, else the candidate an allocation may have made."""
+        vmid = self.resource_id or self.candidate_id
         return [vmid] if vmid else []
 
     def locate(self):
-        """The workspace's container as it is now, or None when the journal names none."""
+        """The workspace's resource as it is now, or None when the journal names none."""
         vmids = self._vmids()
         if not vmids:
             return None
-        vmid, node = vmids[0], self._node()
-        config = self._config(vmid, node)
-        if config is None:
-            # Not on the recorded node: it may have been migrated. Ask the cluster where it is.
-            node = self._find_node(vmid) or node
-            config = self._config(vmid, node) if node != self._node() else None
-        verdict = None if config is None else ownership.verify(config.get('description'), self.secret, self.controller,
-                                                            self.name, vmid)
+        vmid, node = vmids[0], self.location
+        # Not at the recorded location: it may have been moved, so the provider looks where it is.
+        resource = self.provider.find(vmid, node, search=True)
+        if resource is not None:
+            node = resource.location
+        verdict = None if resource is None else self.provider.verify(resource, self.name)
         if verdict not in (None, ownership.VERIFIED) and self._deleted_by_us(vmid, node):
-            # Our delete of this VMID went through (its answer was lost with the run that sent it), and PVE has
-            # handed the VMID to a new container since: ours is gone, the newcomer is none of this destruction's.
+            # Our delete of this id went through (its answer was lost with the run that sent it), and the provider
+            # has handed the id to a new resource since: ours is gone, the newcomer is none of this destruction's.
             if not self.check_mode:
-                self._event('observed', 'vmid_reused', {'vmid': vmid, 'verdict': verdict})
+                self.event('observed', 'vmid_reused', {'vmid': vmid, 'verdict': verdict})
             return Target(vmid, node, None, None)
-        return Target(vmid, node, config, verdict)
+        return Target(vmid, node, resource, verdict)
 
     def _deleted_by_us(self, vmid, node):
-        """True when a delete of ``vmid`` was dispatched and the cluster shows it finished (a vzdestroy task of our
-        user, started after the dispatch, that ended OK)."""
+        """True when a delete of ``vmid`` was dispatched and the provider shows it finished (a delete task of ours,
+        started after the dispatch, that succeeded)."""
         sent = [epoch(e['at']) for e in self.journal.events(self.name)
                 if e['kind'] == 'dispatched' and e['action'] == 'delete' and (e['detail'] or {}).get('vmid') == vmid]
-        if not sent:
-            return False
-        try:
-            tasks = self.client.get('/nodes/%s/tasks' % node, typefilter='vzdestroy', vmid=vmid, source='all',
-                                    limit=200) or []
-        except PveApiError:
-            return False
-        users = (self.client.user, self.client.token_id)
-        return any(t.get('user') in users and t.get('status') == 'OK' and int(t.get('starttime', 0)) >= int(min(sent)) - 2
-                   for t in tasks)
-
-    def _config(self, vmid, node):
-        try:
-            return self.client.get('/nodes/%s/lxc/%d/config' % (node, vmid))
-        except PveNotFound:
-            return None
-
-    def _find_node(self, vmid):
-        for guest in self.client.get('/cluster/resources', type='vm') or []:
-            if int(guest.get('vmid', -1)) == int(vmid) and guest.get('type') == 'lxc':
-                return guest.get('node')
-        return None
+        return bool(sent) and self.provider.deleted_since(vmid, node, min(sent))
 
     def _require_ours(self, target, step):
         if target.verdict == ownership.VERIFIED:
@@ -176,23 +119,21 @@ class DestroyFlow:
             ownership.MISMATCH: "its marker is genuine but names another workspace or another VMID (copied there)",
             ownership.FORGED: 'its marker does not verify (edited or forged)',
         }.get(target.verdict, 'its marker could not be checked')
-        err = NotOurs('CT %d on %s is not workspace %s\'s: %s. It was not touched. If the journal is right, someone '
+        err = NotOurs('%s is not workspace %s\'s: %s. It was not touched. If the journal is right, someone '
                       'replaced the container; inspect it and remove it by hand if it should go.'
-                      % (target.vmid, target.node, self.name, reason), vmid=target.vmid, verdict=target.verdict)
+                      % (self.provider.label(target.vmid, target.node), self.name, reason), vmid=target.vmid,
+                      verdict=target.verdict)
         if not self.check_mode:
-            self._save('ownership_refused', detail={'step': step, 'vmid': target.vmid, 'verdict': target.verdict},
-                       failure={'step': step, 'message': str(err)})
+            self.save('ownership_refused', detail={'step': step, 'vmid': target.vmid, 'verdict': target.verdict},
+                      failure={'step': step, 'message': str(err)})
         raise err
 
-    def _status(self, target):
-        try:
-            return self.client.get('%s/status/current' % target.path) or {}
-        except PveNotFound:
-            return {}
+    def _power(self, target):
+        return self.provider.power(self.provider.ref(target.vmid, target.node))
 
     def _wait_status(self, target, wanted, timeout):
         def probe(remaining):
-            status = self._status(target).get('status')
+            status = self._power(target).state
             if status is None:
                 return waiter.done(None)
             return waiter.done(status) if status == wanted else waiter.pending(status)
@@ -220,8 +161,8 @@ class DestroyFlow:
         target = self.locate() if self.ws is not None else None
         if target is None or target.absent:
             return StepResult(False, 'inspect: no container', present=False, running=False)
-        running = self._status(target).get('status') == 'running'
-        return StepResult(False, 'inspect: CT %d %s' % (target.vmid, 'running' if running else 'stopped'),
+        running = self._power(target).running
+        return StepResult(False, 'inspect: %s %s' % (self._label(target), 'running' if running else 'stopped'),
                           present=True, running=running, vmid=target.vmid, verdict=target.verdict)
 
     # --------------------------------------------------------------- 1. mark
@@ -231,8 +172,8 @@ class DestroyFlow:
             return StepResult(False, 'mark destroying: already marked')
         if self.check_mode:
             return StepResult(True, 'mark destroying: would mark %s' % self.name)
-        self._save('destroy', kind='recorded', detail={'from_status': self.ws['status']}, desired_state='destroyed',
-                   status='destroying', failure=None)
+        self.save('destroy', kind='recorded', detail={'from_status': self.ws['status']}, desired_state='destroyed',
+                  status='destroying', failure=None)
         return StepResult(True, 'mark destroying: %s is being destroyed; new agent operations are refused' % self.name)
 
     # ----------------------------------------------------------- 2. shutdown
@@ -242,25 +183,26 @@ class DestroyFlow:
         if target is None or target.absent:
             return StepResult(False, 'shutdown: no container')
         self._require_ours(target, 'shutdown')
-        if self._status(target).get('status') != 'running':
-            return StepResult(False, 'shutdown: CT %d is not running' % target.vmid)
+        label = self._label(target)
+        if not self._power(target).running:
+            return StepResult(False, 'shutdown: %s is not running' % label)
         if self.check_mode:
-            return StepResult(True, 'shutdown: would shut CT %d down' % target.vmid)
+            return StepResult(True, 'shutdown: would shut %s down' % label)
         timeout = self.params['shutdown_timeout']
-        self._event('dispatched', 'shutdown', {'vmid': target.vmid, 'timeout': timeout})
+        self.event('dispatched', 'shutdown', {'vmid': target.vmid, 'timeout': timeout})
         try:
-            upid = self.client.post('%s/status/shutdown' % target.path, timeout=timeout, forceStop=0)
-            self._save('shutdown', detail={'upid': upid}, upids=dict(self.ws['upids'], shutdown=upid))
-            self.client.wait_task(upid, timeout=timeout + 30)
-        except (PveTaskFailed, PveTaskTimeout, PveUnknownOutcome) as err:
+            upid = self.provider.shutdown(target.resource, timeout)
+            if upid:
+                self.save('shutdown', detail={'upid': upid}, **self.with_task('shutdown', upid))
+                self.provider.wait(upid, timeout=timeout + 30)
+        except (TaskFailed, TaskTimeout, UnknownOutcome) as err:
             # A guest that ignores the shutdown is stopped by force in the next step.
-            self._event('observed', 'shutdown_incomplete', {'vmid': target.vmid, 'error': str(err)})
-        except PveApiError as err:
-            if 'not running' not in (err.pve_message or ''):
-                self._event('observed', 'shutdown_refused', {'vmid': target.vmid, 'error': str(err)})
-        status = self._status(target).get('status')
-        return StepResult(True, 'shutdown: CT %d %s' % (target.vmid, 'stopped' if status != 'running'
-                                                        else 'ignored the shutdown; it is stopped by force next'))
+            self.event('observed', 'shutdown_incomplete', {'vmid': target.vmid, 'error': str(err)})
+        except ProviderError as err:
+            self.event('observed', 'shutdown_refused', {'vmid': target.vmid, 'error': str(err)})
+        running = self._power(target).running
+        return StepResult(True, 'shutdown: %s %s' % (label, 'stopped' if not running
+                                                     else 'ignored the shutdown; it is stopped by force next'))
 
     # --------------------------------------------------------------- 3. stop
 
@@ -269,54 +211,37 @@ class DestroyFlow:
         if target is None or target.absent:
             return StepResult(False, 'force stop: no container')
         self._require_ours(target, 'stop')
-        status = self._status(target)
-        if status.get('status') != 'running':
-            return StepResult(False, 'force stop: CT %d is not running' % target.vmid)
+        label = self._label(target)
+        power = self._power(target)
+        if not power.running:
+            return StepResult(False, 'force stop: %s is not running' % label)
         if self.check_mode:
-            return StepResult(True, 'force stop: would stop CT %d' % target.vmid)
-        self._event('dispatched', 'stop', {'vmid': target.vmid})
+            return StepResult(True, 'force stop: would stop %s' % label)
+        self.event('dispatched', 'stop', {'vmid': target.vmid})
         try:
-            upid = self.client.post('%s/status/stop' % target.path)
-            self._save('stop', detail={'upid': upid}, upids=dict(self.ws['upids'], stop=upid))
-            self.client.wait_task(upid, timeout=self.params['task_timeout'])
-        except (PveTaskTimeout, PveUnknownOutcome) as err:
+            upid = self.provider.stop(target.resource)
+            if upid:
+                self.save('stop', detail={'upid': upid}, **self.with_task('stop', upid))
+                self.provider.wait(upid, timeout=self.params['task_timeout'])
+        except (TaskTimeout, UnknownOutcome) as err:
             # The stop may still land: the status wait below tells.
-            self._event('observed', 'stop_incomplete', {'vmid': target.vmid, 'error': str(err)})
-        except PveTaskFailed as err:
+            self.event('observed', 'stop_incomplete', {'vmid': target.vmid, 'error': str(err)})
+        except ProviderError as err:
             raise self._debt(target, 'stop', err)
-        except PveApiError as err:
-            if 'not running' not in (err.pve_message or ''):
-                raise self._debt(target, 'stop', err)
         # An HA-managed container is stopped by the HA manager, a little later than its task ends.
         result = self._wait_status(target, 'stopped', self.params['task_timeout'])
         if not result.ok:
-            managed = (status.get('ha') or {}).get('managed')
-            err = NeedsOperator('CT %d is still running after a forced stop%s.' % (
-                target.vmid, ': it is HA-managed and the HA manager keeps it up; remove it from HA '
-                '(ha-manager remove ct:%d) and destroy again' % target.vmid if managed else ''))
-            raise self._debt(target, 'stop', err, operator=bool(managed))
-        return StepResult(True, 'force stop: CT %d stopped' % target.vmid)
+            err = NeedsOperator('%s is still running after a forced stop%s.'
+                                % (label, ': ' + power.held_by if power.held_by else ''))
+            raise self._debt(target, 'stop', err, operator=bool(power.held_by))
+        return StepResult(True, 'force stop: %s stopped' % label)
 
     # ------------------------------------------------------------- 4. delete
 
     def _blocker(self, target):
         """A NeedsOperator for a condition no retry cures, or None."""
-        config = target.config or {}
-        if int(config.get('protection') or 0):
-            return NeedsOperator('CT %d has protection set; PVE refuses to delete it. Remove the protection '
-                                 '(pct set %d --protection 0) if it really should go, then destroy again.'
-                                 % (target.vmid, target.vmid))
-        if config.get('lock') == 'create' and not self._task_running(target):
-            return NeedsOperator('CT %d is stuck in lock "create" with no task running: run "pct unlock %d" on node %s, '
-                                 'then destroy again.' % (target.vmid, target.vmid, target.node))
-        return None
-
-    def _task_running(self, target):
-        try:
-            tasks = self.client.get('/nodes/%s/tasks' % target.node, source='active') or []
-        except PveApiError:
-            return True  # cannot tell: assume the lock is held for a reason
-        return any(str(t.get('id')) in (str(target.vmid), str(self.ws['params'].get('template'))) for t in tasks)
+        said = self.provider.delete_blocker(target.resource, self.ws['params'].get('template'))
+        return NeedsOperator(said) if said else None
 
     def step_delete(self):
         target = self.locate()
@@ -327,66 +252,68 @@ class DestroyFlow:
         if blocker is not None:
             raise self._debt(target, 'delete', blocker, operator=True)
         if self.check_mode:
-            return StepResult(True, 'delete: would delete CT %d with purge' % target.vmid)
+            return StepResult(True, 'delete: would delete %s with purge' % self._label(target))
         deadline = time.monotonic() + self.params['lock_timeout']
         backoff = waiter.Backoff(start=0.5, maximum=5.0, factor=1.7, jitter=0.3)
         while True:
-            self._event('dispatched', 'delete', {'vmid': target.vmid, 'node': target.node, 'purge': 1})
+            self.event('dispatched', 'delete', dict({'vmid': target.vmid, 'node': target.node},
+                                                    **self.provider.delete_options()))
             try:
-                upid = self.client.delete(target.path, purge=1)
-            except PveNotFound:
-                return StepResult(True, 'delete: CT %d was already gone' % target.vmid)
-            except PveUnknownOutcome as err:
+                upid = self.provider.delete(target.resource)
+            except NotFound:
+                return StepResult(True, 'delete: %s was already gone' % self._label(target))
+            except UnknownOutcome as err:
                 # The delete may have been carried out: look before anything else.
-                self._event('observed', 'delete_outcome_unknown', {'vmid': target.vmid, 'error': str(err)})
+                self.event('observed', 'delete_outcome_unknown', {'vmid': target.vmid, 'error': str(err)})
                 target = self.locate()
                 if target is None or target.absent:
                     return StepResult(True, 'delete: CT gone (the answer was lost)')
                 upid = None
-                if target.config.get('lock') != 'destroyed':
+                if not target.resource.deleting:
                     self._require_ours(target, 'delete')
                     continue
-            except (PveLocked, PveLockTimeout) as err:
+            except Locked as err:
                 if time.monotonic() > deadline:
-                    stuck = DestroyError('CT %d stayed locked for %d s (%s). It is retried by the next reconcile.'
-                                         % (target.vmid, self.params['lock_timeout'], err))
+                    stuck = DestroyError('%s stayed locked for %d s (%s). It is retried by the next reconcile.'
+                                         % (self._label(target), self.params['lock_timeout'], err))
                     raise self._debt(target, 'delete', stuck)
-                self._event('observed', 'delete_locked', {'vmid': target.vmid, 'error': str(err)})
+                self.event('observed', 'delete_locked', {'vmid': target.vmid, 'error': str(err)})
                 self.sleep(backoff.next_delay())
                 target = self.locate()
                 if target is None or target.absent:
                     return StepResult(True, 'delete: CT gone while it was locked')
                 self._require_ours(target, 'delete')
                 continue
-            except PveApiError as err:
+            except ProviderError as err:
                 raise self._debt(target, 'delete', err)
             break
         try:
             if upid:
-                self._save('delete', detail={'upid': upid}, upids=dict(self.ws['upids'], delete=upid))
-                self.client.wait_task(upid, timeout=self.params['task_timeout'])
+                self.save('delete', detail={'upid': upid}, **self.with_task('delete', upid))
+                self.provider.wait(upid, timeout=self.params['task_timeout'])
             else:
                 self._wait_gone(target)
-        except (PveTaskFailed, PveTaskTimeout, DestroyError) as err:
+        except (TaskFailed, TaskTimeout, DestroyError) as err:
             raise self._debt(target, 'delete', err)
-        return StepResult(True, 'delete: CT %d deleted' % target.vmid, upid=upid)
+        return StepResult(True, 'delete: %s deleted' % self._label(target), upid=upid)
 
     def _wait_gone(self, target):
         def probe(remaining):
-            return waiter.done() if self._config(target.vmid, target.node) is None else waiter.pending()
+            return waiter.done() if self.provider.find(target.vmid, target.node) is None else waiter.pending()
         if not waiter.wait_for(probe, self.params['task_timeout'], waiter.Backoff(start=0.2, maximum=2.0)).ok:
-            raise DestroyError('CT %d is still there %d s after its delete.' % (target.vmid, self.params['task_timeout']))
+            raise DestroyError('%s is still there %d s after its delete.'
+                               % (self._label(target), self.params['task_timeout']))
 
     def _debt(self, target, step, err, operator=False):
         """Record the failure as cleanup debt (and on the workspace); returns the error to raise."""
         if self.check_mode:
             return err
         retry = OPERATOR_RETRY if operator else SOON_RETRY
-        self.journal.record_cleanup_debt(self.name, resource_name(target.vmid, target.node), err, retry_in=retry,
-                                         claim=self.claim)
-        self._save('destroy_blocked', detail={'step': step, 'vmid': target.vmid, 'error': str(err),
-                                              'needs_operator': operator},
-                   failure={'step': step, 'message': str(err), 'needs_operator': operator})
+        self.journal.record_cleanup_debt(self.name, self.provider.resource_key(target.vmid, target.node), err,
+                                         retry_in=retry, claim=self.claim)
+        self.save('destroy_blocked', detail={'step': step, 'vmid': target.vmid, 'error': str(err),
+                                             'needs_operator': operator},
+                  failure={'step': step, 'message': str(err), 'needs_operator': operator})
         return err
 
     # ------------------------------------------------------------- 5. finish
@@ -397,58 +324,58 @@ class DestroyFlow:
         target = self.locate()
         if target is not None and not target.absent:
             if target.verdict != ownership.VERIFIED:
-                # The VMID now holds someone else's container: ours is gone, theirs is none of our business.
-                self._event('observed', 'vmid_reused', {'vmid': target.vmid, 'verdict': target.verdict})
+                # The id now holds someone else's resource: ours is gone, theirs is none of our business.
+                self.event('observed', 'vmid_reused', {'vmid': target.vmid, 'verdict': target.verdict})
             else:
-                raise DestroyError('CT %d is still there; run the delete step (or destroy again).' % target.vmid)
+                raise DestroyError('%s is still there; run the delete step (or destroy again).' % self._label(target))
         for vmid in self._vmids():
-            self.journal.clear_cleanup_debt(self.name, resource_name(vmid, target.node if target else self._node()),
-                                            claim=self.claim)
+            self.journal.clear_cleanup_debt(self.name, self.provider.resource_key(
+                vmid, target.node if target else self.location), claim=self.claim)
         released = self.journal.release_address(self.name, claim=self.claim)
-        self._save('destroyed', status='destroyed', activity='unknown', failure=None,
-                   detail={'vmid': self.ws['vmid'], 'released': released})
+        self.save('destroyed', status='destroyed', activity='unknown', failure=None,
+                  detail={'vmid': self.resource_id, 'released': released})
         return StepResult(True, 'mark destroyed: %s destroyed%s' % (
             self.name, '; address %s released' % ', '.join(released) if released else ''))
 
 
-def destroy_orphan(journal, client, secret, vmid, node=None, task_timeout=300, check_mode=False):
-    """Delete one container that the journal does not know, on an operator's explicit request.
+def destroy_orphan(journal, provider, secret, vmid, node=None, task_timeout=300, check_mode=False):
+    """Delete one resource that the journal does not know, on an operator's explicit request.
 
-    Still marker-checked: only a container whose marker proves it was made by this controller (for
-    the workspace the marker names, at this VMID) is stopped and deleted. The deletion is logged
-    under that workspace's name.
+    Still marker-checked: only a resource whose marker proves it was made by this controller (for the
+    workspace the marker names, at this id) is stopped and deleted. The deletion is logged under that
+    workspace's name. ``provider`` a Provider or the API client of one.
     """
-    controller = ownership.controller_id(secret)
+    provider = providers.bind(provider, secret)
+    label = provider.label(vmid)
     if node is None:
-        for guest in client.get('/cluster/resources', type='vm') or []:
-            if int(guest.get('vmid', -1)) == int(vmid) and guest.get('type') == 'lxc':
-                node = guest.get('node')
-        if node is None:
-            return StepResult(False, 'CT %d does not exist; nothing to destroy' % vmid)
-    path = '/nodes/%s/lxc/%d' % (node, vmid)
-    try:
-        config = client.get(path + '/config')
-    except PveNotFound:
-        return StepResult(False, 'CT %d does not exist on %s; nothing to destroy' % (vmid, node))
-    fields = ownership.parse(config.get('description')) or {}
-    name = fields.get('workspace')
-    verdict = ownership.verify(config.get('description'), secret, controller, name, vmid) if name else ownership.ABSENT
+        resource = provider.find(vmid, search=True)
+        if resource is None:
+            return StepResult(False, '%s does not exist; nothing to destroy' % label)
+        node = resource.location
+    else:
+        resource = provider.find(vmid, node)
+        if resource is None:
+            return StepResult(False, '%s does not exist on %s; nothing to destroy' % (label, node))
+    name = provider.marker_fields(resource).get('workspace')
+    verdict = provider.verify(resource, name) if name else ownership.ABSENT
     if verdict != ownership.VERIFIED:
-        raise NotOurs('CT %d on %s does not carry a marker of this controller that verifies (%s); it is not deleted. '
-                      'Remove it by hand if it should go.' % (vmid, node, verdict), vmid=vmid, verdict=verdict)
+        raise NotOurs('%s does not carry a marker of this controller that verifies (%s); it is not deleted. '
+                      'Remove it by hand if it should go.' % (provider.label(vmid, node), verdict), vmid=vmid,
+                      verdict=verdict)
     record = journal.get_workspace(name)
     if record is not None and record['vmid'] == vmid and record['status'] != 'destroyed':
-        raise DestroyError('CT %d is workspace %s, which the journal knows: destroy it by name (workspace=%s).'
-                           % (vmid, name, name))
+        raise DestroyError('%s is workspace %s, which the journal knows: destroy it by name (workspace=%s).'
+                           % (label, name, name))
     if check_mode:
-        return StepResult(True, 'would delete orphan CT %d of workspace %s' % (vmid, name))
+        return StepResult(True, 'would delete orphan %s of workspace %s' % (label, name))
     journal.append_event(name, 'dispatched', 'orphan_delete', {'vmid': vmid, 'node': node})
-    status = client.get(path + '/status/current') or {}
-    if status.get('status') == 'running':
-        client.wait_task(client.post(path + '/status/stop'), timeout=task_timeout)
+    if provider.power(resource, absent_ok=False).running:
+        stopping = provider.stop(resource)
+        if stopping:
+            provider.wait(stopping, timeout=task_timeout)
     try:
-        client.wait_task(client.delete(path, purge=1), timeout=task_timeout)
-    except PveNotFound:
+        provider.wait(provider.delete(resource), timeout=task_timeout)
+    except NotFound:
         pass
     journal.append_event(name, 'observed', 'orphan_deleted', {'vmid': vmid, 'node': node})
-    return StepResult(True, 'deleted orphan CT %d of workspace %s' % (vmid, name), workspace=name)
+    return StepResult(True, 'deleted orphan %s of workspace %s' % (label, name), workspace=name)

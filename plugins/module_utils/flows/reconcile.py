@@ -21,13 +21,11 @@ import concurrent.futures
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import (
-    STEPS as DESTROY_STEPS,
-    DestroyFlow,
-    resource_name,
-)
+from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import CANDIDATE_ID, LOCATION, RESOURCE_ID, TASKS
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS, DestroyFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import PveApiError, PveNotFound
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import ProviderError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import Operation
 
@@ -58,15 +56,14 @@ class Finding:
 
 
 class Reconciler:
-    """One reconciliation pass over a journal and a cluster."""
+    """One reconciliation pass over a journal and a provider (``provider``: a Provider, or the API client of one)."""
 
-    def __init__(self, journal, client, secret, params, check_mode=False):
+    def __init__(self, journal, provider, secret, params, check_mode=False):
         self.journal = journal
-        self.client = client
+        self.provider = providers.bind(provider, secret)
         self.secret = secret
         self.params = params
         self.check_mode = check_mode
-        self.controller = ownership.controller_id(secret)
         self.pool = params.get('pool') or 'disposable-workspaces'
         self.tag = params.get('tag') or 'ephemera'
         self.findings = []
@@ -80,29 +77,26 @@ class Reconciler:
     # --------------------------------------------------------------- observe
 
     def _resources(self):
-        guests = self.client.get('/cluster/resources', type='vm') or []
-        return dict((int(g['vmid']), g) for g in guests if g.get('type') == 'lxc' and not int(g.get('template') or 0))
+        return dict((g['id'], g) for g in self.provider.list())
 
-    def _config(self, vmid, node):
-        try:
-            return self.client.get('/nodes/%s/lxc/%d/config' % (node, vmid))
-        except PveNotFound:
-            return None
+    def _find(self, vmid, node):
+        return self.provider.find(vmid, node)
 
-    def _configs(self, guests):
-        """Config of each (vmid, node), read with bounded concurrency."""
+    def _finds(self, guests):
+        """The resource of each listed guest (None when gone, the error when it could not be read), read with
+        bounded concurrency."""
         out = {}
         with concurrent.futures.ThreadPoolExecutor(max_workers=CONFIG_READERS) as pool:
-            futures = dict((pool.submit(self._config, g['vmid'], g['node']), int(g['vmid'])) for g in guests)
+            futures = dict((pool.submit(self._find, g['id'], g['location']), g['id']) for g in guests)
             for future in concurrent.futures.as_completed(futures):
                 try:
                     out[futures[future]] = future.result()
-                except PveApiError as err:
+                except ProviderError as err:
                     out[futures[future]] = err
         return out
 
-    def _verdict(self, config, name, vmid):
-        return ownership.verify((config or {}).get('description'), self.secret, self.controller, name, vmid)
+    def _verdict(self, resource, name):
+        return self.provider.verify(resource, name)
 
     # ------------------------------------------------------------------ run
 
@@ -113,23 +107,23 @@ class Reconciler:
         queue = Queue(self.journal)
         busy = self._busy(queue)
         # Every ready workspace's marker is checked: its config is read in one batch, with bounded concurrency.
-        self._ready_configs = self._configs([cluster[int(ws['vmid'])] for ws in records
-                                             if ws['status'] == 'ready' and ws['desired_state'] != 'destroyed'
-                                             and ws['vmid'] and int(ws['vmid']) in cluster])
+        self._ready_configs = self._finds([cluster[ws[RESOURCE_ID]] for ws in records
+                                           if ws['status'] == 'ready' and ws['desired_state'] != 'destroyed'
+                                           and ws[RESOURCE_ID] and ws[RESOURCE_ID] in cluster])
         for ws in records:
-            # A destroyed record's VMID may hold someone else's container by now: only _record claims it, and only
+            # A destroyed record's id may hold someone else's resource by now: only _record claims it, and only
             # when the marker there is still this workspace's.
             if not (ws['status'] == 'destroyed' and ws['desired_state'] == 'destroyed'):
-                known.update(int(vmid) for vmid in (ws['vmid'], ws['candidate_vmid']) if vmid)
+                known.update(rid for rid in (ws[RESOURCE_ID], ws[CANDIDATE_ID]) if rid)
             if ws['name'] in busy:
-                self._add('busy', ws['name'], ws['vmid'], ws['node'], 'a live run works on it (%s); left to it'
+                self._add('busy', ws['name'], ws[RESOURCE_ID], ws[LOCATION], 'a live run works on it (%s); left to it'
                           % busy[ws['name']])
                 continue
             try:
                 if self._record(ws, cluster, queue):
-                    known.add(int(ws['vmid']))
+                    known.add(ws[RESOURCE_ID])
             except EphemeraError as err:
-                self._add('destroy_blocked', ws['name'], ws['vmid'], ws['node'], str(err))
+                self._add('destroy_blocked', ws['name'], ws[RESOURCE_ID], ws[LOCATION], str(err))
         self._debts(cluster, busy)
         self._strangers(cluster, known)
         return self.report()
@@ -148,13 +142,14 @@ class Reconciler:
         """Look at one record; True when it turned out to account for a container the record no longer names as
         live (a destroyed workspace whose container is still there)."""
         name = ws['name']
-        vmid = ws['vmid']
-        present = cluster.get(int(vmid)) if vmid else None
+        vmid = ws[RESOURCE_ID]
+        node = ws[LOCATION]
+        present = cluster.get(vmid) if vmid else None
         if ws['desired_state'] == 'destroyed':
             if ws['status'] == 'destroyed':
                 if not present:
                     return
-                if self._verdict(self._config(vmid, present['node']), name, vmid) != ownership.VERIFIED:
+                if self._verdict(self._find(vmid, present['location']), name) != ownership.VERIFIED:
                     return False  # the VMID went to another container since: _strangers reports it if it is ours to see
                 self._destroy(ws, queue)
                 return True
@@ -165,65 +160,65 @@ class Reconciler:
             return
         if ws['status'] == 'failed':
             failure = ws['failure'] or {}
-            self._add('failed', name, vmid, ws['node'], 'failed at %s: %s' % (failure.get('step'),
-                                                                              (failure.get('message') or '')[:160]))
+            self._add('failed', name, vmid, node, 'failed at %s: %s' % (failure.get('step'),
+                                                                        (failure.get('message') or '')[:160]))
             return
         if ws['status'] == 'ready':
             if not present:
-                self._add('missing', name, vmid, ws['node'], 'ready in the journal, but the container is gone')
+                self._add('missing', name, vmid, node, 'ready in the journal, but the container is gone')
                 return
-            config = self._ready_configs.get(int(vmid))
-            if isinstance(config, Exception):
-                self._add('unreadable', name, vmid, present['node'], 'its config could not be read: %s' % config)
+            resource = self._ready_configs.get(vmid)
+            if isinstance(resource, Exception):
+                self._add('unreadable', name, vmid, present['location'], 'its config could not be read: %s' % resource)
                 return
-            verdict = self._verdict(config, name, vmid)
+            verdict = self._verdict(resource, name)
             if verdict != ownership.VERIFIED:
-                self._add('not_ours', name, vmid, present['node'], 'the container at this VMID is not ours (%s)'
+                self._add('not_ours', name, vmid, present['location'], 'the container at this VMID is not ours (%s)'
                           % verdict)
                 return
-            self._add('ok', name, vmid, present['node'], 'ready; %s' % present.get('status'))
+            self._add('ok', name, vmid, present['location'], 'ready; %s' % present.get('status'))
 
     def _unfinished(self, ws, cluster):
         name = ws['name']
         detail = 'create stopped at status %s (done: %s)' % (ws['status'], ', '.join(sorted(ws['progress'])) or '-')
-        candidate = ws['candidate_vmid']
-        if not ws['vmid'] and candidate:
-            guest = cluster.get(int(candidate))
+        candidate = ws[CANDIDATE_ID]
+        if not ws[RESOURCE_ID] and candidate:
+            guest = cluster.get(candidate)
             if guest:
-                verdict = self._verdict(self._config(candidate, guest['node']), name, candidate)
+                verdict = self._verdict(self._find(candidate, guest['location']), name)
                 if verdict == ownership.VERIFIED:
-                    self._add('adoptable', name, candidate, guest['node'],
+                    self._add('adoptable', name, candidate, guest['location'],
                               'our clone exists with a verifying marker; resuming the create adopts it')
                 else:
-                    self._add('candidate_taken', name, candidate, guest['node'],
+                    self._add('candidate_taken', name, candidate, guest['location'],
                               'the candidate VMID holds a container that is not ours (%s); the create takes another'
                               % verdict)
-        for step, upid in sorted((ws['upids'] or {}).items()):
+        for step, upid in sorted((ws[TASKS] or {}).items()):
             try:
-                task = self.client.task_status(upid)
+                task = self.provider.task_status(upid)
                 detail += '; %s task %s' % (step, task.exitstatus or task.status)
             except EphemeraError:
                 detail += '; %s task unknown' % step
-        self._add('unfinished_create', name, ws['vmid'] or candidate, ws['node'], detail)
+        self._add('unfinished_create', name, ws[RESOURCE_ID] or candidate, ws[LOCATION], detail)
         self.resume_create.append(name)
 
     def _destroy(self, ws, queue):
         """Continue a decided destruction until the container is absent, under the workspace's queue."""
         name = ws['name']
         if self.check_mode:
-            self._add('destroy_pending', name, ws['vmid'], ws['node'], 'would continue the destruction')
+            self._add('destroy_pending', name, ws[RESOURCE_ID], ws[LOCATION], 'would continue the destruction')
             return
         failpoint.enter(name, 'reconcile.destroy')
         operation = Operation.claim_if_free(self.journal, 'destroy', name, 'reconcile found the workspace busy',
                                             source='schedule', requested_by='reconcile')
         if operation is None:
             # Someone is ahead: reconcile never waits behind other runs.
-            self._add('busy', name, ws['vmid'], ws['node'], 'another run is queued on it; left to it')
+            self._add('busy', name, ws[RESOURCE_ID], ws[LOCATION], 'another run is queued on it; left to it')
             return
         flow_params = dict(name=name, shutdown_timeout=self.params.get('shutdown_timeout', 60),
                            task_timeout=self.params.get('task_timeout', 300),
                            lock_timeout=self.params.get('lock_timeout', 60))
-        flow = DestroyFlow(self.journal, self.client, flow_params, self.secret, claim=operation.claim)
+        flow = DestroyFlow(self.journal, self.provider, flow_params, self.secret, claim=operation.claim)
 
         def step(name_of_step):
             def act():
@@ -241,7 +236,7 @@ class Reconciler:
             steps.insert(0, ('reconcile: start over', start_over))
         self.changed = True
         operation.run(steps, {'workspace': name, 'status': 'destroyed'})
-        self._add('destroyed', name, ws['vmid'], ws['node'], 'pending destruction finished')
+        self._add('destroyed', name, ws[RESOURCE_ID], ws[LOCATION], 'pending destruction finished')
 
     def _debts(self, cluster, busy):
         for debt in self.journal.cleanup_debts(due_only=True):
@@ -251,7 +246,7 @@ class Reconciler:
             ws = self.journal.get_workspace(name)
             if ws is not None and ws['desired_state'] == 'destroyed':
                 continue  # its destruction (above) settles it
-            vmid, node = _parse_resource(resource)
+            vmid, node = self.provider.parse_resource_key(resource)
             if vmid is None:
                 self._add('debt_open', name, None, None, '%s: %s' % (resource, debt['last_error']))
                 continue
@@ -262,32 +257,30 @@ class Reconciler:
                     self.changed = True
                 self._add('debt_settled', name, vmid, node, 'the container is gone')
                 continue
-            config = self._config(vmid, guest['node'])
-            if self._verdict(config, name, vmid) != ownership.VERIFIED:
-                self._add('debt_open', name, vmid, guest['node'], 'not deleted: its marker does not verify')
+            if self._verdict(self._find(vmid, guest['location']), name) != ownership.VERIFIED:
+                self._add('debt_open', name, vmid, guest['location'], 'not deleted: its marker does not verify')
                 continue
             said = 'attempt %d failed: %s' % (debt['attempts'], debt['last_error'][:160])
-            self._add('debt_open', name, vmid, guest['node'], said)
+            self._add('debt_open', name, vmid, guest['location'], said)
 
     def _strangers(self, cluster, known):
         """Pool or tag members the journal does not know: ours (orphans) or foreign. Reported, never touched."""
-        members = [g for vmid, g in sorted(cluster.items()) if vmid not in known and (
-            g.get('pool') == self.pool or self.tag in (g.get('tags') or '').replace(',', ';').split(';'))]
-        configs = self._configs(members)
+        members = [g for vmid, g in sorted(cluster.items()) if vmid not in known and
+                   self.provider.in_scope(g, self.pool, self.tag)]
+        resources = self._finds(members)
         for guest in members:
-            vmid = int(guest['vmid'])
-            config = configs.get(vmid)
-            if isinstance(config, Exception):
-                self._add('foreign', None, vmid, guest['node'], 'config unreadable: %s' % config)
+            vmid, node = guest['id'], guest['location']
+            resource = resources.get(vmid)
+            if isinstance(resource, Exception):
+                self._add('foreign', None, vmid, node, 'config unreadable: %s' % resource)
                 continue
-            fields = ownership.parse((config or {}).get('description')) or {}
-            name = fields.get('workspace')
-            if name and self._verdict(config, name, vmid) == ownership.VERIFIED:
-                self._add('orphan', name, vmid, guest['node'], 'ours (marker verifies) but unknown to the journal; '
-                          'destroy with vmid=%d confirm_orphan=true, or restore the journal' % vmid)
+            name = self.provider.marker_fields(resource).get('workspace')
+            if name and self._verdict(resource, name) == ownership.VERIFIED:
+                self._add('orphan', name, vmid, node, 'ours (marker verifies) but unknown to the journal; '
+                          'destroy with vmid=%s confirm_orphan=true, or restore the journal' % vmid)
             else:
-                self._add('foreign', None, vmid, guest['node'], 'in the pool but not ours (%s)'
-                          % self._verdict(config, name or '', vmid))
+                self._add('foreign', None, vmid, node, 'in the pool but not ours (%s)'
+                          % self._verdict(resource, name or ''))
 
     # --------------------------------------------------------------- report
 
@@ -302,16 +295,3 @@ class Reconciler:
         return {'counts': counts, 'findings': [f.as_dict() for f in findings], 'report': lines,
                 'resume_create': sorted(set(self.resume_create))}
 
-
-def _parse_resource(resource):
-    """(vmid, node) of 'lxc/<vmid>@<node>', or (None, None)."""
-    try:
-        kind, rest = resource.split('/', 1)
-        vmid, node = rest.split('@', 1)
-        return (int(vmid), node) if kind == 'lxc' else (None, None)
-    except ValueError:
-        return None, None
-
-
-def debt_resource(vmid, node):
-    return resource_name(vmid, node)

@@ -55,7 +55,7 @@ RUNNING = 'running'
 STOPPED = 'stopped'
 
 # Without the controller secret a marker can only be read, not checked: ours by its words, unproven.
-UNVERIFIED = 'unverified'
+UNVERIFIED = ownership.UNVERIFIED
 
 
 # ---------------------------------------------------------------------------------------- errors
@@ -223,15 +223,20 @@ class Provider:
 
     # --- identity and wording
 
-    def label(self, resource_id, location=None):
+    # How a provider names things needs no connection: these are class methods, usable on the class alone.
+
+    @classmethod
+    def label(cls, resource_id, location=None):
         """How messages name a resource ('CT 105', 'CT 105 on pve1')."""
         raise NotImplementedError
 
-    def resource_key(self, resource_id, location=None):
+    @classmethod
+    def resource_key(cls, resource_id, location=None):
         """The resource's id in cleanup debt: one string that names it and where it lives."""
         raise NotImplementedError
 
-    def parse_resource_key(self, key):
+    @classmethod
+    def parse_resource_key(cls, key):
         """(resource id, location) of a resource_key; (None, None) for a key that names no resource of ours."""
         raise NotImplementedError
 
@@ -252,16 +257,9 @@ class Provider:
         Without the controller secret, only what the marker says: ABSENT, FOREIGN (when the controller id
         is known) or UNVERIFIED.
         """
-        text = resource.marker_text if resource is not None else None
-        rid = resource.id if resource is not None else None
-        if self.secret is not None:
-            return ownership.verify(text, self.secret, self.controller, workspace, rid)
-        fields = ownership.parse(text)
-        if fields is None:
+        if resource is None:
             return ownership.ABSENT
-        if self.controller is not None and fields.get('controller') != self.controller:
-            return ownership.FOREIGN
-        return UNVERIFIED
+        return ownership.verdict(resource.marker_text, self.secret, self.controller, workspace, resource.id)
 
     # --- allocation
 
@@ -299,8 +297,12 @@ class Provider:
         elsewhere in the provider (moved)."""
         raise NotImplementedError
 
-    def power(self, resource):
-        """The resource's :class:`Power`."""
+    def find_listed(self, entry):
+        """The resource of a :meth:`list` entry (of any kind), or None when it is gone."""
+        return self.find(entry['id'], entry['location'])
+
+    def power(self, resource, absent_ok=True):
+        """The resource's :class:`Power` (state None when it does not exist; NotFound instead unless ``absent_ok``)."""
         raise NotImplementedError
 
     def addresses(self, resource):

@@ -51,8 +51,8 @@ class Containers:
         self.client = client
 
     @staticmethod
-    def path(node, vmid, leaf=''):
-        return '/nodes/%s/%s/%d%s' % (node, KIND, int(vmid), leaf)
+    def path(node, vmid, leaf='', kind=KIND):
+        return '/nodes/%s/%s/%d%s' % (node, kind, int(vmid), leaf)
 
     @property
     def users(self):
@@ -61,19 +61,21 @@ class Containers:
 
     # ------------------------------------------------------------------------- reading
 
-    def config(self, node, vmid):
+    def config(self, node, vmid, kind=KIND):
         """The container's config (with ``digest``, ``lock``, ``description``), or None when it does not exist
-        on that node."""
+        on that node. ``kind``: qemu for a virtual machine's."""
         try:
-            return self.client.get(self.path(node, vmid, '/config'))
+            return self.client.get(self.path(node, vmid, '/config', kind))
         except PveNotFound:
             return None
 
-    def status(self, node, vmid):
-        """``status/current`` of the container ({} when it does not exist)."""
+    def status(self, node, vmid, absent_ok=True):
+        """``status/current`` of the container ({} when it does not exist, unless not ``absent_ok``: PveNotFound)."""
         try:
             return self.client.get(self.path(node, vmid, '/status/current')) or {}
         except PveNotFound:
+            if not absent_ok:
+                raise
             return {}
 
     def interfaces(self, node, vmid):

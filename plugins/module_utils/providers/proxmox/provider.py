@@ -93,13 +93,16 @@ class ProxmoxProvider(base.Provider):
 
     # ------------------------------------------------------------------- identity and wording
 
-    def label(self, resource_id, location=None):
+    @classmethod
+    def label(cls, resource_id, location=None):
         return 'CT %d' % int(resource_id) + (' on %s' % location if location else '')
 
-    def resource_key(self, resource_id, location=None):
+    @classmethod
+    def resource_key(cls, resource_id, location=None):
         return containers.resource_key(resource_id, location)
 
-    def parse_resource_key(self, key):
+    @classmethod
+    def parse_resource_key(cls, key):
         return containers.parse_resource_key(key)
 
     def unlock_hint(self, resource_id):
@@ -175,8 +178,13 @@ class ProxmoxProvider(base.Provider):
                 location, config = found, self.containers.config(found, resource_id)
         return None if config is None else self._resource(resource_id, location, config)
 
-    def power(self, resource):
-        status = self.containers.status(resource.location, resource.id)
+    def find_listed(self, entry):
+        # A guest of another kind (a virtual machine in our pool) has its config elsewhere.
+        config = self.containers.config(entry['location'], entry['id'], entry.get('kind') or containers.KIND)
+        return None if config is None else self._resource(entry['id'], entry['location'], config)
+
+    def power(self, resource, absent_ok=True):
+        status = self.containers.status(resource.location, resource.id, absent_ok)
         held = None
         if (status.get('ha') or {}).get('managed'):
             held = ('it is HA-managed and the HA manager keeps it up; remove it from HA (ha-manager remove ct:%d) and '

@@ -1,16 +1,19 @@
-"""The create flow's pure helpers: request checks, NIC values, addresses."""
+"""The create flow's pure helpers: request checks, NIC values (the Proxmox provider's), addresses."""
 
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import (
     CreateError,
-    _merge_net,
-    _same_net,
     address_candidates,
     usable_address,
     validate_name,
     validate_ref,
     validate_repo,
+)
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider import (
+    interface_addresses,
+    merge_net as _merge_net,
+    same_net as _same_net,
 )
 
 
@@ -106,7 +109,8 @@ def test_the_usable_address_is_the_first_ipv4_of_a_nic_from_ip_addresses():
             {'ip-address-type': 'inet', 'ip-address': '10.0.0.5'},
             {'ip-address-type': 'inet', 'ip-address': '10.0.0.9'}]},
     ]
-    assert usable_address(interfaces) == '10.0.0.5'
-    assert usable_address(interfaces, expected='10.0.0.9') == '10.0.0.9'
-    assert usable_address(interfaces, expected='10.0.0.77') is None
-    assert usable_address(None) is None
+    addresses = interface_addresses(interfaces)
+    assert usable_address(addresses) == '10.0.0.5'
+    assert usable_address(addresses, expected='10.0.0.9') == '10.0.0.9'
+    assert usable_address(addresses, expected='10.0.0.77') is None
+    assert usable_address(interface_addresses(None)) is None

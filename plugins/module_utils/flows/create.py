@@ -687,4 +687,3 @@ class CreateFlow(Flow):
             if not claim.replayed:
                 self.journal.finish_idempotent(claim, self._result())
         return StepResult(True, 'ready: %s at %s' % (self.name, self.ws['address']))
-

@@ -11,6 +11,11 @@ arguments against the module's own argument spec (defaults, environment fallback
 the module's ``run(module)`` with a stand-in for ``AnsibleModule`` in the worker that Ansible forked
 for the task anyway. The module file stays the one place that documents and declares the options,
 and it still runs on its own (``python -m`` or any other way Ansible can start a module).
+
+An option the task does not give is taken from the variable ``ephemera_<option>`` when the host has one
+(``ephemera_api_host``, ``ephemera_journal_path``, ``ephemera_cores``, ...): inventories and AWX set the
+collection up in one place, and the roles pass on only what is theirs. Options that say what one task does
+(PER_TASK) are never taken from variables.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -27,6 +32,29 @@ from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 
 MODULES = 'ansible_collections.ephemera.workspaces.plugins.modules.'
+VARIABLE_PREFIX = 'ephemera_'
+# What one task acts on or decides: never from an inventory variable.
+PER_TASK = frozenset(['name', 'step', 'claim', 'state', 'mode', 'resume', 'vmid', 'confirm_orphan',
+                      'discard_unsaved_work', 'idempotency_key', 'target', 'entry_id'])
+# Variable names kept from before the rule, for the option they set.
+OLD_NAMES = {'template': 'ephemera_template_vmid'}
+
+
+def module_file(name):
+    return importlib.import_module(MODULES + name)
+
+
+def from_variables(name, args, variables, template):
+    """``args`` with every option they lack taken from its ``ephemera_<option>`` variable, templated."""
+    out = dict(args)
+    for option in module_file(name).module_args()['argument_spec']:
+        if option in out or option in PER_TASK:
+            continue
+        for variable in (VARIABLE_PREFIX + option, OLD_NAMES.get(option)):
+            if variable and variable in variables:
+                out[option] = template(variables[variable])
+                break
+    return out
 
 
 class ModuleExit(Exception):
@@ -69,27 +97,27 @@ class InProcessModule:
 
 def run_in_process(name, args, check_mode=False, diff=False):
     """The result of module ``name`` run with ``args``, as its ``AnsibleModule`` would have returned it."""
-    module_file = importlib.import_module(MODULES + name)
-    spec = module_file.module_args()
+    module = module_file(name)
+    spec = module.module_args()
     spec.pop('supports_check_mode', None)
     argument_spec = spec.pop('argument_spec')
     validation = ModuleArgumentSpecValidator(argument_spec, **spec).validate(args)
     params = dict(args)
     params.update(validation.validated_parameters)
-    module = InProcessModule(name, params, validation._no_log_values, check_mode=check_mode, diff=diff)
+    stand_in = InProcessModule(name, params, validation._no_log_values, check_mode=check_mode, diff=diff)
     if validation.error_messages:
         msg = validation.errors.msg
         if isinstance(validation.errors[0], UnsupportedError):
             msg = 'Unsupported parameters for (%s) module: %s' % (name, msg)
-        module.params = dict(args)
+        stand_in.params = dict(args)
         try:
-            module.fail_json(msg=msg)
+            stand_in.fail_json(msg=msg)
         except ModuleExit as ended:
             return ended.result
     for warning in validation._warnings:
-        module.warn('Both option %s and its alias %s are set.' % (warning['option'], warning['alias']))
+        stand_in.warn('Both option %s and its alias %s are set.' % (warning['option'], warning['alias']))
     try:
-        module_file.run(module)
+        module.run(stand_in)
     except ModuleExit as ended:
         return ended.result
     raise AnsibleActionFail('Module %s ended without a result.' % name)
@@ -124,6 +152,6 @@ class InProcessAction(ActionBase):
         env = {}
         for entry in self._task.environment or []:
             env.update(self._templar.template(entry) or {})
+        args = from_variables(self.MODULE, self._task.args, task_vars or {}, self._templar.template)
         with environment(env):
-            return run_in_process(self.MODULE, dict(self._task.args), check_mode=bool(self._task.check_mode),
-                                  diff=bool(self._task.diff))
+            return run_in_process(self.MODULE, args, check_mode=bool(self._task.check_mode), diff=bool(self._task.diff))

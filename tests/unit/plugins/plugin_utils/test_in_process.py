@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.plugin_utils.in_process import environment, run_in_process
+from ansible_collections.ephemera.workspaces.plugins.plugin_utils.in_process import environment, from_variables, run_in_process
 
 
 @pytest.fixture
@@ -56,3 +56,20 @@ def test_check_mode_on_a_controller_with_no_journal_writes_nothing(journal_path)
     orphan = run_in_process('workspace_destroy', dict(connection, vmid=117, confirm_orphan=True), check_mode=True)
     assert not orphan.get('failed') and not orphan['changed'] and 'nothing would be destroyed' in orphan['msg']
     assert not os.path.exists(os.path.dirname(journal_path))
+
+
+def test_options_a_task_lacks_come_from_ephemera_variables_and_the_task_wins():
+    variables = {'ephemera_journal_path': '{{ base }}/journal.sqlite', 'ephemera_api_host': 'pve.example.com',
+                 'ephemera_template_vmid': 9000, 'ephemera_cores': 4, 'ephemera_name': 'never',
+                 'ephemera_step': 'clone', 'ephemera_resume': True, 'ephemera_discard_unsaved_work': True}
+
+    def template(value):
+        return value.replace('{{ base }}', '/srv/ephemera') if isinstance(value, str) else value
+
+    args = from_variables('workspace_create', {'name': 'w1', 'step': 'request', 'cores': 8}, variables, template)
+    assert args['journal_path'] == '/srv/ephemera/journal.sqlite' and args['api_host'] == 'pve.example.com'
+    assert args['template'] == 9000 and args['cores'] == 8
+    # What one task acts on or decides never comes from the inventory.
+    assert args['name'] == 'w1' and args['step'] == 'request' and 'resume' not in args
+    destroy = from_variables('workspace_destroy', {'name': 'w1', 'step': 'guard'}, variables, template)
+    assert 'discard_unsaved_work' not in destroy and destroy['journal_path'] == '/srv/ephemera/journal.sqlite'

@@ -2,6 +2,7 @@
 
 import ipaddress
 import re
+import socket
 
 from .config import ClusterError, parse_range
 
@@ -56,3 +57,12 @@ class AddressPool(object):
 
     def release(self, vmid):
         self.assigned.pop(vmid, None)
+
+
+def closed_port():
+    """A loopback port nothing listens on (bound, then released)."""
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port

@@ -10,7 +10,6 @@ requests are counted at the fake PVE.
 import json
 import os
 import shutil
-import socket
 import sqlite3
 import subprocess
 
@@ -21,6 +20,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import CLAIMED, Queue
 from tests.ansible_run import Run, run_ansible
 from tests.localpve import LocalCluster, clone_workspace, proxmox
+from tests.localpve.addresses import closed_port
 
 GOOD_AGENT = ['true']
 CREATE_TIMEOUT = 240
@@ -160,14 +160,6 @@ def copy_journal(site, tmp_path):
     target.close()
     shutil.copy(ownership.secret_path(site.journal_path), ownership.secret_path(path))
     return path
-
-
-def closed_port():
-    sock = socket.socket()
-    sock.bind(('127.0.0.1', 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
 
 
 # ------------------------------------------------------------------------------------------ tests

@@ -25,17 +25,6 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_ident
 FORK = multiprocessing.get_context('fork')
 
 
-@pytest.fixture
-def path(tmp_path):
-    return str(tmp_path / 'journal.sqlite')
-
-
-@pytest.fixture
-def journal(path):
-    with Journal.open(path) as j:
-        yield j
-
-
 def digest(path):
     with open(path, 'rb') as f:
         return hashlib.sha256(f.read()).hexdigest()

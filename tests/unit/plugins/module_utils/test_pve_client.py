@@ -6,7 +6,6 @@ stateful behaviour; network trouble from slow_network / flaky_network and closed
 
 import http.server
 import re
-import socket
 import threading
 
 import pytest
@@ -18,6 +17,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.prox
     PveAlreadyExists, PveApiError, PveAuthError, PveBadUpid, PveClient, PveConfigError, PveLocked, PveLockTimeout,
     PveNotFound, PveParameterError, PvePermissionDenied, PveTaskFailed, PveTaskTimeout, PveTlsError, PveTransient,
     PveUnknownOutcome, PveUnreachable, TaskResult, Upid, classify, client_from_params, connection_options)
+from tests.localpve.addresses import closed_port
 
 TEMPLATE = 9000
 OPEN = []
@@ -50,14 +50,6 @@ def keep(client):
 def add_template(fakepve):
     return fakepve.add_ct(TEMPLATE, 'tpl', template=True,
                           config={'rootfs': 'local-lvm:base-{0}-disk-0,size=8G'.format(TEMPLATE)})
-
-
-def closed_port():
-    sock = socket.socket()
-    sock.bind(('127.0.0.1', 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
 
 
 def requests_to(fakepve, method, suffix):

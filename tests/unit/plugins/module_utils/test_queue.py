@@ -35,17 +35,6 @@ Run = collections.namedtuple('Run', 'queue proc')
 
 
 @pytest.fixture
-def path(tmp_path):
-    return str(tmp_path / 'journal.sqlite')
-
-
-@pytest.fixture
-def journal(path):
-    with Journal.open(path) as j:
-        yield j
-
-
-@pytest.fixture
 def run(journal):
     """run() -> (Queue owned by a fresh live process, that process). The process stands for one ansible-playbook run."""
     procs = []

@@ -183,7 +183,7 @@ class CreateFlow(Flow):
                 return StepResult(True, '%s: would run' % STEP_LABELS[step])
             if self.ws['status'] != STEP_STATUS[step] and step != 'ready':
                 self.save('status', detail={'step': step, 'status': STEP_STATUS[step]}, status=STEP_STATUS[step],
-                           failure=None)
+                          failure=None)
         try:
             return getattr(self, 'step_' + step)()
         except EphemeraError as err:
@@ -290,7 +290,7 @@ class CreateFlow(Flow):
             return StepResult(False, 'request: already recorded (%s)' % ws['status'])
         if not self.check_mode:
             self.save('settings', kind='recorded', detail={'changed': sorted(changed)},
-                       params=dict(ws['params'], **changed))
+                      params=dict(ws['params'], **changed))
         return StepResult(True, 'request: already recorded (%s); new %s for the next brief'
                           % (ws['status'], ', '.join(sorted(changed))))
 
@@ -475,8 +475,8 @@ class CreateFlow(Flow):
             raise self.fail('wait_clone', CreateError('%s vanished while its clone ran: the clone failed. Rerun to '
                                                       'clone again.' % label), **self._forget_candidate())
         if not result.ok:
-            raise CreateError('%s is still locked after %d s. %s' % (label, self.params['task_timeout'],
-                                                                    self.provider.unlock_hint(vmid)))
+            raise CreateError('%s is still locked after %d s. %s'
+                              % (label, self.params['task_timeout'], self.provider.unlock_hint(vmid)))
 
     def _clean_failed_clone(self, vmid):
         """Delete what a failed clone left, only when our marker proves it is ours."""

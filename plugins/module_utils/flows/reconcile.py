@@ -294,4 +294,3 @@ class Reconciler:
         lines = ['reconcile: %s' % summary] + [f.line() for f in findings if f.kind != 'ok']
         return {'counts': counts, 'findings': [f.as_dict() for f in findings], 'report': lines,
                 'resume_create': sorted(set(self.resume_create))}
-

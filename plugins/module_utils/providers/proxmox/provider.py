@@ -140,8 +140,8 @@ class ProxmoxProvider(base.Provider):
 
     def allocate(self, allocation):
         a = allocation
-        args = dict(newid=a.candidate, hostname=a.hostname, pool=a.scope, description=self.marker(a.workspace,
-                                                                                                   a.candidate))
+        args = dict(newid=a.candidate, hostname=a.hostname, pool=a.scope,
+                    description=self.marker(a.workspace, a.candidate))
         if a.full:
             args['full'] = 1
             if a.storage:

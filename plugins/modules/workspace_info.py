@@ -87,17 +87,32 @@ workspaces:
     desired_state:
       description: V(present) or V(destroyed); what the last request asked for.
       type: str
+    provider:
+      description: Who holds the workspace's resource, V(proxmox).
+      type: str
+    resource_id:
+      description: The resource's id once its allocation was confirmed (for Proxmox the container's VMID), else null.
+      type: raw
+    candidate_id:
+      description: The id recorded before the allocation was sent (for Proxmox the candidate VMID).
+      type: raw
+    location:
+      description: Where the resource lives (for Proxmox the node).
+      type: str
+    provider_tasks:
+      description: The provider's task handles by step (for Proxmox UPIDs; for example C(clone), C(start), C(delete)).
+      type: dict
     node:
-      description: The Proxmox node the container lives on.
+      description: The Proxmox node the container lives on (the same as RV(workspaces[].location)).
       type: str
     vmid:
-      description: The container's VMID once the clone was confirmed, else null.
+      description: The container's VMID once the clone was confirmed, else null (the same as RV(workspaces[].resource_id)).
       type: int
     candidate_vmid:
-      description: The VMID chosen for the clone before it was confirmed.
+      description: The VMID chosen for the clone before it was confirmed (the same as RV(workspaces[].candidate_id)).
       type: int
     upids:
-      description: Task UPIDs by step (for example C(clone), C(start), C(delete)).
+      description: Task UPIDs by step (the same as RV(workspaces[].provider_tasks)).
       type: dict
     address:
       description: The address the workspace is reached at.

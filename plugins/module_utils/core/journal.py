@@ -40,7 +40,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import fa
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
 
 ENV_VAR = 'EPHEMERA_JOURNAL'
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 60000
 IDEMPOTENCY_TTL = 24 * 3600
 
@@ -49,10 +49,17 @@ WORKSPACE_STATUSES = ('requested', 'provisioning', 'booting', 'bootstrapping', '
 WORKSPACE_ACTIVITIES = ('active', 'idle', 'blocked', 'unknown')
 DESIRED_STATES = ('present', 'destroyed')
 
-# Workspace columns a caller may set, and how they are stored (JSON columns hold dicts/lists).
-WORKSPACE_FIELDS = ('status', 'activity', 'desired_state', 'node', 'vmid', 'candidate_vmid', 'upids', 'address',
-                    'repo', 'ref', 'purpose', 'failure', 'params', 'progress', 'facts')
-JSON_FIELDS = ('upids', 'failure', 'params', 'detail', 'resources', 'result', 'owner', 'progress', 'facts', 'steps')
+# Workspace columns a caller may set, and how they are stored (JSON columns hold dicts/lists). The resource is named
+# provider-neutrally: which provider, its id there, the id recorded before the allocation, where it lives, and the
+# provider's task handles by step.
+WORKSPACE_FIELDS = ('status', 'activity', 'desired_state', 'provider', 'location', 'resource_id', 'candidate_id',
+                    'provider_tasks', 'address', 'repo', 'ref', 'purpose', 'failure', 'params', 'progress', 'facts')
+# The names these fields had in schema 1 (Proxmox's words). Records carry them as read-only copies, and writes may
+# still use them, so that what users and older callers read keeps its meaning.
+LEGACY_FIELDS = (('node', 'location'), ('vmid', 'resource_id'), ('candidate_vmid', 'candidate_id'),
+                 ('upids', 'provider_tasks'))
+JSON_FIELDS = ('provider_tasks', 'failure', 'params', 'detail', 'resources', 'result', 'owner', 'progress', 'facts',
+               'steps')
 TIME_FIELDS = ('created_at', 'updated_at', 'at', 'started_at', 'ended_at', 'next_retry', 'expires_at', 'leased_at',
                'step_at', 'lease_expires', 'seen_at')
 
@@ -186,6 +193,41 @@ MIGRATIONS = [
         created_at   REAL NOT NULL,
         expires_at   REAL NOT NULL
     );
+    """,
+    # 2: the workspace's resource in provider-neutral fields. The ids keep their type (no column affinity): a VMID
+    # stays an integer, a cloud's id is text. Records of schema 1 are Proxmox's.
+    """
+    CREATE TABLE workspaces_2 (
+        name            TEXT PRIMARY KEY,
+        status          TEXT NOT NULL,
+        activity        TEXT NOT NULL DEFAULT 'unknown',
+        desired_state   TEXT NOT NULL DEFAULT 'present',
+        provider        TEXT NOT NULL DEFAULT 'proxmox',
+        location        TEXT,
+        resource_id,
+        candidate_id,
+        provider_tasks  TEXT NOT NULL DEFAULT '{}',
+        address         TEXT,
+        repo            TEXT,
+        ref             TEXT,
+        purpose         TEXT,
+        failure         TEXT,
+        params          TEXT NOT NULL DEFAULT '{}',
+        progress        TEXT NOT NULL DEFAULT '{}',
+        facts           TEXT NOT NULL DEFAULT '{}',
+        created_at      REAL NOT NULL,
+        updated_at      REAL NOT NULL,
+        generation      INTEGER NOT NULL
+    );
+    INSERT INTO workspaces_2 (name, status, activity, desired_state, provider, location, resource_id, candidate_id,
+                              provider_tasks, address, repo, ref, purpose, failure, params, progress, facts,
+                              created_at, updated_at, generation)
+        SELECT name, status, activity, desired_state, 'proxmox', node, vmid, candidate_vmid, upids, address, repo, ref,
+               purpose, failure, params, progress, facts, created_at, updated_at, generation FROM workspaces;
+    DROP TABLE workspaces;
+    ALTER TABLE workspaces_2 RENAME TO workspaces;
+    CREATE INDEX workspaces_status ON workspaces (status);
+    CREATE INDEX workspaces_resource ON workspaces (provider, resource_id);
     """,
 ]
 
@@ -465,6 +507,25 @@ class Journal:
     # --------------------------------------------------------------- workspaces
 
     @staticmethod
+    def _fields(fields):
+        """``fields`` with the names of schema 1 (vmid, node, ...) given as today's."""
+        fields = dict(fields)
+        for old, new in LEGACY_FIELDS:
+            if old in fields:
+                if new in fields:
+                    raise JournalError('Give %s or %s (its former name), not both.' % (new, old))
+                fields[new] = fields.pop(old)
+        return fields
+
+    @staticmethod
+    def _workspace(record):
+        """A workspace record with the fields' former names as read-only copies."""
+        if record is not None:
+            for old, new in LEGACY_FIELDS:
+                record[old] = record[new]
+        return record
+
+    @staticmethod
     def _check_fields(fields):
         unknown = set(fields) - set(WORKSPACE_FIELDS)
         if unknown:
@@ -491,6 +552,7 @@ class Journal:
         Raises :class:`JournalError` when a record with that name exists already: the caller reads
         it and decides (resume, or refuse different parameters). ``claim``: see :meth:`transaction`.
         """
+        fields = self._fields(fields)
         fields.setdefault('status', 'requested')
         self._check_fields(fields)
         now = time.time()
@@ -508,7 +570,7 @@ class Journal:
 
     def get_workspace(self, name):
         """The workspace record as a dict, or None."""
-        return self._one('SELECT * FROM workspaces WHERE name = ?', (name,))
+        return self._workspace(self._one('SELECT * FROM workspaces WHERE name = ?', (name,)))
 
     def list_workspaces(self, status=None, activity=None, names=None):
         """Workspace records, filtered by status, activity and names (each a value or a list), by name."""
@@ -519,7 +581,7 @@ class Journal:
                 where.append('%s IN (%s)' % (column, ', '.join('?' * len(wanted))))
                 args.extend(wanted)
         sql = 'SELECT * FROM workspaces' + (' WHERE ' + ' AND '.join(where) if where else '') + ' ORDER BY name'
-        return self._all(sql, args)
+        return [self._workspace(record) for record in self._all(sql, args)]
 
     def update_workspace(self, name, generation, event=None, claim=None, **fields):
         """Compare-and-set: apply ``fields`` only if the record is still at ``generation``.
@@ -530,6 +592,7 @@ class Journal:
         record moved on (or vanished) since the caller read it, or (:class:`ClaimLostError`) if
         ``claim`` is given and no longer held.
         """
+        fields = self._fields(fields)
         self._check_fields(fields)
         now = time.time()
         keys = sorted(fields)

@@ -21,10 +21,11 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 # The provider of a record that names none.
 DEFAULT_PROVIDER = 'proxmox'
 # The record's fields that name the workspace's resource.
-RESOURCE_ID = 'vmid'
-CANDIDATE_ID = 'candidate_vmid'
-LOCATION = 'node'
-TASKS = 'upids'
+PROVIDER = 'provider'
+RESOURCE_ID = 'resource_id'
+CANDIDATE_ID = 'candidate_id'
+LOCATION = 'location'
+TASKS = 'provider_tasks'
 
 
 class StepResult:
@@ -85,7 +86,7 @@ class Flow:
         none (a guest step), its class."""
         if self.provider is not None:
             return self.provider
-        return providers.provider_class((self.ws or {}).get('provider') or DEFAULT_PROVIDER)
+        return providers.provider_class((self.ws or {}).get(PROVIDER) or DEFAULT_PROVIDER)
 
     @property
     def tasks(self):
@@ -94,8 +95,10 @@ class Flow:
 
     @staticmethod
     def resource_fields(**values):
-        """The record's fields for ``values`` of resource_id, candidate_id, location and tasks (None clears one)."""
-        columns = {'resource_id': RESOURCE_ID, 'candidate_id': CANDIDATE_ID, 'location': LOCATION, 'tasks': TASKS}
+        """The record's fields for ``values`` of provider, resource_id, candidate_id, location and tasks (None clears
+        one)."""
+        columns = {'provider': PROVIDER, 'resource_id': RESOURCE_ID, 'candidate_id': CANDIDATE_ID, 'location': LOCATION,
+                   'tasks': TASKS}
         return dict((columns[k], v) for k, v in values.items())
 
     def with_task(self, step, handle):

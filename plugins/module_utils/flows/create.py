@@ -243,7 +243,8 @@ class CreateFlow(Flow):
         if self.check_mode:
             return StepResult(True, 'request: would record workspace %s' % self.name)
         fields = dict(status='requested', desired_state='present', repo=req['repo'], ref=req['ref'],
-                      purpose=req['purpose'], params=req, node=node, progress={'request': time.time()})
+                      purpose=req['purpose'], params=req, progress={'request': time.time()},
+                      **self.resource_fields(provider=self.provider.name, location=node))
         if ws is None:
             self.ws = self.journal.create_workspace(self.name, **fields)
         else:

@@ -25,7 +25,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import wa
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import epoch
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import Flow, StepResult
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import RESOURCE_ID, Flow, StepResult
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
     Locked,
     NotFound,
@@ -363,7 +363,7 @@ def destroy_orphan(journal, provider, secret, vmid, node=None, task_timeout=300,
                       'Remove it by hand if it should go.' % (provider.label(vmid, node), verdict), vmid=vmid,
                       verdict=verdict)
     record = journal.get_workspace(name)
-    if record is not None and record['vmid'] == vmid and record['status'] != 'destroyed':
+    if record is not None and record[RESOURCE_ID] == vmid and record['status'] != 'destroyed':
         raise DestroyError('%s is workspace %s, which the journal knows: destroy it by name (workspace=%s).'
                            % (label, name, name))
     if check_mode:

@@ -12,6 +12,13 @@ from tests.faults import invariants
 from tests.faults.site import Kill
 
 MAX_RERUNS = 2
+SHIPPED = ('ephemera.workspaces.create', 'ephemera.workspaces.destroy', 'ephemera.workspaces.reconcile')
+
+
+def shipped(command):
+    """True for an ansible-playbook run of one of the collection's shipped playbooks."""
+    words = command.split()
+    return bool(words) and words[0] == 'ansible-playbook' and any(book in words for book in SHIPPED)
 
 
 class Cell:
@@ -41,9 +48,13 @@ class Cell:
                 'seconds': round(self.seconds, 2), 'seed': self.seed, 'commands': self.commands}
 
     @property
+    def ran_shipped_playbooks(self):
+        return bool(self.commands) and all(shipped(command) for command in self.commands)
+
+    @property
     def ok(self):
-        return self.converged and self.reached and not self.leaks and not self.foreign and not any(
-            self.violations.values())
+        return self.converged and self.reached and self.ran_shipped_playbooks and not self.leaks \
+            and not self.foreign and not any(self.violations.values())
 
     def judge(self, site, foreign_before, requests, secret, clones):
         """Check every invariant over this cell's workspaces (after its runs ended)."""
@@ -145,6 +156,8 @@ def chain(site, cells, op, points, variant, new_workspace):
                 break
             current = remaining.pop(0)
             cells[current].names = [name]
+            # The run that recovered the previous point is the one that was killed at this one.
+            cells[current].commands.append(outcome.command)
             members.append(cells[current])
         if status_of(site, name) != wanted:
             # The chain stopped short of the end: finish the workspace so that the next chain starts clean.

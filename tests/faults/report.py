@@ -13,7 +13,8 @@ def cell_from_dict(data):
     """A Cell as write_json wrote it (to merge the reports of several processes)."""
     from tests.faults.cells import Cell
     cell = Cell(data['row'], data['kind'], data['workspaces'], data['variant'])
-    for key in ('converged', 'reached', 'reruns', 'leaks', 'foreign', 'violations', 'notes', 'seconds', 'seed'):
+    for key in ('converged', 'reached', 'reruns', 'leaks', 'foreign', 'violations', 'notes', 'seconds', 'seed',
+                'commands'):
         setattr(cell, key, data[key])
     return cell
 
@@ -52,6 +53,8 @@ def table(cells, uncovered=()):
         for cell in group:
             if not cell.reached:
                 problems.append('point not reached')
+            if not cell.ran_shipped_playbooks:
+                problems.append('not run by the shipped playbooks: %s' % (cell.commands or 'no run'))
             for name, found in sorted(cell.violations.items()):
                 problems.append('%s: %s' % (name, found[0]))
             problems.extend(cell.leaks[:1])

@@ -9,6 +9,7 @@ def cell(row, kind='kill', converged=True, leaks=(), foreign=(), reruns=1, viola
     made = Cell(row, kind, ['w1'])
     made.converged, made.leaks, made.foreign, made.reruns = converged, list(leaks), list(foreign), reruns
     made.violations = violations or {}
+    made.commands = ['ansible-playbook -i inventory.json ephemera.workspaces.create -e workspace=w1']
     return made
 
 
@@ -56,3 +57,14 @@ def test_a_schedule_is_made_from_its_seed_alone():
     assert all(2 <= len(s['workspaces']) <= 3 for s in made)
     assert any(w['create_kill'] for s in made for w in s['workspaces'])
     assert any(w['reconcile_first'] for s in made for w in s['workspaces'])
+
+
+def test_a_row_not_run_by_the_shipped_playbooks_fails():
+    twin = cell('kill create: d #1')
+    twin.commands = ['python -m tests.faults.driver plan.json result.json']
+    nothing = cell('kill create: e #1')
+    nothing.commands = []
+    assert twin.converged and not twin.ok and not nothing.ok
+    lines = report.table([twin, nothing])
+    assert 'not run by the shipped playbooks' in lines[2] and 'no run' in lines[3]
+    assert report.totals([twin, nothing])['failed'] == 2

@@ -68,8 +68,8 @@ def test_a_schema_1_journal_migrates_to_provider_neutral_fields_keeping_their_me
     for name, old in before.items():
         ws = records[name]
         assert ws['provider'] == 'proxmox'
-        assert (ws['resource_id'], ws['candidate_id'], ws['location']) == (old['vmid'], old['candidate_vmid'],
-                                                                          old['node'])
+        assert (ws['resource_id'], ws['candidate_id'], ws['location']) == \
+            (old['vmid'], old['candidate_vmid'], old['node'])
         assert ws['provider_tasks'] == json.loads(old['upids'])
         # The former names stay readable, with the same values.
         assert (ws['vmid'], ws['candidate_vmid'], ws['node'], ws['upids']) == (

@@ -40,13 +40,13 @@ PLAYBOOK = '''---
         msg: "stale copy: its status playbook ran"
 '''
 USE_ROLE = '''---
-- name: Use the create role without a repository
+- name: Use the create role without naming the workspace
   hosts: localhost
   gather_facts: false
   roles:
     - role: ephemera.workspaces.workspace_create
       vars:
-        workspace: pin-check
+        repo: https://git.example.com/app.git
         purpose: nothing
 '''
 
@@ -97,10 +97,10 @@ def test_a_role_is_the_checkouts(home, tmp_path):
     book = tmp_path / 'use-role.yml'
     book.write_text(USE_ROLE)
     pinned = run(['ansible-playbook', str(book)], home, tmp_path, pin=True)
-    # The checkout's role checks its arguments (meta/argument_specs.yml) before any task: repo is missing.
+    # The checkout's role checks its arguments (meta/argument_specs.yml) before any task: workspace is missing.
     [(name, failed)] = pinned.failures()
     assert name.startswith("Validating arguments against arg spec 'main' - Create a workspace and brief its agent")
-    assert 'repo' in failed['msg'] and 'stale copy' not in pinned.output, pinned.explain()
+    assert 'workspace' in failed['msg'] and 'stale copy' not in pinned.output, pinned.explain()
 
     unpinned = run(['ansible-playbook', str(book)], home, tmp_path, pin=False)
     assert unpinned.failed_messages() == ['stale copy: its workspace_create role ran']

@@ -13,8 +13,9 @@ can be read), and on it, one after the other:
   of every process it took: this one (the try-out cluster's API runs in it), ansible-playbook and its workers, the
   guests' sshd and what their sessions ran.
 
-Time scale 0: Proxmox tasks finish at once, what remains is Ansible, the collection and SSH. Time scale 1: PVE
-seconds are real seconds, with the try-out site's task durations (a linked clone 4 s, a start 2 s).
+Time scale 0: Proxmox tasks finish at once and the DHCP lease comes at once, what remains is Ansible, the
+collection and SSH. Time scale 1: PVE seconds are real seconds, with the try-out site's task durations (a linked
+clone 4 s, a start 2 s) and a DHCP lease 1 s after the start.
 
 Printed: each run's wall time; each workspace's create-to-ready time; the API requests fakepve received; per
 step, the median time workspaces spent in it (from the journal's step timestamps); the cost of a task that finds
@@ -52,6 +53,8 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
 PLAYBOOK = os.path.join(ROOT, 'playbooks', 'create.yml')
 INVENTORY = os.path.join(ROOT, 'inventories', 'localpve')
 AGENT = ['sh', '-c', 'sleep 600']
+# Seconds from a container's start to its DHCP lease, at time scale 1.
+DHCP_DELAY = 1.0
 COMMUNITY = [
     {'name': 'Clone the template', 'community.proxmox.proxmox': {
         'clone': '{{ template }}', 'clone_type': 'linked', 'vmid': '{{ vmid }}', 'hostname': 'plain-{{ vmid }}',
@@ -163,7 +166,8 @@ def workspace_figures(cluster, journal, names, started, before):
 def scenario(time_scale, count, repeat, forks, latency):
     """community.proxmox, then one workspace ``repeat`` times, then ``count`` at once, on one cluster."""
     workdir = tempfile.mkdtemp(prefix='ephemera-bench-create-')
-    cluster = LocalCluster.start(os.path.join(workdir, 'cluster'), time_scale=time_scale, latency=latency)
+    cluster = LocalCluster.start(os.path.join(workdir, 'cluster'), time_scale=time_scale, latency=latency,
+                                 dhcp_delay=DHCP_DELAY * time_scale)
     out = {'time_scale': time_scale}
     try:
         cluster.run(lambda: setattr(cluster.pve, 'max_requests', 10 ** 7))

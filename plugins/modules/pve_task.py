@@ -162,7 +162,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import fail_from
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
-    PVE_IMPORT_ERROR, PVE_MISSING_LIBRARY, PveError, client_from_params, connection_argument_spec)
+    PveError, client_from_params, connection_argument_spec, load_libraries)
 
 
 def look_at_task(params):
@@ -190,8 +190,9 @@ def module_args():
 
 def run(module):
     """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
-    if PVE_IMPORT_ERROR:
-        module.fail_json(msg=missing_required_lib(PVE_MISSING_LIBRARY), exception=PVE_IMPORT_ERROR)
+    missing, error = load_libraries()
+    if missing:
+        module.fail_json(msg=missing_required_lib(missing), exception=error)
     if module.params['timeout'] < 0:
         module.fail_json(msg='timeout must be 0 or more seconds, not {0}'.format(module.params['timeout']))
     try:

@@ -35,24 +35,37 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import fa
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.waiter import TIMEOUT, Backoff, done, pending, wait_for
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 
-# The libraries the client needs are imported here once; modules report a missing one through
-# missing_required_lib(PVE_MISSING_LIBRARY) instead of a traceback.
+# The libraries the client needs, imported by load_libraries() when the first client is made: a step that never
+# talks to the API (the guest steps) does not pay the tenth of a second requests and proxmoxer take to import.
+# Modules report a missing one through missing_required_lib(PVE_MISSING_LIBRARY) instead of a traceback.
+requests = InsecureRequestWarning = NewConnectionError = proxmoxer_https = ProxmoxerAuthenticationError = None
 PVE_MISSING_LIBRARY = None
 PVE_IMPORT_ERROR = None
-try:
-    import requests
-    from urllib3.exceptions import InsecureRequestWarning, NewConnectionError
-except ImportError:
-    PVE_MISSING_LIBRARY = 'requests'
-    PVE_IMPORT_ERROR = traceback.format_exc()
-else:
-    # proxmoxer's https backend exits the process when requests is missing, so it comes second.
-    try:
-        from proxmoxer.backends import https as proxmoxer_https
-        from proxmoxer.core import AuthenticationError as ProxmoxerAuthenticationError
-    except ImportError:
-        PVE_MISSING_LIBRARY = 'proxmoxer'
-        PVE_IMPORT_ERROR = traceback.format_exc()
+_LOADED = []
+
+
+def load_libraries():
+    """Import requests and proxmoxer once; returns (the missing library, its traceback), or (None, None)."""
+    global requests, InsecureRequestWarning, NewConnectionError, proxmoxer_https, ProxmoxerAuthenticationError
+    global PVE_MISSING_LIBRARY, PVE_IMPORT_ERROR
+    if not _LOADED:
+        _LOADED.append(True)
+        try:
+            import requests  # pylint: disable=import-outside-toplevel,redefined-outer-name
+            from urllib3.exceptions import InsecureRequestWarning, NewConnectionError  # pylint: disable=import-outside-toplevel
+        except ImportError:
+            PVE_MISSING_LIBRARY = 'requests'
+            PVE_IMPORT_ERROR = traceback.format_exc()
+        else:
+            # proxmoxer's https backend exits the process when requests is missing, so it comes second.
+            try:
+                from proxmoxer.backends import https as proxmoxer_https  # pylint: disable=import-outside-toplevel
+                from proxmoxer.core import AuthenticationError as ProxmoxerAuthenticationError  # pylint: disable=import-outside-toplevel
+            except ImportError:
+                PVE_MISSING_LIBRARY = 'proxmoxer'
+                PVE_IMPORT_ERROR = traceback.format_exc()
+    return PVE_MISSING_LIBRARY, PVE_IMPORT_ERROR
+
 
 DEFAULT_PORT = 8006
 DEFAULT_TIMEOUT = 30
@@ -474,9 +487,10 @@ class PveClient:
     def __init__(self, api_host, api_user=None, api_password=None, api_token_id=None, api_token_secret=None,
                  api_port=DEFAULT_PORT, validate_certs=True, ca_file=None, request_timeout=DEFAULT_TIMEOUT,
                  get_retries=2):
-        if PVE_IMPORT_ERROR:
+        missing, dummy = load_libraries()
+        if missing:
             raise PveConfigError('the Proxmox client needs the Python library {0} on the host that runs it: '
-                                 'pip install -r requirements.txt'.format(PVE_MISSING_LIBRARY))
+                                 'pip install -r requirements.txt'.format(missing))
         if not api_host:
             raise PveConfigError('no Proxmox VE API given: set api_host (or the PROXMOX_HOST environment variable)')
         self.host, self.port, self._prefix = _parse_api_host(str(api_host), int(api_port or DEFAULT_PORT))

@@ -639,4 +639,5 @@ def test_request_count_counts_every_http_request(fakepve, fakepve_cafile):
 
 
 def test_module_utils_reports_missing_libraries_cleanly():
+    assert pvemod.load_libraries() == (None, None)
     assert pvemod.PVE_IMPORT_ERROR is None and pvemod.PVE_MISSING_LIBRARY is None

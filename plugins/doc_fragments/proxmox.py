@@ -66,8 +66,8 @@ options:
     type: int
     default: 30
 requirements:
-  - proxmoxer >= 2.0
-  - requests
+  - proxmoxer >= 2.0.1
+  - requests >= 2.28
 notes:
   - Every module that talks to the API is in the action group C(ephemera.workspaces.proxmox), so one
     C(module_defaults) entry for C(group/ephemera.workspaces.proxmox) sets these options for all of them.

@@ -151,11 +151,56 @@ task:
       sample: 4.211
 kind:
   description:
-    - On failure, what kind of failure it was, for example V(task_failed), V(task_timeout), V(not_found),
-      V(auth), V(tls), V(unreachable). See the collection's docs/errors.md.
-  returned: failure
+    - What kind of failure it was, and so what a caller may do next (the collection's C(docs/errors.md) has the
+      table). From the API V(not_found), V(locked), V(lock_timeout), V(already_exists), V(parameter),
+      V(permission), V(auth), V(tls), V(unreachable), V(transient), V(unknown_outcome) or V(other); from a Proxmox
+      task V(task_failed) or V(task_timeout).
+  returned: failure, when the Proxmox VE API or one of its tasks failed
   type: str
-  sample: task_failed
+  sample: locked
+status:
+  description: The HTTP status of the API's answer to the request that failed.
+  returned: failure, when the API answered the request with an error
+  type: int
+  sample: 500
+pve_message:
+  description: Proxmox VE's own message about the request that failed.
+  returned: failure, when the API answered the request with an error
+  type: str
+  sample: CT is locked (disk)
+errors:
+  description: Proxmox VE's message for each parameter it refused.
+  returned: failure, when the API refused parameters of the request
+  type: dict
+  sample: {"hostname": "invalid format - value does not look like a valid DNS name"}
+transport:
+  description:
+    - How the connection to the API failed when no answer came. After V(refused), V(dns), V(connect_failed) and
+      V(connect_timeout) nothing was sent; after V(read_timeout) and V(connection_lost) the request may have been
+      carried out; V(tls) is a certificate or TLS handshake failure.
+  returned: failure, when the API could not be reached or its answer was lost
+  type: str
+  sample: read_timeout
+method:
+  description: The HTTP method of the API request that failed.
+  returned: failure, when an API request failed
+  type: str
+  sample: POST
+path:
+  description: The API path of the request that failed.
+  returned: failure, when an API request failed
+  type: str
+  sample: /nodes/pve1/lxc/9000/clone
+lock:
+  description: The lock the container holds, when RV(kind) is V(locked).
+  returned: failure, when the container is locked
+  type: str
+  sample: disk
+upid:
+  description: The id of the Proxmox task that did not finish in time, or a value given as a task id that is not one.
+  returned: failure, when a task did not finish in time or a task id is malformed
+  type: str
+  sample: "UPID:pve1:000003E8:00001B58:6B105231:vzclone:9000:root@pam:"
 '''
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib

@@ -29,6 +29,8 @@ description:
   - A workspace being destroyed is archived only by its destruction (O(claim) of its V(destroy) operation).
 author:
   - Ephemera maintainers (@ephemera)
+requirements:
+  - paramiko >= 3.2
 extends_documentation_fragment:
   - ephemera.workspaces.archive
   - ephemera.workspaces.journal
@@ -164,6 +166,26 @@ notes:
   returned: always
   type: list
   elements: str
+address:
+  description: The address of the guest that SSH failed on.
+  returned: failure, when SSH to the guest failed
+  type: str
+  sample: 192.0.2.15
+attempts:
+  description: How many times SSH to the guest was tried, with backoff, before it was given up.
+  returned: failure, when the guest did not accept SSH in the time allowed
+  type: int
+  sample: 7
+rc:
+  description: The exit status of the command that failed in the guest.
+  returned: failure, when a command in the guest failed
+  type: int
+  sample: 128
+stderr_tail:
+  description: The last lines of the standard error of the command that failed in the guest.
+  returned: failure, when a command in the guest failed
+  type: str
+  sample: "fatal: could not read Username for 'https://git.example.com': terminal prompts disabled"
 '''
 
 from ansible.module_utils.basic import AnsibleModule

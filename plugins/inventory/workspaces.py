@@ -491,7 +491,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _read_journal(self):
         try:
-            with Journal.open(self.get_option('journal_path'), create=False) as journal:
+            with Journal.open(self.get_option('journal_path'), readonly=True) as journal:
                 records = journal.list_workspaces()
                 debts = journal.cleanup_debts()
                 running = Queue(journal).entries(target_type='workspace', states=['running'], recent=0)
@@ -590,8 +590,11 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _secret(self, journal_path):
         given = self.get_option('controller_secret')
+        path = ownership.secret_path(journal_path)
         try:
-            if given or os.path.exists(ownership.secret_path(journal_path)):
+            # Loaded only when there is one to load: a reader never makes the secret (load_secret makes a missing or
+            # empty file).
+            if given or (os.path.exists(path) and os.path.getsize(path) > 0):
                 return ownership.load_secret(journal_path, given)
         except EphemeraError as err:
             self.display.warning('%s: %s Orphan markers are checked without it.' % (self._path, err))

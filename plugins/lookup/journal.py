@@ -89,7 +89,7 @@ class LookupModule(LookupBase):
                 raise AnsibleLookupError('ephemera.workspaces.journal: unknown %s %s; expected one of %s.'
                                          % (name, ', '.join(bad), ', '.join(allowed)))
         try:
-            with Journal.open(self.get_option('journal_path'), create=False) as journal:
+            with Journal.open(self.get_option('journal_path'), readonly=True) as journal:
                 if not terms:
                     return journal.list_workspaces(status=status, activity=activity)
                 found = []

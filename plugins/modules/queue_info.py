@@ -186,7 +186,7 @@ def run(module):
     """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
     path = resolve_path(module.params['journal_path'])
     try:
-        journal = Journal.open(path, create=False)
+        journal = Journal.open(path, readonly=True)
     except JournalMissing as err:
         module.warn('%s Reporting an empty queue.' % err)
         module.exit_json(changed=False, entries=[], tree=[], journal_path=path)
@@ -195,9 +195,12 @@ def run(module):
     if module.params['recent'] < 0:
         module.fail_json(msg='recent must be 0 or more, not %d.' % module.params['recent'], journal_path=path)
     with journal:
-        entries = Queue(journal).entries(target=module.params['target'], target_type=module.params['target_type'],
-                                         kinds=module.params['kind'], states=module.params['state'],
-                                         entry_id=module.params['entry_id'], recent=module.params['recent'])
+        try:
+            entries = Queue(journal).entries(target=module.params['target'], target_type=module.params['target_type'],
+                                             kinds=module.params['kind'], states=module.params['state'],
+                                             entry_id=module.params['entry_id'], recent=module.params['recent'])
+        except EphemeraError as err:  # a damaged page met while reading
+            module.fail_json(msg=str(err), journal_path=path)
     module.exit_json(changed=False, entries=entries, tree=render_tree(entries), journal_path=path)
 
 

@@ -208,15 +208,18 @@ def run(module):
     """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
     path = resolve_path(module.params['journal_path'])
     try:
-        journal = Journal.open(path, create=False)
+        journal = Journal.open(path, readonly=True)
     except JournalMissing as err:
         module.warn('%s Reporting no workspaces.' % err)
         module.exit_json(changed=False, workspaces=[], journal_path=path)
     except EphemeraError as err:
         module.fail_json(msg=str(err), journal_path=path)
     with journal:
-        workspaces = read_workspaces(journal, **dict((k, module.params[k]) for k in
-                                                     ('name', 'status', 'activity', 'events', 'events_limit')))
+        try:
+            workspaces = read_workspaces(journal, **dict((k, module.params[k]) for k in
+                                                         ('name', 'status', 'activity', 'events', 'events_limit')))
+        except EphemeraError as err:  # a damaged page met while reading
+            module.fail_json(msg=str(err), journal_path=path)
     module.exit_json(changed=False, workspaces=workspaces, journal_path=path)
 
 

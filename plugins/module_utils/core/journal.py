@@ -13,6 +13,9 @@ Every write that depends on what the caller read earlier is a compare-and-set on
 ``generation``: a writer that was superseded gets :class:`StaleGenerationError` and writes nothing.
 A write made for a queued operation (see ``queue.py``) also carries the run's claim, checked in the
 same transaction: a run that lost its claim gets :class:`ClaimLostError` and writes nothing.
+
+Readers (``workspace_info``, ``queue_info``, the lookup and the inventory) open it with ``readonly``: SQLite's
+read-only mode, which never makes a file, a directory, a secret or a migration (see :meth:`Journal.open`).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -28,6 +31,7 @@ import re
 import sqlite3
 import time
 import uuid
+from urllib.parse import quote as _url_quote
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import (
     ClaimLostError,
@@ -231,6 +235,26 @@ MIGRATIONS = [
     """,
 ]
 
+# How a reader reads a journal of an older schema without migrating it: temporary views (kept in memory by the
+# reader's connection, never written to the file) that show the tables under the current schema's names and
+# columns; SQLite looks a name up in the temporary schema first. A version without an entry is refused with the
+# advice to run one writing command, which migrates.
+READ_VIEWS = {
+    1: [
+        """
+        CREATE TEMP VIEW workspaces AS
+            SELECT name, status, activity, desired_state, 'proxmox' AS provider, node AS location, vmid AS resource_id,
+                   candidate_vmid AS candidate_id, upids AS provider_tasks, address, repo, ref, purpose, failure, params,
+                   progress, facts, created_at, updated_at, generation
+            FROM main.workspaces
+        """,
+    ],
+}
+
+# SQLite's primary result codes: of a damaged file (CORRUPT, NOTADB), of a -wal/-shm it cannot make (READONLY, CANTOPEN).
+SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_CANTOPEN, SQLITE_NOTADB = 8, 11, 14, 26
+RECOVERY = 'docs/journal.md, "A damaged journal"'
+
 
 def default_path():
     """``$XDG_STATE_HOME/ephemera/journal.sqlite``, else ``~/.local/state/ephemera/journal.sqlite``."""
@@ -292,6 +316,95 @@ def _row_dict(row):
     return out
 
 
+class JournalDamaged(JournalError):
+    """SQLite found damaged pages in the journal's file."""
+
+
+def _primary_code(exc):
+    """SQLite's primary result code of an error (None when Python does not give it, before 3.11)."""
+    code = getattr(exc, 'sqlite_errorcode', None)
+    return None if code is None else code & 0xff
+
+
+def is_damage(exc):
+    """True if the SQLite error says that the file is damaged (a malformed page, a header that is not SQLite's)."""
+    code = _primary_code(exc)
+    if code is not None:
+        return code in (SQLITE_CORRUPT, SQLITE_NOTADB)
+    text = str(exc).lower()
+    return 'malformed' in text or 'not a database' in text
+
+
+def damaged(path, exc):
+    """The error that names a damaged journal, says so, and points to the recovery."""
+    return JournalDamaged('The journal %s is damaged: SQLite reports "%s". Stop the runs that use it and keep the file '
+                          'as it is; recover it as %s describes (sqlite3 .recover into a new file, then reconcile the '
+                          'recovered journal with the cluster).' % (path, exc, RECOVERY), path=path, damaged=True,
+                          sqlite=str(exc))
+
+
+@contextlib.contextmanager
+def _damage_named(path):
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if is_damage(exc):
+            raise damaged(path, exc)
+        raise
+
+
+class _Cursor(sqlite3.Cursor):
+    """A cursor whose reads and writes report damaged pages as :class:`JournalDamaged`, naming the file: SQLite meets
+    a damaged page only when a statement reaches it, which may be at any fetch."""
+
+    def execute(self, *args):
+        with _damage_named(self.connection.journal_path):
+            return super(_Cursor, self).execute(*args)
+
+    def executemany(self, *args):
+        with _damage_named(self.connection.journal_path):
+            return super(_Cursor, self).executemany(*args)
+
+    def fetchone(self):
+        with _damage_named(self.connection.journal_path):
+            return super(_Cursor, self).fetchone()
+
+    def fetchmany(self, *args):
+        with _damage_named(self.connection.journal_path):
+            return super(_Cursor, self).fetchmany(*args)
+
+    def fetchall(self):
+        with _damage_named(self.connection.journal_path):
+            return super(_Cursor, self).fetchall()
+
+    def __next__(self):
+        with _damage_named(self.connection.journal_path):
+            return super(_Cursor, self).__next__()
+
+
+class _Connection(sqlite3.Connection):
+    """The journal's connection: every statement runs on a :class:`_Cursor` (``Connection.execute`` would not)."""
+
+    journal_path = None
+
+    def cursor(self, factory=_Cursor):
+        return super(_Connection, self).cursor(factory)
+
+    def execute(self, sql, parameters=()):
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql, parameters):
+        return self.cursor().executemany(sql, parameters)
+
+
+def _sqlite_connect(target, path, uri=False):
+    conn = sqlite3.connect(target, timeout=BUSY_TIMEOUT_MS / 1000.0, isolation_level=None, check_same_thread=False,
+                           uri=uri, factory=_Connection)
+    conn.journal_path = path
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
 class IdempotencyClaim:
     """What :meth:`Journal.begin_idempotent` hands back: a fresh claim, or the replay of a stored result."""
 
@@ -304,21 +417,33 @@ class IdempotencyClaim:
 class Journal:
     """One open journal. Create it with :meth:`Journal.open`; use it as a context manager or call close()."""
 
-    def __init__(self, path, conn, actor=None):
+    def __init__(self, path, conn, actor=None, access='read-write'):
         self.path = path
         self._conn = conn
         self.actor = actor or '%s pid %d' % (Owner.current().host, os.getpid())
+        # 'read-write'; for a reader 'read-only' (SQLite's mode=ro) or 'immutable' (see _connect_readonly).
+        self.access = access
+
+    @property
+    def readonly(self):
+        return self.access != 'read-write'
 
     # ------------------------------------------------------------------ opening
 
     @classmethod
-    def open(cls, path=None, create=True, actor=None):
+    def open(cls, path=None, create=True, actor=None, readonly=False):
         """Open (and with ``create``, make on first use) the journal at ``path``.
 
         Bad input is refused before anything is written: a missing directory (other than the
         per-user default, which is made), a file that cannot be written, a file that is not a
         journal, a journal from a newer version.
+
+        With ``readonly`` (the readers), the journal is opened with SQLite's read-only mode and nothing is ever
+        made or changed: no file, no directory, no controller secret, no migration. A directory or file the
+        reader may not write is fine; a missing journal is :class:`JournalMissing`.
         """
+        if readonly:
+            return cls._open_readonly(resolve_path(path), actor)
         path = resolve_path(path)
         directory = os.path.dirname(path)
         exists = os.path.exists(path)
@@ -380,18 +505,118 @@ class Journal:
                 raise JournalError('Cannot create the journal %s: %s.' % (path, exc.strerror), path=path)
 
     @staticmethod
-    def _connect(path):
-        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000.0, isolation_level=None, check_same_thread=False)
-        conn.row_factory = sqlite3.Row
+    def _unreadable(path, exc):
+        return JournalError('%s is not a readable journal (%s). Nothing was changed. Move it aside and restore it from a '
+                            'backup (%s), or point journal_path / %s elsewhere.'
+                            % (path, exc, RECOVERY, ENV_VAR), path=path)
+
+    @classmethod
+    def _connect(cls, path):
+        conn = _sqlite_connect(path, path)
         try:
             conn.execute('PRAGMA busy_timeout = %d' % BUSY_TIMEOUT_MS)
             # Read first: a file that is not a database fails here, before anything is written to it.
             conn.execute('PRAGMA user_version').fetchone()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, JournalDamaged) as exc:
             conn.close()
-            raise JournalError('%s is not a readable journal (%s). Nothing was changed. Move it aside and restore it '
-                               'from a backup, or point journal_path / %s elsewhere.' % (path, exc, ENV_VAR), path=path)
+            raise cls._unreadable(path, exc.details['sqlite'] if isinstance(exc, JournalDamaged) else exc)
         return conn
+
+    # ------------------------------------------------------------- read-only
+
+    @classmethod
+    def _open_readonly(cls, path, actor):
+        directory = os.path.dirname(path)
+        if os.path.isdir(path):
+            raise JournalError('The journal path %s is a directory; give the path of a file, for example %s.'
+                               % (path, os.path.join(path, 'journal.sqlite')), path=path)
+        if not os.path.exists(path):
+            if not os.path.isdir(directory):
+                cls._check_reachable(path, directory)
+            raise JournalMissing('No journal at %s: nothing has been recorded with this journal path yet. Check '
+                                 'the journal_path option or the %s environment variable.' % (path, ENV_VAR), path=path)
+        if not os.access(path, os.R_OK):
+            raise JournalError('Cannot read the journal %s (permission denied). Give this user read access to it (a '
+                               'reader needs no write access to it or to its directory).' % path, path=path)
+        conn, access = cls._connect_readonly(path, directory)
+        try:
+            cls._check_readable_schema(conn, path)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(path, conn, actor, access=access)
+
+    @classmethod
+    def _connect_readonly(cls, path, directory):
+        """A read-only connection, and how it reads: ``read-only`` or ``immutable``.
+
+        A journal is in WAL mode. SQLite reads a WAL database read-only when its -wal and -shm files exist, or when
+        it may create them in the directory. In a directory this user cannot write (a read-only file system, a
+        backup, another user's directory) where the last writer closed cleanly, they do not exist: then every
+        change is in the database file itself, and it is read as immutable (no locks, no -shm). If the -wal file
+        does exist there with content but its -shm cannot be made, the committed changes it holds cannot be read
+        safely, and the journal is refused rather than shown without them.
+        """
+        uri = 'file:%s?mode=ro' % _url_quote(path)
+        try:
+            return cls._probe(uri, path), 'read-only'
+        except JournalDamaged as exc:
+            raise cls._unreadable(path, exc.details['sqlite'])
+        except sqlite3.DatabaseError as exc:
+            # SQLite cannot make the -wal or -shm file: "unable to open" on a read-only file system,
+            # SQLITE_READONLY_DIRECTORY in a directory this user may not write.
+            code = _primary_code(exc)
+            cannot_open = code in (SQLITE_CANTOPEN, SQLITE_READONLY) if code is not None else (
+                'unable to open' in str(exc) or 'readonly database' in str(exc))
+            if not cannot_open or os.access(directory, os.W_OK):
+                raise JournalError('Cannot open the journal %s read-only: %s.' % (path, exc), path=path)
+            wal = path + '-wal'
+            if os.path.exists(wal) and os.path.getsize(wal) > 0:
+                raise JournalError(
+                    'Cannot read the journal %s: its write-ahead log %s holds changes not yet written into the journal '
+                    'file, and SQLite cannot make the %s-shm file it needs to read them in %s, which this user cannot '
+                    'write. Run any command that writes to this journal once where its directory is writable (it '
+                    'folds the log in when it closes), or read it as a user who may write the directory.'
+                    % (path, wal, path, directory), path=path)
+        try:
+            return cls._probe(uri + '&immutable=1', path), 'immutable'
+        except JournalDamaged as exc:
+            raise cls._unreadable(path, exc.details['sqlite'])
+        except sqlite3.DatabaseError as exc:
+            raise JournalError('Cannot open the journal %s read-only: %s.' % (path, exc), path=path)
+
+    @staticmethod
+    def _probe(uri, path):
+        conn = _sqlite_connect(uri, path, uri=True)
+        try:
+            conn.execute('PRAGMA busy_timeout = %d' % BUSY_TIMEOUT_MS)
+            # Temporary objects (the READ_VIEWS) in memory: not even a temporary file is made.
+            conn.execute('PRAGMA temp_store = MEMORY')
+            # The first read of the schema opens the WAL (and fails where it cannot).
+            conn.execute('SELECT count(*) FROM sqlite_master').fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @staticmethod
+    def _check_readable_schema(conn, path):
+        version = conn.execute('PRAGMA user_version').fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise JournalError('The journal %s has schema version %d, newer than this collection understands (%d). Use '
+                               'the newer ephemera.workspaces that wrote it; nothing was changed.'
+                               % (path, version, SCHEMA_VERSION), path=path, schema=version)
+        if version == 0:
+            raise JournalMissing('%s holds no journal yet (an empty file, or another SQLite database): nothing has '
+                                 'been recorded in it.' % path, path=path)
+        if version < SCHEMA_VERSION:
+            if version not in READ_VIEWS:
+                raise JournalError('The journal %s has schema version %d; this collection reads version %d. Readers do '
+                                   'not migrate: run any command that writes to this journal once (a create, destroy '
+                                   'or reconcile with this journal_path), which migrates it, then read it again.'
+                                   % (path, version, SCHEMA_VERSION), path=path, schema=version)
+            for statement in READ_VIEWS[version]:
+                conn.execute(statement)
 
     @classmethod
     def _check_and_migrate(cls, conn, path):
@@ -450,6 +675,9 @@ class Journal:
         holds it gets :class:`ClaimLostError` and the transaction writes nothing. ``point`` names the
         commit for the crash-safety tests (:mod:`failpoint`).
         """
+        if self.readonly:
+            raise JournalError('The journal %s was opened read-only, for reading; nothing was written.' % self.path,
+                               path=self.path)
         try:
             self._conn.execute('BEGIN IMMEDIATE')
         except sqlite3.OperationalError as exc:
@@ -460,7 +688,9 @@ class Journal:
                 self._check_claim(self._conn, claim)
             yield self._conn
         except BaseException:
-            self._conn.execute('ROLLBACK')
+            # SQLite may have ended the transaction itself (on a damaged page, say): the first error is the one to tell.
+            if self._conn.in_transaction:
+                self._conn.execute('ROLLBACK')
             raise
         self._conn.execute('COMMIT')
         failpoint.reached('journal ' + point)

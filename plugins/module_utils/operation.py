@@ -7,9 +7,10 @@ An operation (a create, destroy or archive of one workspace) runs only while it 
 target's queue (core/queue.py): two runs never work on one workspace at once, and a run that lost its
 claim writes nothing. Every caller goes through this runner:
 
-- the roles, through the modules: the ``queue`` module claims (``state=claimed``) and records the
-  outcome (``state=finished`` / ``failed``, the roles' rescue); each step module records its step
-  under the claim before it acts (:func:`record_step`);
+- the roles, through the modules: the ``queue`` module claims (``state=claimed``) and records success
+  (``state=finished``); each step module records its step under the claim before it acts
+  (:func:`record_step`), and a step that fails records the operation's failure itself
+  (:func:`record_failure`), so the role fails once, at that step, with no rescue to say it again;
 - reconcile, in Python: it claims only a free target (it never waits behind a run) and runs the
   destroy steps with :meth:`Operation.run`, which records the failure before it re-raises it.
 """
@@ -69,3 +70,25 @@ def record_step(journal, claim, label, workspace, check_mode=False):
     mode)."""
     if claim and not check_mode:
         Operation(journal, claim).step(label, detail={'workspace': workspace})
+
+
+def record_failure(journal, claim, msg, check_mode=False):
+    """A failed step module's last write: its operation failed with ``msg`` (nothing without a claim, or in check
+    mode). A claim the run no longer holds is left alone: the step's own error is what the run reports."""
+    if not claim or check_mode or journal is None:
+        return
+    try:
+        Operation(journal, claim).failed(msg)
+    except EphemeraError:
+        pass
+
+
+def fail_step(module, msg, journal=None, claim=None, name=None, **result):
+    """End a step module whose step failed, once: ``msg`` names the workspace and the step and says what happened
+    and what to do; the queued operation is recorded as failed (the role has no rescue to say it again); the result
+    keeps the step's facts. The workspace's whole record is added from ``-v`` on: a failure is read in a plain log
+    (AWX shows one), where the record on the same line would bury the message."""
+    record_failure(journal, claim, msg, module.check_mode)
+    if name and journal is not None and getattr(module, '_verbosity', 0) >= 1:
+        result['workspace'] = journal.get_workspace(name)
+    module.fail_json(msg=msg, **result)

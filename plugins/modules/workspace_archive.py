@@ -195,7 +195,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec, open_journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import record_step
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
 
 
 def argument_spec():
@@ -229,7 +229,9 @@ def run(module):
         except EphemeraError as err:
             failure = dict(archive_dir=flow.archive_dir, notes=flow.notes)
             failure.update(err.details)
-            module.fail_json(msg='%s %s: %s' % (params['mode'], params['name'], err), **failure)
+            what = 'Archiving' if params['mode'] == 'archive' else 'Checking the unsaved work of'
+            fail_step(module, '%s workspace %s failed: %s' % (what, params['name'], err), journal, params['claim'],
+                      params['name'], **failure)
     module.exit_json(**result)
 
 

@@ -340,13 +340,18 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
     journal_argument_spec,
     open_journal,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import STEP_LABELS, STEPS, CreateFlow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import (
+    STEP_LABELS,
+    STEPS,
+    CreateFlow,
+    failure_message,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.operations import DEFAULT_AGENTS
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_path
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import record_step
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
 
 # Steps that never talk to the Proxmox API.
 GUEST_STEPS = ('ssh', 'bootstrap', 'checkout', 'runner', 'brief', 'ready')
@@ -440,8 +445,8 @@ def run(module):
             outcome = flow.run(step)
         except EphemeraError as err:
             result.update(err.details)
-            module.fail_json(msg='%s: %s' % (step, err), workspace=journal and journal.get_workspace(params['name']),
-                             **result)
+            fail_step(module, failure_message(params['name'], step, err), journal, params['claim'], params['name'],
+                      **result)
         result.update(changed=outcome.changed, msg=outcome.msg, details=outcome.extra)
         if outcome.diff is not None:
             result['diff'] = outcome.diff

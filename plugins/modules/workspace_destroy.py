@@ -234,11 +234,17 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import argument_spec as archive_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEP_LABELS, DestroyFlow, StepResult, destroy_orphan
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import (
+    STEP_LABELS,
+    DestroyFlow,
+    StepResult,
+    destroy_orphan,
+    failure_message,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import record_step
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
 
 
 def argument_spec():
@@ -307,9 +313,8 @@ def run(module):
                 outcome = flow.run(step) if step != 'guard' else guard(journal, flow, params, module.check_mode)
         except EphemeraError as err:
             result.update(err.details)
-            if params['name']:
-                result['workspace'] = journal.get_workspace(params['name'])
-            module.fail_json(msg='%s: %s' % (step, err), **result)
+            fail_step(module, failure_message(params['name'] or params['vmid'], step, err), journal, params['claim'],
+                      params['name'], **result)
         result.update(changed=outcome.changed, msg=outcome.msg, details=outcome.extra)
         if params['name']:
             result['workspace'] = journal.get_workspace(params['name'])

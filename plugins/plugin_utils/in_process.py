@@ -30,6 +30,9 @@ from ansible.module_utils.basic import remove_values
 from ansible.module_utils.common.arg_spec import ModuleArgumentSpecValidator
 from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
 
 MODULES = 'ansible_collections.ephemera.workspaces.plugins.modules.'
 VARIABLE_PREFIX = 'ephemera_'
@@ -69,12 +72,13 @@ class InProcessModule:
     """The part of ``AnsibleModule`` the collection's module bodies use: params, check and diff mode, warnings,
     ``no_log`` values, and the two ways to end."""
 
-    def __init__(self, name, params, no_log_values, check_mode=False, diff=False):
+    def __init__(self, name, params, no_log_values, check_mode=False, diff=False, verbosity=0):
         self._name = name
         self.params = params
         self.no_log_values = set(no_log_values)
         self.check_mode = check_mode
         self._diff = diff
+        self._verbosity = verbosity
         self._warnings = []
 
     def warn(self, warning):
@@ -95,8 +99,9 @@ class InProcessModule:
         return remove_values(result, self.no_log_values)
 
 
-def run_in_process(name, args, check_mode=False, diff=False):
-    """The result of module ``name`` run with ``args``, as its ``AnsibleModule`` would have returned it."""
+def run_in_process(name, args, check_mode=False, diff=False, verbosity=0):
+    """The result of module ``name`` run with ``args``, as its ``AnsibleModule`` would have returned it
+    (``verbosity``: the run's ``-v`` count, as a module gets it)."""
     module = module_file(name)
     spec = module.module_args()
     spec.pop('supports_check_mode', None)
@@ -104,7 +109,8 @@ def run_in_process(name, args, check_mode=False, diff=False):
     validation = ModuleArgumentSpecValidator(argument_spec, **spec).validate(args)
     params = dict(args)
     params.update(validation.validated_parameters)
-    stand_in = InProcessModule(name, params, validation._no_log_values, check_mode=check_mode, diff=diff)
+    stand_in = InProcessModule(name, params, validation._no_log_values, check_mode=check_mode, diff=diff,
+                               verbosity=verbosity)
     if validation.error_messages:
         msg = validation.errors.msg
         if isinstance(validation.errors[0], UnsupportedError):
@@ -154,4 +160,5 @@ class InProcessAction(ActionBase):
             env.update(self._templar.template(entry) or {})
         args = from_variables(self.MODULE, self._task.args, task_vars or {}, self._templar.template)
         with environment(env):
-            return run_in_process(self.MODULE, args, check_mode=bool(self._task.check_mode), diff=bool(self._task.diff))
+            return run_in_process(self.MODULE, args, check_mode=bool(self._task.check_mode), diff=bool(self._task.diff),
+                                  verbosity=display.verbosity)

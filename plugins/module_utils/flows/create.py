@@ -45,7 +45,13 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base
     UnknownOutcome,
     first_address,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import Guest, wait_for_guest
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import preflight
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import (
+    Guest,
+    SshError,
+    check_private_key,
+    wait_for_guest,
+)
 
 STEPS = ('request', 'vmid', 'clone', 'wait_clone', 'configure', 'start', 'address', 'ssh', 'bootstrap', 'checkout',
          'runner', 'brief', 'ready')
@@ -62,10 +68,17 @@ STEP_STATUS = {
     'ready': 'ready',
 }
 # Request parameters that make a workspace what it is: a second request with the same name must match them.
-IDENTITY = ('template', 'node', 'pool', 'full_clone', 'repo', 'ref', 'purpose', 'agent', 'address_mode')
-# Settings a later request for the same workspace may change: the agents' command lines, so that a brief that
-# failed because of a wrong command can be retried with a corrected one. They take effect at the next brief.
-SETTINGS = ('agents',)
+IDENTITY = ('template', 'node', 'pool', 'full_clone', 'repo', 'ref', 'agent', 'address_mode')
+# What a later request for the same workspace may amend, taking effect at the next brief: the purpose (a person
+# corrects a brief: a briefed workspace is briefed again) and the agents' command lines (a brief that failed
+# because of a wrong command is retried with a corrected one).
+AMENDABLE = ('purpose', 'agents')
+# What an idempotency key stands for: the identity and the purpose (the same key with another brief is another
+# request).
+KEYED = IDENTITY + ('purpose',)
+# How the controller reaches the guest: read from each run, never part of the workspace's identity (an AWX job's
+# key file has another path in every job). The record keeps the last run's for the readers (the inventory).
+CONNECTION = ('ssh_user', 'ssh_port', 'ssh_key_path')
 NAME = re.compile(r'^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$')
 CLONE_ATTEMPTS = 8
 REPO_SCHEMES = ('https', 'http', 'ssh', 'git', 'file')
@@ -78,6 +91,14 @@ ASKPASS_DEBT = 'guest:git-askpass'
 
 class CreateError(EphemeraError):
     """A step could not finish; the message says what to do, ``step`` which step it was."""
+
+
+def failure_message(name, step, err):
+    """The one message a failed step ends with: the workspace, the step, what happened and what to do (``err``
+    says both)."""
+    if step == 'request':
+        return 'The request for workspace %s was refused: %s' % (name, err)
+    return 'Workspace %s failed at step %d/%d (%s): %s' % (name, STEPS.index(step) + 1, len(STEPS), STEP_LABELS[step], err)
 
 
 def validate_name(name):
@@ -156,9 +177,15 @@ class CreateFlow(Flow):
         req = self.request
         return guest_ops.Layout(req['guest_root'], self.resource_id, req['checkout_path'], req['agent_user'])
 
+    @property
+    def ssh_user(self):
+        """The user this run logs in as (a connection setting of the run, not of the workspace)."""
+        return self.params.get('ssh_user') or self.request.get('ssh_user') or 'root'
+
     def _guest(self):
         req = self.request
-        return Guest(self.ws['address'], port=req['ssh_port'], user=req['ssh_user'], key_file=req['ssh_key_path'],
+        return Guest(self.ws['address'], port=self.params.get('ssh_port') or req['ssh_port'], user=self.ssh_user,
+                     key_file=self.params.get('ssh_private_key') or req.get('ssh_key_path'),
                      host_key=self.ws['facts'].get('host_key'))
 
     def run(self, step):
@@ -232,6 +259,7 @@ class CreateFlow(Flow):
                               step='request')
         if req['address_mode'] == 'static':
             address_candidates(req['address_range'])
+        self._check_key()
         ws = self.ws
         if ws is not None and ws['status'] != 'destroyed':
             return self._request_again(ws, req)
@@ -240,8 +268,9 @@ class CreateFlow(Flow):
             return replay
         node = self._check_source(req)
         req['node'] = node
+        repository = self._check_repository(req)
         if self.check_mode:
-            return StepResult(True, 'request: would record workspace %s' % self.name)
+            return StepResult(True, 'request: would record workspace %s%s' % (self.name, repository))
         fields = dict(status='requested', desired_state='present', repo=req['repo'], ref=req['ref'],
                       purpose=req['purpose'], params=req, progress={'request': time.time()},
                       **self.resource_fields(provider=self.provider.name, location=node))
@@ -252,7 +281,25 @@ class CreateFlow(Flow):
             fields.update(self.resource_fields(resource_id=None, candidate_id=None, tasks={}))
             self.ws = self.save('recreated', kind='recorded', address=None, failure=None, facts={}, activity='unknown',
                                 **fields)
-        return StepResult(True, 'request: recorded workspace %s' % self.name)
+        return StepResult(True, 'request: recorded workspace %s%s' % (self.name, repository))
+
+    def _check_key(self):
+        """Refuse a key file that cannot log in anywhere (missing, unreadable, not a private key) before anything
+        is cloned; the key is this run's, so a rerun with the right one goes on."""
+        try:
+            check_private_key(self.params.get('ssh_private_key'))
+        except SshError as err:
+            raise CreateError(str(err), step='request')
+
+    def _check_repository(self, req):
+        """Ask the repository from the controller whether it has the ref (where the controller can reach it);
+        a note for the step's message when it could not tell."""
+        try:
+            verdict = preflight.probe_repository(req['repo'], req['ref'], token=self.params.get('git_token'),
+                                                 username=self.params.get('git_username') or 'git')
+        except preflight.RepositoryRefused as err:
+            raise CreateError(str(err), step='request')
+        return ' (%s)' % verdict.note if verdict.note else ''
 
     def _resume(self):
         """Continue the request recorded for the workspace (reconcile resumes creates by name this way)."""
@@ -262,6 +309,7 @@ class CreateFlow(Flow):
                               % (self.name, 'it is not recorded' if ws is None else 'it was destroyed'), step='request')
         if ws['desired_state'] == 'destroyed' or ws['status'] == 'destroying':
             raise CreateError('Workspace %r is being destroyed; it is not resumed.' % self.name, step='request')
+        self._check_key()
         for step in ('bootstrap', 'checkout'):
             self._refuse_missing_secrets(step)
         return StepResult(False, 'request: resuming the recorded request (%s)' % ws['status'])
@@ -286,14 +334,29 @@ class CreateFlow(Flow):
             if ws['status'] == 'ready':
                 # No step is left to run, so the result is known now: store it for the next use of the key.
                 self.journal.finish_idempotent(claim, self._result())
-        changed = dict((k, req[k]) for k in SETTINGS if ws['params'].get(k) != req[k])
-        if not changed:
+        amended = dict((k, req[k]) for k in AMENDABLE if ws['params'].get(k) != req[k])
+        connection = dict((k, req[k]) for k in CONNECTION if ws['params'].get(k) != req[k])
+        if self.check_mode or not (amended or connection):
+            if not amended:
+                return StepResult(False, 'request: already recorded (%s)' % ws['status'])
+            return StepResult(True, 'request: already recorded (%s); would amend %s' % (ws['status'], ', '.join(sorted(amended))))
+        if not amended:
+            # Bookkeeping for the readers, not a change to the workspace: a rerun from another AWX job reports none.
+            self.save('connection', kind='recorded', detail={'changed': sorted(connection)},
+                      params=dict(ws['params'], **connection))
             return StepResult(False, 'request: already recorded (%s)' % ws['status'])
-        if not self.check_mode:
-            self.save('settings', kind='recorded', detail={'changed': sorted(changed)},
-                      params=dict(ws['params'], **changed))
-        return StepResult(True, 'request: already recorded (%s); new %s for the next brief'
-                          % (ws['status'], ', '.join(sorted(changed))))
+        fields = dict(params=dict(ws['params'], **dict(amended, **connection)))
+        rebrief = 'purpose' in amended and 'brief' in ws['progress']
+        if 'purpose' in amended:
+            fields['purpose'] = amended['purpose']
+        if rebrief:
+            # The brief and ready steps run again, now, with the corrected purpose, replacing the agent's work.
+            fields['progress'] = dict((k, v) for k, v in ws['progress'].items() if k not in ('brief', 'ready'))
+            fields['facts'] = dict(ws['facts'], rebrief=True)
+        self.save('amended', kind='recorded', detail={'changed': sorted(amended), 'rebrief': rebrief}, **fields)
+        return StepResult(True, 'request: already recorded (%s); %s amended, %s'
+                          % (ws['status'], ', '.join(sorted(amended)),
+                             'the agent is briefed again' if rebrief else 'taking effect at the brief'))
 
     def _refuse_missing_secrets(self, step):
         """Refuse, changing nothing, a run that is to do ``step`` without the secrets the workspace was requested with.
@@ -325,7 +388,7 @@ class CreateFlow(Flow):
                           replayed=True, result=claim.result)
 
     def _idempotency_request(self, req):
-        return dict([('name', self.name)] + [(k, req.get(k)) for k in IDENTITY if k != 'node'])
+        return dict([('name', self.name)] + [(k, req.get(k)) for k in KEYED if k != 'node'])
 
     def _begin_idempotent(self, req):
         """None to go on, or the StepResult that replays a finished request with the same key."""
@@ -632,7 +695,7 @@ class CreateFlow(Flow):
     def step_bootstrap(self):
         req = self.request
         credentials = self.params.get('agent_credentials')
-        self._with_guest(lambda g: guest_ops.bootstrap(g, self._layout(), req['ssh_user'], credentials))
+        self._with_guest(lambda g: guest_ops.bootstrap(g, self._layout(), self.ssh_user, credentials))
         self.done('bootstrap')
         return StepResult(True, 'bootstrap: agent user %s, credentials written' % req['agent_user'])
 
@@ -643,7 +706,7 @@ class CreateFlow(Flow):
         debt = '%s@%s' % (ASKPASS_DEBT, self.naming.resource_key(self.resource_id))
         try:
             head = self._with_guest(lambda g: guest_ops.checkout(
-                g, self._layout(), req['ssh_user'], req['repo'], req['ref'], git_token=self.params.get('git_token'),
+                g, self._layout(), self.ssh_user, req['repo'], req['ref'], git_token=self.params.get('git_token'),
                 git_username=self.params.get('git_username') or 'git'))
         except guest_ops.GuestError as err:
             if err.details.get('helper_left'):
@@ -659,7 +722,7 @@ class CreateFlow(Flow):
     def step_runner(self):
         req = self.request
         started = self._with_guest(lambda g: guest_ops.install_runner(
-            g, self._layout(), req['ssh_user'], req['agents'], timeout=self.params['runner_timeout']))
+            g, self._layout(), self.ssh_user, req['agents'], timeout=self.params['runner_timeout']))
         self.done('runner')
         return StepResult(True, 'runner: %s' % ('started' if started else 'already answering'))
 
@@ -667,16 +730,19 @@ class CreateFlow(Flow):
 
     def step_brief(self):
         req = self.request
-        answer = self._with_guest(lambda g: guest_ops.brief(g, self._layout(), req['ssh_user'], req['purpose'],
-                                                            req['agent'], req['agents']))
-        self.done('brief', activity=answer.get('activity') or 'unknown')
+        # A purpose amended after a brief (the request step recorded ``rebrief``) replaces the agent's work.
+        replace = bool(self.ws['facts'].get('rebrief'))
+        answer = self._with_guest(lambda g: guest_ops.brief(g, self._layout(), self.ssh_user, req['purpose'],
+                                                            req['agent'], req['agents'], replace=replace))
+        facts = dict((k, v) for k, v in self.ws['facts'].items() if k != 'rebrief')
+        self.done('brief', activity=answer.get('activity') or 'unknown', facts=facts)
         return StepResult(not answer.get('already'), 'brief: %s briefed' % req['agent'])
 
     # --------------------------------------------------------------- 13. ready
 
     def step_ready(self):
         req = self.request
-        answer = self._with_guest(lambda g: guest_ops.runner_call(g, self._layout(), req['ssh_user'], {'op': 'ping'}))
+        answer = self._with_guest(lambda g: guest_ops.runner_call(g, self._layout(), self.ssh_user, {'op': 'ping'}))
         if not answer.get('alive'):
             raise self.fail('ready', CreateError('The agent runner stopped answering: %s' % answer.get('error')),
                             progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('runner', 'brief')))

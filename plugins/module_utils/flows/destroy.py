@@ -39,6 +39,22 @@ STEPS = ('mark', 'shutdown', 'stop', 'delete', 'finish')
 # 'inspect' only reads: whether the container is there (and so whether there is work to archive).
 STEP_LABELS = {'inspect': 'inspect', 'mark': 'mark destroying', 'shutdown': 'shutdown', 'stop': 'force stop', 'delete': 'delete',
                'finish': 'mark destroyed'}
+# The steps as the destroy role numbers them: the archive guard first.
+ROLE_STEPS = ('guard',) + STEPS
+ROLE_LABELS = dict(STEP_LABELS, guard='archive guard')
+
+
+def failure_message(name, step, err):
+    """The one message a failed step ends with: the workspace (or the orphan's VMID), the step, what happened and
+    what to do (``err`` says both)."""
+    if step == 'orphan':
+        return 'Destroying the orphan CT %s failed: %s' % (name, err)
+    if step not in ROLE_STEPS:
+        return 'Workspace %s, %s: %s' % (name, ROLE_LABELS.get(step, step), err)
+    return 'Destroying workspace %s failed at step %d/%d (%s): %s' % (
+        name, ROLE_STEPS.index(step) + 1, len(ROLE_STEPS), ROLE_LABELS[step], err)
+
+
 # Cleanup debt that needs a person is retried rarely; debt that may clear by itself soon.
 OPERATOR_RETRY = 6 * 3600
 SOON_RETRY = 300
@@ -150,10 +166,10 @@ class DestroyFlow(Flow):
             return StepResult(False, '%s: workspace %s is not recorded; nothing to destroy' % (label, self.name))
         if self.ws['status'] == 'destroyed' and self.ws['desired_state'] == 'destroyed':
             return StepResult(False, '%s: already destroyed' % STEP_LABELS[step])
-        if step != 'mark' and self.ws['desired_state'] != 'destroyed':
-            if self.check_mode:
-                return StepResult(True, '%s: would run' % STEP_LABELS[step])
+        if step != 'mark' and self.ws['desired_state'] != 'destroyed' and not self.check_mode:
             raise DestroyError('Workspace %s is not marked for destruction: run the mark step first.' % self.name)
+        # In check mode each step looks at the container and predicts what it would do, as if the steps before it
+        # had run the way they are expected to.
         return getattr(self, 'step_' + step)()
 
     def inspect(self):
@@ -216,6 +232,10 @@ class DestroyFlow(Flow):
         if not power.running:
             return StepResult(False, 'force stop: %s is not running' % label)
         if self.check_mode:
+            if 'shutdown' not in self.tasks:
+                # The shutdown before it is expected to stop the container: it is forced only if that times out.
+                return StepResult(False, 'force stop: not expected: the shutdown stops %s (it is forced only if the '
+                                         'shutdown times out)' % label)
             return StepResult(True, 'force stop: would stop %s' % label)
         self.event('dispatched', 'stop', {'vmid': target.vmid})
         try:

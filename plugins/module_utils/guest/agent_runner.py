@@ -13,7 +13,9 @@ object per line, one answer object per line. Requests (``op``):
               cannot be started, or exits with an error within its first half second, fails the
               brief with the reason and its log's last lines. A repeat of the same brief changes
               nothing (``"already": true``) unless its agent failed, which starts it again; a
-              different brief while the agent works is refused.
+              different brief while the agent works is refused, unless it says ``"replace": true``
+              (a corrected brief): then the agent's process group is stopped (TERM, then KILL after
+              a grace period) and the agent starts again on the new brief.
 ``status``    -> activity, the brief, the agent's pid and exit status, the log's last lines.
 ``activity``  ``{"op": "activity", "state": "blocked"}``: the agent's own hooks report that it
               waits for input or approval (``blocked``) or works again (``active``).
@@ -53,6 +55,8 @@ LOG_TAIL = 20
 ACTIVITIES = ('active', 'idle', 'blocked')
 # An agent that exits with an error this soon after its start did not start.
 START_GRACE = 0.5
+# Seconds a stopped agent has to end after TERM (then KILL), when a corrected brief replaces its brief.
+STOP_GRACE = 5.0
 
 
 def _write_json(path, data):
@@ -191,8 +195,10 @@ class Runner:
         running = self._agent_running()
         if current and dict((k, current.get(k)) for k in brief) == brief and not self._agent_failed():
             return {'ok': True, 'already': True, 'activity': self.activity()}
-        if running:
+        if running and not request.get('replace'):
             return {'ok': False, 'error': 'the agent is still working on an earlier brief'}
+        if running:
+            self._stop_agent()
         argv = [part.replace('{purpose}', purpose) for part in commands[agent]]
         workdir = self.config.get('workdir') or self.state_dir
         env = dict(os.environ, EPHEMERA_RUNNER=os.path.abspath(__file__),
@@ -219,6 +225,21 @@ class Runner:
             return {'ok': False, 'error': 'the agent %r (%s) exited with status %d right after it started; its log '
                                           'ends:\n%s' % (agent, argv[0], code, '\n'.join(self._log_tail()[-10:]))}
         return {'ok': True, 'already': False, 'activity': self.activity(), 'pid': child.pid}
+
+    def _stop_agent(self):
+        """Stop the running agent and everything it started (its own session): TERM, then KILL."""
+        agent = self.state.get('agent_process') or {}
+        pid = agent.get('pid')
+        for signum, grace in ((signal.SIGTERM, STOP_GRACE), (signal.SIGKILL, STOP_GRACE)):
+            try:
+                os.killpg(pid, signum)
+            except OSError:
+                pass
+            deadline = time.time() + grace
+            while time.time() < deadline and self._agent_running():
+                time.sleep(0.05)
+            if not self._agent_running():
+                return
 
     def _agent_failed(self):
         """True when the last agent ended with an error status: the same brief may start it again."""

@@ -139,7 +139,9 @@ def _clone(guest, layout, ssh_user, repo, ref, askpass, git_token, git_username,
     except SshCommandFailed as exc:
         said = '%s' % (exc.details.get('stderr_tail') or exc)
         hint = _credentials_hint(said, git_token)
-        raise GuestError('Cloning %s at %r into %s failed: %s%s' % (repo, ref, layout.checkout, said, hint), step='checkout')
+        raise GuestError('Cloning %s at %r into %s failed: %s%s. Fix the repository, ref or login and run the create '
+                         'again (it goes on at the checkout), or destroy the workspace.'
+                         % (repo, ref, layout.checkout, said.rstrip('.'), hint), step='checkout')
     return result.stdout.split()[-1]
 
 
@@ -220,11 +222,15 @@ def install_runner(guest, layout, ssh_user, agents, timeout=30):
     return True
 
 
-def brief(guest, layout, ssh_user, purpose, agent, agents):
+def brief(guest, layout, ssh_user, purpose, agent, agents, replace=False):
     """Brief the agent with the current agents' command lines; returns the runner's answer (``already`` True when
-    it had this brief and its agent has not failed)."""
+    it had this brief and its agent has not failed). ``replace``: a corrected brief, which stops an agent still
+    working on the earlier one."""
     write_runner_config(guest, layout, agents)
-    answer = runner_call(guest, layout, ssh_user, {'op': 'brief', 'purpose': purpose, 'agent': agent}, timeout=30)
+    request = {'op': 'brief', 'purpose': purpose, 'agent': agent}
+    if replace:
+        request['replace'] = True
+    answer = runner_call(guest, layout, ssh_user, request, timeout=30)
     if not answer.get('ok'):
         raise GuestError('The agent runner refused the brief: %s' % answer.get('error'), step='brief')
     return answer

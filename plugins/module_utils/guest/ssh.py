@@ -78,6 +78,35 @@ def _paramiko():
     return _LIBRARIES['paramiko']
 
 
+KEY_HELP = 'give ssh_private_key (ephemera_ssh_private_key) as the path of the key whose public half the template authorizes'
+
+
+def check_private_key(path):
+    """Refuse a key file that cannot log in anywhere, with what to do: not given, unreadable, a public key, a
+    passphrase-protected key (nothing here can type the passphrase), or not a key paramiko reads."""
+    if not path:
+        raise SshError('No SSH private key is set: %s.' % KEY_HELP)
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+        why = 'it does not exist' if not os.path.exists(path) else 'it is not a readable file'
+        raise SshError('Cannot read the SSH private key %s (%s): %s.' % (path, why, KEY_HELP))
+    paramiko = _paramiko()
+    try:
+        with open(path, 'rb') as key:
+            head = key.read(64)
+    except OSError as exc:
+        raise SshError('Cannot read the SSH private key %s (%s): %s.' % (path, exc.strerror, KEY_HELP))
+    if head.startswith((b'ssh-', b'ecdsa-', b'sk-')):
+        raise SshError('%s is a public key: give the private half (usually the same path without .pub).' % path)
+    try:
+        paramiko.PKey.from_path(path)
+    except paramiko.PasswordRequiredException:
+        raise SshError('The SSH private key %s is protected by a passphrase, which no step can type: give a key '
+                       'without one (a key kept for workspaces, in a vault or an AWX Machine credential).' % path)
+    except (paramiko.SSHException, ValueError, OSError) as exc:
+        raise SshError('%s is not an SSH private key (OpenSSH or PEM; RSA, ECDSA or Ed25519): %s; %s.'
+                       % (path, exc, KEY_HELP))
+
+
 class Guest:
     """One SSH session to a guest."""
 
@@ -94,8 +123,7 @@ class Guest:
         self.attempts = 1
         self._client = None
         if key_file and not os.access(key_file, os.R_OK):
-            raise SshError('Cannot read the SSH private key %s: give ssh_private_key as the path of the key whose public '
-                           'half the template authorizes.' % key_file)
+            raise SshError('Cannot read the SSH private key %s: %s.' % (key_file, KEY_HELP))
 
     @property
     def where(self):

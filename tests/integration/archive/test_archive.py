@@ -55,6 +55,16 @@ def journal_facts(workspace):
     return json.loads(row[0]), actions
 
 
+def queue_states(workspace):
+    """(kind, state) of the workspace's queue entries, oldest first."""
+    conn = sqlite3.connect(workspace['journal'])
+    try:
+        return [tuple(r) for r in conn.execute('SELECT kind, state FROM queue WHERE target = ? ORDER BY id',
+                                               (workspace['name'],))]
+    finally:
+        conn.close()
+
+
 def remote_branch(workspace):
     out = git(workspace['origin'], 'for-each-ref', '--format=%(objectname)', 'refs/heads/ephemera/' + workspace['name'])
     return out.decode().strip() or None
@@ -105,7 +115,9 @@ def test_unwritable_archive_directory_is_refused_before_anything(workspace, work
     assert rc != 0
     failed = tasks['Archive the work of %s' % workspace['name']]
     assert failed.get('failed') and blocked in failed['msg'] and 'archive directory' in failed['msg'], failed
-    assert 'Queue: record the failure' in tasks
+    # The step recorded its operation's failure itself: no rescue task said it again.
+    assert [name for name, result in tasks.items() if result.get('failed')] == ['Archive the work of %s' % workspace['name']]
+    assert queue_states(workspace)[-1] == ('archive', 'failed')
     # A file where the directory should be: the same clear refusal, from the engine.
     not_a_dir = os.path.join(workspace['base'], 'a-file')
     write(not_a_dir, b'')

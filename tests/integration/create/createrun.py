@@ -32,13 +32,6 @@ class CreateRun(Run):
         return dict((int(name.split('/', 1)[0]), result) for name, result in self.results(host)
                     if name[:1].isdigit() and '/13 ' in name)
 
-    def failure(self, host='localhost'):
-        """(task name, result) of the first task that failed for ``host`` (not the rescue's closing fail)."""
-        for name, result in self.failures(host):
-            if not name.startswith('Fail the run'):
-                return name, result
-        return None, None
-
     def report(self, host='localhost'):
         for name, result in self.results(host):
             if name.startswith('Report '):

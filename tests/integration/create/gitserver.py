@@ -64,6 +64,9 @@ class GitHttpServer:
         expected = 'Basic ' + base64.b64encode(('%s:%s' % (user, token)).encode()).decode()
         backend = os.path.join(git('--exec-path'), 'git-http-backend')
         self.attempts = []
+        # True: a fetch (what a clone asks after it listed the refs) is answered 500, as a forge in trouble does;
+        # listing the refs (git ls-remote) still works.
+        self.refuse_fetch = False
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -88,6 +91,11 @@ class GitHttpServer:
                 path, dummy, query = self.path.partition('?')
                 length = int(self.headers.get('Content-Length') or 0)
                 body = self.rfile.read(length) if length else b''
+                if server.refuse_fetch and (b'command=fetch' in body or b'want ' in body):
+                    self.send_response(500)
+                    self.send_header('Content-Length', '0')
+                    self.end_headers()
+                    return
                 env = dict(os.environ, GIT_PROJECT_ROOT=server.root, GIT_HTTP_EXPORT_ALL='1', PATH_INFO=path,
                            QUERY_STRING=query, REQUEST_METHOD=self.command, REMOTE_USER=user,
                            CONTENT_TYPE=self.headers.get('Content-Type', ''), CONTENT_LENGTH=str(len(body)))

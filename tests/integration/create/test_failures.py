@@ -145,27 +145,30 @@ def test_ssh_that_never_comes_up_fails_the_run_and_the_workspace_is_never_ready(
 
 def test_repository_clone_failed_the_git_credentials_are_removed_and_the_workspace_failed(
         controller, repo, git_server, git_token):
-    name = 'bad-ref'
-    branch = 'not-pushed-yet'
-    request = request_vars(git_server.url_of(repo.bare), name, ref=branch, git_token=git_token, git_username=GIT_USER)
+    name = 'bad-fetch'
+    request = request_vars(git_server.url_of(repo.bare), name, ref='feature', git_token=git_token, git_username=GIT_USER)
     attempts = len(git_server.attempts)
-    run = controller.create(request)
+    # The repository answers the request check (it lists its refs), then fails the clone's fetch.
+    git_server.refuse_fetch = True
+    try:
+        run = controller.create(request)
+    finally:
+        git_server.refuse_fetch = False
     assert not run.ok and run.failure()[0].startswith('10/13'), run.explain()
     ws = controller.workspace(name)
     assert (ws['status'], ws['failure']['step']) == ('failed', 'checkout')
-    assert branch in ws['failure']['message']
-    # git got in with the token (the repository was cloned), then the ref was missing.
+    assert '500' in ws['failure']['message'] and 'run the create again' in ws['failure']['message']
+    # git got in with the token (the refs were listed), then the fetch failed.
     assert True in git_server.attempts[attempts:]
     guests = os.path.dirname(os.path.dirname(controller.guest_root(ws['vmid'])))
     assert files_containing(guests, git_token) == []
     assert os.listdir(os.path.join(controller.guest_root(ws['vmid']), 'var', 'lib', 'ephemera', 'tmp')) == []
     assert git_token not in run.output
-    # Someone pushes the branch; the rerun checks it out.
-    head = repo.push_branch(branch)
+    # The forge is well again; the rerun checks the ref out.
     rerun = controller.create(request)
     ws = assert_one_ready(controller, name, rerun)
     checkout = os.path.join(controller.guest_root(ws['vmid']), 'workspace', 'repo')
-    assert git('rev-parse', 'HEAD', cwd=checkout) == head
+    assert git('rev-parse', 'HEAD', cwd=checkout) == repo.feature_head
     assert files_containing(guests, git_token) == []
 
 

@@ -121,11 +121,11 @@ def test_a_second_request_with_other_parameters_is_refused_and_changes_nothing(k
     ws = keyed.workspace('keyed')
     state = keyed.cluster_state()
     entries = keyed.queue_entries('keyed')
-    run = keyed.create(dict(request_vars(repo.url, 'keyed'), purpose='Something else', ref='feature'))
+    run = keyed.create(dict(request_vars(repo.url, 'keyed'), ephemera_full_clone=True, ref='feature'))
     assert not run.ok and run.failure()[0] == 'Check the request for keyed'
     message = run.failure()[1]['msg']
     assert "A workspace named 'keyed' exists with other parameters" in message
-    assert "purpose: 'Add a farewell next to greet', not 'Something else'" in message and "ref: 'main', not" in message
+    assert "full_clone: False, not True" in message and "ref: 'main', not 'feature'" in message
     assert keyed.workspace('keyed')['generation'] == ws['generation'] and keyed.cluster_state() == state
     assert keyed.queue_entries('keyed') == entries
 

@@ -5,6 +5,7 @@ checkout, runner, brief) need real guests and are run by tests/integration.
 """
 
 import os
+import subprocess
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import PveClient
@@ -28,6 +29,9 @@ class Site:
         self.pve = fakepve
         self.cafile = cafile
         self.journal_path = os.path.join(str(directory), 'journal.sqlite')
+        # The request step refuses a key file that cannot log in: a real one (the guest steps are not run here).
+        self.key_path = os.path.join(str(directory), 'id_ed25519')
+        subprocess.run(['ssh-keygen', '-q', '-t', 'ed25519', '-N', '', '-f', self.key_path], check=True)
         self.clients = []
         self.provider = self.make_provider(SECRET)
         fakepve.add_ct(TEMPLATE, 'tpl', template=True, config={
@@ -48,7 +52,8 @@ class Site:
 
     def create_params(self, name, **changes):
         params = defaults(workspace_create.argument_spec())
-        params.update(name=name, template=TEMPLATE, repo='https://git.example.com/app.git', purpose='fix it',
+        # A path: the request step asks only a URL the controller could reach whether it answers.
+        params.update(name=name, template=TEMPLATE, repo='/srv/git/app.git', purpose='fix it', ssh_private_key=self.key_path,
                       agents={'claude-code': ['claude', '{purpose}']}, address_mode='static',
                       address_range='127.0.77.10-127.0.77.20', address_prefix=8, task_timeout=30, lock_timeout=5,
                       address_timeout=2)

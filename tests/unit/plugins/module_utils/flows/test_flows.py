@@ -316,9 +316,13 @@ def test_destroy_in_check_mode_changes_nothing(site):
     vmid = made(site, 'd2')
     before, record = len(site.changes_sent()), ws(site, 'd2')
     results = destroy(site, 'd2', check_mode=True)
-    assert results[0].msg == 'mark destroying: would mark d2' and all(r.changed for r in results)
+    assert results[0].msg == 'mark destroying: would mark d2'
     assert len(site.changes_sent()) == before and ws(site, 'd2')['generation'] == record['generation']
     assert site.pve.ct(vmid).status == 'running'
+    # The prediction is the real run's: the shutdown stops the container, so the forced stop has nothing to do.
+    assert results[2].msg.startswith('force stop: not expected')
+    real = destroy(site, 'd2')
+    assert [r.changed for r in results] == [r.changed for r in real] == [True, True, False, True, True]
 
 
 @pytest.mark.parametrize('description, verdict', [
@@ -452,7 +456,7 @@ def test_reconcile_without_a_journal_record_reports_our_container_as_an_orphan(s
 # ------------------------------------------------------------------------------------ diff mode, in-process
 
 def test_the_configure_task_returns_its_diff_with_diff_mode(site):
-    args = dict(site.connection(), name='m1', template=TEMPLATE, repo='https://git.example.com/app.git',
+    args = dict(site.connection(), name='m1', template=TEMPLATE, repo='/srv/git/app.git', ssh_private_key=site.key_path,
                 purpose='p', address_mode='static', address_range='127.0.78.10-127.0.78.12', address_prefix=8)
     for step in ('request', 'vmid', 'clone', 'wait_clone'):
         assert not run_in_process('workspace_create', dict(args, step=step)).get('failed')

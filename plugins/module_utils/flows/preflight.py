@@ -1,0 +1,107 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the request step can check from the controller before anything is cloned: does the repository answer?
+
+``git ls-remote`` from the controller tells, for a repository the controller can reach, whether it
+exists, whether the login (``git_token``) is let in, and whether the ref is a branch or tag of it.
+Only answers that would fail the guest's checkout too refuse the request: a controller that cannot
+reach the repository (another network, a proxy, a file path or an SSH URL, which only the guest can
+use) does not know, and says so.
+
+The token never reaches a command line or a file: git asks a helper script for it, and the script
+reads it from its environment.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from urllib.parse import urlsplit
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+
+# Schemes the controller asks itself; file paths and SSH URLs are reached with the guest's keys and file system.
+PROBED_SCHEMES = ('https', 'http', 'git')
+TIMEOUT = 20
+COMMIT = re.compile(r'^[0-9a-f]{7,40}$')
+# What git says when the repository answered and refused: the guest's checkout would fail the same way.
+MISSING = ('not found', 'does not appear to be a git repository', 'does not exist', 'repository not found')
+LOGIN = ('authentication failed', 'could not read username', 'could not read password', 'returned error: 401',
+         'returned error: 403', 'access denied')
+ASKPASS = """#!/bin/sh
+case "$1" in
+    [Uu]sername*) printf '%s\\n' "$EPHEMERA_PROBE_USERNAME" ;;
+    *) printf '%s\\n' "$EPHEMERA_PROBE_TOKEN" ;;
+esac
+"""
+
+
+class RepositoryRefused(EphemeraError):
+    """The repository answered, and the checkout in the guest would fail: the request is refused."""
+
+
+class Verdict:
+    """``checked``: the repository answered and has the ref; otherwise ``note`` says why a URL the controller
+    asked could not be checked (empty for a file path or SSH URL, which it does not ask)."""
+
+    def __init__(self, checked, note=''):
+        self.checked = checked
+        self.note = note
+
+
+def probe_repository(url, ref, token=None, username='git', timeout=TIMEOUT):
+    """Ask ``url`` for ``ref`` with ``git ls-remote`` from the controller: a Verdict, or RepositoryRefused."""
+    scheme = urlsplit(url).scheme if '://' in url else ''
+    if scheme not in PROBED_SCHEMES:
+        # Only the guest can use it (its own keys, its own file system): nothing to say.
+        return Verdict(False)
+    git = shutil.which('git')
+    if git is None:
+        return Verdict(False, 'repository not checked: git is not installed on the controller')
+    commit = bool(COMMIT.match(ref))
+    scratch = tempfile.mkdtemp(prefix='ephemera-probe-')
+    try:
+        env = dict((k, v) for k, v in os.environ.items() if not k.startswith('GIT_'))
+        env.update(GIT_TERMINAL_PROMPT='0', GIT_CONFIG_NOSYSTEM='1', GIT_CONFIG_GLOBAL=os.devnull, LC_ALL='C')
+        if token:
+            askpass = os.path.join(scratch, 'askpass')
+            with open(os.open(askpass, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700), 'w') as out:
+                out.write(ASKPASS)
+            env.update(GIT_ASKPASS=askpass, EPHEMERA_PROBE_USERNAME=username or 'git', EPHEMERA_PROBE_TOKEN=token)
+        # A commit id cannot be asked for by name: then only the repository is checked.
+        argv = [git, '-c', 'credential.helper=', 'ls-remote', '--exit-code', url] + (['HEAD'] if commit else [ref])
+        try:
+            proc = subprocess.run(argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                                  text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return Verdict(False, 'repository not checked: %s did not answer the controller within %d s' % (url, timeout))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    said = _said(proc.stderr, token)
+    if proc.returncode == 0:
+        return Verdict(True)
+    if proc.returncode == 2 and not commit:
+        raise RepositoryRefused('Ref %r is neither a branch nor a tag of %s (git ls-remote from the controller found '
+                                'none): give an existing branch, tag or commit id as ref.' % (ref, url), step='request')
+    lowered = said.lower()
+    if any(word in lowered for word in LOGIN):
+        raise RepositoryRefused('Repository %s refused the login %s (git ls-remote from the controller: %s): give '
+                                'git_token (and git_username) that can read it.'
+                                % (url, 'with the given git_token' if token else 'without a git_token', said),
+                                step='request')
+    if any(word in lowered for word in MISSING):
+        raise RepositoryRefused('Repository %s does not exist (git ls-remote from the controller: %s): check the URL.'
+                                % (url, said), step='request')
+    return Verdict(False, 'repository not checked: the controller cannot reach it (%s)' % said)
+
+
+def _said(stderr, token):
+    """git's last message line, without the token should it appear."""
+    lines = [line.strip() for line in (stderr or '').splitlines() if line.strip()]
+    text = lines[-1] if lines else 'no message'
+    return text.replace(token, '********') if token else text

@@ -94,8 +94,7 @@ def test_a_role_numbers_its_steps_once_each_in_order(role):
             if 'name' in task:
                 yield task['name']
             for key in ('block', 'rescue', 'always'):
-                for name in names(task.get(key)):
-                    yield name
+                yield from names(task.get(key))
     numbered = [re.match(r'^(\d+)/(\d+) ', name) for name in names(tasks)]
     numbered = [(int(m.group(1)), int(m.group(2))) for m in numbered if m]
     if numbered:

@@ -77,7 +77,7 @@ def probe_repository(url, ref, token=None, username='git', timeout=TIMEOUT):
         argv = [git, '-c', 'credential.helper=', 'ls-remote', '--exit-code', url] + (['HEAD'] if commit else [ref])
         try:
             proc = subprocess.run(argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, timeout=timeout)
+                                  text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             return Verdict(False, 'repository not checked: %s did not answer the controller within %d s' % (url, timeout))
     finally:

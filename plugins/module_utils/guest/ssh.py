@@ -99,7 +99,8 @@ def check_private_key(path):
         raise SshError('%s is a public key: give the private half (usually the same path without .pub).' % path)
     try:
         paramiko.PKey.from_path(path)
-    except paramiko.PasswordRequiredException:
+    except (paramiko.PasswordRequiredException, TypeError):
+        # paramiko's own exception, or the TypeError ("password-protected") of the cryptography package it uses.
         raise SshError('The SSH private key %s is protected by a passphrase, which no step can type: give a key '
                        'without one (a key kept for workspaces, in a vault or an AWX Machine credential).' % path)
     except (paramiko.SSHException, ValueError, OSError) as exc:

@@ -64,7 +64,7 @@ def test_a_corrected_purpose_briefs_the_agent_again_and_a_rerun_of_it_changes_no
     first = runner(ready, 'rebrief', {'op': 'status'})
     assert first['brief']['purpose'] == 'Add a farewell' and first['agent_process']['ended_at'] is None
     old_pid = first['agent_process']['pid']
-    corrected = dict(ready.request, purpose='Add a farewell function with "bye" and a test')
+    corrected = dict(ready.request, purpose='Add a farewell function named bye, with a test')
     run = ready.create(corrected)
     assert run.ok, run.explain()
     steps = run.step_results()
@@ -102,7 +102,8 @@ def test_a_key_at_another_path_is_a_setting_of_the_run_not_a_change(ready, tmp_p
     assert run.ok and run.stats()['changed'] == 0, run.explain()
     after = ready.workspace('rebrief')
     assert after['params']['ssh_key_path'] == moved
-    assert [e['action'] for e in ready.events('rebrief')][-1] == 'connection'
+    recorded = [e for e in ready.events('rebrief') if e['action'] == 'connection']
+    assert [e['detail'] for e in recorded] == [{'changed': ['ssh_key_path']}]
 
 
 def ssh_keygen(path, passphrase=''):

@@ -91,6 +91,24 @@ options:
     description:
       - Besides its meaning for O(compose), O(groups) and O(keyed_groups), make an unreachable cluster an error
         instead of a warning.
+  known_hosts_file:
+    description:
+      - The known-hosts file that holds the SSH host keys the create flow recorded for the workspaces (at its ssh
+        step). Every workspace host with a recorded key gets C(ansible_ssh_common_args) set to
+        C(-o UserKnownHostsFile=<this file> -o StrictHostKeyChecking=yes), so SSH verifies the key and refuses a
+        guest that presents another.
+      - It holds the key of every workspace of the journal that has one, an address, and a container not known to
+        be stopped or gone, whatever O(filters) selects, so inventories of one journal with other filters agree on
+        it. It is rewritten (atomically, mode 0600) only when that changes.
+      - By default one file per journal, named after a hash of the journal's path, in
+        C($XDG_CACHE_HOME/ephemera/known_hosts/), else C(~/.cache/ephemera/known_hosts/); that directory is made
+        (0700) when missing. A file given here must be in an existing directory.
+      - When it cannot be written (a read-only home, say), the hosts are listed all the same, without those SSH
+        options, and a warning names the file; set this option to a file in a writable directory to verify the
+        keys.
+    type: path
+    env:
+      - name: EPHEMERA_KNOWN_HOSTS
 '''
 
 EXAMPLES = r'''
@@ -120,8 +138,10 @@ cache_timeout: 300
 '''
 
 import difflib
+import hashlib
 import os
 import re
+import shlex
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.errors import AnsibleParserError
@@ -129,9 +149,14 @@ from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructa
 from ansible.utils.unsafe_proxy import wrap_var
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.durable import write_durable
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import STEPS
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import WORKSPACE_STATUSES, Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import (
+    WORKSPACE_STATUSES,
+    Journal,
+    resolve_path,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
     NotFound,
     ProviderError,
@@ -151,7 +176,8 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.prox
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 
-SNAPSHOT_VERSION = 1
+# 2: workspaces carry their recorded SSH host key and private key path.
+SNAPSHOT_VERSION = 2
 CONNECTION_OPTIONS = ('api_host', 'api_port', 'api_user', 'api_password', 'api_token_id', 'api_token_secret',
                       'validate_certs', 'ca_file', 'request_timeout')
 FILTER_KEYS = ('status', 'node', 'tag')
@@ -163,6 +189,12 @@ _TAG_SPLIT = re.compile(r'[;,\s]+')
 # Jinja's delimiters all start with a brace: a string without one cannot hold a template.
 _TEMPLATE_CHARS = re.compile(r'[{}]')
 _UNSAFE_GROUP_CHARS = re.compile(r'[^A-Za-z0-9_]')
+# What may go into a known-hosts line: an address (IPv4, IPv6, DNS name) and a key as "<type> <base64>". Anything else
+# in a journal record is left out rather than written into the file.
+_KNOWN_HOSTS_ADDRESS = re.compile(r'^[A-Za-z0-9._:-]+$')
+_HOST_KEY = re.compile(r'^[A-Za-z0-9@._+-]+ [A-Za-z0-9+/]+={0,2}$')
+# Live states in which the workspace's container cannot be the one answering at its address.
+NOT_RUNNING = ('absent', 'stopped', 'mismatch')
 
 
 # ------------------------------------------------------------------------------------ pure logic
@@ -275,6 +307,8 @@ def workspace_entry(record, debts, operation):
         'agent_user': params.get('agent_user') or 'agent',
         'ssh_user': params.get('ssh_user') or 'root',
         'ssh_port': int(params.get('ssh_port') or 22),
+        'ssh_private_key_file': params.get('ssh_key_path'),
+        'host_key': (record.get('facts') or {}).get('host_key'),
         'pool': params.get('pool'),
         'lock': None,
         'tags': sorted(set(['ephemera'] + as_list(params.get('tags')))),
@@ -367,11 +401,77 @@ def wanted(entry, filters, orphan=False):
     return all(tag in entry['tags'] for tag in tags)
 
 
+def known_hosts_name(address, port):
+    """How a known-hosts file names an SSH endpoint: the address, or ``[address]:port`` for a port other than 22."""
+    return address if int(port) == 22 else '[%s]:%d' % (address, int(port))
+
+
+def known_hosts(workspaces):
+    """The pinned SSH endpoints of the workspaces: ``({endpoint: host key}, {endpoint: [workspace names]})``.
+
+    The second dict holds the endpoints that workspaces record different keys for; they are pinned to none, so
+    that neither key passes for the other machine. Only workspaces that have a recorded key and address and whose
+    container is not known to be stopped or gone count.
+    """
+    seen = {}
+    for ws in workspaces:
+        key, address = ws.get('host_key'), ws.get('address')
+        if not key or not address or ws['status'] == 'destroyed' or ws['live_status'] in NOT_RUNNING:
+            continue
+        if not _HOST_KEY.match(key) or not _KNOWN_HOSTS_ADDRESS.match(address):
+            continue
+        seen.setdefault(known_hosts_name(address, ws['ssh_port']), []).append((ws['name'], key))
+    pinned, conflicts = {}, {}
+    for endpoint, claims in seen.items():
+        keys = set(key for _name, key in claims)
+        if len(keys) == 1:
+            pinned[endpoint] = keys.pop()
+        else:
+            conflicts[endpoint] = sorted(name for name, _key in claims)
+    return pinned, conflicts
+
+
+def known_hosts_text(pinned, journal_path):
+    lines = ['# SSH host keys recorded in the journal %s; written by the ephemera.workspaces.workspaces inventory.'
+             % journal_path]
+    lines.extend('%s %s' % (endpoint, pinned[endpoint]) for endpoint in sorted(pinned))
+    return '\n'.join(lines) + '\n'
+
+
+def default_known_hosts_file(journal_path):
+    """``$XDG_CACHE_HOME/ephemera/known_hosts/<hash of the journal path>``, else under ``~/.cache``."""
+    base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
+    return os.path.join(base, 'ephemera', 'known_hosts', hashlib.sha256(journal_path.encode('utf-8')).hexdigest()[:16])
+
+
+def ssh_common_args(known_hosts_file):
+    """``ansible_ssh_common_args`` that make SSH verify a host's key against ``known_hosts_file`` alone."""
+    value = known_hosts_file.replace('%', '%%')  # ssh expands %-tokens in the file name
+    if re.search(r'\s', value):
+        value = '"%s"' % value
+    return '-o %s -o StrictHostKeyChecking=yes' % shlex.quote('UserKnownHostsFile=' + value)
+
+
+def write_known_hosts(path, text, make_directory):
+    """Write ``text`` to ``path`` (atomically, 0600) unless it holds it already; True if it was written."""
+    try:
+        with open(path) as existing:
+            if existing.read() == text:
+                return False
+    except (IOError, OSError):
+        pass
+    directory = os.path.dirname(path)
+    if make_directory and not os.path.isdir(directory):
+        os.makedirs(directory, 0o700)
+    write_durable(path, text, 0o600)
+    return True
+
+
 def workspace_vars(ws):
     """The host variables of a workspace, without the prefix."""
     names = ('name', 'status', 'activity', 'desired_state', 'vmid', 'candidate_vmid', 'node', 'step', 'operation',
              'repo', 'ref', 'purpose', 'created_at', 'updated_at', 'last_failure', 'cleanup_debt', 'address',
-             'address_source', 'agent_user', 'ssh_user', 'ssh_port', 'live_status', 'lock', 'pool', 'tags')
+             'address_source', 'agent_user', 'ssh_user', 'ssh_port', 'host_key', 'live_status', 'lock', 'pool', 'tags')
     out = dict((k, ws.get(k)) for k in names)
     out['marker'] = ws.get('marker')
     return out
@@ -602,21 +702,54 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     # ---------------------------------------------------------------------------- inventory
 
+    def _known_hosts(self, snapshot):
+        """Write the known-hosts file; the SSH options of the hosts with a recorded key, or None without a usable file.
+
+        A host whose key the file does not pin (its container is stopped, or another workspace records another key
+        at its address) gets them too: SSH then refuses it rather than trust whatever answers there.
+        """
+        pinned, conflicts = known_hosts(snapshot['workspaces'])
+        if conflicts:
+            self.display.warning('%s: %s' % (self._path, '; '.join(
+                'workspaces %s record different SSH host keys for %s, which is pinned to neither' % (
+                    ', '.join(names), endpoint) for endpoint, names in sorted(conflicts.items()))))
+        if not any(ws.get('host_key') for ws in snapshot['workspaces']):
+            return None
+        journal_path = resolve_path(self.get_option('journal_path'))
+        given = self.get_option('known_hosts_file')
+        path = os.path.abspath(os.path.expanduser(given)) if given else default_known_hosts_file(journal_path)
+        try:
+            write_known_hosts(path, known_hosts_text(pinned, journal_path), make_directory=not given)
+        except (IOError, OSError) as exc:
+            self.display.warning(
+                '%s: cannot write the known-hosts file %s (%s). The workspaces are listed without the SSH options that '
+                'verify their host keys, so ansible and ansible-playbook cannot connect with host key checking on. Set '
+                'the option known_hosts_file (or EPHEMERA_KNOWN_HOSTS) to a file in a directory this user can write.'
+                % (self._path, path, exc.strerror or exc))
+            return None
+        return ssh_common_args(path)
+
     def _populate(self, snapshot):
         prefix = self.get_option('hostvar_prefix')
         gprefix = self.get_option('group_prefix')
         filters = self.get_option('filters') or {}
         strict = self.get_option('strict')
+        ssh_args = self._known_hosts(snapshot)
         all_group = self.inventory.add_group(gprefix + 'workspaces')
         for ws in snapshot['workspaces']:
             if not wanted(ws, filters):
                 continue
             host = self.inventory.add_host(make_unsafe(ws['name']), group=all_group)
             hostvars = dict((prefix + k, v) for k, v in workspace_vars(ws).items())
-            hostvars['ansible_user'] = ws['agent_user']
+            # The login the create flow proved: the request's SSH user with its key.
+            hostvars['ansible_user'] = ws['ssh_user']
             hostvars['ansible_port'] = ws['ssh_port']
+            if ws['ssh_private_key_file']:
+                hostvars['ansible_ssh_private_key_file'] = ws['ssh_private_key_file']
             if ws['address']:
                 hostvars['ansible_host'] = ws['address']
+            if ssh_args and ws['host_key']:
+                hostvars['ansible_ssh_common_args'] = ssh_args
             hostvars = make_unsafe(hostvars)
             for key, value in hostvars.items():
                 self.inventory.set_variable(host, key, value)

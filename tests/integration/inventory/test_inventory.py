@@ -116,7 +116,7 @@ def inventory(tmp_path):
         with open(path, 'w') as f:
             f.write(config if isinstance(config, str) else json.dumps(config))
         environ = dict(ANSIBLE_INVENTORY_UNPARSED_FAILED='1', ANSIBLE_HOME=str(tmp_path / 'home'),
-                       ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'))
+                       ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'), XDG_CACHE_HOME=str(tmp_path / 'cache'))
         environ.update(env or {})
         default_args = ['--list'] if command == 'ansible-inventory' else []
         run = run_ansible([command, '-i', path] + list(args or default_args), timeout=180, env=environ, callback=None,
@@ -186,6 +186,9 @@ def test_groups_and_variables_of_ready_failed_destroying_and_orphans(site, inven
     ready = hv['ws-ready']
     assert (ready['ansible_host'], ready['ansible_user'], ready['ansible_port']) == (
         site.addresses['ws-ready'], site.info['ssh_user'], site.info['ssh_port'])
+    assert ready['ansible_ssh_private_key_file'] == site.info['ssh_private_key']
+    assert ready['ansible_ssh_common_args'].endswith('-o StrictHostKeyChecking=yes')
+    assert ready['ephemera_host_key'].startswith('ssh-ed25519 ')
     assert (ready['ephemera_status'], ready['ephemera_live_status'], ready['ephemera_step']) == ('ready', 'running', None)
     assert (ready['ephemera_vmid'], ready['ephemera_node'], ready['ephemera_pool']) == (
         site.vmids['ws-ready'], site.info['template_node'], site.info['pool'])
@@ -221,6 +224,71 @@ def test_groups_and_variables_of_ready_failed_destroying_and_orphans(site, inven
     for group, members in data.items():
         if group not in ('_meta', 'all', 'orphans'):
             assert not [h for h in members.get('hosts', []) if h.startswith('orphan-')], group
+
+
+def adhoc(site, tmp_path, journal_path, pattern, *args):
+    """``ansible -i <inventory> <pattern> <args>`` as the documentation shows it: no SSH option, key or known-hosts
+    file of the caller's, host key checking on (whatever the environment of the tests says). The Run, its JSON
+    output read, and the known-hosts file the inventory wrote."""
+    known_hosts = str(tmp_path / 'known_hosts')
+    path = str(tmp_path / 'adhoc.workspaces.yml')
+    with open(path, 'w') as f:
+        f.write(json.dumps(config(site, journal_path=journal_path, known_hosts_file=known_hosts)))
+    # SSH reuses a persistent master connection to the same host, port and user without checking the key again:
+    # each test has its own, so that one test's verified connection does not stand in for another's.
+    env = dict(ANSIBLE_HOST_KEY_CHECKING='True', ANSIBLE_INVENTORY_UNPARSED_FAILED='1',
+               ANSIBLE_HOME=str(tmp_path / 'home'), ANSIBLE_LOCAL_TEMP=str(tmp_path / 'tmp'),
+               ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / 'cp'), XDG_CACHE_HOME=str(tmp_path / 'cache'))
+    run = run_ansible(['ansible', '-i', path, pattern] + list(args), timeout=180, env=env,
+                      unset=('PROXMOX_', 'EPHEMERA_', 'ANSIBLE_HOST_KEY_CHECKING', 'ANSIBLE_SSH_',
+                             'ANSIBLE_PRIVATE_KEY_FILE', 'ANSIBLE_REMOTE_USER'))
+    return run, known_hosts
+
+
+def host_result(run, host):
+    [(_task, result)] = run.results(host)
+    return result
+
+
+def test_adhoc_commands_reach_the_workspaces_with_host_key_checking_on(site, tmp_path):
+    live = ['ws-broken', 'ws-ready']  # both got past the ssh step: their host keys are recorded
+    with Journal.open(site.journal_path, create=False) as journal:
+        keys = dict((name, journal.get_workspace(name)['facts']['host_key']) for name in live)
+
+    run, known_hosts = adhoc(site, tmp_path, site.journal_path, 'workspaces:!status_destroying', '-m',
+                             'ansible.builtin.ping')
+    assert run.ok, run.explain()
+    for name in live:
+        assert host_result(run, name)['ping'] == 'pong', run.explain()
+    # The file pins exactly the recorded keys, at the address and port Ansible connects to.
+    with open(known_hosts) as f:
+        lines = [line for line in f.read().splitlines() if not line.startswith('#')]
+    port = site.info['ssh_port']
+    endpoint = (lambda address: address) if port == 22 else (lambda address: '[%s]:%d' % (address, port))
+    assert sorted(lines) == sorted('%s %s' % (endpoint(site.addresses[name]), keys[name]) for name in live)
+    assert os.stat(known_hosts).st_mode & 0o777 == 0o600
+
+    run, _known_hosts = adhoc(site, tmp_path, site.journal_path, 'workspaces:!status_destroying', '-m',
+                              'ansible.builtin.command', '-a', 'printenv LOCALPVE_VMID')
+    assert run.ok, run.explain()
+    for name in live:
+        assert host_result(run, name)['stdout'] == str(site.vmids[name])
+
+
+def test_a_guest_whose_key_is_not_the_recorded_one_fails_host_key_verification(site, tmp_path):
+    journal_path = copy_journal(site, tmp_path)
+    subprocess.run(['ssh-keygen', '-q', '-t', 'ed25519', '-N', '', '-f', str(tmp_path / 'other')], check=True)
+    other = ' '.join((tmp_path / 'other.pub').read_text().split()[:2])
+    with Journal.open(journal_path, create=False) as journal:
+        record = journal.get_workspace('ws-ready')
+        assert record['facts']['host_key'] != other
+        journal.update_workspace('ws-ready', record['generation'], facts=dict(record['facts'], host_key=other))
+
+    run, _known_hosts = adhoc(site, tmp_path, journal_path, 'ws-ready:ws-broken', '-m', 'ansible.builtin.ping')
+    assert not run.ok
+    refused = host_result(run, 'ws-ready')
+    assert refused.get('unreachable') and 'Host key verification failed' in refused['msg'], run.explain()
+    assert host_result(run, 'ws-broken')['ping'] == 'pong', run.explain()
 
 
 def test_a_listed_workspace_is_reachable_over_ssh(site, inventory):

@@ -67,7 +67,7 @@ DAMAGED_PLAY = '''
 
 def read_only_mounts_work():
     probe = subprocess.run([UNSHARE, '--mount', '--propagation', 'private', 'mount', '--bind', '/', '/mnt'],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     return probe.returncode == 0
 
 
@@ -174,13 +174,34 @@ def test_info_queue_info_and_lookup_read_a_journal_on_a_read_only_file_system(jo
 def test_inventory_lists_a_journal_on_a_read_only_file_system(journal_dir, tmp_path):
     directory, path = journal_dir
     before = contents(directory)
-    run = run_reader(['ansible-inventory', '-i', inventory_file(tmp_path, path), '--list'], tmp_path,
-                     read_only=directory, callback=None)
+    known_hosts = str(tmp_path / 'known_hosts')
+    run = run_reader(['ansible-inventory', '-i', inventory_file(tmp_path, path, known_hosts_file=known_hosts),
+                      '--list'], tmp_path, read_only=directory, callback=None)
     assert run.ok, run.explain()
     assert sorted(run.data['workspaces']['hosts']) == ['ws-a', 'ws-b', 'ws-c']
     assert sorted(run.data['status_ready']['hosts']) == ['ws-a', 'ws-b']
     ws_a = plain(run.data['_meta']['hostvars']['ws-a'])
-    assert (ws_a['ansible_host'], ws_a['ansible_port'], ws_a['ephemera_purpose']) == ('127.0.0.7', 2222, 'fix it')
+    assert (ws_a['ansible_host'], ws_a['ansible_port'], ws_a['ansible_user'], ws_a['ansible_ssh_private_key_file']) == (
+        '127.0.0.7', 2222, 'root', '/keys/id_ed25519')
+    assert ws_a['ansible_ssh_common_args'] == '-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes' % known_hosts
+    with open(known_hosts) as f:
+        assert f.read().splitlines()[1:] == ['[127.0.0.7]:2222 ' + HOST_KEY]
+    assert os.stat(known_hosts).st_mode & 0o777 == 0o600
+    assert contents(directory) == before
+
+
+def test_inventory_whose_known_hosts_file_cannot_be_written_still_lists_and_says_what_to_set(journal_dir, tmp_path):
+    directory, path = journal_dir
+    before = contents(directory)
+    known_hosts = os.path.join(directory, 'known_hosts')
+    run = run_reader(['ansible-inventory', '-i', inventory_file(tmp_path, path, known_hosts_file=known_hosts),
+                      '--list'], tmp_path, read_only=directory, callback=None)
+    assert run.ok, run.explain()
+    assert sorted(run.data['workspaces']['hosts']) == ['ws-a', 'ws-b', 'ws-c']
+    assert 'ansible_ssh_common_args' not in run.data['_meta']['hostvars']['ws-a']
+    text = ' '.join(run.output.split())
+    assert 'cannot write the known-hosts file %s' % known_hosts in text
+    assert 'known_hosts_file (or EPHEMERA_KNOWN_HOSTS)' in text
     assert contents(directory) == before
 
 

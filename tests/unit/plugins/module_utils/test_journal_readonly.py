@@ -163,7 +163,8 @@ def test_reader_of_a_schema_1_journal_reads_it_without_migrating(tmp_path):
         ready = j.get_workspace('fx-ready')
     assert ready['status'] == 'ready' and ready['provider'] == 'proxmox'
     assert (ready['resource_id'], ready['location']) == (ready['vmid'], ready['node']) and ready['vmid']
-    assert records['fx-candidate']['candidate_id'] == records['fx-candidate']['candidate_vmid'] is not None
+    candidate = records['fx-candidate']
+    assert candidate['candidate_id'] is not None and candidate['candidate_id'] == candidate['candidate_vmid']
     assert digest(path) == before
     conn = sqlite3.connect(path)
     assert conn.execute('PRAGMA user_version').fetchone()[0] == 1

@@ -276,6 +276,14 @@ class Runner:
             return method(request)
 
 
+def _user():
+    try:
+        import pwd  # pylint: disable=import-outside-toplevel
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return 'uid %d' % os.getuid()
+
+
 def _terminate(signum, frame):
     raise SystemExit(0)
 
@@ -299,7 +307,12 @@ def serve(args):
         # A socket left by a runner that died.
         os.unlink(args.socket)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(_bind_path(args.socket))
+    try:
+        server.bind(_bind_path(args.socket))
+    except (IOError, OSError) as exc:
+        # The socket belongs in the runner's own state directory, which the user it runs as may write.
+        _say('cannot serve on %s as %s: %s' % (args.socket, _user(), exc))
+        return 5
     os.chmod(args.socket, 0o660)
     server.listen(16)
     _write_json(os.path.join(args.state_dir, 'runner.json'),

@@ -35,7 +35,13 @@ class GuestError(EphemeraError):
 
 
 class Layout:
-    """Paths inside one guest."""
+    """Paths inside one guest.
+
+    ``STATE_DIR`` itself belongs to the SSH user (root), who writes the agent's credentials file there. What
+    the runner, running as the agent, writes (its state, socket and log) lives in ``state``, owned by the agent
+    and used for nothing else. Credential helpers root writes for the agent go into ``helpers``, which the agent
+    can pass through but not write to.
+    """
 
     def __init__(self, root, vmid, checkout_path, agent_user):
         self.root = (root or '/').replace('{vmid}', str(vmid))
@@ -44,10 +50,11 @@ class Layout:
         self.runner = self.path(RUNNER_DIR + '/agent_runner.py')
         self.runner_config = self.path(RUNNER_DIR + '/runner.json')
         self.state = self.path(STATE_DIR + '/runner')
-        self.socket = self.path(STATE_DIR + '/runner.sock')
-        self.runner_log = self.path(STATE_DIR + '/runner.log')
+        self.socket = self.path(STATE_DIR + '/runner/runner.sock')
+        self.runner_log = self.path(STATE_DIR + '/runner/runner.log')
         self.credentials = self.path(STATE_DIR + '/agent.env')
         self.scratch = self.path(STATE_DIR + '/tmp')
+        self.helpers = self.path(STATE_DIR + '/helpers')
 
     def path(self, absolute):
         if not absolute.startswith('/'):
@@ -80,9 +87,11 @@ def bootstrap(guest, layout, ssh_user, credentials):
         'exit 20; }',
         'done',
         'id -u %s >/dev/null 2>&1 || useradd --create-home --shell /bin/bash %s' % (q(owner), q(owner)),
-        'mkdir -p %s %s %s %s' % (q(posixpath.dirname(layout.checkout)), q(posixpath.dirname(layout.runner)),
-                                  q(layout.state), q(layout.scratch)),
+        'mkdir -p %s %s %s %s %s' % (q(posixpath.dirname(layout.checkout)), q(posixpath.dirname(layout.runner)),
+                                     q(layout.state), q(layout.scratch), q(layout.helpers)),
         'chmod 0700 %s %s' % (q(layout.state), q(layout.scratch)),
+        # Only the SSH user writes here; the agent may run a helper made for it, but not put anything in its place.
+        'chmod 0711 %s' % q(layout.helpers),
         'chown %s %s %s %s' % (q(owner), q(posixpath.dirname(layout.checkout)), q(layout.state), q(layout.scratch)),
     ])
     guest.run('sh -s', stdin=script, what='bootstrap')
@@ -108,7 +117,7 @@ def checkout(guest, layout, ssh_user, repo, ref, git_token=None, git_username='g
     through a temporary askpass helper that is removed afterwards, whether the clone worked or not;
     if it cannot be removed (the connection broke), the GuestError says so (``helper_left``).
     """
-    askpass = posixpath.join(layout.scratch, 'git-askpass')
+    askpass = posixpath.join(layout.helpers, 'git-askpass')
     try:
         head = _clone(guest, layout, ssh_user, repo, ref, askpass, git_token, git_username, timeout)
     except (SshError, GuestError) as exc:

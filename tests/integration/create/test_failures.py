@@ -162,7 +162,7 @@ def test_repository_clone_failed_the_git_credentials_are_removed_and_the_workspa
     assert True in git_server.attempts[attempts:]
     guests = os.path.dirname(os.path.dirname(controller.guest_root(ws['vmid'])))
     assert files_containing(guests, git_token) == []
-    assert os.listdir(os.path.join(controller.guest_root(ws['vmid']), 'var', 'lib', 'ephemera', 'tmp')) == []
+    assert os.listdir(os.path.join(controller.guest_root(ws['vmid']), 'var', 'lib', 'ephemera', 'helpers')) == []
     assert git_token not in run.output
     # The forge is well again; the rerun checks the ref out.
     rerun = controller.create(request)
@@ -176,7 +176,7 @@ def test_agent_runner_that_does_not_come_up_keeps_the_container_and_only_its_ste
     name = 'no-runner'
     # A template that carries a directory where the runner's socket goes: the runner cannot serve.
     template_root = controller.guest_root(controller.info['template_vmid'])
-    obstacle = os.path.join(template_root, 'var', 'lib', 'ephemera', 'runner.sock')
+    obstacle = os.path.join(template_root, 'var', 'lib', 'ephemera', 'runner', 'runner.sock')
     made = os.path.join(template_root, 'var')
     while os.path.exists(os.path.dirname(made)) and os.path.exists(made):
         made = os.path.join(made, os.path.relpath(obstacle, made).split(os.sep)[0])
@@ -194,7 +194,7 @@ def test_agent_runner_that_does_not_come_up_keeps_the_container_and_only_its_ste
     assert 'something other than a socket' in ws['failure']['message']
     assert controller.guests()[ws['vmid']]['status'] == 'running'
     # The guest is repaired; the rerun runs the runner step and what follows, nothing before it.
-    os.rmdir(os.path.join(controller.guest_root(ws['vmid']), 'var', 'lib', 'ephemera', 'runner.sock'))
+    os.rmdir(os.path.join(controller.guest_root(ws['vmid']), 'var', 'lib', 'ephemera', 'runner', 'runner.sock'))
     rerun = controller.create(request)
     assert assert_one_ready(controller, name, rerun)['vmid'] == ws['vmid']
     changes = step_changes(rerun)

@@ -47,7 +47,7 @@ def guest_call(ctl, ws, request):
     client = ssh(ctl.info, ws['address'], timeout=5)
     try:
         rc, out, err = ssh_run(client, "python3 %s/opt/ephemera/agent_runner.py call --socket "
-                                       "%s/var/lib/ephemera/runner.sock '%s'" % (root, root, json.dumps(request)))
+                                       "%s/var/lib/ephemera/runner/runner.sock '%s'" % (root, root, json.dumps(request)))
     finally:
         client.close()
     assert rc == 0, err
@@ -125,7 +125,7 @@ def test_secrets_are_written_only_where_the_agent_needs_them(happy):
     mode = os.stat(credentials).st_mode
     assert stat.S_IMODE(mode) == 0o600
     # No temporary git helper is left in the guest.
-    assert os.listdir(os.path.join(root, 'var', 'lib', 'ephemera', 'tmp')) == []
+    assert os.listdir(os.path.join(root, 'var', 'lib', 'ephemera', 'helpers')) == []
 
 
 def test_a_rerun_on_a_ready_workspace_changes_nothing(happy):

@@ -110,7 +110,7 @@ def test_a_collection_playbook_is_the_checkouts(home, tmp_path):
     pinned = run(['ansible-playbook', 'ephemera.workspaces.status'], home, tmp_path, pin=True)
     assert pinned.ok, pinned.explain()
     assert pinned.task('Print the queue as a tree')['msg'] == [
-        'The queue is empty: nothing queued, running or recently finished.']
+        'Journal %s:' % (tmp_path / 'journal.sqlite'), 'The queue is empty: nothing queued, running or recently finished.']
 
     unpinned = run(['ansible-playbook', 'ephemera.workspaces.status'], home, tmp_path, pin=False)
     assert unpinned.failed_messages() == ['stale copy: its status playbook ran']

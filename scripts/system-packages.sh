@@ -10,6 +10,7 @@ declare -A needs=(
   [sshd]=openssh-server
   [ssh-keygen]=openssh-client
   [shellcheck]=shellcheck   # ansible-test sanity skips its shellcheck test without it
+  [debootstrap]=debootstrap # the try-out cluster's debian guest tier builds its base root with it
 )
 find_cmd() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
 

@@ -7,7 +7,7 @@ import sys
 import time
 
 from . import process
-from .config import ClusterError, Options, load_info, state_dir
+from .config import GUEST_TIERS, ClusterError, Options, load_info, state_dir
 from .control import ControlClient
 
 UP_DEFAULTS = Options()
@@ -63,6 +63,9 @@ def _cluster_options(parser):
         '(default: .10-.250 of the host\'s /24)')
     add('--ssh-port', type=int, default=None, help='guests\' sshd port (default 22 as root, else 2222)')
     add('--sshd', default=UP_DEFAULTS.sshd, help='sshd binary (default %(default)s)')
+    add('--guests', choices=GUEST_TIERS, default=UP_DEFAULTS.guests,
+        help='host: commands run on this machine, each guest\'s files in a directory of its own (fast); debian: '
+        'each guest a Debian userland of its own, as root (default %(default)s)')
     add('--fresh', action='store_true', help='forget the saved datacenter and start from the seed')
 
 
@@ -72,7 +75,7 @@ def _options(args):
                    template_vmid=args.template_vmid, pool=args.pool, storage=args.storage, bridge=args.bridge,
                    time_scale=args.time_scale, latency=args.latency, addressing=args.addressing,
                    dhcp_delay=args.dhcp_delay, guest_range=args.guest_range, ssh_port=args.ssh_port,
-                   sshd=args.sshd, fresh=args.fresh).check()
+                   sshd=args.sshd, fresh=args.fresh, guests=args.guests).check()
 
 
 def _print(data):
@@ -94,7 +97,8 @@ def cmd_up(args):
         ', '.join(info['nodes']), info['template_vmid'], info['template_node'], info['pool']))
     print('  guests   {0} ({1}), SSH as {2} on port {3} with {4}'.format(
         info['address_range'], info['addressing'], info['ssh_user'], info['ssh_port'], info['ssh_private_key']))
-    print('  files    {0}'.format(info['guest_root']))
+    print('  files    {0}{1}'.format(info['guest_root'], ' (Debian {0} userlands; agent user {1})'.format(
+        os.path.basename(info['debian_base'] or ''), info['agent_user']) if info.get('guests') == 'debian' else ''))
     print('everything a playbook needs: {0}'.format(os.path.join(info['state_dir'], 'cluster.json')))
     return 0
 

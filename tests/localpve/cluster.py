@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 
-from . import system
+from . import debian, system
 from .config import ClusterError, Options
 from .control import FaultApi
 from .harness import Site
@@ -122,6 +122,8 @@ class LocalCluster(FaultApi):
         if options['host'] is None:
             options['host'] = pick_host()
         opts = Options(state_dir=str(state_dir), **options).check()
+        if opts.guests == 'debian':
+            debian.ensure_base()
         loop = LoopThread('localpve-' + opts.host)
         site = Site(opts)
         try:

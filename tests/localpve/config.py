@@ -14,6 +14,9 @@ DEFAULT_HOST = '127.0.80.1'
 LOOPBACK = ipaddress.ip_network('127.0.0.0/8')
 NODE_NAME = re.compile(r'^[a-zA-Z][a-zA-Z0-9-]{0,62}$')
 POOL_NAME = re.compile(r'^[A-Za-z][A-Za-z0-9_-]*$')
+# host: commands run on this machine as the current user, each guest's files in a directory of its own.
+# debian: each guest is a Debian userland of its own (tests/localpve/debian.py).
+GUEST_TIERS = ('host', 'debian')
 
 
 class ClusterError(Exception):
@@ -112,6 +115,7 @@ class Options:
     ssh_port: int = None
     sshd: str = '/usr/sbin/sshd'
     fresh: bool = False
+    guests: str = 'host'
 
     def check(self):
         """Validate every option (ClusterError with the reason) and derive the defaults that depend on others."""
@@ -162,15 +166,27 @@ class Options:
         self.ssh_port = _port(self.ssh_port, 'SSH port')
         if not self.ssh_port:
             raise ClusterError('guests need a fixed SSH port, not 0')
-        if not (os.path.isfile(self.sshd) and os.access(self.sshd, os.X_OK)):
+        if self.guests not in GUEST_TIERS:
+            raise ClusterError("guests must be one of {0}, not {1!r}".format(', '.join(GUEST_TIERS), self.guests))
+        if self.guests == 'debian':
+            # Imported here: only this tier needs it.
+            from .debian import check_host  # pylint: disable=import-outside-toplevel
+            check_host()
+        elif not (os.path.isfile(self.sshd) and os.access(self.sshd, os.X_OK)):
             raise ClusterError('sshd not found at {0}: install Debian\'s openssh-server '
                                '(apt-get install -y openssh-server) or pass --sshd PATH'.format(self.sshd))
         return self
 
     @property
     def ssh_user(self):
-        """Guests' sshd runs as the current user and lets in that user only (root in CI)."""
-        return getpass.getuser()
+        """The host tier's sshd runs as the current user and lets in that user only (root in CI); the debian tier's
+        guests let in their root."""
+        return 'root' if self.guests == 'debian' else getpass.getuser()
+
+    @property
+    def agent_user(self):
+        """The user the agent runs as: on the host tier the SSH user, on the debian tier the guests' own agent."""
+        return 'agent' if self.guests == 'debian' else self.ssh_user
 
     def as_args(self):
         """The command line of `up`/`serve` that gives these options."""
@@ -181,5 +197,6 @@ class Options:
                 '--bridge', self.bridge, '--time-scale', repr(self.time_scale), '--latency', repr(self.latency),
                 '--addressing', self.addressing,
                 '--dhcp-delay', 'never' if self.dhcp_delay is None else repr(self.dhcp_delay),
-                '--guest-range', self.guest_range, '--ssh-port', str(self.ssh_port), '--sshd', self.sshd]
+                '--guest-range', self.guest_range, '--ssh-port', str(self.ssh_port), '--sshd', self.sshd,
+                '--guests', self.guests]
         return args + (['--fresh'] if self.fresh else [])

@@ -1,8 +1,10 @@
 """Guests over real SSH: one sshd per running container, on the address its config or DHCP lease gives.
 
-The harness does not chroot: sshd runs commands on this host as the current user, and each guest's
-files live under its own root directory, <state>/guests/<vmid>/root. The collection prefixes every
-path it uses inside a guest with that directory (its guest_root option, '{vmid}' filled in).
+Two tiers. host (the default): the harness does not chroot; sshd runs commands on this host as the current
+user, and each guest's files live under its own root directory, <state>/guests/<vmid>/root. The collection
+prefixes every path it uses inside a guest with that directory (its guest_root option, '{vmid}' filled in).
+debian (debian.py): the same directory is the root of a Debian userland of the container's own, in which the
+guest's own sshd runs, in namespaces of its own; the collection uses the guest's paths as they are.
 """
 
 import asyncio
@@ -13,7 +15,7 @@ import re
 import shutil
 import time
 
-from . import pki, system
+from . import debian, pki, system
 from .addresses import AddressPool, loopback, net_ip, with_ip
 from .config import ClusterError
 
@@ -45,11 +47,18 @@ class Guest(object):
         self.error = None
         self.startup_secs = None
         self.host_key = None
+        # The sshd itself (on the debian tier proc is the nsenter that started it).
+        self.sshd_pid = None
+        # debian tier: the process holding the guest's namespaces, and the host pid of their first process.
+        self.holder = None
+        self.init_pid = None
+        self.boot_secs = None
 
     def view(self):
         return {'vmid': self.vmid, 'address': self.address, 'sshd': self.state,
-                'sshd_pid': self.proc.pid if self.proc else None, 'startup_secs': self.startup_secs,
-                'host_key': self.host_key, 'error': self.error}
+                'sshd_pid': self.sshd_pid if self.proc else None, 'startup_secs': self.startup_secs,
+                'host_key': self.host_key, 'error': self.error,
+                'init_pid': self.init_pid if self.holder else None, 'boot_secs': self.boot_secs}
 
 
 class GuestManager(object):
@@ -79,6 +88,9 @@ class GuestManager(object):
         self._drop_seen = {}
         self._known = None
         self.lock = asyncio.Lock()
+        self.tier = opts.guests
+        # debian tier: the containers' layered roots (made by prepare(); None on the host tier).
+        self.roots = None
 
     # ------------------------------------------------------------ paths
 
@@ -94,17 +106,34 @@ class GuestManager(object):
 
     # ------------------------------------------------------------ state
 
+    def prepare(self):
+        """debian tier: the base root (built if it is not there yet) and the containers' roots."""
+        if self.tier == 'debian' and self.roots is None:
+            self.roots = debian.Roots(self.dir, debian.ensure_base())
+
     def load(self, harness):
         """Take the addresses and leases saved with the datacenter, and the guests whose files exist."""
+        tier = harness.get('guests', 'host')
+        if harness and tier != self.tier:
+            raise ClusterError('the datacenter in {0} has {1} guests, not {2}: start with --fresh to change the '
+                               'guest tier, or use another state directory'.format(
+                                   self.site.options.state_dir, tier, self.tier))
         self.pool.assigned = dict((int(k), v) for k, v in harness.get('addresses', {}).items())
-        if os.path.isdir(self.dir):
+        if self.roots is not None:
+            self.rooted = self.roots.load()
+        elif os.path.isdir(self.dir):
             self.rooted = set(int(n) for n in os.listdir(self.dir) if n.isdigit())
 
     def saved(self):
-        return {'addresses': dict((str(k), v) for k, v in sorted(self.pool.assigned.items()))}
+        return {'addresses': dict((str(k), v) for k, v in sorted(self.pool.assigned.items())), 'guests': self.tier}
 
-    def seed_template(self, vmid, public_key):
-        """The template's files: the authorized key of the cluster's key pair, and an empty /workspace."""
+    async def seed_template(self, vmid, public_key):
+        """The template's files: the authorized key of the cluster's key pair, and an empty /workspace (on the
+        debian tier: the base root with the agent user, made once)."""
+        if self.roots is not None:
+            await self.roots.seed_template(vmid, public_key)
+            self.rooted.add(vmid)
+            return
         keys = self.authorized_keys(vmid)
         os.makedirs(os.path.dirname(keys), mode=0o700, exist_ok=True)
         os.makedirs(os.path.join(self.root(vmid), 'workspace'), exist_ok=True)
@@ -113,12 +142,16 @@ class GuestManager(object):
         os.chmod(keys, 0o600)
         self.rooted.add(vmid)
 
-    def _make_root(self, ct, origin):
+    async def _make_root(self, ct, origin):
         """The files of a new container: a copy of its clone source's root, or an empty one with the keys
-        its creation passed (ssh-public-keys)."""
+        its creation passed (ssh-public-keys). The debian tier layers or copies them (debian.Roots.make)."""
+        if self.roots is not None:
+            await self.roots.make(ct.vmid, origin)
+            self.rooted.add(ct.vmid)
+            return
         root = self.root(ct.vmid)
         shutil.rmtree(self.guest_dir(ct.vmid), ignore_errors=True)
-        kind, detail = origin or (None, None)
+        kind, detail = (origin or (None, None))[:2]
         source = self.root(detail) if kind == 'clone' else None
         if source and os.path.isdir(source):
             shutil.copytree(source, root, symlinks=True)
@@ -242,10 +275,14 @@ class GuestManager(object):
         for vmid, ct in cts.items():
             if vmid not in self.rooted:
                 origin = self.site.origins.pop(vmid, None)
-                self._make_root(ct, origin)
+                await self._make_root(ct, origin)
                 if origin:
                     self.site.born(ct)
                     self.unpinned.add(vmid)
+            if self.roots is not None and ct.template and vmid in self.roots.stacks and not self.roots.frozen(vmid) \
+                    and ct.status != 'running':
+                # Converted to a template: its files are frozen (its linked clones lie on them).
+                self.roots.freeze(vmid)
         taken = set(a for a in (loopback(net_ip(first_nic(ct)[1])) for ct in cts.values()) if a)
         for vmid in sorted(self.unpinned):
             ct = cts.get(vmid)
@@ -266,6 +303,8 @@ class GuestManager(object):
                 if guest.proc is not None:
                     # Restarted between two looks (a reboot): nothing of the last boot survives.
                     await self._stop(guest, everything=True)
+                elif guest.holder is not None:
+                    await self._shut_down(guest)
                 self.boots[vmid] = ct.pid
                 self._boot(guest, now)
             wanted[vmid] = self._address(ct, now, taken)
@@ -279,6 +318,9 @@ class GuestManager(object):
             if guest.proc is not None and wanted.get(vmid) != guest.address:
                 # A stopped container ends all it runs; a new address only restarts sshd.
                 await self._stop(guest, everything=vmid not in wanted)
+            if vmid not in wanted and guest.holder is not None:
+                # Also when its sshd had already gone: a stopped container runs nothing.
+                await self._shut_down(guest)
             if vmid not in wanted:
                 guest.state, guest.address = 'stopped', None
                 self.boots.pop(vmid, None)
@@ -322,12 +364,17 @@ class GuestManager(object):
         guest = self.guests.pop(vmid, None)
         if guest is not None and guest.proc is not None:
             await self._stop(guest)
+        if guest is not None and guest.holder is not None:
+            await self._shut_down(guest)
         end_guest_processes(self.root(vmid))
         self.pool.release(vmid)
         self.boots.pop(vmid, None)
         self.leases_visible.discard(vmid)
         self.dhcp_override.pop(vmid, None)
-        shutil.rmtree(self.guest_dir(vmid), ignore_errors=True)
+        if self.roots is not None:
+            self.roots.destroy(vmid)
+        else:
+            shutil.rmtree(self.guest_dir(vmid), ignore_errors=True)
         self.rooted.discard(vmid)
         LOG.info('CT %s destroyed: its files are removed', vmid)
 
@@ -345,6 +392,29 @@ class GuestManager(object):
                 # shell start-up (a version manager's hooks, say) stays out of the guests, as in a real container.
                 '-o', 'SetEnv=LOCALPVE_VMID={0} LOCALPVE_GUEST_ROOT={1} SHLVL=1'.format(vmid, root)]
 
+    async def _boot_namespaces(self, guest):
+        """debian tier: the guest's namespaces and their first process, once per start of the container."""
+        if guest.holder is not None:
+            return
+        ct = self.site.pve.ct(guest.vmid)
+        started = time.monotonic()
+        guest.holder, guest.init_pid = await debian.boot(self.root(guest.vmid), ct.name if ct else 'CT{0}'.format(
+            guest.vmid), os.path.join(self.guest_dir(guest.vmid), 'init.log'))
+        guest.boot_secs = time.monotonic() - started
+        with open(os.path.join(self.guest_dir(guest.vmid), 'init.pid'), 'w', encoding='ascii') as out:
+            out.write('{0}\n'.format(guest.holder.pid))
+        LOG.info('CT %s: namespaces up (first process %s) after %.3fs', guest.vmid, guest.init_pid, guest.boot_secs)
+
+    async def _shut_down(self, guest):
+        """debian tier: end the guest's namespaces and with them every process of the guest."""
+        await debian.shut_down(guest.holder, guest.init_pid)
+        LOG.info('CT %s: every process of the guest ended', guest.vmid)
+        guest.holder = guest.init_pid = None
+        try:
+            os.unlink(os.path.join(self.guest_dir(guest.vmid), 'init.pid'))
+        except FileNotFoundError:
+            pass
+
     async def _start(self, guest, address):
         vmid = guest.vmid
         gdir = self.guest_dir(vmid)
@@ -354,7 +424,20 @@ class GuestManager(object):
         log = os.path.join(gdir, 'sshd.log')
         started = time.monotonic()
         guest.state, guest.address = 'starting', address
-        guest.proc = system.spawn(self._argv(vmid, address, host_key, log), log)
+        if self.roots is not None:
+            try:
+                await self._boot_namespaces(guest)
+            except ClusterError as exc:
+                guest.error = str(exc)
+                LOG.error('CT %s: %s', vmid, guest.error)
+                guest.state = 'failed'
+                return
+            self.roots.install_host_key(vmid, host_key)
+            argv = debian.sshd_argv(guest.init_pid, self.port, address)
+        else:
+            argv = self._argv(vmid, address, host_key, log)
+        guest.proc = system.spawn(argv, log)
+        guest.sshd_pid = guest.proc.pid
         with open(os.path.join(gdir, 'sshd.pid'), 'w', encoding='ascii') as out:
             out.write('{0}\n'.format(guest.proc.pid))
         while (address, self.port) not in system.listening():
@@ -367,7 +450,9 @@ class GuestManager(object):
             await asyncio.sleep(0.005)
         guest.startup_secs = time.monotonic() - started
         guest.state = 'up'
-        LOG.info('CT %s: sshd %s listening on %s:%s after %.3fs', vmid, guest.proc.pid, address, self.port,
+        if self.roots is not None:
+            guest.sshd_pid = (system.children(guest.proc.pid) or [guest.proc.pid])[0]
+        LOG.info('CT %s: sshd %s listening on %s:%s after %.3fs', vmid, guest.sshd_pid, address, self.port,
                  guest.startup_secs)
 
     async def _stop(self, guest, everything=False):
@@ -386,18 +471,24 @@ class GuestManager(object):
         except FileNotFoundError:
             pass
         LOG.info('CT %s: sshd %s stopped', guest.vmid, proc.pid)
-        if everything:
+        if everything and guest.holder is not None:
+            await self._shut_down(guest)
+        elif everything:
             end_guest_processes(self.root(guest.vmid))
 
     async def stop_all(self):
-        """Stop every guest with all it runs (the cluster stops)."""
+        """Stop every guest with all it runs (the cluster stops); the debian tier's roots are unmounted."""
         async with self.lock:
             for guest in self.guests.values():
                 if guest.proc is not None:
                     await self._stop(guest)
                     guest.state = 'stopped'
+                if guest.holder is not None:
+                    await self._shut_down(guest)
             # Also what runs in guests whose sshd was already gone.
             end_guest_processes(self.dir + os.sep)
+            if self.roots is not None:
+                self.roots.unmount_all()
 
     def _drop_sessions(self, now):
         active = [f for f in self.faults if f['kind'] == 'drop' and f['times'] != 0]
@@ -407,7 +498,7 @@ class GuestManager(object):
         for guest in self.guests.values():
             if guest.proc is None or guest.state != 'up':
                 continue
-            for session in system.children(guest.proc.pid):
+            for session in system.children(guest.sshd_pid):
                 below = system.descendants(session)
                 if not below:
                     continue
@@ -473,10 +564,10 @@ def _tail(path, lines=3):
 
 def end_guest_processes(root):
     """Kill, by pid, what SSH sessions into guests started: every process whose LOCALPVE_GUEST_ROOT (which the
-    guests' sshd sets) starts with ``root`` (one guest's root, or the guests directory and a separator).
-    Returns the pids."""
+    host tier's sshd sets) starts with ``root`` (one guest's root, or the guests directory and a separator), and
+    every process whose root directory lies there (the debian tier's). Returns the pids."""
     needle = ('LOCALPVE_GUEST_ROOT=' + root).encode()
-    killed = system.stop_then_kill(lambda: system.with_environment(needle))
+    killed = system.stop_then_kill(lambda: set(system.with_environment(needle)) | set(system.rooted_under(root)))
     for pid in killed:
         LOG.info('ended %s, left by a guest session under %s', pid, root)
     return killed
@@ -500,5 +591,19 @@ def stop_leftovers(state_dir):
             system.kill_tree(pid)
             killed.append(pid)
         os.unlink(path)
+    for name in os.listdir(guests):
+        # debian tier: the process holding a guest's namespaces; every process of the guest is below it.
+        path = os.path.join(guests, name, 'init.pid')
+        try:
+            with open(path, encoding='ascii') as fh:
+                pid = int(fh.read().strip())
+        except (OSError, ValueError):
+            continue
+        if system.alive(pid) and 'unshare' in system.cmdline(pid) and os.path.join(guests, name) in system.cmdline(pid):
+            system.kill_tree(pid)
+            system.wait_gone([pid], 5)
+            killed.append(pid)
+        os.unlink(path)
     killed += end_guest_processes(guests + os.sep)
+    system.unmount_under(guests)
     return killed

@@ -46,7 +46,7 @@ class Site(object):
         self.secrets = None
         self.paths = {}
         self.info = None
-        # vmid -> ('clone', source vmid) or ('create', ssh keys): where a container being made comes from.
+        # vmid -> ('clone', source vmid, full clone?) or ('create', ssh keys): where a container being made comes from.
         self.origins = {}
         self.snipes = []
         self.tampers = []
@@ -90,6 +90,7 @@ class Site(object):
         for sub in ('', 'ssh', 'pki', 'guests'):
             os.makedirs(self._path(sub), exist_ok=True)
         stop_leftovers(opts.state_dir)
+        self.guests.prepare()
         if opts.fresh:
             for name in (DATACENTER_FILE, INFO_FILE):
                 if os.path.exists(self._path(name)):
@@ -124,7 +125,7 @@ class Site(object):
             seed(pve, opts)
             self.guests.load({})
         if pve.ct(opts.template_vmid) is not None:
-            self.guests.seed_template(opts.template_vmid, public_key)
+            await self.guests.seed_template(opts.template_vmid, public_key)
         pve.users[FOREIGN_USER] = self.secrets['foreign_password']
         pve.apitokens['{0}!{1}'.format(opts.user, opts.token_name)] = self.secrets['token_secret']
         self.foreign = ForeignClient(self, FOREIGN_USER, self.secrets['foreign_password'])
@@ -149,6 +150,7 @@ class Site(object):
     def _info(self, public_key):
         opts = self.options
         template = self.pve.ct(opts.template_vmid)
+        guest_root = os.path.join(self.guests.dir, '{vmid}', 'root')
         return {
             'format': INFO_FORMAT, 'pid': os.getpid(), 'state_dir': opts.state_dir, 'started_at': self._started,
             'log_file': self._path('cluster.log'),
@@ -164,7 +166,11 @@ class Site(object):
             'ssh_private_key': self.paths['ssh_private_key'], 'ssh_public_key': public_key,
             'ssh_user': opts.ssh_user, 'ssh_port': opts.ssh_port, 'ssh_known_hosts': self.guests.known_hosts,
             'address_range': opts.guest_range, 'addressing': opts.addressing, 'dhcp_delay': opts.dhcp_delay,
-            'guest_root': os.path.join(self.guests.dir, '{vmid}', 'root'),
+            'guests': opts.guests, 'guest_root': guest_root, 'agent_user': opts.agent_user,
+            # What the collection's guest_root option is: the host tier's guests live in guest_root, the debian
+            # tier's in a root of their own.
+            'guest_prefix': guest_root if opts.guests == 'host' else '/',
+            'debian_base': self.guests.roots.base if self.guests.roots is not None else None,
             'time_scale': opts.time_scale, 'latency': opts.latency,
             'foreign_user': FOREIGN_USER, 'foreign_password': self.secrets['foreign_password'],
             'control': {'url': self.control.url, 'token': self.secrets['control_token']},

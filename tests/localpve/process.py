@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from . import system
+from . import debian, system
 from .addresses import AddressPool
 from .config import INFO_FILE, ROOT, ClusterError, load_info
 from .control import ControlClient
@@ -47,6 +47,9 @@ def up(options, timeout=UP_TIMEOUT):
                                'down first'.format(options.state_dir, info['pid'], info.get('api_url')))
         os.unlink(info_path)
     os.makedirs(options.state_dir, exist_ok=True)
+    if options.guests == 'debian':
+        # Before the cluster process starts: building the base root (once per machine) takes longer than a start.
+        debian.ensure_base(announce=lambda text: print('localpve: ' + text, file=sys.stderr, flush=True))
     read_end, write_end = os.pipe()
     log_path = os.path.join(options.state_dir, 'cluster.log')
     with open(log_path, 'ab') as log:

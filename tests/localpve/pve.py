@@ -41,7 +41,13 @@ class SitePve(FakePve):
     async def _lxc_clone(self, user, v):
         newid = int(v['newid'])
         await self.site.before_clone(user, newid)
-        return await self._born(newid, ('clone', int(v['vmid'])), super()._lxc_clone(user, v))
+        source = self.ct(int(v['vmid']))
+        # As PVE decides: a full clone unless asked otherwise of a template.
+        if v.get('full') in (None, ''):
+            full = not (source is not None and source.template)
+        else:
+            full = str(v['full']).lower() in ('1', 'true', 'yes', 'on')
+        return await self._born(newid, ('clone', int(v['vmid']), full), super()._lxc_clone(user, v))
 
     async def _lxc_create(self, user, v):
         vmid = int(v['vmid'])

@@ -127,12 +127,10 @@ def descendants(pid):
 
 
 def kill_tree(pid):
-    """SIGKILL pid and everything below it (sessions of an sshd, their commands)."""
-    for victim in list(reversed(descendants(pid))) + [pid]:
-        try:
-            os.kill(victim, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    """SIGKILL pid and everything below it (sessions of an sshd, their commands). Every one of them is stopped
+    first: killed one by one, a shell whose command was killed first could still end the session normally (its
+    next command, its exit status sent to the client) before its own kill arrives."""
+    stop_then_kill(lambda: [pid] + descendants(pid))
 
 
 def stop_then_kill(members):
@@ -182,3 +180,55 @@ def spawn(argv, log_path):
     with open(log_path, 'ab') as log:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 close_fds=True, preexec_fn=_die_with_parent)  # pylint: disable=subprocess-popen-preexec-fn
+
+
+def rooted_under(prefix):
+    """Pids of processes whose root directory (chroot) is ``prefix`` or below it, other than this one."""
+    prefix = prefix.rstrip(os.sep)
+    out = []
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            root = os.readlink('/proc/{0}/root'.format(entry))
+        except OSError:
+            continue
+        if root == prefix or root.startswith(prefix + os.sep):
+            out.append(int(entry))
+    return out
+
+
+def _unescape(field):
+    """A path of /proc/self/mountinfo, whose space, tab, newline and backslash are octal escapes."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == '\\' and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return ''.join(out)
+
+
+def mount_points():
+    """The mount points of this process's mount namespace, in mount order."""
+    with open('/proc/self/mountinfo', encoding='utf-8', errors='surrogateescape') as fh:
+        return [_unescape(line.split()[4]) for line in fh if line.strip()]
+
+
+def mounts_under(path):
+    """Mount points at ``path`` or below it, the last mounted first (the order they come off in)."""
+    path = path.rstrip(os.sep)
+    return [p for p in reversed(mount_points()) if p == path or p.startswith(path + os.sep)]
+
+
+def unmount_under(path):
+    """Unmount everything mounted at ``path`` or below it; a mount that is busy is detached (umount -l).
+    Returns the mount points."""
+    points = mounts_under(path)
+    for point in points:
+        if subprocess.run(['umount', point], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          check=False).returncode != 0:
+            subprocess.run(['umount', '-l', point], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return points

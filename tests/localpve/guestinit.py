@@ -1,0 +1,86 @@
+"""The first process of a debian-tier guest: pid 1 of the container's own pid, mount, UTS and IPC namespaces.
+
+    unshare --pid --mount --uts --ipc --fork --kill-child --propagation private \\
+        python3 -I -S guestinit.py ROOT HOSTNAME
+
+It mounts what a container's userland expects inside ROOT (its own /proc, a small /dev with pseudo-terminals,
+/dev/shm, a tmpfs /run), sets the hostname, changes its root to ROOT and then reaps the processes that end up
+as its children (what SSH sessions leave running, such as the agent runner). Everything else in the guest
+(sshd first) is started into these namespaces with nsenter. The mounts exist only in the guest's mount
+namespace: they vanish with it. When this process ends, the kernel kills every other process of the guest.
+
+Standard library only, and nothing imported after the change of root.
+"""
+
+import ctypes
+import os
+import signal
+import socket
+import sys
+import time
+
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_BIND = 4096
+PR_SET_NAME = 15
+DEVICES = ('null', 'zero', 'full', 'random', 'urandom', 'tty')
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def mount(source, target, fstype=None, flags=0, data=None):
+    if LIBC.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
+                  data.encode() if data else None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, 'mount {0} on {1}: {2}'.format(fstype or source, target, os.strerror(err)))
+
+
+def setup(root):
+    """The guest's /proc, /dev and /run."""
+    mount('proc', root + '/proc', 'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    dev = root + '/dev'
+    mount('dev', dev, 'tmpfs', MS_NOSUID, 'mode=755,size=1m')
+    for name in DEVICES:
+        open(os.path.join(dev, name), 'w').close()
+        mount('/dev/' + name, os.path.join(dev, name), flags=MS_BIND)
+    os.mkdir(dev + '/pts')
+    mount('devpts', dev + '/pts', 'devpts', MS_NOSUID | MS_NOEXEC, 'newinstance,ptmxmode=0666,mode=0620,gid=5')
+    os.symlink('pts/ptmx', dev + '/ptmx')
+    os.mkdir(dev + '/shm')
+    mount('shm', dev + '/shm', 'tmpfs', MS_NOSUID | MS_NODEV, 'mode=1777')
+    os.symlink('/proc/self/fd', dev + '/fd')
+    for number, name in enumerate(('stdin', 'stdout', 'stderr')):
+        os.symlink('/proc/self/fd/{0}'.format(number), os.path.join(dev, name))
+    mount('run', root + '/run', 'tmpfs', MS_NOSUID | MS_NODEV, 'mode=755')
+    # sshd's privilege separation directory, and what Debian's /var/lock points to.
+    os.mkdir(root + '/run/sshd', 0o755)
+    os.mkdir(root + '/run/lock')
+    os.chmod(root + '/run/lock', 0o1777)
+
+
+def reap():
+    """Wait for every child, including the orphans the kernel hands to the first process of a namespace."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            time.sleep(0.2)
+
+
+def main(argv):
+    root, hostname = argv[1], argv[2]
+    # Signals from outside reach the first process of a pid namespace only if it handles them.
+    signal.signal(signal.SIGTERM, lambda *args: sys.exit(0))
+    # What ps in the guest calls its first process.
+    LIBC.prctl(PR_SET_NAME, b'init', 0, 0, 0)
+    setup(root)
+    socket.sethostname(hostname)
+    os.chroot(root)
+    os.chdir('/')
+    sys.stdout.write('guest namespaces ready\n')
+    sys.stdout.flush()
+    reap()
+
+
+if __name__ == '__main__':
+    main(sys.argv)

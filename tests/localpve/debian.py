@@ -272,7 +272,7 @@ class Roots(object):
         self.stacks[vmid] = stack
 
     def mounted(self, vmid):
-        return self.root(vmid) in system.mount_points()
+        return os.path.realpath(self.root(vmid)) in system.mount_points()
 
     def mount(self, vmid):
         """Mount the container's stack at its root (if it is not mounted)."""
@@ -407,10 +407,11 @@ async def boot(root, hostname, log):
     root, or ClusterError."""
     holder = system.spawn(holder_argv(root, hostname), log)
     deadline = time.monotonic() + BOOT_TIMEOUT
+    real = os.path.realpath(root)
     while True:
         for pid in system.children(holder.pid):
             try:
-                if os.readlink('/proc/{0}/root'.format(pid)) == root:
+                if os.readlink('/proc/{0}/root'.format(pid)) == real:
                     return holder, pid
             except OSError:
                 pass

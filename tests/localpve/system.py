@@ -184,7 +184,7 @@ def spawn(argv, log_path):
 
 def rooted_under(prefix):
     """Pids of processes whose root directory (chroot) is ``prefix`` or below it, other than this one."""
-    prefix = prefix.rstrip(os.sep)
+    prefix = os.path.realpath(prefix)
     out = []
     for entry in os.listdir('/proc'):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -219,7 +219,7 @@ def mount_points():
 
 def mounts_under(path):
     """Mount points at ``path`` or below it, the last mounted first (the order they come off in)."""
-    path = path.rstrip(os.sep)
+    path = os.path.realpath(path)
     return [p for p in reversed(mount_points()) if p == path or p.startswith(path + os.sep)]
 
 

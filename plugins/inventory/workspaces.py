@@ -142,6 +142,7 @@ import hashlib
 import os
 import re
 import shlex
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.errors import AnsibleParserError
@@ -151,6 +152,7 @@ from ansible.utils.unsafe_proxy import wrap_var
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.durable import write_durable
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import STEPS
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import (
     WORKSPACE_STATUSES,
@@ -283,9 +285,12 @@ def live_view(resource):
     }
 
 
-def workspace_entry(record, debts, operation):
+def workspace_entry(record, debts, operation, now=None):
     params = record.get('params') or {}
+    shown = leasing.view(record, time.time() if now is None else now, debt=debts)
     return {
+        'lease': shown['lease'],
+        'cleanup_status': shown['cleanup_status'],
         'name': record['name'],
         'status': record['status'],
         'activity': record['activity'],
@@ -471,7 +476,8 @@ def workspace_vars(ws):
     """The host variables of a workspace, without the prefix."""
     names = ('name', 'status', 'activity', 'desired_state', 'vmid', 'candidate_vmid', 'node', 'step', 'operation',
              'repo', 'ref', 'purpose', 'created_at', 'updated_at', 'last_failure', 'cleanup_debt', 'address',
-             'address_source', 'agent_user', 'ssh_user', 'ssh_port', 'host_key', 'live_status', 'lock', 'pool', 'tags')
+             'address_source', 'agent_user', 'ssh_user', 'ssh_port', 'host_key', 'live_status', 'lock', 'pool', 'tags',
+             'lease', 'cleanup_status')
     out = dict((k, ws.get(k)) for k in names)
     out['marker'] = ws.get('marker')
     return out

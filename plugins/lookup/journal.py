@@ -63,6 +63,9 @@ _list:
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
+import time
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import (
     WORKSPACE_ACTIVITIES,
@@ -79,6 +82,12 @@ def _as_list(value):
 
 class LookupModule(LookupBase):
 
+    @staticmethod
+    def _shown(journal, record):
+        """The record with its lease as readers show it and its cleanup status."""
+        record.update(leasing.view(record, time.time(), debt=journal.cleanup_debts(record['name'])))
+        return record
+
     def run(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
         status = _as_list(self.get_option('status'))
@@ -91,12 +100,13 @@ class LookupModule(LookupBase):
         try:
             with Journal.open(self.get_option('journal_path'), readonly=True) as journal:
                 if not terms:
-                    return journal.list_workspaces(status=status, activity=activity)
+                    return [self._shown(journal, record) for record in
+                            journal.list_workspaces(status=status, activity=activity)]
                 found = []
                 for name in terms:
                     record = journal.get_workspace(name)
                     if record is not None:
-                        found.append(record)
+                        found.append(self._shown(journal, record))
                     elif self.get_option('missing') == 'error':
                         raise AnsibleLookupError('ephemera.workspaces.journal: no workspace named %r in %s.'
                                                  % (name, journal.path))

@@ -100,6 +100,22 @@ options:
   purpose:
     description: What the agent is asked to do; its brief. Required for a new request.
     type: str
+  ttl:
+    description:
+      - The workspace's lifetime in seconds, from its request. It expires then however busy it is.
+      - At most 86400 (a day); a larger one is refused at the request. Default 5400.
+      - Set at the first request; a later request with another value is refused (heartbeats extend a lease).
+    type: int
+  idle_timeout:
+    description:
+      - Seconds without a heartbeat or agent activity after which the workspace expires (never later than its
+        O(ttl)). Default 1800, or the O(ttl) when that is shorter; longer than O(ttl) is refused.
+    type: int
+  keep:
+    description:
+      - Keep the workspace after the job that made it (no automatic release). It still expires when idle or at
+        its O(ttl).
+    type: bool
   agent:
     description: Which agent the runner starts, a key of O(agents).
     type: str
@@ -353,8 +369,8 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import fa
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
 
-# Steps that never talk to the Proxmox API.
-GUEST_STEPS = ('ssh', 'bootstrap', 'checkout', 'runner', 'brief', 'ready')
+# Steps that never talk to the Proxmox API (ready does: it puts the lease's ready label on the container).
+GUEST_STEPS = ('ssh', 'bootstrap', 'checkout', 'runner', 'brief')
 
 
 def argument_spec():
@@ -372,6 +388,9 @@ def argument_spec():
         repo=dict(type='str'),
         ref=dict(type='str', default='main'),
         purpose=dict(type='str'),
+        ttl=dict(type='int'),
+        idle_timeout=dict(type='int'),
+        keep=dict(type='bool'),
         agent=dict(type='str', default='claude-code'),
         agents=dict(type='dict'),
         cores=dict(type='int', default=2),

@@ -142,6 +142,24 @@ workspaces:
       description: Cleanups that could not finish yet, with attempts, last error and next retry.
       type: list
       elements: dict
+    lease:
+      description:
+        - The workspace's lease - C(created_at), C(last_touched_at) and C(expires_at) (RFC 3339, UTC), C(ttl) and
+          C(idle_timeout) (seconds), C(keep), and C(expires_in), the seconds from now to C(expires_at) (negative once
+          it expired).
+        - None for a workspace made before leases, which does not expire by itself.
+      type: dict
+    cleanup_status:
+      description:
+        - V(pending) (creation under way, or a cleanup queued or running), V(complete) (deletion confirmed),
+          V(failed) (an error, an identity conflict, remaining cleanup debt or no proof of deletion), V(retained)
+          (released without delete, or held by a person), or V(none) (nobody asked for a cleanup).
+        - Keep your own credentials for the workspace until it is V(complete).
+      type: str
+    cleanup:
+      description: The cleanup's bookkeeping - attempts, the last error, when it failed, the next retry, when it
+        completed.
+      type: dict
     events:
       description: The event log, with O(events) only.
       type: list
@@ -166,7 +184,11 @@ journal_path:
   type: str
 '''
 
+import time
+
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
@@ -183,8 +205,10 @@ def read_workspaces(journal, name=None, status=None, activity=None, events=False
     """The matching records, each with its cleanup debt, its operations and (optionally) its event log."""
     records = journal.list_workspaces(status=status, activity=activity, names=[name] if name else None)
     queue = Queue(journal)
+    now = time.time()
     for record in records:
         record['cleanup_debt'] = journal.cleanup_debts(record['name'])
+        record.update(leasing.view(record, now))
         record['operations'] = queue.entries(target=record['name'], target_type='workspace', recent=5)
         if events:
             record['events'] = journal.events(record['name'], limit=events_limit or None)

@@ -44,7 +44,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import fa
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
 
 ENV_VAR = 'EPHEMERA_JOURNAL'
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 60000
 IDEMPOTENCY_TTL = 24 * 3600
 
@@ -57,15 +57,16 @@ DESIRED_STATES = ('present', 'destroyed')
 # provider-neutrally: which provider, its id there, the id recorded before the allocation, where it lives, and the
 # provider's task handles by step.
 WORKSPACE_FIELDS = ('status', 'activity', 'desired_state', 'provider', 'location', 'resource_id', 'candidate_id',
-                    'provider_tasks', 'address', 'repo', 'ref', 'purpose', 'failure', 'params', 'progress', 'facts')
+                    'provider_tasks', 'address', 'repo', 'ref', 'purpose', 'failure', 'params', 'progress', 'facts',
+                    'lease', 'lease_expires_at', 'cleanup')
 # The names these fields had in schema 1 (Proxmox's words). Records carry them as read-only copies, and writes may
 # still use them, so that what users and older callers read keeps its meaning.
 LEGACY_FIELDS = (('node', 'location'), ('vmid', 'resource_id'), ('candidate_vmid', 'candidate_id'),
                  ('upids', 'provider_tasks'))
 JSON_FIELDS = ('provider_tasks', 'failure', 'params', 'detail', 'resources', 'result', 'owner', 'progress', 'facts',
-               'steps')
+               'steps', 'lease', 'cleanup')
 TIME_FIELDS = ('created_at', 'updated_at', 'at', 'started_at', 'ended_at', 'next_retry', 'expires_at', 'leased_at',
-               'step_at', 'lease_expires', 'seen_at')
+               'step_at', 'lease_expires', 'seen_at', 'lease_expires_at')
 
 # Keys whose values never reach the journal, whatever a caller passes in an event or a result.
 SECRET_KEY = re.compile(r'pass(word)?|secret|token|private|credential|api_key|apikey', re.I)
@@ -233,6 +234,16 @@ MIGRATIONS = [
     CREATE INDEX workspaces_status ON workspaces (status);
     CREATE INDEX workspaces_resource ON workspaces (provider, resource_id);
     """,
+    # 3: leases. ``lease`` (JSON, unix seconds): created_at, last_touched_at, idle_timeout, ttl, keep, expires_at;
+    # NULL for a workspace made before leases, which never expires by itself. ``lease_expires_at`` copies
+    # lease.expires_at for the expiry sweep's index. ``cleanup`` (JSON): the release's bookkeeping (core/lease.py's
+    # cleanup_attempts, cleanup_error, cleanup_failed_at, cleanup_retry_at, cleanup_completed_at; retained).
+    """
+    ALTER TABLE workspaces ADD COLUMN lease TEXT;
+    ALTER TABLE workspaces ADD COLUMN lease_expires_at REAL;
+    ALTER TABLE workspaces ADD COLUMN cleanup TEXT NOT NULL DEFAULT '{}';
+    CREATE INDEX workspaces_expiry ON workspaces (lease_expires_at);
+    """,
 ]
 
 # How a reader reads a journal of an older schema without migrating it: temporary views (kept in memory by the
@@ -245,8 +256,15 @@ READ_VIEWS = {
         CREATE TEMP VIEW workspaces AS
             SELECT name, status, activity, desired_state, 'proxmox' AS provider, node AS location, vmid AS resource_id,
                    candidate_vmid AS candidate_id, upids AS provider_tasks, address, repo, ref, purpose, failure, params,
-                   progress, facts, created_at, updated_at, generation
+                   progress, facts, created_at, updated_at, generation, NULL AS lease, NULL AS lease_expires_at,
+                   '{}' AS cleanup
             FROM main.workspaces
+        """,
+    ],
+    2: [
+        """
+        CREATE TEMP VIEW workspaces AS
+            SELECT *, NULL AS lease, NULL AS lease_expires_at, '{}' AS cleanup FROM main.workspaces
         """,
     ],
 }

@@ -485,3 +485,26 @@ def cleanup_decision(labels, now, marker_verified):
     if decided.decision == DELETE and not (marker_verified is True or marker_verified == 'verified'):
         return Decision(REPORT, '%s; but its ownership marker does not verify: not ours to delete' % decided.reason)
     return decided
+
+
+# ------------------------------------------------------------------ journal records
+
+def journal_record(ws, debt=None):
+    """The flat record core.lease reads (status, desired_state, the cleanup fields, retained, cleanup_debt)."""
+    record = dict(ws.get('cleanup') or {})
+    record.update(status=ws['status'], desired_state=ws['desired_state'],
+                  cleanup_debt=list(debt if debt is not None else ws.get('cleanup_debt') or []))
+    return record
+
+
+def view(ws, now, debt=None):
+    """What a reader shows of the lease at ``now``: ``lease`` (times as RFC 3339, ``expires_in`` seconds from now)
+    and ``cleanup_status`` (pending, complete, failed, retained or none)."""
+    terms = ws.get('lease')
+    shown = None
+    if terms:
+        shown = dict(terms)
+        for key in ('created_at', 'last_touched_at', 'expires_at'):
+            shown[key] = format_time(terms[key]) if terms.get(key) is not None else None
+        shown['expires_in'] = int(compute_expires_at(terms) - _number('now', now))
+    return {'lease': shown, 'cleanup_status': cleanup_status_shown(journal_record(ws, debt))}

@@ -23,6 +23,7 @@ import time
 from urllib.parse import urlsplit
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
@@ -259,6 +260,11 @@ class CreateFlow(Flow):
                               step='request')
         if req['address_mode'] == 'static':
             address_candidates(req['address_range'])
+        try:
+            terms = leasing.validate_request(self.params.get('ttl'), self.params.get('idle_timeout'),
+                                             self.params.get('keep'))
+        except leasing.LeaseError as err:
+            raise CreateError(str(err), step='request')
         self._check_key()
         ws = self.ws
         if ws is not None and ws['status'] != 'destroyed':
@@ -271,8 +277,11 @@ class CreateFlow(Flow):
         repository = self._check_repository(req)
         if self.check_mode:
             return StepResult(True, 'request: would record workspace %s%s' % (self.name, repository))
+        now = time.time()
+        terms = leasing.new_lease(now, **terms)
         fields = dict(status='requested', desired_state='present', repo=req['repo'], ref=req['ref'],
-                      purpose=req['purpose'], params=req, progress={'request': time.time()},
+                      purpose=req['purpose'], params=req, progress={'request': now}, lease=terms,
+                      lease_expires_at=terms['expires_at'], cleanup={},
                       **self.resource_fields(provider=self.provider.name, location=node))
         if ws is None:
             self.ws = self.journal.create_workspace(self.name, **fields)
@@ -320,10 +329,16 @@ class CreateFlow(Flow):
             raise CreateError('Workspace %r is being destroyed; wait for that to finish, then create it again.'
                               % self.name, step='request')
         different = [k for k in IDENTITY if ws['params'].get(k) != req[k] and not (k == 'node' and not req[k])]
+        recorded = ws.get('lease') or {}
+        different += ['%s' % k for k in ('ttl', 'idle_timeout', 'keep')
+                      if self.params.get(k) is not None and recorded.get(k) != self.params[k]]
         if different:
             raise CreateError('A workspace named %r exists with other parameters (%s). Choose another name, or '
-                              'destroy it first.' % (self.name, ', '.join('%s: %r, not %r' % (
-                                  k, ws['params'].get(k), req[k]) for k in different)), step='request')
+                              'destroy it first%s.' % (self.name, ', '.join('%s: %r, not %r' % (
+                                  k, ws['params'].get(k, recorded.get(k)), req.get(k, self.params.get(k)))
+                                  for k in different),
+                                  '; a lease is extended by heartbeats, never by a new request'
+                                  if set(different) & set(('ttl', 'idle_timeout', 'keep')) else ''), step='request')
         for step in ('bootstrap', 'checkout'):
             self._refuse_missing_secrets(step)
         key = self.params.get('idempotency_key')
@@ -427,7 +442,29 @@ class CreateFlow(Flow):
     def _allocation(self, candidate):
         req = self.request
         return Allocation(candidate, self.name, req['template'], req['node'], 'agent-%s' % self.name, req['pool'],
-                          full=req['full_clone'], storage=req['storage'])
+                          full=req['full_clone'], storage=req['storage'], labels=self._labels('provisioning'))
+
+    def _labels(self, state):
+        """The lease labels the resource carries in ``state`` (None for a workspace made before leases)."""
+        terms = self.ws.get('lease')
+        return leasing.lease_labels(terms, state) if terms else None
+
+    def _write_labels(self, state):
+        """Put the lease labels for ``state`` on the resource. A label that could not be written stays as it
+        was, recorded: the sweep by labels deletes a resource labelled provisioning only long after its lease
+        ends, and never one the journal knows."""
+        labels = self._labels(state)
+        if not labels or self.provider is None:
+            return None
+        try:
+            resource = self.provider.find(self.resource_id, self.location)
+            if resource is None or self.provider.labels(resource) == labels:
+                return None
+            self.provider.write_labels(resource, labels)
+        except ProviderError as err:
+            self.event('observed', 'labels_not_written', {'state': state, 'error': str(err)})
+            return 'lease labels not updated (%s)' % err
+        return None
 
     def _adopt(self, vmid, reason):
         # The task that made it, found after its answer was lost, when one task fits.
@@ -748,9 +785,10 @@ class CreateFlow(Flow):
                             progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('runner', 'brief')))
         self.save('ready', status='ready', activity=answer.get('activity') or 'unknown', failure=None,
                   progress=dict(self.ws['progress'], ready=time.time()))
+        note = self._write_labels('ready')
         if self.params.get('idempotency_key'):
             claim = self.journal.begin_idempotent(self.params['idempotency_key'], 'create',
                                                   self._idempotency_request(req), owner=Owner.of_run())
             if not claim.replayed:
                 self.journal.finish_idempotent(claim, self._result())
-        return StepResult(True, 'ready: %s at %s' % (self.name, self.ws['address']))
+        return StepResult(True, 'ready: %s at %s%s' % (self.name, self.ws['address'], '; %s' % note if note else ''))

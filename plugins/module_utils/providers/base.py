@@ -165,11 +165,13 @@ class Power:
 class Allocation:
     """What to allocate: ``candidate`` (the id recorded before the call), ``workspace`` (whose marker it
     carries), ``source`` (template, image) at ``location``, ``hostname``, ``scope`` (pool, label set),
-    ``full`` (an independent copy rather than a linked one) and ``storage`` (where a full copy goes)."""
+    ``full`` (an independent copy rather than a linked one), ``storage`` (where a full copy goes) and ``labels``
+    (the lease's labels, core.lease.lease_labels, written with the marker in the same call)."""
 
-    __slots__ = ('candidate', 'workspace', 'source', 'location', 'hostname', 'scope', 'full', 'storage')
+    __slots__ = ('candidate', 'workspace', 'source', 'location', 'hostname', 'scope', 'full', 'storage', 'labels')
 
-    def __init__(self, candidate, workspace, source, location, hostname, scope, full=False, storage=None):
+    def __init__(self, candidate, workspace, source, location, hostname, scope, full=False, storage=None,
+                 labels=None):
         self.candidate = candidate
         self.workspace = workspace
         self.source = source
@@ -178,6 +180,7 @@ class Allocation:
         self.scope = scope
         self.full = full
         self.storage = storage
+        self.labels = labels
 
 
 class Settings:
@@ -260,6 +263,17 @@ class Provider:
         if resource is None:
             return ownership.ABSENT
         return ownership.verdict(resource.marker_text, self.secret, self.controller, workspace, resource.id)
+
+    # --- the lease on the resource
+
+    def labels(self, resource):
+        """The lease labels the resource carries (state, expires_at, keep, created_at); {} without any."""
+        raise NotImplementedError
+
+    def write_labels(self, resource, labels):
+        """Replace the lease labels on the resource (its marker untouched), so that a sweep that has no journal
+        still reads the lease; Conflict when the resource changed since it was read."""
+        raise NotImplementedError
 
     # --- allocation
 

@@ -65,6 +65,32 @@ def merge_net(current, wanted):
     return ','.join('%s=%s' % (k, v) for k, v in merged if v is not None)
 
 
+# The lease's labels are one line of the description, beside the marker (PVE tags cannot hold '=' or a time).
+LEASE_PREFIX = 'ephemera-lease:'
+_LEASE_LINE = re.compile(r'^%s[^\n]*\n?' % re.escape(LEASE_PREFIX), re.M)
+
+
+def lease_line(labels):
+    """The description line that carries ``labels`` (values already made label-safe, core.lease.label_value)."""
+    return '%s %s' % (LEASE_PREFIX, ' '.join('%s=%s' % (k, labels[k]) for k in sorted(labels)))
+
+
+def with_lease(description, labels):
+    """``description`` with its lease line replaced by one for ``labels`` (added after the rest when it has
+    none); every other line, the marker and an operator's notes, kept as it was."""
+    rest = _LEASE_LINE.sub('', description or '').rstrip('\n')
+    return (rest + '\n' if rest else '') + lease_line(labels)
+
+
+def lease_labels_of(description):
+    """The labels of the description's lease line; {} without one."""
+    found = _LEASE_LINE.search(description or '')
+    if not found:
+        return {}
+    fields = found.group(0)[len(LEASE_PREFIX):].split()
+    return dict(field.split('=', 1) for field in fields if '=' in field)
+
+
 class ProxmoxProvider(base.Provider):
     """The provider seam over one Proxmox VE cluster (``client``: a PveClient)."""
 
@@ -140,8 +166,10 @@ class ProxmoxProvider(base.Provider):
 
     def allocate(self, allocation):
         a = allocation
-        args = dict(newid=a.candidate, hostname=a.hostname, pool=a.scope,
-                    description=self.marker(a.workspace, a.candidate))
+        description = self.marker(a.workspace, a.candidate)
+        if a.labels:
+            description = with_lease(description, a.labels)
+        args = dict(newid=a.candidate, hostname=a.hostname, pool=a.scope, description=description)
         if a.full:
             args['full'] = 1
             if a.storage:
@@ -220,6 +248,14 @@ class ProxmoxProvider(base.Provider):
                   'tags': ';'.join(sorted(set(settings.tags)))}
         return dict((k, (config.get(k), v)) for k, v in wanted.items() if str(config.get(k)) != str(v)
                     and not (k == 'net0' and same_net(config.get(k), v)))
+
+    def labels(self, resource):
+        return lease_labels_of((resource.native or {}).get('description'))
+
+    def write_labels(self, resource, labels):
+        description = (resource.native or {}).get('description')
+        self.containers.update_config(resource.location, resource.id, resource.native.get('digest'),
+                                      description=with_lease(description, labels))
 
     def apply_settings(self, resource, changes):
         self.containers.update_config(resource.location, resource.id, resource.native.get('digest'),

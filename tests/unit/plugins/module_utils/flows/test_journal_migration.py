@@ -61,7 +61,7 @@ def test_a_schema_1_journal_migrates_to_provider_neutral_fields_keeping_their_me
     before = dict((r['name'], r) for r in raw(v1, 'SELECT * FROM workspaces'))
     kept = snapshot(v1)
     with Journal.open(v1) as journal:
-        assert journal.schema_version == journal_mod.SCHEMA_VERSION == 2
+        assert journal.schema_version == journal_mod.SCHEMA_VERSION == 3
         records = dict((ws['name'], ws) for ws in journal.list_workspaces())
         entries = Queue(journal).entries(target_type='workspace', recent=10)
     assert sorted(records) == NAMES
@@ -83,7 +83,10 @@ def test_a_schema_1_journal_migrates_to_provider_neutral_fields_keeping_their_me
     assert snapshot(v1) == kept
     assert not {'vmid', 'candidate_vmid', 'node', 'upids'} & set(columns(v1))
     assert raw(v1, "SELECT name FROM sqlite_master WHERE name LIKE 'workspaces%' ORDER BY name") == [
-        {'name': 'workspaces'}, {'name': 'workspaces_resource'}, {'name': 'workspaces_status'}]
+        {'name': 'workspaces'}, {'name': 'workspaces_expiry'}, {'name': 'workspaces_resource'},
+        {'name': 'workspaces_status'}]
+    # Workspaces made before leases have none (they never expire by themselves) and no cleanup bookkeeping.
+    assert all((ws['lease'], ws['lease_expires_at'], ws['cleanup']) == (None, None, {}) for ws in records.values())
 
 
 def test_the_migrated_journal_takes_writes_by_either_name(v1):
@@ -101,7 +104,7 @@ def test_a_migration_that_fails_half_way_leaves_the_journal_as_it_was(v1, monkey
     workspaces = raw(v1, 'SELECT * FROM workspaces')
     kept = snapshot(v1)
     broken = journal_mod.MIGRATIONS[1] + '\n    INSERT INTO no_such_table VALUES (1);\n'
-    monkeypatch.setattr(journal_mod, 'MIGRATIONS', journal_mod.MIGRATIONS[:1] + [broken])
+    monkeypatch.setattr(journal_mod, 'MIGRATIONS', journal_mod.MIGRATIONS[:1] + [broken] + journal_mod.MIGRATIONS[2:])
     with pytest.raises(JournalError, match='no_such_table'):
         Journal.open(v1)
     assert raw(v1, 'PRAGMA user_version')[0]['user_version'] == 1
@@ -110,20 +113,21 @@ def test_a_migration_that_fails_half_way_leaves_the_journal_as_it_was(v1, monkey
     assert raw(v1, "SELECT name FROM sqlite_master WHERE name = 'workspaces_2'") == []
     monkeypatch.undo()
     with Journal.open(v1) as journal:  # and the real migration still goes through afterwards
-        assert journal.schema_version == 2
+        assert journal.schema_version == journal_mod.SCHEMA_VERSION
 
 
 def test_a_journal_of_a_newer_schema_is_refused_unchanged(v1):
     with Journal.open(v1):
         pass
     conn = sqlite3.connect(v1)
-    conn.execute('PRAGMA user_version = 3')
+    conn.execute('PRAGMA user_version = %d' % (journal_mod.SCHEMA_VERSION + 1))
     conn.close()
     with open(v1, 'rb') as f:
         data = f.read()
     with pytest.raises(JournalError) as caught:
         Journal.open(v1)
-    assert 'schema version 3, newer than this collection understands (2)' in str(caught.value)
+    assert 'schema version %d, newer than this collection understands (%d)' % (
+        journal_mod.SCHEMA_VERSION + 1, journal_mod.SCHEMA_VERSION) in str(caught.value)
     with open(v1, 'rb') as f:
         assert f.read() == data
 

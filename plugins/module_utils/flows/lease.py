@@ -1,0 +1,78 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The heartbeat: a workspace's lease extended in the journal and on its resource.
+
+The rules themselves (expiry arithmetic, refusals, the cleanup status, what readers show) are
+core/lease.py's; this module applies them to journal records and resources: a heartbeat is a compare-and-set on the record (so a
+heartbeat racing the expiry sweep's claim loses, and is refused on its retry), followed by the
+lease labels on the resource, so that a sweep without the journal reads the new expiry.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import time
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import StaleGenerationError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import ProviderError
+
+# The label ``state`` of a workspace in each status (core/lease.py's sweep table reads these words).
+LABEL_STATES = {'requested': 'provisioning', 'provisioning': 'provisioning', 'booting': 'provisioning',
+                'bootstrapping': 'provisioning', 'registering': 'provisioning', 'ready': 'ready', 'failed': 'failed',
+                'destroying': 'released', 'destroyed': 'released'}
+# How often a heartbeat re-reads a record that moved on under it before it gives up.
+ATTEMPTS = 3
+
+
+def heartbeat(journal, provider, name, now=None, check_mode=False):
+    """Bump the lease of workspace ``name``: (the new record, a note on its labels or None). Refused with a
+    LeaseError, changing nothing, for a workspace that is not recorded, has no lease, is being cleaned up or
+    destroyed, or whose lease expired."""
+    for attempt in range(ATTEMPTS):
+        ws = journal.get_workspace(name)
+        if ws is None:
+            raise leasing.LeaseError('Workspace %r is not recorded in %s: there is no lease to extend. Check the name '
+                                     '(ephemera.workspaces.status lists the workspaces).' % (name, journal.path))
+        if ws['status'] == 'destroyed':
+            raise leasing.LeaseError('Heartbeat refused: workspace %s was destroyed. Request a new workspace.' % name)
+        if not ws.get('lease'):
+            raise leasing.LeaseError('Workspace %s was made before leases: it has no lease to extend, and does not '
+                                     'expire by itself.' % name)
+        terms = dict(ws['lease'], name=name)
+        started = leasing.cleanup_started(leasing.journal_record(ws, []))
+        touched = leasing.heartbeat(terms, time.time() if now is None else now, cleanup_started=started)
+        touched.pop('name', None)
+        if check_mode:
+            return dict(ws, lease=touched), None
+        try:
+            ws = journal.update_workspace(name, ws['generation'], lease=touched, lease_expires_at=touched['expires_at'],
+                                          event={'kind': 'recorded', 'action': 'heartbeat',
+                                                 'detail': {'expires_at': leasing.format_time(touched['expires_at'])}})
+        except StaleGenerationError:
+            if attempt == ATTEMPTS - 1:
+                raise
+            continue
+        return ws, write_labels(journal, provider, ws)
+    raise AssertionError('unreachable')
+
+
+def write_labels(journal, provider, ws):
+    """Put the record's lease labels on its resource; None, or a note when they could not be written (recorded as
+    an event: the sweep by labels never deletes a resource the journal knows, so stale labels are not a danger while
+    the journal is there)."""
+    if provider is None or not ws.get('lease') or ws.get('resource_id') is None:
+        return None
+    provider = providers.bind(provider, None)
+    labels = leasing.lease_labels(ws['lease'], LABEL_STATES.get(ws['status'], ws['status']))
+    try:
+        resource = provider.find(ws['resource_id'], ws.get('location'))
+        if resource is None or provider.labels(resource) == labels:
+            return None
+        provider.write_labels(resource, labels)
+    except ProviderError as err:
+        journal.append_event(ws['name'], 'observed', 'labels_not_written', {'error': str(err)})
+        return 'the lease labels on %s were not updated (%s)' % (provider.label(ws['resource_id']), err)
+    return None

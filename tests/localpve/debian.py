@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -405,7 +406,7 @@ def sshd_argv(init_pid, port, address):
 async def boot(root, hostname, log):
     """Start the guest's namespaces; (holder process, host pid of the guest's first process) once it runs in the
     root, or ClusterError."""
-    holder = system.spawn(holder_argv(root, hostname), log)
+    holder = system.spawn(holder_argv(root, hostname), log, death_signal=signal.SIGKILL)
     deadline = time.monotonic() + BOOT_TIMEOUT
     real = os.path.realpath(root)
     while True:
@@ -427,7 +428,7 @@ async def shut_down(holder, init_pid):
     """Kill the guest's first process: the kernel kills every other process of the guest; wait until all are gone."""
     if holder.poll() is None:
         try:
-            os.kill(init_pid, 9)
+            os.kill(init_pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     # The holder ends when the first process has ended, which waits for every process of the guest to end.

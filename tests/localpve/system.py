@@ -170,16 +170,17 @@ def wait_gone(pids, timeout):
     return True
 
 
-def _die_with_parent():
+def _die_with_parent(signum):
     # A guest's sshd must not outlive the cluster that started it, even if that is SIGKILLed.
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum)
 
 
-def spawn(argv, log_path):
-    """Start argv with stdout and stderr appended to log_path; it gets SIGTERM when its parent dies."""
+def spawn(argv, log_path, death_signal=signal.SIGTERM):
+    """Start argv with stdout and stderr appended to log_path; it gets ``death_signal`` when its parent dies
+    (SIGKILL for a program that blocks SIGTERM, as unshare does while it waits for its child)."""
     with open(log_path, 'ab') as log:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                close_fds=True, preexec_fn=_die_with_parent)  # pylint: disable=subprocess-popen-preexec-fn
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, close_fds=True,
+                                preexec_fn=lambda: _die_with_parent(death_signal))  # pylint: disable=subprocess-popen-preexec-fn
 
 
 def rooted_under(prefix):

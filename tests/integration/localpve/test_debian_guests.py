@@ -275,7 +275,7 @@ def test_a_container_made_from_an_os_template_is_the_base_with_the_keys_of_its_c
     assert (status, out) == (0, 'bookworm\nno agent user\n')
 
 
-def test_what_a_cluster_that_died_leaves_is_removed_by_down(tmp_path):
+def test_a_cluster_that_died_takes_its_guests_processes_and_down_removes_its_mounts(tmp_path):
     opts = Options(state_dir=str(tmp_path / 'died'), host=pick_host(), api_port=0, proxy_port=0, time_scale=0,
                    guests='debian').check()
     client = ControlClient(up(opts))
@@ -286,6 +286,12 @@ def test_what_a_cluster_that_died_leaves_is_removed_by_down(tmp_path):
     assert mounted(guests) and system.rooted_under(guests)
     os.kill(client.info['pid'], signal.SIGKILL)
     assert system.wait_gone([client.info['pid']], 10)
+    # The guests' processes die with the cluster; its mounts stay until the next up or down.
+    deadline = time.monotonic() + 10
+    while system.rooted_under(guests):
+        assert time.monotonic() < deadline, [system.cmdline(pid) for pid in system.rooted_under(guests)]
+        time.sleep(0.05)
+    assert mounted(guests)
     down(opts.state_dir)
     assert mounted(guests) == []
     assert system.rooted_under(guests) == []

@@ -279,20 +279,22 @@ def test_a_cluster_that_died_takes_its_guests_processes_and_down_removes_its_mou
     opts = Options(state_dir=str(tmp_path / 'died'), host=pick_host(), api_port=0, proxy_port=0, time_scale=0,
                    guests='debian').check()
     client = ControlClient(up(opts))
-    api = proxmox(client.info)
-    ws = clone_workspace(api, client.info, hostname='deb-died')
-    assert run(client, ws.address, 'setsid sleep 603 </dev/null >/dev/null 2>&1 &')[0] == 0
     guests = os.path.join(opts.state_dir, 'guests')
-    assert mounted(guests) and system.rooted_under(guests)
-    os.kill(client.info['pid'], signal.SIGKILL)
-    assert system.wait_gone([client.info['pid']], 10)
-    # The guests' processes die with the cluster; its mounts stay until the next up or down.
-    deadline = time.monotonic() + 10
-    while system.rooted_under(guests):
-        assert time.monotonic() < deadline, [system.cmdline(pid) for pid in system.rooted_under(guests)]
-        time.sleep(0.05)
-    assert mounted(guests)
-    down(opts.state_dir)
+    try:
+        api = proxmox(client.info)
+        ws = clone_workspace(api, client.info, hostname='deb-died')
+        assert run(client, ws.address, 'setsid sleep 603 </dev/null >/dev/null 2>&1 &')[0] == 0
+        assert mounted(guests) and system.rooted_under(guests)
+        os.kill(client.info['pid'], signal.SIGKILL)
+        assert system.wait_gone([client.info['pid']], 10)
+        # The guests' processes die with the cluster; its mounts stay until the next up or down.
+        deadline = time.monotonic() + 10
+        while system.rooted_under(guests):
+            assert time.monotonic() < deadline, [system.cmdline(pid) for pid in system.rooted_under(guests)]
+            time.sleep(0.05)
+        assert mounted(guests)
+    finally:
+        down(opts.state_dir)
     assert mounted(guests) == []
     assert system.rooted_under(guests) == []
 

@@ -56,8 +56,11 @@ options:
         archives the unsaved work (with O(archive=false), only checks that there is none) and refuses to go on when the
         work could be lost. A stopped container's work cannot be checked, so its destruction is refused too. With
         O(discard_unsaved_work=true) none of these stops the destruction.
+      - V(retain) releases the workspace without deleting it. It stops counting as running work - the expiry sweep
+        leaves it alone and the lease labels on its container say keep - and keeps its container and record. Its
+        cleanup status becomes V(retained). A later destruction (the other steps) resumes the cleanup.
     type: str
-    choices: [guard, inspect, mark, shutdown, stop, delete, finish]
+    choices: [guard, inspect, retain, mark, shutdown, stop, delete, finish]
   archive:
     description:
       - With O(step=guard), archive the unsaved work before the destruction (see M(ephemera.workspaces.workspace_archive)

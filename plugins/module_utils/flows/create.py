@@ -46,6 +46,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base
     UnknownOutcome,
     first_address,
 )
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import preflight
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import (
     Guest,
@@ -449,23 +450,6 @@ class CreateFlow(Flow):
         terms = self.ws.get('lease')
         return leasing.lease_labels(terms, state) if terms else None
 
-    def _write_labels(self, state):
-        """Put the lease labels for ``state`` on the resource. A label that could not be written stays as it
-        was, recorded: the sweep by labels deletes a resource labelled provisioning only long after its lease
-        ends, and never one the journal knows."""
-        labels = self._labels(state)
-        if not labels or self.provider is None:
-            return None
-        try:
-            resource = self.provider.find(self.resource_id, self.location)
-            if resource is None or self.provider.labels(resource) == labels:
-                return None
-            self.provider.write_labels(resource, labels)
-        except ProviderError as err:
-            self.event('observed', 'labels_not_written', {'state': state, 'error': str(err)})
-            return 'lease labels not updated (%s)' % err
-        return None
-
     def _adopt(self, vmid, reason):
         # The task that made it, found after its answer was lost, when one task fits.
         upid = self.provider.allocation_task(self._allocation(vmid), self.ws['facts'].get('clone_dispatched_at') or 0)
@@ -783,9 +767,10 @@ class CreateFlow(Flow):
         if not answer.get('alive'):
             raise self.fail('ready', CreateError('The agent runner stopped answering: %s' % answer.get('error')),
                             progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('runner', 'brief')))
+        # The labels first: a run killed between them and the record repeats this step, and writes them again.
+        note = lease_flow.write_labels(self.journal, self.provider, self.ws, state='ready', claim=self.claim)
         self.save('ready', status='ready', activity=answer.get('activity') or 'unknown', failure=None,
                   progress=dict(self.ws['progress'], ready=time.time()))
-        note = self._write_labels('ready')
         if self.params.get('idempotency_key'):
             claim = self.journal.begin_idempotent(self.params['idempotency_key'], 'create',
                                                   self._idempotency_request(req), owner=Owner.of_run())

@@ -25,6 +25,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import wa
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import epoch
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import RESOURCE_ID, Flow, StepResult
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
     Locked,
@@ -37,7 +38,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base
 
 STEPS = ('mark', 'shutdown', 'stop', 'delete', 'finish')
 # 'inspect' only reads: whether the container is there (and so whether there is work to archive).
-STEP_LABELS = {'inspect': 'inspect', 'mark': 'mark destroying', 'shutdown': 'shutdown', 'stop': 'force stop', 'delete': 'delete',
+STEP_LABELS = {'inspect': 'inspect', 'retain': 'retain', 'mark': 'mark destroying', 'shutdown': 'shutdown', 'stop': 'force stop', 'delete': 'delete',
                'finish': 'mark destroyed'}
 # The steps as the destroy role numbers them: the archive guard first.
 ROLE_STEPS = ('guard',) + STEPS
@@ -159,6 +160,8 @@ class DestroyFlow(Flow):
         failpoint.enter(self.name, 'destroy.' + step)
         if step == 'inspect':
             return self.inspect()
+        if step == 'retain':
+            return self.retain()
         if step not in STEPS:
             raise DestroyError('Unknown step %r; the steps are %s.' % (step, ', '.join(STEPS)))
         if self.ws is None:
@@ -181,6 +184,27 @@ class DestroyFlow(Flow):
         return StepResult(False, 'inspect: %s %s' % (self._label(target), 'running' if running else 'stopped'),
                           present=True, running=running, vmid=target.vmid, verdict=target.verdict)
 
+    def retain(self):
+        """Release without delete: the workspace stops counting as running work (expiry leaves it alone, the
+        labels on its resource say keep) and keeps its resource and record; a later destroy resumes the cleanup."""
+        if self.ws is None:
+            raise DestroyError('Workspace %s is not recorded; there is nothing to retain.' % self.name)
+        if self.ws['status'] == 'destroyed':
+            raise DestroyError('Workspace %s was destroyed; there is nothing to retain.' % self.name)
+        if self.ws['desired_state'] == 'destroyed':
+            raise DestroyError('The destruction of %s was decided already: finish it (ephemera.workspaces.destroy '
+                               '-e workspace=%s); it cannot be retained now.' % (self.name, self.name))
+        cleanup = dict(self.ws.get('cleanup') or {})
+        if cleanup.get('retained'):
+            return StepResult(False, 'retain: %s is retained already' % self.name)
+        if self.check_mode:
+            return StepResult(True, 'retain: would retain %s (released without delete)' % self.name)
+        cleanup.update(retained=True, retained_at=time.time())
+        self.ws = self.save('retained', kind='recorded', detail={'status': self.ws['status']}, cleanup=cleanup)
+        note = lease_flow.write_labels(self.journal, self.provider, self.ws)
+        return StepResult(True, 'retain: %s released without delete; its resource and record stay%s'
+                          % (self.name, '; %s' % note if note else ''))
+
     # --------------------------------------------------------------- 1. mark
 
     def step_mark(self):
@@ -188,8 +212,10 @@ class DestroyFlow(Flow):
             return StepResult(False, 'mark destroying: already marked')
         if self.check_mode:
             return StepResult(True, 'mark destroying: would mark %s' % self.name)
+        # A retained workspace released with delete: the cleanup it owns resumes.
+        cleanup = dict((k, v) for k, v in (self.ws.get('cleanup') or {}).items() if k not in ('retained', 'retained_at'))
         self.save('destroy', kind='recorded', detail={'from_status': self.ws['status']}, desired_state='destroyed',
-                  status='destroying', failure=None)
+                  status='destroying', failure=None, cleanup=cleanup)
         return StepResult(True, 'mark destroying: %s is being destroyed; new agent operations are refused' % self.name)
 
     # ----------------------------------------------------------- 2. shutdown

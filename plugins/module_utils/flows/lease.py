@@ -59,20 +59,32 @@ def heartbeat(journal, provider, name, now=None, check_mode=False):
     raise AssertionError('unreachable')
 
 
-def write_labels(journal, provider, ws):
-    """Put the record's lease labels on its resource; None, or a note when they could not be written (recorded as
-    an event: the sweep by labels never deletes a resource the journal knows, so stale labels are not a danger while
-    the journal is there)."""
+def write_labels(journal, provider, ws, state=None, claim=None):
+    """Put the record's lease labels (``state``: the label's state, else the one of the record's status) on its
+    resource; None, or a note when they could not be written.
+
+    Journal first: the write is recorded as dispatched (a ``configure`` of the resource) before it goes out, and
+    its outcome after. A label that could not be written stays as it was, recorded: the sweep by labels never
+    deletes a resource the journal knows, and one labelled provisioning only long after its lease ended.
+    """
     if provider is None or not ws.get('lease') or ws.get('resource_id') is None:
         return None
     provider = providers.bind(provider, None)
-    labels = leasing.lease_labels(ws['lease'], LABEL_STATES.get(ws['status'], ws['status']))
+    terms = ws['lease']
+    if (ws.get('cleanup') or {}).get('retained'):
+        # Held by a person: a sweep by labels must skip it, as it skips keep.
+        terms = dict(terms, keep=True)
+    labels = leasing.lease_labels(terms, state or LABEL_STATES.get(ws['status'], ws['status']))
+    name, resource_id = ws['name'], ws['resource_id']
     try:
-        resource = provider.find(ws['resource_id'], ws.get('location'))
+        resource = provider.find(resource_id, ws.get('location'))
         if resource is None or provider.labels(resource) == labels:
             return None
+        journal.append_event(name, 'dispatched', 'configure', {'vmid': resource_id, 'labels': labels}, claim=claim)
         provider.write_labels(resource, labels)
     except ProviderError as err:
-        journal.append_event(ws['name'], 'observed', 'labels_not_written', {'error': str(err)})
-        return 'the lease labels on %s were not updated (%s)' % (provider.label(ws['resource_id']), err)
+        journal.append_event(name, 'observed', 'labels_not_written', {'vmid': resource_id, 'error': str(err)},
+                             claim=claim)
+        return 'the lease labels on %s were not updated (%s)' % (provider.label(resource_id), err)
+    journal.append_event(name, 'observed', 'labels_written', {'vmid': resource_id, 'labels': labels}, claim=claim)
     return None

@@ -54,7 +54,9 @@ def test_a_heartbeat_moves_the_idle_expiry_in_the_journal_and_on_the_container(l
     assert after['lease']['expires_at'] == after['lease']['last_touched_at'] + 120
     assert after['lease']['created_at'] == before['lease']['created_at']
     assert lease_labels_of(leased.config(after['vmid'])['description']) == leasing.lease_labels(after['lease'], 'ready')
-    assert [e['action'] for e in leased.events('leased')][-1] == 'heartbeat'
+    # Journal first: the heartbeat, then the label write announced, then its outcome.
+    assert [(e['kind'], e['action']) for e in leased.events('leased')][-3:] == [
+        ('recorded', 'heartbeat'), ('dispatched', 'configure'), ('observed', 'labels_written')]
     shown = run.task('Heartbeat leased')
     assert shown['lease']['expires_at'] == leasing.format_time(after['lease']['expires_at'])
     assert 0 < shown['lease']['expires_in'] <= 120

@@ -1,0 +1,191 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The expiry sweep: the agents' activity counts as heartbeats, then expired workspaces are released.
+
+A sweep works from the journal only (the cluster is asked about the workspaces it releases, never
+listed), so that it can run every few minutes:
+
+1. **Activity.** Each ready workspace whose lease still runs is asked for its agent's activity: one
+   SSH round trip to its runner, bounded by ``activity_timeout``, many at once. The answer is
+   recorded (``activity`` then shows what the agent does now, not what it did at its brief), and
+   ``active`` or ``blocked`` touches the lease, as a heartbeat would (never past its ttl, never
+   after it expired). A workspace that does not answer is left as it was.
+2. **Release.** At most ``limit`` workspaces whose lease expired (and not retained), or whose failed
+   cleanup is due for a retry, are claimed through their queue (a busy one is left for the next
+   sweep) and destroyed through the release path: their unsaved work archived first, then the
+   ownership-checked delete confirmed by absence. A failure keeps the workspace, counts the attempt,
+   keeps the error and retries 5 minutes later; success clears the failure and records when the
+   cleanup completed. The record stays, with its identity, for audit.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, StaleGenerationError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveFlow, guest_of, layout_of
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS, DestroyFlow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import Operation
+
+DEFAULT_LIMIT = 16
+
+
+def due(ws, now):
+    """Why the sweep releases ``ws`` now ('expired', 'retry'), or None."""
+    terms = ws.get('lease')
+    cleanup = ws.get('cleanup') or {}
+    if not terms or ws['status'] == 'destroyed' or cleanup.get('retained'):
+        return None
+    if cleanup.get('cleanup_retry_at') is not None:
+        return 'retry' if leasing.retry_due(cleanup, now) else None
+    return 'expired' if leasing.is_expired(terms, now) else None
+
+
+class ExpirySweep:
+    """One sweep over the journal. ``provider`` a Provider or its API client, signing with ``secret``; ``params``
+    the module's options (limit, parallel, activity_timeout, the archive's and the shutdown's)."""
+
+    def __init__(self, journal, provider, params, secret, check_mode=False, clock=time.time):
+        self.journal = journal
+        self.provider = providers.bind(provider, secret)
+        self.params = params
+        self.secret = secret
+        self.check_mode = check_mode
+        self.clock = clock
+        self.entries = []
+        self.changed = False
+
+    def _add(self, name, action, detail, **extra):
+        self.entries.append(dict(extra, workspace=name, action=action, detail=detail))
+
+    def run(self):
+        self.look_at_activity()
+        now = self.clock()
+        candidates = [(ws, due(ws, now)) for ws in self.journal.list_workspaces()]
+        candidates = sorted([(ws, why) for ws, why in candidates if why],
+                            key=lambda pair: pair[0]['lease'].get('expires_at') or 0)
+        limit = self.params.get('limit') or DEFAULT_LIMIT
+        for ws, why in candidates[:limit]:
+            self.release(ws, why)
+        for ws, why in candidates[limit:]:
+            self._add(ws['name'], 'deferred', 'due (%s), beyond this sweep\'s limit of %d' % (why, limit))
+        return self.entries
+
+    # ------------------------------------------------------------------ activity
+
+    def look_at_activity(self):
+        """Ask every ready workspace whose lease runs for its agent's activity, many at once; record the answers."""
+        now = self.clock()
+        live = [ws for ws in self.journal.list_workspaces(status='ready')
+                if ws.get('lease') and ws['desired_state'] == 'present' and not leasing.is_expired(ws['lease'], now)]
+        if not live:
+            return
+        with ThreadPoolExecutor(max_workers=max(1, min(self.params.get('parallel') or 8, len(live)))) as pool:
+            answers = list(pool.map(self._activity, live))
+        for ws, answer in zip(live, answers):
+            self._record_activity(ws['name'], answer)
+
+    def _activity(self, ws):
+        """The runner's answer to a ping ({'activity': ...}), or {'error': ...}; one bounded round trip."""
+        try:
+            guest = guest_of(ws, key_file=self.params.get('ssh_private_key'))
+            guest.connect_timeout = float(self.params.get('activity_timeout') or 10)
+            with guest.connect() as connected:
+                return guest_ops.runner_call(connected, layout_of(ws), (ws['params'] or {}).get('ssh_user') or 'root',
+                                             {'op': 'ping'}, timeout=self.params.get('activity_timeout') or 10)
+        except EphemeraError as err:
+            return {'error': str(err)}
+
+    def _record_activity(self, name, answer):
+        activity = answer.get('activity')
+        if activity not in ('active', 'idle', 'blocked'):
+            self._add(name, 'no_answer', 'activity unknown: %s' % (answer.get('error') or 'the runner did not say'))
+            return
+        for dummy in range(3):
+            ws = self.journal.get_workspace(name)
+            touched = leasing.touch_from_activity(ws['lease'], activity, self.clock(),
+                                                  cleanup_started=leasing.cleanup_started(leasing.journal_record(ws, [])))
+            fields = {}
+            if activity != ws['activity']:
+                fields['activity'] = activity
+            if touched is not ws['lease']:
+                fields.update(lease=touched, lease_expires_at=touched['expires_at'])
+            if not fields or self.check_mode:
+                break
+            try:
+                ws = self.journal.update_workspace(name, ws['generation'], event={
+                    'kind': 'observed', 'action': 'activity', 'detail': {
+                        'activity': activity, 'expires_at': leasing.format_time(touched['expires_at'])}}, **fields)
+            except StaleGenerationError:
+                continue
+            if 'lease' in fields:
+                lease_flow.write_labels(self.journal, self.provider, ws)
+            break
+        self._add(name, 'activity', '%s; expires at %s' % (activity, leasing.format_time(
+            leasing.compute_expires_at(self.journal.get_workspace(name)['lease']))), activity=activity)
+
+    # ------------------------------------------------------------------ release
+
+    def release(self, ws, why):
+        name = ws['name']
+        if self.check_mode:
+            self._add(name, 'would_release', 'would archive its work and destroy it (%s)' % why)
+            return
+        failpoint.enter(name, 'expire.release')
+        operation = Operation.claim_if_free(self.journal, 'destroy', name, 'the expiry sweep found it busy',
+                                            source='schedule', requested_by='expire')
+        if operation is None:
+            self._add(name, 'busy', 'another run is queued on it; the next sweep looks again')
+            return
+        self.changed = True
+        self.journal.append_event(name, 'observed', 'expired', {
+            'why': why, 'expires_at': leasing.format_time(leasing.compute_expires_at(ws['lease']))},
+            claim=operation.claim)
+        params = dict(self.params, name=name, claim=operation.claim, archive=True, discard_unsaved_work=False)
+        flow = DestroyFlow(self.journal, self.provider, params, self.secret, claim=operation.claim)
+
+        def guard():
+            seen = flow.run('inspect').extra
+            failpoint.enter(name, 'destroy.guard')
+            ArchiveFlow(self.journal, params, claim=operation.claim).guard(seen['present'], seen['running'])
+
+        def step(each):
+            def act():
+                failpoint.enter(name, 'destroy.' + each)
+                # Each step reads the record afresh, as a step module does: the guard's archive wrote to it.
+                flow.ws = self.journal.get_workspace(name)
+                flow.run(each)
+            return 'expire: ' + each, act
+
+        try:
+            operation.run([('expire: archive guard', guard)] + [step(each) for each in DESTROY_STEPS],
+                          {'workspace': name, 'status': 'destroyed', 'expired': why})
+        except EphemeraError as err:
+            self._settle(name, err, operation.claim)
+            self._add(name, 'failed', str(err))
+            return
+        self._settle(name, None, None)
+        self._add(name, 'released', 'archived and destroyed (%s)' % why)
+
+    def _settle(self, name, err, claim):
+        """Record the cleanup's outcome on the workspace: the attempt failed (retry in 5 minutes), or it completed."""
+        for dummy in range(3):
+            ws = self.journal.get_workspace(name)
+            record = dict(ws.get('cleanup') or {})
+            now = self.clock()
+            record = leasing.cleanup_failed(record, err, now) if err is not None else leasing.cleanup_succeeded(record, now)
+            try:
+                self.journal.update_workspace(name, ws['generation'], cleanup=record, event={
+                    'kind': 'observed', 'action': 'cleanup_failed' if err is not None else 'cleanup_completed',
+                    'detail': dict((k, v) for k, v in record.items() if v is not None)})
+                return
+            except StaleGenerationError:
+                continue

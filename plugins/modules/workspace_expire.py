@@ -1,0 +1,147 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: workspace_expire
+short_description: Release the workspaces whose lease expired, after counting their agents' activity
+version_added: 0.2.0
+description:
+  - One expiry sweep, made to run every few minutes (an AWX schedule, cron). It works from the journal. It asks
+    the cluster only about the workspaces it releases, and never lists the cluster.
+  - First it asks every ready workspace whose lease still runs for its agent's activity, many at once, one SSH
+    round trip each, bounded by O(activity_timeout). It records the answer. V(active) or V(blocked) touches the
+    lease as a heartbeat would, never past its ttl and never after it expired.
+  - Then it releases at most O(limit) workspaces whose lease expired, or whose failed cleanup is due for a retry,
+    each through its queue. A workspace another run works on is left for the next sweep. The release is the
+    destroy playbook's path - unsaved work archived first, then the ownership-checked delete confirmed by absence.
+  - A failed release keeps the workspace, counts the attempt, keeps the error and retries 5 minutes later. A
+    success records when the cleanup completed and keeps the record for audit. Retained workspaces (released
+    without delete) are not released by expiry.
+author:
+  - Ephemera maintainers (@ephemera)
+requirements:
+  - paramiko >= 3.2
+extends_documentation_fragment:
+  - ephemera.workspaces.controller
+  - ephemera.workspaces.controller.shutdown
+  - ephemera.workspaces.archive
+  - ephemera.workspaces.proxmox
+  - ephemera.workspaces.journal
+attributes:
+  check_mode:
+    support: full
+    description: Asks for activity and says what it would release; records and releases nothing.
+  diff_mode:
+    support: none
+    description: Not supported.
+options:
+  limit:
+    description: At most this many workspaces are released by one sweep; the others are left for the next one.
+    type: int
+    default: 16
+  parallel:
+    description: How many workspaces are asked for their activity at once.
+    type: int
+    default: 8
+  activity_timeout:
+    description: Seconds one workspace has to answer for its activity (connection and answer each).
+    type: int
+    default: 10
+'''
+
+EXAMPLES = r'''
+- name: Release what expired
+  ephemera.workspaces.workspace_expire:
+    limit: 16
+  register: expiry
+
+- name: What the sweep did
+  ansible.builtin.debug:
+    var: expiry.report
+'''
+
+RETURN = r'''
+entries:
+  description:
+    - One entry per workspace the sweep looked at - V(workspace), V(action) and V(detail). The action is
+      V(activity) (with V(activity)), V(no_answer), V(released), V(failed), V(busy), V(deferred) or
+      V(would_release).
+  returned: always
+  type: list
+  elements: dict
+counts:
+  description: The entries by action.
+  returned: always
+  type: dict
+report:
+  description: A summary line, then one line per entry.
+  returned: always
+  type: list
+  elements: str
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
+    controller_argument_spec,
+    controller_secret,
+    journal_argument_spec,
+    open_journal,
+)
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import argument_spec as archive_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.expire import DEFAULT_LIMIT, ExpirySweep
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
+    client_from_params,
+    connection_argument_spec,
+)
+
+
+def module_args():
+    """The options of the module, declared once: its action plugin validates a task against them too."""
+    spec = dict(limit=dict(type='int', default=DEFAULT_LIMIT), parallel=dict(type='int', default=8),
+                activity_timeout=dict(type='int', default=10))
+    spec.update(archive_argument_spec())
+    spec.update(controller_argument_spec(shutdown=True))
+    spec.update(connection_argument_spec())
+    spec.update(journal_argument_spec())
+    return dict(argument_spec=spec, supports_check_mode=True)
+
+
+def run(module):
+    """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
+    params = dict(module.params)
+    for name in ('limit', 'parallel', 'activity_timeout'):
+        if params[name] < 1:
+            module.fail_json(msg='%s must be 1 or more, not %d.' % (name, params[name]))
+    journal = open_journal(module, create=False)
+    with journal:
+        try:
+            secret = controller_secret(journal.path, params['controller_secret'], module.check_mode)
+            sweep = ExpirySweep(journal, client_from_params(params), params, secret, check_mode=module.check_mode)
+            entries = sweep.run()
+        except EphemeraError as err:
+            module.fail_json(msg='The expiry sweep stopped: %s' % err)
+    counts = {}
+    for entry in entries:
+        counts[entry['action']] = counts.get(entry['action'], 0) + 1
+    summary = 'expire: %d released, %d failed, %d busy, %d deferred, %d asked for activity' % (
+        counts.get('released', 0), counts.get('failed', 0), counts.get('busy', 0), counts.get('deferred', 0),
+        counts.get('activity', 0) + counts.get('no_answer', 0))
+    if module.check_mode:
+        summary += ', %d would be released' % counts.get('would_release', 0)
+    report = [summary] + ['%s: %s: %s' % (e['workspace'], e['action'], e['detail']) for e in entries]
+    module.exit_json(changed=sweep.changed, entries=entries, counts=counts, report=report, msg=summary)
+
+
+def main():
+    run(AnsibleModule(**module_args()))
+
+
+if __name__ == '__main__':
+    main()

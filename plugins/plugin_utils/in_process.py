@@ -38,7 +38,7 @@ MODULES = 'ansible_collections.ephemera.workspaces.plugins.modules.'
 VARIABLE_PREFIX = 'ephemera_'
 # What one task acts on or decides: never from an inventory variable.
 PER_TASK = frozenset(['name', 'step', 'claim', 'state', 'mode', 'resume', 'vmid', 'confirm_orphan',
-                      'discard_unsaved_work', 'idempotency_key', 'target', 'entry_id'])
+                      'discard_unsaved_work', 'idempotency_key', 'target', 'entry_id', 'apply'])
 # Variable names kept from before the rule, for the option they set.
 OLD_NAMES = {'template': 'ephemera_template_vmid'}
 

@@ -73,3 +73,9 @@ def test_options_a_task_lacks_come_from_ephemera_variables_and_the_task_wins():
     assert args['name'] == 'w1' and args['step'] == 'request' and 'resume' not in args
     destroy = from_variables('workspace_destroy', {'name': 'w1', 'step': 'guard'}, variables, template)
     assert 'discard_unsaved_work' not in destroy and destroy['journal_path'] == '/srv/ephemera/journal.sqlite'
+
+
+def test_a_deleting_sweep_is_never_applied_by_an_inventory_variable():
+    variables = {'ephemera_apply': True, 'ephemera_pool': 'workspaces'}
+    args = from_variables('workspace_cleanup', {}, variables, lambda value: value)
+    assert 'apply' not in args and args['pool'] == 'workspaces'

@@ -10,8 +10,9 @@ NOW = 1796290000.0
 LEASE = leasing.new_lease(NOW - 100, ttl=600, idle_timeout=60)  # idle since NOW - 100: expired at NOW - 40
 
 
-def ws(status='ready', lease=LEASE, **cleanup):
-    return {'status': status, 'desired_state': 'present', 'lease': lease, 'cleanup': cleanup}
+def ws(status='ready', lease='expired', **cleanup):
+    return {'status': status, 'desired_state': 'present', 'lease': LEASE if lease == 'expired' else lease,
+            'cleanup': cleanup}
 
 
 @pytest.mark.parametrize('record, expected', [

@@ -120,3 +120,13 @@ def test_a_rerun_cannot_change_the_lease(leased, repo):
     assert 'ttl: 600, not 3600' in message and 'a lease is extended by heartbeats' in message
     assert leased.workspace('leased')['generation'] == before['generation']
     assert json.dumps(leased.workspace('leased')['lease'], sort_keys=True) == json.dumps(before['lease'], sort_keys=True)
+
+
+def test_status_shows_each_workspace_with_its_cleanup_status_and_expiry(leased):
+    run = leased.create({}, playbook=os.path.join(ROOT, 'playbooks', 'status.yml'))
+    assert run.ok, run.explain()
+    lines = run.task('Print the workspaces with their lease and cleanup status')['msg']
+    ws = leased.workspace('leased')
+    assert 'leased: ready, cleanup none, expires %s' % leasing.format_time(ws['lease']['expires_at']) in lines
+    assert 'short: destroyed, cleanup complete, expires %s' % leasing.format_time(
+        leased.workspace('short')['lease']['expires_at']) in lines

@@ -12,7 +12,8 @@ from tests.faults import invariants
 from tests.faults.site import Kill
 
 MAX_RERUNS = 2
-SHIPPED = ('ephemera.workspaces.create', 'ephemera.workspaces.destroy', 'ephemera.workspaces.reconcile')
+SHIPPED = ('ephemera.workspaces.create', 'ephemera.workspaces.destroy', 'ephemera.workspaces.reconcile',
+           'ephemera.workspaces.expire')
 
 
 def shipped(command):
@@ -86,17 +87,22 @@ def converge(site, cell, name, wanted, make_op, first_reconcile=False):
         cell.notes.append('%s is %s, not %s, after %d runs' % (name, status_of(site, name), wanted, cell.reruns))
 
 
+def operation(site, op):
+    """(the status its runs converge to, the op of one run) of ``op``: create, destroy or the expiry sweep."""
+    return {'create': ('ready', site.create_op), 'destroy': ('destroyed', site.destroy_op),
+            'expire': ('destroyed', site.expire_op)}[op]
+
+
 def kill_cell(site, cell, op, point, nth):
     """Kill the ``op`` run of the cell's workspace at ``point`` (its nth passage), then converge."""
     name = cell.names[0]
     started = time.monotonic()
-    make_op = site.create_op if op == 'create' else site.destroy_op
+    wanted, make_op = operation(site, op)
     outcome = site.run([make_op(name)], kill=Kill(name, point, nth))
     if not outcome.killed:
         cell.reached = False
         cell.notes.append('the run did not die at %s #%d (%s)' % (point, nth, outcome.explain()[:200]))
-    converge(site, cell, name, 'ready' if op == 'create' else 'destroyed', make_op,
-             first_reconcile=cell.variant == 'reconcile')
+    converge(site, cell, name, wanted, make_op, first_reconcile=cell.variant == 'reconcile')
     cell.seconds = time.monotonic() - started
 
 
@@ -109,8 +115,7 @@ def chain(site, cells, op, points, variant, new_workspace):
     ends the chain: point i+1 starts a new one with a fresh workspace. ``cells`` maps each (point, nth)
     to its Cell; ``new_workspace()`` gives the name of a workspace to start from (ready, for destroy).
     """
-    wanted = 'ready' if op == 'create' else 'destroyed'
-    make_op = site.create_op if op == 'create' else site.destroy_op
+    wanted, make_op = operation(site, op)
     remaining = list(points)
     chains = []
     while remaining:

@@ -12,8 +12,8 @@ import threading
 import time
 
 from tests.faults import schedules
-from tests.faults.cells import Cell, chain, converge, kill_cell, status_of
-from tests.faults.site import read_trace
+from tests.faults.cells import Cell, chain, converge, kill_cell, operation, status_of
+from tests.faults.site import EXPIRING, read_trace
 
 # Every mutating API call the collection makes, and how a lost answer to it is arranged.
 LOST = (
@@ -23,6 +23,8 @@ LOST = (
     ('destroy', 'shutdown', 'POST', '/nodes/*/lxc/*/status/shutdown'),
     ('destroy', 'stop', 'POST', '/nodes/*/lxc/*/status/stop'),
     ('destroy', 'delete', 'DELETE', '/nodes/*/lxc/*'),
+    ('expire', 'expiry sweep shutdown', 'POST', '/nodes/*/lxc/*/status/shutdown'),
+    ('expire', 'expiry sweep delete', 'DELETE', '/nodes/*/lxc/*'),
 )
 NOT_SEPARATE = (('lost response: pool changes',
                  'no call of its own: a container joins the pool with its clone (pool=) and leaves it with its delete '
@@ -64,6 +66,7 @@ class Matrix:
         self._lock = threading.Lock()
         self.create_points = []
         self.destroy_points = []
+        self.expire_points = []
         # Ready workspaces the create cells left, for the destroy cells to start from.
         self.ready = []
 
@@ -98,10 +101,29 @@ class Matrix:
         if not traced.ok:
             raise RuntimeError('the clean destroy failed: %s' % traced.explain())
         self.destroy_points = points_of(traced.trace, first)
+        # The expiry sweep's points: a workspace whose lease ran out, released by one sweep.
+        expiring = self.expiring_workspace()
+        if expiring is None:
+            raise RuntimeError('the workspace for the traced expiry sweep could not be made')
+        cell.names.append(expiring)
+        with self.site.working_on(cell):
+            traced = self.site.run([self.site.expire_op(expiring)])
+        if not traced.ok:
+            raise RuntimeError('the clean expiry sweep failed: %s' % traced.explain())
+        self.expire_points = points_of(traced.trace, expiring)
         self.snapshot()
-        cell.converged = status_of(self.site, first) == 'destroyed'
+        cell.converged = all(status_of(self.site, name) == 'destroyed' for name in cell.names)
         self.judge([cell])
         self.cells.append(cell)
+
+    def expiring_workspace(self):
+        """A new ready workspace whose lease has run out (the expiry sweep's next one); None if it could not be made."""
+        name = self.name('e')
+        made = self.site.run([self.site.create_op(name, lease=EXPIRING)])
+        if not made.ok or status_of(self.site, name) != 'ready':
+            return None
+        time.sleep(EXPIRING['idle_timeout'] + 0.5)
+        return name
 
     def snapshot(self):
         from tests.faults.invariants import ClusterView
@@ -166,6 +188,8 @@ class Matrix:
         def go():
             if op == 'destroy' and not self._take_ready(cell):
                 return
+            if op == 'expire' and not self._take_expiring(cell):
+                return
             kill_cell(self.site, cell, op, point, nth)
         return go
 
@@ -181,14 +205,25 @@ class Matrix:
             cell.notes.append('the workspace to destroy could not be made: %s' % made.explain())
         return made.ok
 
+    def _take_expiring(self, cell):
+        name = self.expiring_workspace()
+        if name is None:
+            cell.notes.append('the workspace to expire could not be made')
+            return False
+        cell.names[0] = name
+        return True
+
     def run_kills(self):
         if self.size['chains']:
             return self.run_kill_chains()
-        for op, points in (('create', self.create_points), ('destroy', self.destroy_points)):
+        for op, points in (('create', self.create_points), ('destroy', self.destroy_points),
+                           ('expire', self.expire_points)):
             work = self.kill_cells(op, points)
             plain = [w for w in work if w[0].variant != 'reconcile']
-            for start in range(0, len(plain), 8):
-                self.wave(plain[start:start + 8])
+            # Sweeps take every due workspace: the expiry sweep's cells run one at a time.
+            step = 1 if op == 'expire' else 8
+            for start in range(0, len(plain), step):
+                self.wave(plain[start:start + step])
             # Reconcile resumes every unfinished create it finds: those cells run one at a time.
             for item in [w for w in work if w[0].variant == 'reconcile']:
                 self.wave([item])
@@ -208,11 +243,16 @@ class Matrix:
             else:
                 for op, points in (('create', self.create_points), ('destroy', self.destroy_points)):
                     self.chain_wave([(None, self._chain(rows[op], op, points, variant))], list(rows[op].values()))
+            # The expiry sweep's chain runs alone: a sweep takes every due workspace and asks every ready one.
+            expire = dict((point, Cell('kill expire: %s #%d' % point, 'kill', [], variant)) for point in self.expire_points)
+            self.chain_wave([(None, self._chain(expire, 'expire', self.expire_points, variant))], list(expire.values()))
 
     def _chain(self, cells, op, points, variant):
         def start_from():
             if op == 'create':
                 return self.name('k')
+            if op == 'expire':
+                return self.expiring_workspace()
             holder = Cell('', 'kill', [self.name('k')])
             return holder.names[0] if self._take_ready(holder) else None
 
@@ -247,6 +287,8 @@ class Matrix:
             started = time.monotonic()
             if op == 'destroy' and not self._take_ready(cell):
                 return
+            if op == 'expire' and not self._take_expiring(cell):
+                return
             name = cell.names[0]
             rules = []
             if label == 'stop':
@@ -255,7 +297,7 @@ class Matrix:
                                                     message='command timed out', times=1))
             rule = site.cluster.proxy_add('drop-response', method, path, times=1)
             site.log_requests()
-            make_op = site.create_op if op == 'create' else site.destroy_op
+            wanted, make_op = operation(site, op)
             first = site.run([make_op(name)])
             hits = [r for r in site.cluster.proxy_rules() if r['id'] == rule['id']][0]['hits']
             if not hits:
@@ -263,7 +305,6 @@ class Matrix:
                 cell.notes.append('no %s %s was sent' % (method, path))
             if not first.ok:
                 cell.notes.append('the run that lost the answer: %s' % first.explain()[:200])
-            wanted = 'ready' if op == 'create' else 'destroyed'
             if status_of(site, name) == wanted:
                 cell.converged = True
             else:

@@ -38,7 +38,9 @@ GIT_USER = 'fault-bot'
 AGENTS = {'fake': ['sh', '-c', 'echo "working on: {purpose}"']}
 RUN_TIMEOUT = 180
 PLAYBOOKS = {'create': 'ephemera.workspaces.create', 'destroy': 'ephemera.workspaces.destroy',
-             'reconcile': 'ephemera.workspaces.reconcile'}
+             'reconcile': 'ephemera.workspaces.reconcile', 'expire': 'ephemera.workspaces.expire'}
+# The lease of a workspace made for the expiry sweep's rows: idle for a second, so expired once it is ready.
+EXPIRING = {'ttl': 600, 'idle_timeout': 1}
 
 
 class Kill:
@@ -173,8 +175,15 @@ class FaultSite:
         return {'git_token': self.git_token, 'git_username': GIT_USER,
                 'agent_credentials': {'AGENT_API_KEY': self.agent_key}}
 
-    def create_op(self, name):
-        return {'op': 'create', 'workspace': name, 'request': self.request_args(name), 'secrets': self.op_secrets()}
+    def create_op(self, name, lease=None):
+        op = {'op': 'create', 'workspace': name, 'request': self.request_args(name), 'secrets': self.op_secrets()}
+        if lease:
+            op['lease'] = lease
+        return op
+
+    def expire_op(self, name=None):
+        """The expiry sweep: it takes every workspace that is due; ``name`` only says whose row it is."""
+        return {'op': 'expire', 'secrets': self.op_secrets()}
 
     def destroy_op(self, name):
         return {'op': 'destroy', 'workspace': name, 'secrets': self.op_secrets()}
@@ -200,6 +209,7 @@ class FaultSite:
         if op['op'] == 'create':
             request = self.request_args(op['workspace'])
             values.update(repo=request['repo'], ref=request['ref'], purpose=request['purpose'], agent=request['agent'])
+            values.update(op.get('lease') or {})
         return values
 
     @contextlib.contextmanager

@@ -33,7 +33,8 @@ def wait_until(moment):
 
 
 def test_an_idle_workspace_is_archived_then_released_and_nothing_of_it_remains(controller, repo):
-    run = controller.create(request_vars(repo.url, 'idle', ttl=600, idle_timeout=8,
+    # Long enough an idle timeout for the first sweep to come before it on a loaded machine.
+    run = controller.create(request_vars(repo.url, 'idle', ttl=600, idle_timeout=30,
                                          ephemera_agents={'worker': DONE_AGENT}))
     assert run.ok, run.explain()
     ws = controller.workspace('idle')
@@ -59,11 +60,16 @@ def test_an_idle_workspace_is_archived_then_released_and_nothing_of_it_remains(c
 
 
 def test_a_working_agent_keeps_its_workspace_past_idle_expiry_until_its_ttl(controller, repo):
-    run = controller.create(request_vars(repo.url, 'busy', ttl=24, idle_timeout=8,
+    # The idle window starts at the request: on a loaded machine the create alone can take a good part of 15 s,
+    # so the windows are wide; sweeps come every few seconds, well within them.
+    run = controller.create(request_vars(repo.url, 'busy', ttl=60, idle_timeout=30,
                                          ephemera_agents={'worker': WORKING_AGENT}))
     assert run.ok, run.explain()
+    # The idle window starts at the request; a heartbeat starts it again now that the workspace is ready.
+    beat = controller.create({'workspace': 'busy'}, playbook=os.path.join(ROOT, 'playbooks', 'heartbeat.yml'))
+    assert beat.ok, beat.explain()
     first = controller.workspace('busy')['lease']
-    end_of_life = first['created_at'] + 24
+    end_of_life = first['created_at'] + 60
     swept_after_idle = False
     while time.time() < end_of_life + 15:
         result = sweep(controller)
@@ -71,8 +77,8 @@ def test_a_working_agent_keeps_its_workspace_past_idle_expiry_until_its_ttl(cont
         if 'released' in actions(result, 'busy'):
             break
         assert actions(result, 'busy') == ['activity'] and controller.workspace('busy')['status'] == 'ready'
-        swept_after_idle = swept_after_idle or now > first['created_at'] + 8
-        time.sleep(2)
+        swept_after_idle = swept_after_idle or now > first['last_touched_at'] + 30
+        time.sleep(1)
     released_at = time.time()
     assert swept_after_idle, 'no sweep ran after the idle timeout'
     assert released_at >= end_of_life, 'released before its ttl'

@@ -12,7 +12,8 @@ short_description: Release the workspaces whose lease expired, after counting th
 version_added: 0.2.0
 description:
   - One expiry sweep, made to run every few minutes (an AWX schedule, cron). It works from the journal. It asks
-    the cluster only about the workspaces it releases, and never lists the cluster.
+    the cluster only about the workspaces it releases (confirming that a deleted container is gone looks it up in
+    the cluster's list, in case it moved to another node).
   - First it asks every ready workspace whose lease still runs for its agent's activity, many at once, one SSH
     round trip each, bounded by O(activity_timeout). It records the answer. V(active) or V(blocked) touches the
     lease as a heartbeat would, never past its ttl and never after it expired.

@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The expiry sweep: the agents' activity counts as heartbeats, then expired workspaces are released.
 
-A sweep works from the journal only (the cluster is asked about the workspaces it releases, never
-listed), so that it can run every few minutes:
+A sweep works from the journal only (the cluster is asked about the workspaces it releases; only the
+confirmation that a deleted container is gone reads the cluster's list, in case it moved), so that it
+can run every few minutes:
 
 1. **Activity.** Each ready workspace whose lease still runs is asked for its agent's activity: one
    SSH round trip to its runner, bounded by ``activity_timeout``, many at once. The answer is

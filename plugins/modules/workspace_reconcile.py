@@ -65,7 +65,8 @@ report:
   type: list
   elements: str
 counts:
-  description: Findings by kind (V(destroyed), V(destroy_pending), V(destroy_blocked), V(debt_settled), V(debt_open),
+  description: Findings by kind (V(destroyed), V(destroy_pending), V(destroy_blocked), V(destroyed_present) (a container
+    at the id of a workspace the journal records as destroyed, never deleted), V(debt_settled), V(debt_open),
     V(busy), V(unfinished_create), V(adoptable), V(candidate_taken), V(missing), V(not_ours), V(failed), V(orphan),
     V(unreadable), V(foreign), V(ok)).
   returned: always

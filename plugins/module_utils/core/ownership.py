@@ -11,7 +11,18 @@ tags and pool membership are only hints; destruction and adoption need a verifyi
 
 The description may hold other text (an operator's note); the marker is one line in it::
 
-    ephemera-workspace: v1 workspace=fix-login controller=3f0c... vmid=105 token=9a1b...
+    ephemera-workspace: v2 workspace=fix-login controller=c-3f0c... vmid=105 nonce=5e7d... token=9a1b...
+
+Version 2 adds a random ``nonce`` per life of a workspace, recorded in the journal before the clone (the
+record's ``facts.marker_nonce``) and signed with the rest. A marker is readable by anyone who can read the
+container's config, so without the nonce an old marker (a restored backup of a destroyed workspace, or a
+copy pasted onto a new container that got the same VMID) would verify again. A record with a nonce accepts
+only a marker with that nonce. Markers of version 1 (no nonce) are still accepted for the records made before
+version 2, which hold no nonce.
+
+Every field is checked for its form before anything is computed: the description is written by whoever may
+edit the container, and a marker with a non-ASCII token, a Unicode digit in the VMID or a name git cannot use
+is FORGED, never an exception.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -22,23 +33,39 @@ import hashlib
 import hmac
 import os
 import re
+import stat as stat_
 import tempfile
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.durable import fsync_dir
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 
 PREFIX = 'ephemera-workspace:'
-VERSION = 'v1'
+VERSION = 'v2'
+LEGACY = 'v1'
 SECRET_ENV = 'EPHEMERA_CONTROLLER_SECRET'
 SECRET_BYTES = 32
-_LINE = re.compile(r'^%s\s+(?P<fields>.*)$' % re.escape(PREFIX), re.M)
+# A controller_secret given by hand (vault, environment) must be at least this long: a short one can be guessed
+# offline from any marker, which anyone who can read a container's config has.
+MIN_SECRET_CHARS = 32
+NONCE_BYTES = 16
+_LINE = re.compile(r'^%s[ \t]+(?P<fields>[^\n]*)$' % re.escape(PREFIX), re.M)
+# The form of each field, ASCII only (re.A): anything else is not a marker this code wrote.
+_FORMS = {
+    'workspace': re.compile(r'^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$', re.A),
+    'vmid': re.compile(r'^[1-9][0-9]{0,9}$', re.A),
+    'nonce': re.compile(r'^[0-9a-f]{%d}$' % (2 * NONCE_BYTES), re.A),
+    'token': re.compile(r'^[0-9a-f]{64}$', re.A),
+}
+# ``nonce`` of verify(): whatever nonce a genuine marker carries (no record to compare with: orphans, sweeps).
+ANY = object()
 
 # Verification outcomes.
 VERIFIED = 'verified'          # ours: the token matches this controller, workspace and vmid
 ABSENT = 'absent'              # no marker at all: not ours
 FOREIGN = 'foreign'            # a marker of another controller
 MISMATCH = 'mismatch'          # our controller's marker for another workspace or another vmid
-FORGED = 'forged'              # claims our controller but the token does not verify
+FORGED = 'forged'              # claims our controller but the token does not verify, or a field is malformed
+REPLAYED = 'replayed'          # genuine, but of another life of the workspace (its nonce is not the record's)
 UNVERIFIED = 'unverified'      # without the secret: ours by its words, the token unchecked
 
 
@@ -56,20 +83,49 @@ def controller_id(secret):
     return 'c-' + hmac.new(secret, b'ephemera controller id', hashlib.sha256).hexdigest()[:24]
 
 
-def token(secret, controller, workspace, vmid):
-    message = ('%s\n%s\n%s\n%d' % (VERSION, controller, workspace, int(vmid))).encode('utf-8')
-    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+def new_nonce():
+    """A fresh nonce for a workspace's marker (recorded in the journal before the clone that writes it)."""
+    return os.urandom(NONCE_BYTES).hex()
 
 
-def render(secret, controller, workspace, vmid):
-    """The marker line for a container ``vmid`` of ``workspace``."""
-    return '%s %s workspace=%s controller=%s vmid=%d token=%s' % (
-        PREFIX, VERSION, workspace, controller, int(vmid), token(secret, controller, workspace, vmid))
+def valid_nonce(nonce):
+    return isinstance(nonce, str) and bool(_FORMS['nonce'].match(nonce))
+
+
+def record_nonce(record):
+    """The marker nonce a journal record holds for its workspace's current life (None: a record made before
+    nonces, or one whose clone was never dispatched)."""
+    nonce = ((record or {}).get('facts') or {}).get('marker_nonce')
+    return nonce if valid_nonce(nonce) else None
+
+
+def token(secret, controller, workspace, vmid, nonce=None):
+    """The HMAC of a marker: version 2 with ``nonce``, version 1 (the old form) without."""
+    if nonce is None:
+        message = '%s\n%s\n%s\n%d' % (LEGACY, controller, workspace, int(vmid))
+    else:
+        message = '%s\n%s\n%s\n%d\n%s' % (VERSION, controller, workspace, int(vmid), nonce)
+    return hmac.new(secret, message.encode('ascii'), hashlib.sha256).hexdigest()
+
+
+def render(secret, controller, workspace, vmid, nonce=None):
+    """The marker line for a container ``vmid`` of ``workspace``: version 2 with ``nonce`` (the form every new
+    container gets), version 1 without (only for tests of the old form)."""
+    if nonce is None:
+        return '%s %s workspace=%s controller=%s vmid=%d token=%s' % (
+            PREFIX, LEGACY, workspace, controller, int(vmid), token(secret, controller, workspace, vmid))
+    if not valid_nonce(nonce):
+        raise ValueError('a marker nonce is %d hexadecimal digits' % (2 * NONCE_BYTES))
+    return '%s %s workspace=%s controller=%s vmid=%d nonce=%s token=%s' % (
+        PREFIX, VERSION, workspace, controller, int(vmid), nonce, token(secret, controller, workspace, vmid, nonce))
 
 
 def parse(description):
-    """The marker's fields from a description, or None when it holds no marker."""
-    if not description:
+    """The marker's fields from a description, or None when it holds no marker.
+
+    The fields are only what the text says (anyone who may edit the container wrote it): :func:`verify` checks them.
+    """
+    if not description or not isinstance(description, str):
         return None
     found = _LINE.search(description)
     if not found:
@@ -78,42 +134,58 @@ def parse(description):
     fields = {'version': parts[0] if parts else ''}
     for part in parts[1:]:
         key, sep, value = part.partition('=')
-        if sep:
+        if sep and key not in fields:
             fields[key] = value
     return fields
 
 
-def verify(description, secret, controller, workspace=None, vmid=None):
-    """One of VERIFIED, ABSENT, FOREIGN, MISMATCH, FORGED for the container's description.
+def well_formed(fields):
+    """True when every field the marker's version needs is there in the form this code writes (the controller is
+    compared with ours before this)."""
+    version = fields.get('version')
+    if version not in (VERSION, LEGACY):
+        return False
+    needed = ('workspace', 'vmid', 'token') + (('nonce',) if version == VERSION else ())
+    return all(isinstance(fields.get(k), str) and _FORMS[k].match(fields[k]) for k in needed)
+
+
+def verify(description, secret, controller, workspace=None, vmid=None, nonce=ANY):
+    """One of VERIFIED, ABSENT, FOREIGN, MISMATCH, FORGED, REPLAYED for the container's description.
 
     ``workspace``/``vmid`` are what the journal expects (``vmid``: the container the description
     was read from); None accepts whatever a genuine marker names. A genuine marker on the wrong
     container (copied there) or for another workspace is a MISMATCH: not ours to touch.
+
+    ``nonce`` is the record's marker nonce: a marker with another nonce (or none) is REPLAYED. None is a record
+    made before nonces, which accepts only a version 1 marker; ANY (no record to compare with) accepts both.
+    Never raises on what the description holds.
     """
     fields = parse(description)
     if fields is None:
         return ABSENT
     if fields.get('controller') != controller:
         return FOREIGN
-    try:
-        marked_vmid = int(fields.get('vmid', ''))
-    except ValueError:
+    if not well_formed(fields):
         return FORGED
-    name = fields.get('workspace', '')
+    name = fields['workspace']
+    marked_vmid = int(fields['vmid'])
+    marked_nonce = fields.get('nonce') if fields['version'] == VERSION else None
     # The token must match the marker's own fields; only then do the fields mean anything.
-    expected = token(secret, controller, name, marked_vmid)
-    if fields.get('version') != VERSION or not hmac.compare_digest(expected, fields.get('token', '')):
+    expected = token(secret, controller, name, marked_vmid, marked_nonce)
+    if not hmac.compare_digest(expected.encode('ascii'), fields['token'].encode('ascii')):
         return FORGED
     if (workspace is not None and name != workspace) or (vmid is not None and marked_vmid != int(vmid)):
         return MISMATCH
+    if nonce is not ANY and marked_nonce != nonce:
+        return REPLAYED
     return VERIFIED
 
 
-def verdict(description, secret, controller, workspace=None, vmid=None):
+def verdict(description, secret, controller, workspace=None, vmid=None, nonce=ANY):
     """:func:`verify` with the secret; without it (None) only what the marker says: ABSENT, FOREIGN (when the
     controller id is known) or UNVERIFIED."""
     if secret is not None:
-        return verify(description, secret, controller, workspace, vmid)
+        return verify(description, secret, controller, workspace, vmid, nonce)
     fields = parse(description)
     if fields is None:
         return ABSENT
@@ -127,26 +199,69 @@ def secret_path(journal_path):
     return os.path.join(os.path.dirname(journal_path), os.path.basename(journal_path) + '.secret')
 
 
+def _given_secret(value, where):
+    value = value.encode('utf-8') if not isinstance(value, bytes) else value
+    if len(value) < MIN_SECRET_CHARS:
+        raise MarkerError('The controller secret from %s is %d characters long; it must have at least %d (anyone who '
+                          'can read a container\'s config sees a marker signed with it, and a short secret can be '
+                          'guessed from one). Make one with "openssl rand -hex 32" and keep it in the vault; note '
+                          'that the markers of existing workspaces were signed with the old one.'
+                          % (where, len(value), MIN_SECRET_CHARS))
+    return value
+
+
+def check_private_file(st, path, what, readable_by_others=False):
+    """Refuse a file (its ``os.fstat``/``os.stat``) that another user owns or that others may write (or, unless
+    ``readable_by_others``, read): a message that says which and what to do; None when it is fine."""
+    if not stat_.S_ISREG(st.st_mode):
+        return '%s %s is not a regular file. Move it aside.' % (what, path)
+    problems = []
+    if st.st_uid != os.geteuid():
+        problems.append('it is owned by uid %d, not by uid %d which runs Ansible' % (st.st_uid, os.geteuid()))
+    if st.st_mode & 0o022:
+        problems.append('others may write it (mode %04o)' % stat_.S_IMODE(st.st_mode))
+    elif not readable_by_others and st.st_mode & 0o044:
+        problems.append('others may read it (mode %04o)' % stat_.S_IMODE(st.st_mode))
+    if not problems:
+        return None
+    return ('%s %s is not private: %s. Whoever can change it decides what this controller trusts. Check that nobody '
+            'tampered with it, then make it the controller user\'s own with mode 0600 (chown; chmod 600 %s).'
+            % (what, path, ' and '.join(problems), path))
+
+
+def _read_secret_file(path):
+    """The secret the file holds (b'' when it does not exist), refused when it is not the controller user's own."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_NOCTTY', 0))
+    except (IOError, OSError) as exc:
+        if exc.errno == errno.ENOENT:
+            return b''
+        if exc.errno == errno.ELOOP:
+            raise MarkerError('The controller secret %s is a symbolic link; it must be a file of its own (0600, owned '
+                              'by the user running Ansible).' % path, path=path)
+        raise MarkerError('Cannot read the controller secret %s: %s. Fix its permissions (0600, owned by the '
+                          'user running Ansible) or give controller_secret from a vault.' % (path, exc), path=path)
+    with os.fdopen(fd, 'rb') as f:
+        problem = check_private_file(os.fstat(f.fileno()), path, 'The controller secret')
+        if problem:
+            raise MarkerError(problem, path=path)
+        return f.read(4096).strip()
+
+
 def load_secret(journal_path, given=None):
     """The controller secret: ``given`` (e.g. from a vault variable) or the file next to the journal.
 
     The file is made once, with 0600 permissions, on first use. A secret that is lost makes every
     marker unverifiable, which is safe (nothing is destroyed) but needs an operator: keep a copy in
-    the vault or back the file up with the journal.
+    the vault or back the file up with the journal. A given secret shorter than MIN_SECRET_CHARS is refused, and
+    so is a file another user owns or that others may read or write.
     """
     if given:
-        return given.encode('utf-8') if not isinstance(given, bytes) else given
+        return _given_secret(given, 'controller_secret')
     if os.environ.get(SECRET_ENV):
-        return os.environ[SECRET_ENV].encode('utf-8')
+        return _given_secret(os.environ[SECRET_ENV], SECRET_ENV)
     path = secret_path(journal_path)
-    try:
-        with open(path, 'rb') as f:
-            data = f.read().strip()
-    except (IOError, OSError) as exc:
-        if exc.errno != errno.ENOENT:
-            raise MarkerError('Cannot read the controller secret %s: %s. Fix its permissions (0600, owned by the '
-                              'user running Ansible) or give controller_secret from a vault.' % (path, exc), path=path)
-        data = b''
+    data = _read_secret_file(path)
     if data:
         return data
     # Made beside the target and linked into place: link() fails if another fork got there first,
@@ -169,5 +284,4 @@ def load_secret(journal_path, given=None):
     finally:
         os.unlink(tmp)
     fsync_dir(directory)
-    with open(path, 'rb') as f:
-        return f.read().strip()
+    return _read_secret_file(path)

@@ -112,6 +112,8 @@ class Sweep:
         self.sleep = sleep
         self.entries = []
         self.to_delete = 0
+        # resource id -> the workspace the journal records as destroyed there (filled by _known)
+        self.destroyed_at = {}
 
     @property
     def changed(self):
@@ -126,6 +128,10 @@ class Sweep:
             return names, ids
         for ws in self.journal.list_workspaces():
             if ws['status'] == 'destroyed':
+                # A container there now came back some other way (a restored backup, a copied marker): never
+                # deleted by a sweep.
+                if ws[RESOURCE_ID] is not None:
+                    self.destroyed_at[ws[RESOURCE_ID]] = ws['name']
                 continue
             names.add(ws['name'])
             for rid in (ws[RESOURCE_ID], ws[CANDIDATE_ID]):
@@ -192,6 +198,12 @@ class Sweep:
             entry.known = holder is not None
             if decided.decision == leasing.SKIP:
                 entry.action = SKIPPED
+            elif self.destroyed_at.get(entry.id) is not None and self.destroyed_at[entry.id] == entry.name:
+                entry.action = REPORTED
+                entry.reason = ('%s; but workspace %s was destroyed at this id: this container came back some other '
+                                'way (a restored backup, a copied marker) and is not deleted by a sweep; inspect it, '
+                                'and remove it with destroy vmid=%s confirm_orphan=true if it should go'
+                                % (decided.reason, entry.name, entry.id))
             elif entry.known:
                 # Never deleted here: a run the journal holds may be working on it.
                 entry.action = REPORTED

@@ -438,12 +438,14 @@ class CreateFlow(Flow):
         resource = self.provider.find(vmid, self.request['node'])
         if resource is None:
             return 'absent', None
-        return ('ours' if self.provider.verify(resource, self.name) == ownership.VERIFIED else 'taken'), resource
+        verdict = self.provider.verify(resource, self.name, ownership.record_nonce(self.ws))
+        return ('ours' if verdict == ownership.VERIFIED else 'taken'), resource
 
     def _allocation(self, candidate):
         req = self.request
         return Allocation(candidate, self.name, req['template'], req['node'], 'agent-%s' % self.name, req['pool'],
-                          full=req['full_clone'], storage=req['storage'], labels=self._labels('provisioning'))
+                          full=req['full_clone'], storage=req['storage'], labels=self._labels('provisioning'),
+                          nonce=ownership.record_nonce(self.ws))
 
     def _labels(self, state):
         """The lease labels the resource carries in ``state`` (None for a workspace made before leases)."""
@@ -481,9 +483,13 @@ class CreateFlow(Flow):
             if attempts > CLONE_ATTEMPTS:
                 raise CreateError('Gave up after %d clone attempts; VMIDs taken meanwhile: %s.'
                                   % (CLONE_ATTEMPTS, sorted(taken)))
+            # The marker's nonce is recorded before the first clone that writes it, and kept for this life of the
+            # workspace: an old marker (a restored backup, a copy) at a reused VMID does not carry it.
+            nonce = ownership.record_nonce(self.ws) or ownership.new_nonce()
             self.save('clone', kind='dispatched', detail={'vmid': candidate, 'template': req['template'],
                                                           'full': 1 if req['full_clone'] else 0},
-                      facts=dict(self.ws['facts'], clone_dispatched=candidate, clone_dispatched_at=time.time()))
+                      facts=dict(self.ws['facts'], clone_dispatched=candidate, clone_dispatched_at=time.time(),
+                                 marker_nonce=nonce))
             try:
                 upid = self.provider.allocate(self._allocation(candidate))
             except Conflict:
@@ -600,7 +606,8 @@ class CreateFlow(Flow):
     def _plan_configure(self):
         """(resource, {setting: (before, after)}, static address or None): what the configure step changes."""
         resource = self.provider.find(self.resource_id, self.location)
-        if resource is None or self.provider.verify(resource, self.name) != ownership.VERIFIED:
+        if resource is None or self.provider.verify(resource, self.name,
+                                                    ownership.record_nonce(self.ws)) != ownership.VERIFIED:
             raise CreateError('%s does not carry our marker for %s; refusing to touch it. Reconcile reports it; '
                               'destroy this workspace (its record) and create it again.'
                               % (self.provider.label(self.resource_id), self.name))

@@ -111,7 +111,7 @@ class DestroyFlow(Flow):
         resource = self.provider.find(vmid, node, search=True)
         if resource is not None:
             node = resource.location
-        verdict = None if resource is None else self.provider.verify(resource, self.name)
+        verdict = None if resource is None else self.provider.verify(resource, self.name, ownership.record_nonce(self.ws))
         if verdict not in (None, ownership.VERIFIED) and self._deleted_by_us(vmid, node):
             # Our delete of this id went through (its answer was lost with the run that sent it), and the provider
             # has handed the id to a new resource since: ours is gone, the newcomer is none of this destruction's.
@@ -135,6 +135,8 @@ class DestroyFlow(Flow):
             ownership.FOREIGN: 'its marker belongs to another controller',
             ownership.MISMATCH: "its marker is genuine but names another workspace or another VMID (copied there)",
             ownership.FORGED: 'its marker does not verify (edited or forged)',
+            ownership.REPLAYED: "its marker is genuine but of an earlier life of this workspace (a restored backup "
+                                "or a copy), not of the container this record made",
         }.get(target.verdict, 'its marker could not be checked')
         err = NotOurs('%s is not workspace %s\'s: %s. It was not touched. If the journal is right, someone '
                       'replaced the container; inspect it and remove it by hand if it should go.'
@@ -286,7 +288,8 @@ class DestroyFlow(Flow):
 
     def _blocker(self, target):
         """A NeedsOperator for a condition no retry cures, or None."""
-        said = self.provider.delete_blocker(target.resource, self.ws['params'].get('template'))
+        params = self.ws['params']
+        said = self.provider.delete_blocker(target.resource, params.get('template_vmid') or params.get('template'))
         return NeedsOperator(said) if said else None
 
     def step_delete(self):

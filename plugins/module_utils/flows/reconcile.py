@@ -12,6 +12,13 @@ containers whose marker proves they are ours. Everything else it *reports*: unfi
 and pool or tag members the journal does not know: orphans of ours (a lost or restored journal
 makes every live workspace look like one) and foreign containers. It never deletes an orphan:
 that is an explicit, per-VMID action of an operator (``destroy`` with ``vmid=`` and confirmation).
+
+Nor does it delete a container found at the id of a workspace the journal records as destroyed: that
+destruction observed its container gone, so whatever stands there now came back some other way (a
+restored backup, a copied marker on a container that got the same VMID). It is reported as
+``destroyed_present``, for an operator to look at. Descriptions are written by anyone who may edit a
+container in the pool: one that cannot be read or verified is reported for that container alone, and the
+pass goes on with the others.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -31,9 +38,15 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.operation impo
 
 IN_PROGRESS = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registering')
 # Finding kinds, in the order the report lists them.
-KINDS = ('destroyed', 'destroy_pending', 'destroy_blocked', 'debt_settled', 'debt_open', 'busy', 'unfinished_create',
-         'adoptable', 'candidate_taken', 'missing', 'not_ours', 'unreadable', 'failed', 'orphan', 'foreign', 'ok')
+KINDS = ('destroyed', 'destroy_pending', 'destroy_blocked', 'destroyed_present', 'debt_settled', 'debt_open', 'busy',
+         'unfinished_create', 'adoptable', 'candidate_taken', 'missing', 'not_ours', 'unreadable', 'failed', 'orphan',
+         'foreign', 'ok')
 CONFIG_READERS = 8
+
+
+def describe(err):
+    """An unexpected error in one line: its type and message, cut short."""
+    return ('%s: %s' % (type(err).__name__, err))[:200]
 
 
 class Finding:
@@ -95,8 +108,8 @@ class Reconciler:
                     out[futures[future]] = err
         return out
 
-    def _verdict(self, resource, name):
-        return self.provider.verify(resource, name)
+    def _verdict(self, resource, name, nonce=ownership.ANY):
+        return self.provider.verify(resource, name, nonce)
 
     # ------------------------------------------------------------------ run
 
@@ -124,6 +137,10 @@ class Reconciler:
                     known.add(ws[RESOURCE_ID])
             except EphemeraError as err:
                 self._add('destroy_blocked', ws['name'], ws[RESOURCE_ID], ws[LOCATION], str(err))
+            except Exception as err:  # pylint: disable=broad-except
+                # One record or container that cannot be looked at never stops the pass for the others.
+                self._add('unreadable', ws['name'], ws[RESOURCE_ID], ws[LOCATION], 'could not be checked: %s'
+                          % describe(err))
         self._debts(cluster, busy)
         self._strangers(cluster, known)
         return self.report()
@@ -145,13 +162,20 @@ class Reconciler:
         vmid = ws[RESOURCE_ID]
         node = ws[LOCATION]
         present = cluster.get(vmid) if vmid else None
+        nonce = ownership.record_nonce(ws)
         if ws['desired_state'] == 'destroyed':
             if ws['status'] == 'destroyed':
                 if not present:
                     return
-                if self._verdict(self._find(vmid, present['location']), name) != ownership.VERIFIED:
+                verdict = self._verdict(self._find(vmid, present['location']), name, nonce)
+                if verdict not in (ownership.VERIFIED, ownership.REPLAYED):
                     return False  # the VMID went to another container since: _strangers reports it if it is ours to see
-                self._destroy(ws, queue)
+                # Never deleted: the destruction saw its container gone, and a marker can be copied or restored.
+                which = 'a genuine' if verdict == ownership.VERIFIED else 'an earlier'
+                self._add('destroyed_present', name, vmid, present['location'],
+                          'destroyed in the journal, yet a container with %s marker of it is there (a restored '
+                          'backup or a copied marker?); not touched: inspect it, and remove it with destroy vmid=%s '
+                          'confirm_orphan=true if it should go' % (which, vmid))
                 return True
             self._destroy(ws, queue)
             return False
@@ -171,7 +195,7 @@ class Reconciler:
             if isinstance(resource, Exception):
                 self._add('unreadable', name, vmid, present['location'], 'its config could not be read: %s' % resource)
                 return
-            verdict = self._verdict(resource, name)
+            verdict = self._verdict(resource, name, nonce)
             if verdict != ownership.VERIFIED:
                 self._add('not_ours', name, vmid, present['location'], 'the container at this VMID is not ours (%s)'
                           % verdict)
@@ -185,7 +209,7 @@ class Reconciler:
         if not ws[RESOURCE_ID] and candidate:
             guest = cluster.get(candidate)
             if guest:
-                verdict = self._verdict(self._find(candidate, guest['location']), name)
+                verdict = self._verdict(self._find(candidate, guest['location']), name, ownership.record_nonce(ws))
                 if verdict == ownership.VERIFIED:
                     self._add('adoptable', name, candidate, guest['location'],
                               'our clone exists with a verifying marker; resuming the create adopts it')
@@ -226,42 +250,42 @@ class Reconciler:
                 flow.run(name_of_step)
             return 'reconcile: ' + name_of_step, act
 
-        def start_over():
-            # Destroyed in the journal, yet our container is there: the destruction starts over.
-            flow.ws = self.journal.update_workspace(name, ws['generation'], claim=operation.claim, status='destroying',
-                                                    event={'kind': 'observed', 'action': 'destroyed_but_present'})
-
         steps = [step(each) for each in DESTROY_STEPS]
-        if ws['status'] == 'destroyed':
-            steps.insert(0, ('reconcile: start over', start_over))
         self.changed = True
         operation.run(steps, {'workspace': name, 'status': 'destroyed'})
         self._add('destroyed', name, ws[RESOURCE_ID], ws[LOCATION], 'pending destruction finished')
 
     def _debts(self, cluster, busy):
         for debt in self.journal.cleanup_debts(due_only=True):
-            name, resource = debt['workspace'], debt['resource']
-            if name in busy:
-                continue
-            ws = self.journal.get_workspace(name)
-            if ws is not None and ws['desired_state'] == 'destroyed':
-                continue  # its destruction (above) settles it
-            vmid, node = self.provider.parse_resource_key(resource)
-            if vmid is None:
-                self._add('debt_open', name, None, None, '%s: %s' % (resource, debt['last_error']))
-                continue
-            guest = cluster.get(vmid)
-            if guest is None:
-                if not self.check_mode:
-                    self.journal.clear_cleanup_debt(name, resource)
-                    self.changed = True
-                self._add('debt_settled', name, vmid, node, 'the container is gone')
-                continue
-            if self._verdict(self._find(vmid, guest['location']), name) != ownership.VERIFIED:
-                self._add('debt_open', name, vmid, guest['location'], 'not deleted: its marker does not verify')
-                continue
-            said = 'attempt %d failed: %s' % (debt['attempts'], debt['last_error'][:160])
-            self._add('debt_open', name, vmid, guest['location'], said)
+            try:
+                self._debt(debt, cluster, busy)
+            except Exception as err:  # pylint: disable=broad-except
+                self._add('unreadable', debt['workspace'], None, None, 'cleanup debt %s could not be checked: %s'
+                          % (debt['resource'], describe(err)))
+
+    def _debt(self, debt, cluster, busy):
+        name, resource = debt['workspace'], debt['resource']
+        if name in busy:
+            return
+        ws = self.journal.get_workspace(name)
+        if ws is not None and ws['desired_state'] == 'destroyed':
+            return  # its destruction (above) settles it
+        vmid, node = self.provider.parse_resource_key(resource)
+        if vmid is None:
+            self._add('debt_open', name, None, None, '%s: %s' % (resource, debt['last_error']))
+            return
+        guest = cluster.get(vmid)
+        if guest is None:
+            if not self.check_mode:
+                self.journal.clear_cleanup_debt(name, resource)
+                self.changed = True
+            self._add('debt_settled', name, vmid, node, 'the container is gone')
+            return
+        if self._verdict(self._find(vmid, guest['location']), name) != ownership.VERIFIED:
+            self._add('debt_open', name, vmid, guest['location'], 'not deleted: its marker does not verify')
+            return
+        said = 'attempt %d failed: %s' % (debt['attempts'], debt['last_error'][:160])
+        self._add('debt_open', name, vmid, guest['location'], said)
 
     def _strangers(self, cluster, known):
         """Pool or tag members the journal does not know: ours (orphans) or foreign. Reported, never touched."""
@@ -274,13 +298,20 @@ class Reconciler:
             if isinstance(resource, Exception):
                 self._add('foreign', None, vmid, node, 'config unreadable: %s' % resource)
                 continue
-            name = self.provider.marker_fields(resource).get('workspace')
-            if name and self._verdict(resource, name) == ownership.VERIFIED:
-                self._add('orphan', name, vmid, node, 'ours (marker verifies) but unknown to the journal; '
-                          'destroy with vmid=%s confirm_orphan=true, or restore the journal' % vmid)
-            else:
-                self._add('foreign', None, vmid, node, 'in the pool but not ours (%s)'
-                          % self._verdict(resource, name or ''))
+            try:
+                self._stranger(resource, vmid, node)
+            except Exception as err:  # pylint: disable=broad-except
+                self._add('unreadable', None, vmid, node, 'its marker could not be checked: %s' % describe(err))
+
+    def _stranger(self, resource, vmid, node):
+        name = self.provider.marker_fields(resource).get('workspace')
+        verdict = self._verdict(resource, name) if name else self._verdict(resource, '')
+        if name and verdict == ownership.VERIFIED:
+            self._add('orphan', name, vmid, node, 'ours (marker verifies) but unknown to the journal; '
+                      'destroy with vmid=%s confirm_orphan=true, or restore the journal' % vmid)
+        else:
+            # The name a description claims is not shown: anyone may write it.
+            self._add('foreign', None, vmid, node, 'in the pool but not ours (%s)' % verdict)
 
     # --------------------------------------------------------------- report
 

@@ -166,12 +166,15 @@ class Allocation:
     """What to allocate: ``candidate`` (the id recorded before the call), ``workspace`` (whose marker it
     carries), ``source`` (template, image) at ``location``, ``hostname``, ``scope`` (pool, label set),
     ``full`` (an independent copy rather than a linked one), ``storage`` (where a full copy goes) and ``labels``
-    (the lease's labels, core.lease.lease_labels, written with the marker in the same call)."""
+    (the lease's labels, core.lease.lease_labels, written with the marker in the same call) and ``nonce`` (the
+    marker nonce the journal recorded for this life of the workspace; None writes a fresh one, for callers that
+    keep no record)."""
 
-    __slots__ = ('candidate', 'workspace', 'source', 'location', 'hostname', 'scope', 'full', 'storage', 'labels')
+    __slots__ = ('candidate', 'workspace', 'source', 'location', 'hostname', 'scope', 'full', 'storage', 'labels',
+                 'nonce')
 
     def __init__(self, candidate, workspace, source, location, hostname, scope, full=False, storage=None,
-                 labels=None):
+                 labels=None, nonce=None):
         self.candidate = candidate
         self.workspace = workspace
         self.source = source
@@ -181,6 +184,7 @@ class Allocation:
         self.full = full
         self.storage = storage
         self.labels = labels
+        self.nonce = nonce
 
 
 class Settings:
@@ -245,24 +249,28 @@ class Provider:
 
     # --- ownership
 
-    def marker(self, workspace, resource_id):
-        """The ownership marker a resource of ``workspace`` with id ``resource_id`` carries."""
-        return ownership.render(self.secret, self.controller, workspace, resource_id)
+    def marker(self, workspace, resource_id, nonce=None):
+        """The ownership marker a resource of ``workspace`` with id ``resource_id`` carries (``nonce``: the one the
+        journal recorded for this life of the workspace; None makes a fresh one)."""
+        return ownership.render(self.secret, self.controller, workspace, resource_id, nonce or ownership.new_nonce())
 
     def marker_fields(self, resource):
         """The fields of the marker the resource carries (workspace, controller, ...); {} without one."""
         return ownership.parse(resource.marker_text if resource is not None else None) or {}
 
-    def verify(self, resource, workspace=None):
-        """The one ownership verdict: VERIFIED, ABSENT, FOREIGN, FORGED or MISMATCH (core.ownership) for
+    def verify(self, resource, workspace=None, nonce=ownership.ANY):
+        """The one ownership verdict: VERIFIED, ABSENT, FOREIGN, FORGED, MISMATCH or REPLAYED (core.ownership) for
         ``resource`` as a resource of ``workspace`` (None: whatever workspace a genuine marker names).
+
+        ``nonce`` is the marker nonce of the workspace's record (core.ownership.record_nonce): a marker of another
+        life of the workspace is REPLAYED. The default, ANY, is for callers without a record (orphans, sweeps).
 
         Without the controller secret, only what the marker says: ABSENT, FOREIGN (when the controller id
         is known) or UNVERIFIED.
         """
         if resource is None:
             return ownership.ABSENT
-        return ownership.verdict(resource.marker_text, self.secret, self.controller, workspace, resource.id)
+        return ownership.verdict(resource.marker_text, self.secret, self.controller, workspace, resource.id, nonce)
 
     # --- the lease on the resource
 

@@ -166,7 +166,7 @@ class ProxmoxProvider(base.Provider):
 
     def allocate(self, allocation):
         a = allocation
-        description = self.marker(a.workspace, a.candidate)
+        description = self.marker(a.workspace, a.candidate, a.nonce)
         if a.labels:
             description = with_lease(description, a.labels)
         args = dict(newid=a.candidate, hostname=a.hostname, pool=a.scope, description=description)

@@ -60,9 +60,9 @@ def test_secret_made_once_with_0600_next_to_the_journal(tmp_path, monkeypatch):
 
 
 def test_given_secret_wins(tmp_path, monkeypatch):
-    monkeypatch.setenv(ownership.SECRET_ENV, 'from-env')
-    assert ownership.load_secret(str(tmp_path / 'j'), given='from-vault') == b'from-vault'
-    assert ownership.load_secret(str(tmp_path / 'j')) == b'from-env'
+    monkeypatch.setenv(ownership.SECRET_ENV, 'from-env' * 4)
+    assert ownership.load_secret(str(tmp_path / 'j'), given='from-vault' * 4) == b'from-vault' * 4
+    assert ownership.load_secret(str(tmp_path / 'j')) == b'from-env' * 4
     assert os.listdir(str(tmp_path)) == []
 
 

@@ -62,8 +62,11 @@ def allocation(candidate, workspace='ws1', **extra):
     return base.Allocation(candidate, workspace, **args)
 
 
+NONCE = '0f' * 16
+
+
 def allocate(provider, candidate, workspace='ws1'):
-    handle = provider.allocate(allocation(candidate, workspace))
+    handle = provider.allocate(allocation(candidate, workspace, nonce=NONCE))
     provider.wait(handle, timeout=30)
     return provider.find(candidate, 'pve1')
 
@@ -176,8 +179,11 @@ def test_allocate_writes_the_marker_with_the_claim_and_the_resource_verifies(sit
     assert resource.id == 100 and resource.location == 'pve1' and resource.lock is None
     ct = fakepve.ct(100)
     assert ct.config['hostname'] == 'agent-ws1' and ct.pool == POOL
-    assert resource.marker_text == provider.marker('ws1', 100)
+    assert resource.marker_text == provider.marker('ws1', 100, NONCE)
     assert provider.verify(resource, 'ws1') == ownership.VERIFIED
+    assert provider.verify(resource, 'ws1', NONCE) == ownership.VERIFIED
+    assert provider.verify(resource, 'ws1', '1e' * 16) == ownership.REPLAYED
+    assert provider.verify(resource, 'ws1', None) == ownership.REPLAYED  # a record made before nonces wants v1
     assert provider.marker_fields(resource)['workspace'] == 'ws1'
     clone = [r for r in fakepve.requests if r[0] == 'POST' and r[1].endswith('/clone')][0]
     assert 'storage' not in str(clone)  # a linked clone takes no storage

@@ -14,7 +14,7 @@ from ansible_collections.ephemera.workspaces.plugins.modules import workspace_cr
 
 TEMPLATE = 9000
 POOL = 'disposable-workspaces'
-SECRET = b'flow-test-controller-secret'
+SECRET = b'flow-test-controller-secret-of-40-chars!'
 TEMPLATE_NIC = 'name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:23:28,ip=dhcp,type=veth'
 
 

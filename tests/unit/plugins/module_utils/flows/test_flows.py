@@ -143,7 +143,12 @@ def test_clone_after_a_conflict_takes_a_new_candidate_and_leaves_the_other_conta
 
 def test_clone_after_a_conflict_with_our_own_earlier_clone_adopts_it(site):
     create(site, 'c7', ('request', 'vmid'))
-    site.provider.wait(site.provider.allocate(base.Allocation(100, 'c7', TEMPLATE, 'pve1', 'agent-c7', POOL)), 30)
+    # An earlier run recorded the marker nonce with its dispatch, and its clone went through.
+    flow = CreateFlow(site.journal, site.provider, site.create_params('c7'), SECRET)
+    nonce = ownership.new_nonce()
+    flow.save('clone', kind='dispatched', facts=dict(flow.ws['facts'], clone_dispatched=99, marker_nonce=nonce))
+    site.provider.wait(site.provider.allocate(base.Allocation(100, 'c7', TEMPLATE, 'pve1', 'agent-c7', POOL,
+                                                              nonce=nonce)), 30)
     result = create(site, 'c7', ('clone',))[0]
     assert result.msg.startswith('clone: adopted CT 100 (our clone was already there)')
     assert 'adopted' in actions(site, 'c7')
@@ -162,8 +167,10 @@ def test_clone_whose_answer_was_lost_is_looked_at_first_and_sent_again_when_abse
 def test_clone_sent_by_a_run_that_died_is_adopted_by_the_next_run(site):
     create(site, 'c9', ('request', 'vmid'))
     flow = CreateFlow(site.journal, site.provider, site.create_params('c9'), SECRET)
-    flow.save('clone', kind='dispatched', facts=dict(flow.ws['facts'], clone_dispatched=100, clone_dispatched_at=0))
-    upid = site.provider.allocate(base.Allocation(100, 'c9', TEMPLATE, 'pve1', 'agent-c9', POOL))  # then it died
+    nonce = ownership.new_nonce()
+    flow.save('clone', kind='dispatched', facts=dict(flow.ws['facts'], clone_dispatched=100, clone_dispatched_at=0,
+                                                     marker_nonce=nonce))
+    upid = site.provider.allocate(base.Allocation(100, 'c9', TEMPLATE, 'pve1', 'agent-c9', POOL, nonce=nonce))  # then it died
     result = create(site, 'c9', ('clone',))[0]
     assert 'found after an earlier run lost track of its clone' in result.msg
     assert ws(site, 'c9')['upids']['clone'] == upid  # its task, found in the node's task list

@@ -91,14 +91,19 @@ options:
     description: Target storage of a full clone. Not allowed for linked clones.
     type: str
   repo:
-    description: URL of the repository to check out. Required for a new request.
+    description:
+      - URL of the repository to check out. Required for a new request.
+      - An http, https or git URL with a login in it (C(https://TOKEN@host/...)) is refused; give the token as
+        O(git_token).
     type: str
   ref:
     description: Branch, tag or commit to check out.
     type: str
     default: main
   purpose:
-    description: What the agent is asked to do; its brief. Required for a new request.
+    description:
+      - What the agent is asked to do; its brief. Required for a new request.
+      - At most 8000 characters, and not starting with C(-) (the agent would read it as an option).
     type: str
   ttl:
     description:
@@ -160,7 +165,10 @@ options:
     elements: str
     default: []
   checkout_path:
-    description: Where the repository is checked out inside the guest.
+    description:
+      - Where the repository is checked out inside the guest. Its directory is handed to the agent user, so it is an
+        absolute, normalised path whose directory is neither C(/) nor a system directory (such as C(/etc), C(/home),
+        C(/tmp) or C(/var)).
     type: str
     default: /workspace/repo
   guest_root:

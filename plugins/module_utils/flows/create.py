@@ -18,6 +18,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ipaddress
+import os
 import re
 import time
 from urllib.parse import urlsplit
@@ -89,6 +90,15 @@ SCP_LIKE = re.compile(r'^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!//)\S+$')
 # What git check-ref-format refuses, and what would read as an option.
 BAD_REF = re.compile(r'^-|\.\.|@\{|//|/\.|^\.|[\x00-\x20\x7f~^:?*\[\\]|\.lock$|\.$|/$|^@$')
 ASKPASS_DEBT = 'guest:git-askpass'
+# The brief goes onto the agent's command line: long enough for a real brief, short of what an argument may hold.
+PURPOSE_MAX = 8000
+# What a checkout path may be made of; its parent is handed to the agent user, so it is never one of these.
+CHECKOUT_CHARS = re.compile(r'^[A-Za-z0-9._/+@-]+$')
+SYSTEM_DIRS = ('/bin', '/boot', '/dev', '/etc', '/home', '/lib', '/lib32', '/lib64', '/libx32', '/media', '/mnt',
+               '/opt', '/proc', '/root', '/run', '/sbin', '/srv', '/sys', '/tmp', '/usr', '/var', '/var/lib',
+               '/var/tmp', '/var/lib/ephemera')
+SYSTEM_TREES = ('/bin', '/boot', '/dev', '/etc', '/lib', '/lib32', '/lib64', '/libx32', '/proc', '/root', '/run',
+                '/sbin', '/sys', '/usr', '/var/lib/ephemera')
 
 
 class CreateError(EphemeraError):
@@ -109,8 +119,19 @@ def validate_name(name):
                           'ending with a letter or digit (it becomes the host name agent-<name>).' % (name,))
 
 
+def _without_userinfo(text):
+    """``text`` (a URL) with whatever stands before the host's ``@`` masked, for messages."""
+    scheme, sep, rest = text.partition('://')
+    authority, slash, path = rest.partition('/')
+    if '@' in authority:
+        authority = '********@' + authority.rpartition('@')[2]
+    return scheme + sep + authority + slash + path
+
+
 def validate_repo(url):
-    """Refuse a repository URL git cannot use, that would read as an option, or that carries a password."""
+    """Refuse a repository URL git cannot use, that would read as an option, or that carries a login (a token in
+    the URL would be recorded in the journal, the events, the queue, the archive records, the guest's
+    .git/config and process lists)."""
     text = url if isinstance(url, str) else ''
     if not text or text != text.strip() or any(c.isspace() or ord(c) < 32 for c in text) or text.startswith('-'):
         raise CreateError('Repository %r is not a URL: give https://host/path.git, ssh://host/path, git@host:path or '
@@ -120,14 +141,52 @@ def validate_repo(url):
         if parts.scheme not in REPO_SCHEMES or (parts.scheme != 'file' and not parts.hostname):
             raise CreateError('Repository %r: use one of the schemes %s with a host (file:// takes a path).'
                               % (url, ', '.join(REPO_SCHEMES)), step='request')
-        if parts.password:
-            raise CreateError('Repository URL %s carries a password; it would be recorded in the journal. Give the '
-                              'URL without it and the token as git_token (a vault or AWX credential).'
-                              % text.replace(parts.password, '********'), step='request')
+        userinfo = parts.netloc.rpartition('@')[0] if '@' in parts.netloc else None
+        if parts.password or (userinfo is not None and parts.scheme in ('https', 'http', 'git')):
+            raise CreateError('Repository URL %s carries a login (user or token before the host); it would be recorded '
+                              'in the journal, the queue and the guest\'s git config. Give the URL without it, and '
+                              'the token as git_token (and the user as git_username), from a vault or an AWX '
+                              'credential.' % _without_userinfo(text), step='request')
         return
     if not text.startswith('/') and not SCP_LIKE.match(text):
         raise CreateError('Repository %r is not a URL: give https://host/path.git, ssh://host/path, git@host:path or '
                           'a path (/srv/git/app.git).' % (url,), step='request')
+
+
+def validate_purpose(purpose, step='request'):
+    """Refuse a purpose the agent would read as an option (a leading ``-``), that no command line can carry (a NUL),
+    or longer than PURPOSE_MAX characters. The purpose is the text of a request: a survey answer, a person's words."""
+    text = purpose if isinstance(purpose, str) else ''
+    if not text.strip():
+        raise CreateError('The purpose is empty: say what the agent should do.', step=step)
+    if text.lstrip().startswith('-'):
+        raise CreateError('The purpose starts with "-" (%r...): the agent would read it as an option of its command '
+                          'line. Start it with a word.' % text.lstrip()[:20], step=step)
+    if '\x00' in text:
+        raise CreateError('The purpose contains a NUL character, which no command line can carry. Remove it.',
+                          step=step)
+    if len(text) > PURPOSE_MAX:
+        raise CreateError('The purpose has %d characters; at most %d are accepted. Shorten it, or put the details in '
+                          'a file of the repository and point to it.' % (len(text), PURPOSE_MAX), step=step)
+
+
+def validate_checkout_path(path, step='request'):
+    """Refuse a checkout path that is not absolute and normalised, or whose directory (handed to the agent user)
+    is ``/`` or a system directory."""
+    text = path if isinstance(path, str) else ''
+    parent = os.path.dirname(text)
+    problem = None
+    if not text.startswith('/') or not CHECKOUT_CHARS.match(text):
+        problem = 'it must be an absolute path of letters, digits and "._/+@-"'
+    elif os.path.normpath(text) != text or text.startswith('//'):
+        problem = 'it is not normalised (no "..", ".", "//" or trailing "/"): give %s' % os.path.normpath(text)
+    elif text == '/' or parent == '/' or parent in SYSTEM_DIRS or any(
+            text == tree or text.startswith(tree + '/') for tree in SYSTEM_TREES):
+        problem = ('its directory %s is handed to the agent user, and must not be "/" or a system directory' %
+                   (parent or text))
+    if problem:
+        raise CreateError('checkout_path %r is refused: %s. Use a directory of its own, such as /workspace/repo.'
+                          % (path, problem), step=step)
 
 
 def validate_ref(ref):
@@ -206,6 +265,11 @@ class CreateFlow(Flow):
                 return StepResult(False, '%s: already done' % STEP_LABELS[step])
             if step in ('bootstrap', 'checkout'):
                 self._refuse_missing_secrets(step)
+            # A request recorded before these checks existed is checked again where it is used.
+            if step == 'checkout':
+                validate_checkout_path(self.request.get('checkout_path'), step=step)
+            if step == 'brief':
+                validate_purpose(self.request.get('purpose'), step=step)
             if self.check_mode and step == 'configure' and self.diff and self.resource_id:
                 return self.check_configure()
             if self.check_mode:
@@ -256,6 +320,8 @@ class CreateFlow(Flow):
                          'git_login': bool(self.params.get('git_token'))}
         validate_repo(req['repo'])
         validate_ref(req['ref'])
+        validate_purpose(req['purpose'])
+        validate_checkout_path(req['checkout_path'])
         if req['agent'] not in req['agents']:
             raise CreateError('Unknown agent %r; configured agents: %s.' % (req['agent'], ', '.join(sorted(req['agents']))),
                               step='request')

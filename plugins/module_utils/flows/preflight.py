@@ -56,7 +56,12 @@ class Verdict:
 
 def probe_repository(url, ref, token=None, username='git', timeout=TIMEOUT):
     """Ask ``url`` for ``ref`` with ``git ls-remote`` from the controller: a Verdict, or RepositoryRefused."""
-    scheme = urlsplit(url).scheme if '://' in url else ''
+    parts = urlsplit(url) if '://' in url else None
+    scheme = parts.scheme if parts else ''
+    if parts is not None and '@' in parts.netloc and scheme in PROBED_SCHEMES:
+        # Never asked with a login in the URL: git would send it, and it would show in process lists.
+        raise RepositoryRefused('Repository URL %s://********@%s carries a login; give it as git_token (and '
+                                'git_username) instead.' % (scheme, parts.netloc.rpartition('@')[2]), step='request')
     if scheme not in PROBED_SCHEMES:
         # Only the guest can use it (its own keys, its own file system): nothing to say.
         return Verdict(False)

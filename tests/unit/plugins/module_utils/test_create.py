@@ -20,7 +20,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.prox
 @pytest.mark.parametrize('url', [
     'https://git.example.com/app.git', 'http://127.0.0.1:8080/app.git', 'ssh://git@git.example.com:2222/app.git',
     'git://git.example.com/app.git', 'file:///srv/git/app.git', 'git@github.com:org/app.git',
-    'https://oauth2@gitlab.example.com/app.git', 'host.example.com:app.git', '/srv/git/app.git',
+    'host.example.com:app.git', '/srv/git/app.git',
 ])
 def test_repository_urls_git_can_use_are_accepted(url):
     validate_repo(url)
@@ -37,10 +37,14 @@ def test_repository_urls_git_cannot_use_or_that_read_as_options_are_refused(url,
         validate_repo(url)
 
 
-def test_a_password_in_the_url_is_refused_and_not_repeated():
+@pytest.mark.parametrize('url', ['https://bot:hunter2@git.example.com/app.git', 'https://hunter2@git.example.com/app.git',
+                                 'https://oauth2@gitlab.example.com/app.git'])
+def test_a_login_in_the_url_is_refused_and_not_repeated(url):
+    # A user name alone is refused too: a token is often given in its place.
     with pytest.raises(CreateError) as caught:
-        validate_repo('https://bot:hunter2@git.example.com/app.git')
-    assert 'carries a password' in str(caught.value) and 'hunter2' not in str(caught.value)
+        validate_repo(url)
+    assert 'carries a login' in str(caught.value) and 'git_token' in str(caught.value)
+    assert 'hunter2' not in str(caught.value) and 'oauth2' not in str(caught.value)
 
 
 @pytest.mark.parametrize('ref', ['main', 'feature/login', 'v1.2.3', 'HEAD', '3f0c9a1b', 'release-2026.12'])

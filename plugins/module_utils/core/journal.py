@@ -41,6 +41,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
     StaleGenerationError,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import filetrust
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
 
 ENV_VAR = 'EPHEMERA_JOURNAL'
@@ -481,6 +482,7 @@ class Journal:
         elif os.path.isdir(path):
             raise JournalError('The journal path %s is a directory; give the path of a file, for example %s.'
                                % (path, os.path.join(path, 'journal.sqlite')), path=path)
+        cls._check_trusted(path, directory, writer=True)
         cls._check_writable(path, directory, exists)
         if not exists:
             cls._create_file(path)
@@ -501,6 +503,18 @@ class Journal:
         if parent and not os.access(parent, os.X_OK):
             raise JournalError('Cannot reach the journal directory %s: permission denied on %s. Choose a journal path '
                                'this user can write (journal_path / %s).' % (directory, parent, ENV_VAR), path=path)
+
+    @staticmethod
+    def _check_trusted(path, directory, writer):
+        """Refuse a journal, its write-ahead files or its directory that others may change (core/filetrust.py): a
+        writer needs them to be its own (or root's); a reader may read another user's journal, never one that others
+        than its owner may write."""
+        for target, what, is_dir in ((directory, 'The journal directory', True), (path, 'The journal', False),
+                                     (path + '-wal', 'The journal\'s write-ahead log', False),
+                                     (path + '-shm', 'The journal\'s shared-memory file', False)):
+            problem = filetrust.check(target, what, owner=writer, directory=is_dir)
+            if problem:
+                raise JournalError(problem, path=path)
 
     @staticmethod
     def _check_writable(path, directory, exists):
@@ -556,6 +570,7 @@ class Journal:
         if not os.access(path, os.R_OK):
             raise JournalError('Cannot read the journal %s (permission denied). Give this user read access to it (a '
                                'reader needs no write access to it or to its directory).' % path, path=path)
+        cls._check_trusted(path, directory, writer=False)
         conn, access = cls._connect_readonly(path, directory)
         try:
             cls._check_readable_schema(conn, path)

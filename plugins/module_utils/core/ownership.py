@@ -33,9 +33,9 @@ import hashlib
 import hmac
 import os
 import re
-import stat as stat_
 import tempfile
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import filetrust
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.durable import fsync_dir
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 
@@ -210,25 +210,6 @@ def _given_secret(value, where):
     return value
 
 
-def check_private_file(st, path, what, readable_by_others=False):
-    """Refuse a file (its ``os.fstat``/``os.stat``) that another user owns or that others may write (or, unless
-    ``readable_by_others``, read): a message that says which and what to do; None when it is fine."""
-    if not stat_.S_ISREG(st.st_mode):
-        return '%s %s is not a regular file. Move it aside.' % (what, path)
-    problems = []
-    if st.st_uid != os.geteuid():
-        problems.append('it is owned by uid %d, not by uid %d which runs Ansible' % (st.st_uid, os.geteuid()))
-    if st.st_mode & 0o022:
-        problems.append('others may write it (mode %04o)' % stat_.S_IMODE(st.st_mode))
-    elif not readable_by_others and st.st_mode & 0o044:
-        problems.append('others may read it (mode %04o)' % stat_.S_IMODE(st.st_mode))
-    if not problems:
-        return None
-    return ('%s %s is not private: %s. Whoever can change it decides what this controller trusts. Check that nobody '
-            'tampered with it, then make it the controller user\'s own with mode 0600 (chown; chmod 600 %s).'
-            % (what, path, ' and '.join(problems), path))
-
-
 def _read_secret_file(path):
     """The secret the file holds (b'' when it does not exist), refused when it is not the controller user's own."""
     try:
@@ -242,9 +223,10 @@ def _read_secret_file(path):
         raise MarkerError('Cannot read the controller secret %s: %s. Fix its permissions (0600, owned by the '
                           'user running Ansible) or give controller_secret from a vault.' % (path, exc), path=path)
     with os.fdopen(fd, 'rb') as f:
-        problem = check_private_file(os.fstat(f.fileno()), path, 'The controller secret')
-        if problem:
-            raise MarkerError(problem, path=path)
+        found = filetrust.problems(os.fstat(f.fileno()), owner=True, private=True)
+        if found:
+            raise MarkerError(filetrust.refusal(path, 'The controller secret', found,
+                                                'make it yours with mode 0600 (chown; chmod 600 %s)' % path), path=path)
         return f.read(4096).strip()
 
 

@@ -10,6 +10,12 @@ that workspace passes it the whole run is killed with SIGKILL: the ``ansible-pla
 (or whatever program runs the modules), every process below it, and this one. That is a
 controller dying at that very place, with nothing flushed, closed or rolled back.
 
+The kill never reaches above the run, even when the variables were exported in a login shell: the
+run's top is the highest ancestor that carries the same trace setting *and* runs the same program
+as this process (the Python that runs Ansible and its forked workers; never a shell, a terminal or
+an SSH session that passed the variable on). The trace file is opened without following a symbolic link, and only a regular file of the
+user running Ansible is appended to.
+
 The points are where the issue of crash safety lives: the start of each step (``begin``), right
 after every journal commit (``journal <label>``), right after the answer of every mutating API
 call arrived (``pve <METHOD> <path>``: the cluster acted, the journal does not know yet), and right
@@ -25,7 +31,9 @@ import json
 import os
 import re
 import signal
+import stat
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import parent_pid
 
 TRACE_ENV = 'EPHEMERA_FAILPOINT_TRACE'
@@ -60,7 +68,7 @@ def reached(what, workspace=None, where=None):
     workspace = workspace or _scope['workspace']
     point = '%s %s' % (where or _scope['where'], what)
     line = '%s\t%s\n' % (workspace, point)
-    with open(trace, 'a+') as out:
+    with _open_trace(trace) as out:
         fcntl.flock(out, fcntl.LOCK_EX)
         out.seek(0)
         nth = sum(1 for seen in out if seen == line) + 1
@@ -70,6 +78,26 @@ def reached(what, workspace=None, where=None):
     if wanted and wanted.get('workspace') == workspace and wanted.get('point') == point \
             and int(wanted.get('nth', 1)) == nth:
         kill_run()
+
+
+class TraceRefused(EphemeraError):
+    """The trace file is not a regular file of this user (a symbolic link, a device, another user's file)."""
+
+
+def _open_trace(path):
+    """The trace file, for reading and appending: made 0600 if missing; never through a symbolic link, and only
+    a regular file of this user (or root's)."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_CLOEXEC', 0) \
+        | getattr(os, 'O_NOCTTY', 0) | getattr(os, 'O_NONBLOCK', 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        raise TraceRefused('cannot open the failpoint trace %s: %s' % (path, exc))
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid not in (os.geteuid(), 0):
+        os.close(fd)
+        raise TraceRefused('the failpoint trace %s is not a regular file of this user' % path)
+    return os.fdopen(fd, 'a+')
 
 
 def _kill_spec():
@@ -101,16 +129,26 @@ def _environment(pid):
         return []
 
 
-def run_root():
-    """The run this process belongs to: its topmost ancestor (or itself) started with the same trace setting.
+def _program(pid):
+    """The executable ``pid`` runs (None when it cannot be read: another user's process, or gone)."""
+    try:
+        return os.readlink('/proc/%d/exe' % pid)
+    except OSError:
+        return None
 
-    Only the processes the trace was handed to can be killed: whatever started the run with it (a test,
-    a shell) does not carry it and is never touched.
+
+def run_root():
+    """The run this process belongs to: its topmost ancestor (or itself) that was started with the same trace
+    setting and runs the same program.
+
+    Only the processes the trace was handed to can be killed: whatever started the run without it (a test) is
+    never touched, and neither is a shell (or anything else) that exported it and started the run.
     """
     mark = ('%s=%s' % (TRACE_ENV, os.environ.get(TRACE_ENV, ''))).encode()
+    program = _program(os.getpid())
     root = os.getpid()
     parent = parent_pid(root)
-    while parent and parent > 1 and mark in _environment(parent):
+    while parent and parent > 1 and program and _program(parent) == program and mark in _environment(parent):
         root = parent
         parent = parent_pid(parent)
     return root

@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run collections-path)" \
 	ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=1
 
-.PHONY: help venv system-packages test unit sanity lint integration demo
+.PHONY: help venv system-packages test unit sanity lint integration demo collection
 .PHONY: bench-queue bench-create bench-reconcile bench-step bench-expire
 .PHONY: bench-inventory faults soak
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
@@ -20,6 +20,7 @@ help:
 	@echo "make demo          run the main job on the local try-out cluster"
 	@echo "make test          install everything needed and run every test"
 	@echo "make venv          create $(VENV) with runtime and test dependencies"
+	@echo "make collection    build the collection tarball into build/ from the files git tracks only"
 	@echo "make unit | sanity | lint | integration    one part of 'make test'"
 	@echo "make faults        the crash-safety matrix (FAULTS_SIZE=full, the default, or ci as in make test)"
 	@echo "make soak          500 seeded random fault schedules (SCHEDULES=N, FIRST_SEED=N, SOAK_JOBS=N)"
@@ -27,6 +28,10 @@ help:
 
 system-packages:
 	@scripts/system-packages.sh
+
+# The tarball from a clean list: the files git tracks (docs/install.md); no state a checkout holds reaches it.
+collection: venv
+	ANSIBLE_GALAXY=$(BIN)/ansible-galaxy scripts/build-collection.sh build
 
 venv: $(STAMP)
 

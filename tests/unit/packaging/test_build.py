@@ -143,3 +143,64 @@ def test_installed_tarball_documents_every_module(built, tmp_path):
     for name, doc in docs.items():
         assert doc['doc']['filename'].startswith(installed), (name, doc['doc']['filename'])
         assert doc['doc']['short_description'] and doc['return'], name
+
+
+# What `make demo` and the try-out cluster leave in a checkout: a journal, its controller secret, the cluster's CA key
+# and settings (with its API token), an SSH private key, archives of agents' work.
+STATE = ('journal.sqlite', 'journal.sqlite-wal', 'journal.sqlite.secret', 'cluster/pki/ca.key', 'cluster/pki/ca.pem',
+         'cluster/pki/server.key', 'cluster/ssh/id_ed25519', 'cluster/ssh/id_ed25519.pub', 'cluster/cluster.json',
+         'archives/demo/bundle.git')
+# The demo's state directory under its default name, and under another (DEMO_DIR=demo-state make demo).
+STATE_DIRS = ('.localpve-demo', 'demo-state', 'docs/scratch')
+
+
+@pytest.fixture(scope='module')
+def planted(tmp_path_factory):
+    """A copy of this checkout's tracked files, a git work tree of its own, with the demo's state planted in it."""
+    copy = tmp_path_factory.mktemp('checkout')
+    tracked = [p for p in run(['git', '-C', ROOT, 'ls-files', '-z']).split('\0') if p and os.path.isfile(
+        os.path.join(ROOT, p))]
+    for path in tracked:
+        os.makedirs(os.path.dirname(str(copy / path)) or str(copy), exist_ok=True)
+        with open(os.path.join(ROOT, path), 'rb') as src, open(str(copy / path), 'wb') as dst:
+            dst.write(src.read())
+        os.chmod(str(copy / path), os.stat(os.path.join(ROOT, path)).st_mode & 0o777)
+    run(['git', '-C', str(copy), 'init', '-q'])
+    run(['git', '-C', str(copy), 'add', '-A'])
+    for directory in STATE_DIRS:
+        for name in STATE:
+            path = copy / directory / name
+            os.makedirs(str(path.parent), exist_ok=True)
+            path.write_text('PLANTED SECRET %s/%s\n' % (directory, name))
+    return str(copy), set(tracked)
+
+
+def contents_of(tarball):
+    with tarfile.open(tarball) as tar:
+        return dict((m.name.rstrip('/'), tar.extractfile(m).read() if m.isfile() else b'') for m in tar.getmembers())
+
+
+def assert_no_state(members):
+    leaked = sorted(name for name, data in members.items() if b'PLANTED SECRET' in data
+                    or any(name.endswith(part) for part in STATE))
+    assert leaked == []
+
+
+def test_a_plain_galaxy_build_of_a_checkout_where_the_demo_ran_holds_none_of_its_state(planted, tmp_path):
+    copy, dummy = planted
+    run([ANSIBLE_GALAXY, 'collection', 'build', '--output-path', str(tmp_path), copy])
+    [tarball] = glob.glob(str(tmp_path / '*.tar.gz'))
+    assert_no_state(contents_of(tarball))
+
+
+def test_the_clean_build_holds_only_tracked_files(planted, tmp_path):
+    copy, tracked = planted
+    run([os.path.join(copy, 'scripts', 'build-collection.sh'), str(tmp_path)],
+        env=dict(os.environ, ANSIBLE_GALAXY=ANSIBLE_GALAXY))
+    [tarball] = glob.glob(str(tmp_path / '*.tar.gz'))
+    members = contents_of(tarball)
+    assert_no_state(members)
+    files = set(name for name, data in members.items() if name not in ('MANIFEST.json', 'FILES.json')
+                and not tarfile.open(tarball).getmember(name).isdir())
+    assert files and files <= tracked, sorted(files - tracked)
+    assert 'plugins/module_utils/core/ownership.py' in files

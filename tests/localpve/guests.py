@@ -432,7 +432,13 @@ class GuestManager(object):
                 LOG.error('CT %s: %s', vmid, guest.error)
                 guest.state = 'failed'
                 return
-            self.roots.install_host_key(vmid, host_key)
+            own = os.path.join(self.root(vmid), debian.HOST_KEY.lstrip('/'))
+            if os.path.exists(own):
+                # The guest has a host key of its own already (made at an earlier start, or by the collection, which
+                # gives a clone new keys): a real container keeps its keys across restarts.
+                guest.host_key = pki.ssh_key(own, 'root@CT{0}'.format(vmid)).rsplit(' ', 1)[0]
+            else:
+                self.roots.install_host_key(vmid, host_key)
             argv = debian.sshd_argv(guest.init_pid, self.port, address)
         else:
             argv = self._argv(vmid, address, host_key, log)

@@ -38,9 +38,10 @@ import time
 from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import gitlogin
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.durable import durable_writer, fsync_dir, write_durable
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.operations import as_agent, q
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.operations import agent_command, as_agent, q
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import Guest, SshCommandFailed, SshError, tail
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import wait_for_guest
@@ -67,8 +68,17 @@ CHANGED_DURING_CAPTURE = 75
 # Pinned so that the user's diff configuration (colour, prefixes, order files, external tools) never
 # reaches a patch.
 DIFF = 'git diff --binary --no-color --no-ext-diff --no-textconv --src-prefix=a/ --dst-prefix=b/ -O/dev/null'
-# No optional locks: no git command of ours may rewrite the index, not even to refresh stat data.
-GIT_ENV = 'export GIT_OPTIONAL_LOCKS=0 LC_ALL=C GIT_TERMINAL_PROMPT=0'
+# No optional locks: no git command of ours may rewrite the index, not even to refresh stat data. No system or global
+# configuration, no replace objects; signatures never shown (their text is the signer's).
+GIT_ENV = ('export GIT_OPTIONAL_LOCKS=0 LC_ALL=C GIT_TERMINAL_PROMPT=0 GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null '
+           'GIT_NO_REPLACE_OBJECTS=1')
+# Caps on what the agent's checkout may hand over: one captured file, the objects of a push, an inspection's output.
+MAX_CAPTURE = 1024 * 1024 * 1024
+MAX_PUSH_PACK = 2 * 1024 * 1024 * 1024
+MAX_INSPECTION = 16 * 1024 * 1024
+# Exit status of a capture whose file passed its cap.
+CAPTURE_TOO_LARGE = 77
+OBJECT_ID = re.compile(r'^(?:[0-9a-f]{40}|[0-9a-f]{64})$')
 AUTHOR_ENV = ('GIT_AUTHOR_NAME="ephemera archive" GIT_AUTHOR_EMAIL=archive@ephemera.invalid '
               'GIT_COMMITTER_NAME="ephemera archive" GIT_COMMITTER_EMAIL=archive@ephemera.invalid')
 
@@ -240,13 +250,20 @@ def guest_of(ws, key_file=None):
     """A Guest for the workspace's record: its address, SSH settings and pinned host key."""
     req = ws['params']
     return Guest(ws['address'], port=req.get('ssh_port') or 22, user=req.get('ssh_user') or 'root',
-                 key_file=key_file or req.get('ssh_key_path'), host_key=(ws.get('facts') or {}).get('host_key'))
+                 key_file=key_file or req.get('ssh_key_path'),
+                 host_key=[(ws.get('facts') or {}).get('host_key'), (ws.get('facts') or {}).get('host_key_next')])
 
 
 # ---------------------------------------------------------------------- the inspection
 
-def inspect_script(checkout, remote):
-    """A shell script that prints the checkout's state as ``key value`` lines (see :class:`CheckoutState`)."""
+def inspect_script(checkout, remote=None):
+    """A shell script that prints the checkout's state as ``key value`` lines (see :func:`parse_inspection`).
+
+    It runs as the agent, in the agent's repository: everything it prints is the agent's to choose, so
+    :func:`parse_inspection` takes it as untrusted. No value it prints can hold a line break (object
+    ids, counts, ref names, one-line subjects, C-quoted file names), the remote's URL is not asked
+    (the journal has it), and each key but the lists appears exactly once. ``remote`` is not used.
+    """
     return '\n'.join([
         'set -eu',
         GIT_ENV,
@@ -255,7 +272,11 @@ def inspect_script(checkout, remote):
         'gitdir=$(git rev-parse --absolute-git-dir)',
         'head=$(git rev-parse -q --verify "HEAD^{commit}" || true)',
         'echo "head $head"',
-        'echo "branch $(git symbolic-ref -q --short HEAD || true)"',
+        'branch=$(git symbolic-ref -q --short HEAD || true)',
+        'echo "branch $branch"',
+        # git's own rule for branch names; a name it refuses is not used in a restore command.
+        'if [ -z "$branch" ] || git check-ref-format --branch "$branch" >/dev/null 2>&1; then echo "branch_ok 1"; '
+        'else echo "branch_ok 0"; fi',
         'echo "upstream $(git rev-parse -q --abbrev-ref --symbolic-full-name "@{upstream}" 2>/dev/null || true)"',
         'if [ -n "$head" ]; then echo "head_tree $(git rev-parse "$head^{tree}")"; '
         'else echo "head_tree $(git hash-object -t tree /dev/null)"; fi',
@@ -277,16 +298,17 @@ def inspect_script(checkout, remote):
         'echo "refs_args $refs"',
         'git for-each-ref --format="ref %(objectname) %(refname)" refs/heads refs/stash',
         'echo "unpushed_count $(git rev-list --count $refs --not --remotes)"',
-        'git log --format="unpushed %%H %%s" -n %d $refs --not --remotes' % LIST_LIMIT,
+        'git -c log.showSignature=false log --no-show-signature --format="unpushed %%H %%s" -n %d $refs --not --remotes'
+        % LIST_LIMIT,
         'base=$head',
         'if [ -n "$head" ]; then',
         '  oldest=$(git rev-list --first-parent --reverse HEAD --not --remotes | head -n 1)',
         '  [ -z "$oldest" ] || base=$(git rev-parse -q --verify "$oldest^" || true)',
         'fi',
         'echo "base $base"',
-        'echo "remote_url $(git remote get-url %s 2>/dev/null || true)"' % q(remote),
         'echo "untracked_count $(git ls-files -o --exclude-standard -z | tr -cd "\\000" | wc -c)"',
-        'git ls-files -o --exclude-standard | head -n %d | sed "s/^/untracked /"' % LIST_LIMIT,
+        'git -c core.quotePath=true ls-files -o --exclude-standard | head -n %d | sed "s/^/untracked /"' % LIST_LIMIT,
+        'echo "end 1"',
     ])
 
 
@@ -300,6 +322,83 @@ def parse_lines(text, lists=()):
         elif key:
             values[key] = value.strip()
     return values
+
+
+class InspectionRefused(EphemeraError):
+    """The inspection's output is not in the form the script prints: it cannot be trusted."""
+
+
+# Every key the inspection prints once, and what its value must look like (None: free, but one line).
+_HEX = r'(?:[0-9a-f]{40}|[0-9a-f]{64})'
+_SCALARS = {
+    'head': re.compile(r'^(?:%s)?$' % _HEX), 'branch': None, 'branch_ok': re.compile(r'^[01]$'), 'upstream': None,
+    'head_tree': re.compile(r'^%s$' % _HEX), 'index_tree': re.compile(r'^(?:%s|%s)$' % (_HEX, UNMERGED)),
+    'tracked_tree': re.compile(r'^%s$' % _HEX), 'tree': re.compile(r'^%s$' % _HEX),
+    'refs_args': re.compile(r'^(?:HEAD )?--branches(?: refs/stash)?$'), 'unpushed_count': re.compile(r'^[0-9]+$'),
+    'base': re.compile(r'^(?:%s)?$' % _HEX), 'untracked_count': re.compile(r'^[0-9]+$'), 'end': re.compile(r'^1$'),
+}
+_LISTS = {
+    'ref': re.compile(r'^%s refs/(?:heads/\S+|stash)$' % _HEX),
+    'unpushed': re.compile(r'^%s(?: .*)?$' % _HEX),
+    'untracked': None,
+}
+
+
+def parse_inspection(text):
+    """The inspection's ``key value`` lines as a dict, read strictly: an unknown key, a key twice, a missing one, a
+    value of the wrong form or a branch that fails git's ref-format check raise InspectionRefused."""
+    if text.strip() == 'missing 1':
+        return {'missing': '1'}
+    values = dict((key, []) for key in _LISTS)
+    for number, line in enumerate(text.split('\n'), 1):
+        if not line:
+            continue
+        key, dummy, value = line.partition(' ')
+        if key in _LISTS:
+            form = _LISTS[key]
+            if form is not None and not form.match(value):
+                raise InspectionRefused('line %d: %s %r is not of the expected form' % (number, key, value[:80]))
+            values[key].append(value)
+        elif key in _SCALARS:
+            if key in values:
+                raise InspectionRefused('line %d: %s given twice' % (number, key))
+            form = _SCALARS[key]
+            if (form is not None and not form.match(value)) or '\r' in value:
+                raise InspectionRefused('line %d: %s %r is not of the expected form' % (number, key, value[:80]))
+            values[key] = value
+        else:
+            raise InspectionRefused('line %d: unknown key %r' % (number, key[:40]))
+    absent = sorted(set(_SCALARS) - set(values))
+    if absent:
+        raise InspectionRefused('%s missing' % ', '.join(absent))
+    if values['branch'] and (values['branch_ok'] != '1' or not valid_branch(values['branch'])):
+        raise InspectionRefused('the branch name %r is not one git accepts' % values['branch'][:80])
+    if values['upstream'] and not valid_ref(values['upstream'], one_level=True):
+        raise InspectionRefused('the upstream name %r is not one git accepts' % values['upstream'][:80])
+    for line in values['ref']:
+        if not valid_ref(line.split(' ', 1)[1]):
+            raise InspectionRefused('the ref name %r is not one git accepts' % line[:80])
+    return values
+
+
+_REF_FORBIDDEN = re.compile(r'[\x00-\x20\x7f~^:?*\[\\]')
+
+
+def valid_ref(name, one_level=False):
+    """git's check-ref-format rules, for a full ref name (``refs/heads/x``) or, ``one_level``, a short one."""
+    if not name or name == '@' or name.endswith(('.', '/')) or name.startswith('/') or '..' in name or '@{' in name:
+        return False
+    if _REF_FORBIDDEN.search(name) or '//' in name:
+        return False
+    parts = name.split('/')
+    if not one_level and len(parts) < 2:
+        return False
+    return all(part and not part.startswith('.') and not part.endswith('.lock') for part in parts)
+
+
+def valid_branch(name):
+    """A branch name git accepts (``git check-ref-format --branch``) that also cannot be read as an option."""
+    return bool(name) and not name.startswith('-') and valid_ref('refs/heads/' + name)
 
 
 class CheckoutState:
@@ -322,7 +421,6 @@ class CheckoutState:
         self.unpushed_count = int(get('unpushed_count') or 0)
         self.unpushed = [dict(zip(('commit', 'subject'), (line.split(' ', 1) + [''])[:2]))
                          for line in values.get('unpushed', [])]
-        self.remote_url = get('remote_url') or None
         self.untracked_count = int(get('untracked_count') or 0)
         self.untracked = values.get('untracked', [])
 
@@ -330,7 +428,8 @@ class CheckoutState:
 
     @classmethod
     def parse(cls, text):
-        return cls(parse_lines(text, cls.LISTS))
+        """The state an inspection printed, read strictly (InspectionRefused when it is not what the script prints)."""
+        return cls(parse_inspection(text))
 
     @property
     def tracked_changes(self):
@@ -379,7 +478,7 @@ class CheckoutState:
     def to_metadata(self):
         result = self.to_result()
         result.update(head_tree=self.head_tree, index_tree=self.index_tree, tracked_tree=self.tracked_tree,
-                      tree=self.tree, refs=sorted(self.refs), remote_url=redact_url(self.remote_url),
+                      tree=self.tree, refs=sorted(self.refs),
                       unpushed=self.unpushed, untracked=self.untracked,
                       untracked_listed=min(self.untracked_count, len(self.untracked)))
         return result
@@ -419,10 +518,21 @@ class ArchiveFlow:
         facts[key] = value
         return self._save(action, kind=kind, detail=detail, facts=facts)
 
-    def _run(self, guest, script, what, check=True, timeout=None):
+    def _run(self, guest, script, what, check=True, timeout=None, max_output=MAX_INSPECTION):
+        """``script`` run as the agent, in the agent's checkout: what it prints is the agent's to choose."""
         layout = layout_of(self.ws)
         return guest.run(as_agent(layout, self.ws['params'].get('ssh_user') or 'root', 'sh -s'), stdin=script,
-                         check=check, timeout=timeout or self.params.get('command_timeout') or 600, what=what)
+                         check=check, timeout=timeout or self.params.get('command_timeout') or 600, what=what,
+                         max_output=max_output)
+
+    def _run_as_root(self, guest, script, what, check=True, timeout=None, stdin_prefix=None):
+        """``script`` run as the SSH user (root), never in the agent's checkout or with its configuration.
+        ``stdin_prefix`` (a secret line) comes first on standard input; the script reads it with ``read``."""
+        stdin = (stdin_prefix or '') + script
+        command = 'sh -c %s' % q('IFS= read -r EPHEMERA_GIT_TOKEN; export EPHEMERA_GIT_TOKEN; exec sh -s') \
+            if stdin_prefix else 'sh -s'
+        return guest.run(command, stdin=stdin, check=check, what=what,
+                         timeout=timeout or self.params.get('command_timeout') or 600, max_output=MAX_INSPECTION)
 
     def _connect(self):
         key_file = self.params.get('ssh_private_key')
@@ -472,7 +582,13 @@ class ArchiveFlow:
             guest.close()
             said = err.details.get('stderr_tail') or err
             return UNKNOWN, 'the checkout of %s cannot be inspected (%s)' % (self.name, said), None, None
-        state = CheckoutState.parse(result.stdout)
+        try:
+            state = CheckoutState.parse(result.stdout)
+        except InspectionRefused as err:
+            guest.close()
+            return (UNKNOWN, 'the inspection of the checkout of %s printed something else than the inspection script '
+                    'prints (%s): the checkout is not in a state this collection can read, so whether it holds unsaved '
+                    'work is unknown' % (self.name, err), None, None)
         if state.missing:
             guest.close()
             return NOTHING, 'the checkout %s of %s is gone' % (layout.checkout, self.name), None, None
@@ -588,7 +704,8 @@ class ArchiveFlow:
             'path': path, 'at': iso(now), 'head': state.head, 'branch': state.branch, 'digest': state.digest,
             'pushed_ref': push.get('ref') if push.get('ok') else None,
             'pushed_commit': push.get('commit') if push.get('ok') else None,
-            'remote': self.params.get('push_remote') or 'origin', 'files': sorted(list(files) + [METADATA]),
+            'remote': redact_url(self.ws['params'].get('repo') or self.ws.get('repo')),
+            'files': sorted(list(files) + [METADATA]),
             'work_files': sorted(name for name in files if name != UNTRACKED_TAR),
         }
         self._set_fact('archived', 'archive', record, detail=dict(record, notes=self.notes))
@@ -607,27 +724,38 @@ class ArchiveFlow:
     # -- push -----------------------------------------------------------------
 
     def _push(self, guest, state):
-        """Push a commit of everything to the workspace's own branch; a dict saying what happened."""
-        remote = self.params.get('push_remote') or 'origin'
+        """Push a commit of everything to the workspace's own branch; a dict saying what happened.
+
+        The agent owns the checkout, its configuration and its remotes, so none of them takes part: the
+        agent's process only hands over the commit's objects as a pack on a pipe, and root, in a fresh
+        repository of its own (a root-only directory, no system or global configuration, no credential
+        helper, no hooks), pushes the commit to the repository URL the journal holds. A token travels on
+        the standard input of root's command into its environment, for a helper that answers only for that
+        repository's origin; the agent never sees it.
+        """
+        url = self.ws['params'].get('repo') or self.ws.get('repo')
+        remote = redact_url(url)
         ref = 'refs/heads/%s%s' % (self.params.get('push_prefix', DEFAULT_PUSH_PREFIX), self.name)
         outcome = {'attempted': False, 'ok': False, 'remote': remote, 'ref': ref, 'commit': None, 'error': None,
                    'skipped': None}
         if state.tree == state.head_tree and state.head not in [c['commit'] for c in state.unpushed]:
             outcome['skipped'] = 'HEAD and the working tree are on a remote already'
             return outcome
-        if not state.remote_url or state.head is None:
-            outcome['skipped'] = ('the checkout has no remote named %s' % remote if not state.remote_url
-                                  else 'the checkout has no commit yet')
-            self.notes.append('no push: %s; captured a bundle and patches instead' % outcome['skipped'])
+        refusal = self._push_refusal(url, ref, state)
+        if refusal:
+            outcome['skipped'] = refusal
+            self.notes.append('no push: %s; captured a bundle and patches instead' % refusal)
             return outcome
-        layout = layout_of(self.ws)
-        askpass = posixpath.join(layout.scratch, 'archive-askpass')
         outcome['attempted'] = True
+        token = self.params.get('git_token')
+        work = None
         try:
-            env = self._push_env(guest, askpass)
             commit = state.head if state.tree == state.head_tree else self._commit_everything(guest, state)
             outcome['commit'] = commit
-            current, error = self._remote_value(guest, env, remote, ref)
+            work, error = self._push_repository(guest, commit)
+            if error:
+                return self._push_failed(outcome, error)
+            current, error = self._remote_value(guest, work, url, ref)
             if error:
                 return self._push_failed(outcome, error)
             if current == commit:
@@ -635,27 +763,95 @@ class ArchiveFlow:
                 return outcome
             # Ours: the commit last confirmed on that branch, or one dispatched by a run that died before it heard back.
             last = (self.ws['facts'] or {}).get('archive_push') or {}
-            ours = [last.get('confirmed'), last.get('dispatched')] if (last.get('remote'), last.get('ref')) == (
-                remote, ref) else []
+            ours = [last.get('confirmed'), last.get('dispatched')] if last.get('ref') == ref else []
             if current and current not in ours:
                 return self._push_failed(outcome, '%s on %s holds commit %s, which this workspace did not push; it was '
                                                   'left as it is' % (ref, remote, current[:12]))
             pushing = {'remote': remote, 'ref': ref, 'dispatched': commit, 'confirmed': current or None,
                        'at': iso(time.time())}
             self._set_fact('archive_push', 'archive_push', pushing, kind='dispatched')
-            script = '\n'.join(['set -eu', GIT_ENV, env, 'cd %s' % q(layout.checkout),
-                                'git push --porcelain --no-verify --force-with-lease=%s:%s %s %s:%s 2>&1' % (
-                                    ref, current, q(remote), commit, ref)])
-            result = self._run(guest, script, 'push the archive', check=False,
-                               timeout=self.params.get('push_timeout') or 300)
+            script = '\n'.join(['set -eu', GIT_ENV] + self._git_login_lines(url, work) + [
+                'cd %s' % q(work + '/repo'),
+                'git %s push --porcelain --no-verify --force-with-lease=%s:%s %s %s:%s 2>&1' % (
+                    self._git_options(), q(ref), current, q(url), commit, q(ref))])
+            result = self._run_as_root(guest, script, 'push the archive', check=False,
+                                       timeout=self.params.get('push_timeout') or 300,
+                                       stdin_prefix=(token + '\n') if token else None)
             if result.rc != 0:
                 return self._push_failed(outcome, 'the remote refused the push: %s' % push_refusal(result.stdout))
             outcome['ok'] = True
             self._set_fact('archive_pushed', 'archive_push', dict(pushing, confirmed=commit))
             return outcome
         finally:
-            if self.params.get('git_token'):
-                guest.run(['rm', '-f', askpass], check=False, what='remove the temporary git credentials')
+            if work:
+                guest.run(['rm', '-rf', work], check=False, what='remove the push repository')
+
+    def _push_refusal(self, url, ref, state):
+        """Why no push is tried (text), or None."""
+        if state.head is None:
+            return 'the checkout has no commit yet'
+        if not url:
+            return 'the journal holds no repository URL for the workspace'
+        if not valid_ref(ref):
+            return 'the branch %r is not a name git accepts (check push_prefix)' % ref
+        try:
+            gitlogin.check_token_transport(url, self.params.get('git_token'))
+        except gitlogin.GitLoginError as err:
+            return str(err)
+        return None
+
+    def _git_options(self):
+        options = gitlogin.NO_HELPERS + ['-c', 'core.hooksPath=/dev/null']
+        if self.params.get('git_token'):
+            options += gitlogin.NO_REDIRECTS
+        return ' '.join(q(option) for option in options)
+
+    def _git_login_lines(self, url, work):
+        """Shell lines for root's git that reaches ``url``: its own HOME, and with a token the helper's environment
+        (the token itself, EPHEMERA_GIT_TOKEN, was read from standard input before the script)."""
+        lines = ['export HOME=%s GIT_SSH_COMMAND="ssh -o BatchMode=yes"' % q(work)]
+        token = self.params.get('git_token')
+        if token:
+            env = gitlogin.askpass_env(url, self.params.get('git_username') or 'git', token)
+            del env['EPHEMERA_GIT_TOKEN']
+            lines.append('export GIT_ASKPASS=%s %s' % (q(work + '/askpass'), ' '.join(
+                '%s=%s' % (k, q(v)) for k, v in sorted(env.items()))))
+        return lines
+
+    def _push_repository(self, guest, commit):
+        """(root's directory with a fresh bare repository holding ``commit`` and its history, None) or (None, error).
+
+        The agent's git writes a pack of the commit's objects to a pipe; root's git indexes it (checking every
+        object) in a repository under the root-only private directory. At most MAX_PUSH_PACK bytes are taken.
+        """
+        layout = layout_of(self.ws)
+        ssh_user = self.ws['params'].get('ssh_user') or 'root'
+        pack = '\n'.join(['set -eu', GIT_ENV, 'cd %s' % q(layout.checkout),
+                          'echo %s | git pack-objects --revs --stdout -q' % commit])
+        script = '\n'.join([
+            'set -eu',
+            GIT_ENV,
+            'mkdir -p %s && chmod 0700 %s' % (q(layout.private), q(layout.private)),
+            'w=$(mktemp -d %s)' % q(posixpath.join(layout.private, 'push.XXXXXX')),
+            'echo "work $w"',
+            'cat >"$w/askpass" <<\'EPHEMERA_ASKPASS\'',
+            gitlogin.ASKPASS.rstrip('\n'),
+            'EPHEMERA_ASKPASS',
+            'chmod 0700 "$w/askpass"',
+            'git init -q --bare --template= "$w/repo"',
+            '{ %s </dev/null; } | head -c %d | git -C "$w/repo" index-pack --stdin >/dev/null' % (
+                agent_command(layout, ssh_user, pack), MAX_PUSH_PACK + 1),
+            'git -C "$w/repo" cat-file -e %s^{commit}' % commit,
+            'echo "ready 1"',
+        ])
+        result = self._run_as_root(guest, script, 'hand the archive commit to root', check=False)
+        values = parse_lines(result.stdout)
+        work = values.get('work') or None
+        if result.rc != 0 or values.get('ready') != '1':
+            return work, 'the commit could not be handed over for the push: %s' % tail(result.stderr or result.stdout, 4)
+        if not work or not work.startswith(layout.private + '/'):
+            return None, 'the push repository could not be made'
+        return work, None
 
     def _commit_everything(self, guest, state):
         """A commit of the inspected tree (everything not ignored) with HEAD as parent; no ref, index or file changes."""
@@ -665,33 +861,26 @@ class ArchiveFlow:
         script = '\n'.join(['set -eu', GIT_ENV, 'cd %s' % q(layout_of(self.ws).checkout),
                             '%s git commit-tree --no-gpg-sign %s -p %s -m %s -m %s' % (
                                 AUTHOR_ENV, state.tree, state.head, q(message[0]), q(message[1]))])
-        return self._run(guest, script, 'commit the archive').stdout.strip()
+        commit = self._run(guest, script, 'commit the archive').stdout.strip()
+        if not OBJECT_ID.match(commit):
+            raise ArchiveError('Making the archive commit of %s printed %r, not a commit id.' % (self.name, commit[:80]),
+                               workspace=self.name)
+        return commit
 
-    def _push_env(self, guest, askpass):
-        """Environment lines for commands that reach the remote; a token travels through a helper, never argv."""
-        env = 'export GIT_SSH_COMMAND="${GIT_SSH_COMMAND:-ssh -o BatchMode=yes}"'
-        token = self.params.get('git_token')
-        if not token:
-            return env
-        layout = layout_of(self.ws)
-        helper = '#!/bin/sh\ncase "$1" in Username*) printf %%s %s ;; *) printf %%s %s ;; esac\n' % (
-            q(self.params.get('git_username') or 'git'), q(token))
-        guest.run(as_agent(layout, self.ws['params'].get('ssh_user') or 'root', 'mkdir -p %s' % q(layout.scratch)),
-                  what='make the scratch directory')
-        guest.put(askpass, helper, mode=0o700)
-        guest.run(['chown', layout.agent_user, askpass], check=False, what='chown askpass')
-        return env + '\nexport GIT_ASKPASS=%s' % q(askpass)
-
-    def _remote_value(self, guest, env, remote, ref):
+    def _remote_value(self, guest, work, url, ref):
         """(commit ``ref`` holds on the remote, '' when absent; error text when the remote cannot be read)."""
-        script = '\n'.join(['set -eu', GIT_ENV, env, 'cd %s' % q(layout_of(self.ws).checkout),
-                            'git ls-remote --refs %s %s 2>&1' % (q(remote), q(ref))])
-        result = self._run(guest, script, 'read the remote', check=False, timeout=self.params.get('push_timeout') or 300)
+        token = self.params.get('git_token')
+        script = '\n'.join(['set -eu', GIT_ENV] + self._git_login_lines(url, work) + [
+            'cd %s' % q(work + '/repo'),
+            'git %s ls-remote --refs %s %s 2>&1' % (self._git_options(), q(url), q(ref))])
+        result = self._run_as_root(guest, script, 'read the remote', check=False,
+                                   timeout=self.params.get('push_timeout') or 300,
+                                   stdin_prefix=(token + '\n') if token else None)
         if result.rc != 0:
-            return None, 'cannot read %s: %s' % (remote, tail(result.stdout, 6))
+            return None, 'cannot read %s: %s' % (redact_url(url), tail(result.stdout, 6))
         for line in result.stdout.splitlines():
             parts = line.split()
-            if len(parts) == 2 and parts[1] == ref:
+            if len(parts) == 2 and parts[1] == ref and OBJECT_ID.match(parts[0]):
                 return parts[0], None
         return '', None
 
@@ -705,75 +894,103 @@ class ArchiveFlow:
     # -- capture --------------------------------------------------------------
 
     def _capture(self, guest, state, path, pushed):
-        """Make the archive's files on the guest, copy them into ``path``; returns ({name: {bytes, sha256}}, bundle refs)."""
+        """Make the archive's files on the guest, copy them into ``path``; returns ({name: {bytes, sha256}}, bundle refs).
+
+        Root makes a directory of its own (0700, under the root-only private directory) and runs each of the
+        agent's git commands with its standard output redirected into a file there: the agent's process writes
+        to a pipe, never to a path, so no link or FIFO it planted is followed, and each file is cut off at
+        MAX_CAPTURE bytes. The files are then fetched as regular files only, within their cap and time.
+        """
         layout = layout_of(self.ws)
-        ssh_user = self.ws['params'].get('ssh_user') or 'root'
-        tmp = guest.run(as_agent(layout, ssh_user, 'mkdir -p %s && mktemp -d %s' % (
-            q(layout.scratch), q(posixpath.join(layout.scratch, 'archive.XXXXXX')))), what='make a scratch directory')
-        tmp = tmp.stdout.strip()
+        script, wanted = self._capture_script(state, layout, pushed)
+        work = None
         try:
-            script, wanted = self._capture_script(state, layout, tmp, pushed)
             try:
-                result = self._run(guest, script, 'capture the work')
+                result = self._run_as_root(guest, script, 'capture the work')
             except SshCommandFailed as err:
                 if err.details.get('rc') == CHANGED_DURING_CAPTURE:
                     raise ArchiveError('The commits of %s changed while it was archived (the agent is still working). '
                                        'Nothing was recorded as archived; run the archive again, best after the agent '
                                        'stopped.' % self.name, workspace=self.name)
+                if err.details.get('rc') == CAPTURE_TOO_LARGE:
+                    raise ArchiveError('A file of the archive of %s would be larger than %d bytes; nothing was recorded '
+                                       'as archived. Push the work from the workspace, or archive with fewer '
+                                       'include_untracked patterns.' % (self.name, MAX_CAPTURE), workspace=self.name)
                 raise ArchiveError('Capturing the work of %s failed: %s' % (
                     self.name, err.details.get('stderr_tail') or err), workspace=self.name)
             captured = parse_lines(result.stdout, ('bundle_ref',))
-            bundle_refs = captured['bundle_ref']
-            if captured.get('bundle') == '0':
+            work = captured.get('work')
+            if not work or not work.startswith(layout.private + '/'):
+                raise ArchiveError('Capturing the work of %s gave no directory to read.' % self.name, workspace=self.name)
+            bundle_refs = [line for line in captured['bundle_ref'] if _bundle_ref(line)]
+            if captured.get('bundle') == '0' and BUNDLE in wanted:
                 wanted.remove(BUNDLE)
             if UNTRACKED_TAR in wanted:
-                count = int(captured.get('untracked_included') or 0)
+                count = captured.get('untracked_included') or '0'
+                count = int(count) if count.isdigit() else 0
                 self.untracked_included = count
                 if not count:
                     wanted.remove(UNTRACKED_TAR)
                     self.notes.append('no untracked file matched %s' % ', '.join(self.params['include_untracked']))
             files = {}
             for name in wanted:
-                files[name] = self._fetch(guest, posixpath.join(tmp, name), os.path.join(path, name))
+                files[name] = self._fetch(guest, posixpath.join(work, name), os.path.join(path, name))
             return files, bundle_refs
         finally:
-            guest.run(as_agent(layout, ssh_user, 'rm -rf %s' % q(tmp)), check=False, what='remove the scratch directory')
+            if work and work.startswith(layout.private + '/'):
+                guest.run(['rm', '-rf', work], check=False, what='remove the scratch directory')
 
-    def _capture_script(self, state, layout, tmp, pushed):
-        lines = ['set -eu', GIT_ENV, 'cd %s' % q(layout.checkout), 'd=%s' % q(tmp)]
+    def _capture_script(self, state, layout, pushed):
+        """The capture, run as root: each agent command's output goes into a file of root's directory."""
+        ssh_user = self.ws['params'].get('ssh_user') or 'root'
+
+        def agent(name, lines):
+            """Run ``lines`` as the agent in its checkout, its output into ``$w/name`` (cut at the cap)."""
+            body = '\n'.join(['set -eu', GIT_ENV, 'cd %s' % q(layout.checkout)] + lines)
+            # Standard output into the file, standard error (64 KiB at most) into .err, the exit status into .rc.
+            capture = ('( { rc=0; %s </dev/null 2>&4 4>&- || rc=$?; echo "$rc" >"$w/.rc"; } 4>&1 >&3 3>&- '
+                       '| head -c 65536 >"$w/.err" ) 3>&1 | head -c %d >"$w/%s"' % (
+                           agent_command(layout, ssh_user, body), MAX_CAPTURE + 1, name))
+            return [capture,
+                    '[ "$(wc -c <"$w/%s")" -le %d ] || exit %d' % (name, MAX_CAPTURE, CAPTURE_TOO_LARGE),
+                    'rc=$(cat "$w/.rc"); [ "$rc" = 0 ] || { tail -n 5 "$w/.err" >&2; exit "$rc"; }']
+
+        lines = ['set -eu', GIT_ENV,
+                 'mkdir -p %s && chmod 0700 %s' % (q(layout.private), q(layout.private)),
+                 'w=$(mktemp -d %s)' % q(posixpath.join(layout.private, 'archive.XXXXXX')),
+                 'echo "work $w"']
         wanted = []
         if state.unpushed_count or pushed:
             # After a push the remote-tracking refs moved: count again, and bundle whatever no remote has yet.
-            lines += [
+            lines += agent(BUNDLE, [
                 'if [ "$(git rev-list --count %s --not --remotes)" != 0 ]; then' % state.refs_args,
-                '  git bundle create "$d/%s" %s --not --remotes 2>/dev/null' % (BUNDLE, state.refs_args),
-                '  git bundle list-heads "$d/%s" | sed "s/^/bundle_ref /"' % BUNDLE,
-                'fi',
-            ]
+                '  git bundle create - %s --not --remotes 2>/dev/null' % state.refs_args,
+                'fi'])
+            lines += ['if [ -s "$w/%s" ]; then echo "bundle 1"; '
+                      '(cd "$w" && git bundle list-heads %s | sed "s/^/bundle_ref /"); '
+                      'else echo "bundle 0"; fi' % (BUNDLE, BUNDLE)]
             wanted.append(BUNDLE)
         # Refs that moved since the inspection would make the bundle disagree with the digest.
-        lines += [
-            'now=$(git for-each-ref --format="%(objectname) %(refname)" refs/heads refs/stash; '
-            'git rev-parse -q --verify HEAD || true)',
-            '[ "$now" = %s ] || exit %d' % (q(self._refs_fingerprint(state)), CHANGED_DURING_CAPTURE),
-        ]
+        lines += agent('.refs', [
+            'git for-each-ref --format="%(objectname) %(refname)" refs/heads refs/stash; '
+            'git rev-parse -q --verify HEAD || true'])
+        fingerprint = q(self._refs_fingerprint(state))
+        lines.append('[ "$(cat "$w/.refs")" = %s ] || exit %d' % (fingerprint, CHANGED_DURING_CAPTURE))
         if not pushed:
             if state.tracked_changes:
-                lines.append('%s %s %s >"$d/%s"' % (DIFF, state.head, state.tracked_tree, WORKTREE_PATCH))
+                lines += agent(WORKTREE_PATCH, ['%s %s %s' % (DIFF, state.head, state.tracked_tree)])
                 wanted.append(WORKTREE_PATCH)
             if state.staged_changes and state.index_tree != UNMERGED:
-                lines.append('%s %s %s >"$d/%s"' % (DIFF, state.head, state.index_tree, INDEX_PATCH))
+                lines += agent(INDEX_PATCH, ['%s %s %s' % (DIFF, state.head, state.index_tree)])
                 wanted.append(INDEX_PATCH)
             elif state.index_tree == UNMERGED:
                 self.notes.append('the index holds unresolved merge conflicts; index.patch was not made')
         patterns = self.params.get('include_untracked') or []
         if patterns:
-            lines.append('git ls-files -o -z -- %s | python3 -c %s "$d/%s" %s' % (
-                ' '.join(q(p) for p in patterns), q(TAR_PROGRAM), UNTRACKED_TAR, q(self._excluded(layout))))
+            lines += agent(UNTRACKED_TAR, ['git ls-files -o -z -- %s | python3 -c %s %s' % (
+                ' '.join(q(p) for p in patterns), q(TAR_PROGRAM), q(self._excluded(layout)))])
+            lines.append('echo "untracked_included $(tail -n 1 "$w/.err" | tr -cd 0-9)"')
             wanted.append(UNTRACKED_TAR)
-        if BUNDLE in wanted:
-            # Known only on the guest: a bundle is made when some commit is on no remote.
-            lines.append('[ -f "$d/%s" ] && echo "bundle 1" || echo "bundle 0"' % BUNDLE)
         return '\n'.join(lines), wanted
 
     @staticmethod
@@ -787,15 +1004,17 @@ class ArchiveFlow:
         return '' if rel.startswith('..') else rel
 
     def _fetch(self, guest, remote_path, local_path):
+        """Copy one captured file (a regular file in root's directory) into the archive, within its cap and time."""
         with durable_writer(local_path) as out:
             writer = _HashingWriter(out, local_path)
-            guest.fetch(remote_path, writer)
+            guest.fetch(remote_path, writer, max_bytes=MAX_CAPTURE, timeout=self.params.get('command_timeout') or 600)
         return {'bytes': writer.size, 'sha256': writer.sha256.hexdigest()}
 
     # -- metadata and results --------------------------------------------------
 
     def _metadata(self, state, path, now, push, files, bundle_refs, runner):
-        restore = restore_commands(state, push, files, bundle_refs, redact_url(state.remote_url) or '<remote>')
+        url = self.ws['params'].get('repo') or self.ws.get('repo')
+        restore = restore_commands(state, push, files, bundle_refs, redact_url(url))
         return {
             'format': FORMAT,
             'workspace': self.name,
@@ -803,7 +1022,7 @@ class ArchiveFlow:
             'path': path,
             'controller': self.journal.controller_id,
             'journal': self.journal.path,
-            'checkout': dict(state.to_metadata(), path=self.ws['params'].get('checkout_path')),
+            'checkout': dict(state.to_metadata(), path=self.ws['params'].get('checkout_path'), remote_url=redact_url(url)),
             'digest': state.digest,
             'push': push,
             'files': files,
@@ -840,35 +1059,63 @@ class ArchiveFlow:
 # from outside the checkout; the credentials file is skipped by name.
 TAR_PROGRAM = '''
 import sys, tarfile
-out, excluded = sys.argv[1], sys.argv[2]
+excluded = sys.argv[1]
 names = [n.decode('utf-8', 'surrogateescape') for n in sys.stdin.buffer.read().split(b'\\0') if n]
 names = [n for n in names if n.rstrip('/') != excluded]
-with tarfile.open(out, 'w', format=tarfile.PAX_FORMAT) as tar:
+with tarfile.open(fileobj=sys.stdout.buffer, mode='w|', format=tarfile.PAX_FORMAT) as tar:
     for name in names:
         tar.add(name, recursive=False)
-print('untracked_included %d' % len(names))
+sys.stderr.write('%d\\n' % len(names))
 '''
 
 
+def _bundle_ref(line):
+    """True for a ``git bundle list-heads`` line: an object id and HEAD or a ref name git accepts."""
+    oid, dummy, name = line.partition(' ')
+    return bool(OBJECT_ID.match(oid)) and (name == 'HEAD' or valid_ref(name))
+
+
+_URL_UNSAFE = re.compile(r'[\x00-\x20\x7f]')
+
+
 def restore_commands(state, push, files, bundle_refs, remote_url):
-    """The shell commands that rebuild the checkout from this archive, for metadata.json and the docs."""
-    lines = ['git clone %s restored' % remote_url, 'cd restored']
+    """The shell commands that rebuild the checkout from this archive, for metadata.json and the docs.
+
+    Every value is quoted for the shell; commits must be object ids and the branch a name git accepts
+    (else the commands check out the commit detached); an URL with white space or control characters
+    is not written into a command (the first line says to clone the repository by hand).
+    """
+    def oid(value):
+        if not value or not OBJECT_ID.match(value):
+            raise ArchiveError('%r is not a commit id; no restore commands are written with it.' % (value,))
+        return value
+
+    if remote_url and not _URL_UNSAFE.search(remote_url) and not remote_url.startswith('-'):
+        lines = ['git clone -- %s restored' % q(remote_url)]
+    else:
+        lines = ['# the repository URL is not fit for a command line: clone it by hand into ./restored',
+                 'test -d restored/.git']
+    lines.append('cd restored')
     if BUNDLE in files:
         specs = ["'+refs/*:refs/archive/*'"]
-        if 'HEAD' in [line.split(' ', 1)[-1] for line in bundle_refs]:
+        if 'HEAD' in [line.split(' ', 1)[-1] for line in bundle_refs if _bundle_ref(line)]:
             specs.append('+HEAD:refs/archive/HEAD')
         lines += ['git bundle verify ../%s' % BUNDLE, 'git fetch ../%s %s' % (BUNDLE, ' '.join(specs))]
-    switch = '-B %s' % state.branch if state.branch else '--detach'
+    branch = state.branch if state.branch and valid_branch(state.branch) else None
+    switch = '-B %s' % q(branch) if branch else '--detach'
+    head = oid(state.head)
     if push and push.get('ok') and push.get('commit') != state.head:
+        if not valid_ref(push['ref']):
+            raise ArchiveError('%r is not a ref name git accepts.' % push['ref'])
         lines += [
-            'git fetch origin %s' % push['ref'],
-            'git checkout %s %s' % (switch, push['commit']),
-            'git reset %s   # HEAD as it was; the rest becomes uncommitted changes and untracked files' % state.head,
+            'git fetch origin %s' % q(push['ref']),
+            'git checkout %s %s' % (switch, oid(push['commit'])),
+            'git reset %s   # HEAD as it was; the rest becomes uncommitted changes and untracked files' % head,
         ]
     else:
         if push and push.get('ok'):
-            lines.append('git fetch origin %s' % push['ref'])
-        lines.append('git checkout %s %s' % (switch, state.head))
+            lines.append('git fetch origin %s' % q(push['ref']))
+        lines.append('git checkout %s %s' % (switch, head))
         if INDEX_PATCH in files:
             lines.append('git apply --cached ../%s' % INDEX_PATCH)
         if WORKTREE_PATCH in files:

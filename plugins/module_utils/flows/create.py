@@ -247,7 +247,7 @@ class CreateFlow(Flow):
         req = self.request
         return Guest(self.ws['address'], port=self.params.get('ssh_port') or req['ssh_port'], user=self.ssh_user,
                      key_file=self.params.get('ssh_private_key') or req.get('ssh_key_path'),
-                     host_key=self.ws['facts'].get('host_key'))
+                     host_key=[self.ws['facts'].get('host_key'), self.ws['facts'].get('host_key_next')])
 
     def run(self, step):
         if step not in STEPS:
@@ -789,9 +789,43 @@ class CreateFlow(Flow):
     def step_bootstrap(self):
         req = self.request
         credentials = self.params.get('agent_credentials')
+        with self._guest().connect() as connected:
+            keys = self._renew_host_keys(connected)
         self._with_guest(lambda g: guest_ops.bootstrap(g, self._layout(), self.ssh_user, credentials))
         self.done('bootstrap')
-        return StepResult(True, 'bootstrap: agent user %s, credentials written' % req['agent_user'])
+        return StepResult(True, 'bootstrap: agent user %s, credentials written; %s' % (req['agent_user'], keys))
+
+    def _renew_host_keys(self, guest):
+        """Give the clone host keys of its own, made in it now, and pin the new key (docs/security.md, host keys).
+
+        A clone carries its template's host keys; every clone of a template would present the same key. Over the
+        connection the first SSH pinned, new keys are made next to the served ones; the key sshd will present is
+        recorded (``host_key_next``) before the keys are put in place and sshd reloads; a connection that presents
+        it confirms it, and it becomes the pinned ``host_key``. A rerun finds the stamp and finishes the same way.
+        """
+        layout = self._layout()
+        stamp = '%s %s %s' % (self.name, self.resource_id, int((self.ws['progress'] or {}).get('request') or 0))
+        verdict, key = guest_ops.host_keys_look(guest, layout, guest.host_key, stamp)
+        if verdict == 'foreign' or key is None:
+            self.save('host_keys', kind='observed', detail={'renewed': False, 'reason': 'sshd does not serve the keys '
+                                                            'in /etc/ssh'})
+            return 'host keys: the ones sshd serves are not in /etc/ssh, left as they are'
+        if key == ' '.join(guest.host_key.split()[:2]):
+            if self.ws['facts'].get('host_key') != key or self.ws['facts'].get('host_key_next'):
+                facts = dict((k, v) for k, v in self.ws['facts'].items() if k != 'host_key_next')
+                self.save('host_keys', kind='observed', detail={'renewed': True, 'host_key': key},
+                          facts=dict(facts, host_key=key))
+            return 'host keys: made for this workspace'
+        self.save('host_keys', kind='dispatched', detail={'host_key_next': key},
+                  facts=dict(self.ws['facts'], host_key_next=key))
+        guest_ops.host_keys_install(guest, layout, stamp, install=(verdict == 'new'))
+        with wait_for_guest(lambda: Guest(guest.host, port=guest.port, user=guest.user, key_file=guest.key_file,
+                                          host_key=key), self.params['ssh_timeout']):
+            pass
+        facts = dict((k, v) for k, v in self.ws['facts'].items() if k != 'host_key_next')
+        self.save('host_keys', kind='observed', detail={'renewed': True, 'host_key': key},
+                  facts=dict(facts, host_key=key))
+        return 'host keys: new ones made in the guest, the new key pinned'
 
     # ------------------------------------------------------------ 10. checkout
 

@@ -10,7 +10,9 @@ reach the repository (another network, a proxy, a file path or an SSH URL, which
 use) does not know, and says so.
 
 The token never reaches a command line or a file: git asks a helper script for it, and the script
-reads it from its environment.
+reads it from its environment and answers only for the repository's own origin (core/gitlogin.py);
+no system, global or credential-helper configuration takes part, and with a token no redirect is
+followed.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -23,6 +25,7 @@ import subprocess
 import tempfile
 from urllib.parse import urlsplit
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import gitlogin
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 
 # Schemes the controller asks itself; file paths and SSH URLs are reached with the guest's keys and file system.
@@ -33,12 +36,6 @@ COMMIT = re.compile(r'^[0-9a-f]{7,40}$')
 MISSING = ('not found', 'does not appear to be a git repository', 'does not exist', 'repository not found')
 LOGIN = ('authentication failed', 'could not read username', 'could not read password', 'returned error: 401',
          'returned error: 403', 'access denied')
-ASKPASS = """#!/bin/sh
-case "$1" in
-    [Uu]sername*) printf '%s\\n' "$EPHEMERA_PROBE_USERNAME" ;;
-    *) printf '%s\\n' "$EPHEMERA_PROBE_TOKEN" ;;
-esac
-"""
 
 
 class RepositoryRefused(EphemeraError):
@@ -56,6 +53,10 @@ class Verdict:
 
 def probe_repository(url, ref, token=None, username='git', timeout=TIMEOUT):
     """Ask ``url`` for ``ref`` with ``git ls-remote`` from the controller: a Verdict, or RepositoryRefused."""
+    try:
+        gitlogin.check_token_transport(url, token)
+    except gitlogin.GitLoginError as err:
+        raise RepositoryRefused(str(err), step='request')
     parts = urlsplit(url) if '://' in url else None
     scheme = parts.scheme if parts else ''
     if parts is not None and '@' in parts.netloc and scheme in PROBED_SCHEMES:
@@ -72,14 +73,16 @@ def probe_repository(url, ref, token=None, username='git', timeout=TIMEOUT):
     scratch = tempfile.mkdtemp(prefix='ephemera-probe-')
     try:
         env = dict((k, v) for k, v in os.environ.items() if not k.startswith('GIT_'))
-        env.update(GIT_TERMINAL_PROMPT='0', GIT_CONFIG_NOSYSTEM='1', GIT_CONFIG_GLOBAL=os.devnull, LC_ALL='C')
+        env.update(gitlogin.ISOLATED_ENV, LC_ALL='C')
+        options = list(gitlogin.NO_HELPERS)
         if token:
             askpass = os.path.join(scratch, 'askpass')
             with open(os.open(askpass, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700), 'w') as out:
-                out.write(ASKPASS)
-            env.update(GIT_ASKPASS=askpass, EPHEMERA_PROBE_USERNAME=username or 'git', EPHEMERA_PROBE_TOKEN=token)
+                out.write(gitlogin.ASKPASS)
+            env.update(gitlogin.askpass_env(url, username, token), GIT_ASKPASS=askpass)
+            options += gitlogin.NO_REDIRECTS
         # A commit id cannot be asked for by name: then only the repository is checked.
-        argv = [git, '-c', 'credential.helper=', 'ls-remote', '--exit-code', url] + (['HEAD'] if commit else [ref])
+        argv = [git] + options + ['ls-remote', '--exit-code', url] + (['HEAD'] if commit else [ref])
         try:
             proc = subprocess.run(argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                                   text=True, timeout=timeout, check=False)

@@ -41,6 +41,7 @@ __metaclass__ = type
 import argparse
 import json
 import os
+import pwd
 import shlex
 import signal
 import socket
@@ -68,10 +69,17 @@ def _write_json(path, data):
     os.rename(tmp, path)
 
 
+# The most this program reads of a JSON file, a request or an answer: the agent can write its state files.
+MAX_JSON = 1024 * 1024
+
+
 def _read_json(path, default=None):
     try:
-        with open(path) as src:
-            return json.load(src)
+        with open(path, 'rb') as src:
+            data = src.read(MAX_JSON + 1)
+        if len(data) > MAX_JSON:
+            return default
+        return json.loads(data.decode('utf-8', 'replace'))
     except (IOError, OSError, ValueError):
         return default
 
@@ -83,6 +91,18 @@ def _start_time(pid):
         return int(raw[raw.rfind(')') + 1:].split()[19])
     except (IOError, OSError, ValueError, IndexError):
         return None
+
+
+def agent_path(path):
+    """The agent's PATH: its own ~/.local/bin first (where a template installs the agent tooling as the agent, and
+    where Debian's ~/.profile puts it for a login), then ``path``."""
+    try:
+        home = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return path or os.defpath
+    local = os.path.join(home, '.local', 'bin')
+    parts = [p for p in (path or os.defpath).split(os.pathsep) if p and p != local]
+    return os.pathsep.join(([local] if os.path.isdir(local) else []) + parts)
 
 
 def _read_env_file(path):
@@ -204,6 +224,7 @@ class Runner:
         env = dict(os.environ, EPHEMERA_RUNNER=os.path.abspath(__file__),
                    EPHEMERA_RUNNER_SOCKET=self.config.get('socket', ''), EPHEMERA_PURPOSE=purpose)
         env.update(_read_env_file(self.config.get('environment_file')))
+        env['PATH'] = agent_path(env.get('PATH'))
         with open(self.log_path, 'ab') as log:
             try:
                 child = subprocess.Popen(argv, cwd=workdir, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
@@ -335,7 +356,10 @@ def _watch(runner):
 def _client(runner, conn):
     with conn:
         stream = conn.makefile('rwb')
-        for line in stream:
+        while True:
+            line = stream.readline(MAX_JSON + 1)
+            if not line or len(line) > MAX_JSON:
+                return
             if not line.strip():
                 continue
             stream.write((json.dumps(runner.handle(line.decode('utf-8', 'replace'))) + '\n').encode('utf-8'))
@@ -345,7 +369,7 @@ def _client(runner, conn):
 def call(args):
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     client.settimeout(args.timeout)
-    request = sys.stdin.read() if args.request == '-' else args.request
+    request = sys.stdin.read(MAX_JSON) if args.request == '-' else args.request
     try:
         client.connect(_bind_path(args.socket))
     except (IOError, OSError) as exc:
@@ -355,7 +379,10 @@ def call(args):
         stream = client.makefile('rwb')
         stream.write((request.strip() + '\n').encode('utf-8'))
         stream.flush()
-        answer = stream.readline().decode('utf-8')
+        answer = stream.readline(MAX_JSON + 1).decode('utf-8', 'replace')
+    if len(answer) > MAX_JSON:
+        _say(json.dumps({'ok': False, 'alive': True, 'error': 'the runner answered more than %d bytes' % MAX_JSON}))
+        return 4
     _say(answer.strip())
     return 0 if json.loads(answer).get('ok') else 4
 

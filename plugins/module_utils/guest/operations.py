@@ -17,12 +17,21 @@ import posixpath
 import shlex
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import agent_runner
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import gitlogin
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import SshCommandFailed, SshError, tail
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import (
+    SshCommandFailed,
+    SshError,
+    SshOutputTooLarge,
+    tail,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 
 RUNNER_DIR = '/opt/ephemera'
 STATE_DIR = '/var/lib/ephemera'
+SSH_DIR = '/etc/ssh'
+# The most read of one answer of the agent runner (it runs as the agent, who can make it say anything).
+RUNNER_ANSWER_LIMIT = 2 * 1024 * 1024
 DEFAULT_AGENTS = {
     'claude-code': ['claude', '-p', '{purpose}', '--permission-mode', 'acceptEdits'],
     'codex': ['codex', 'exec', '--full-auto', '{purpose}'],
@@ -55,6 +64,10 @@ class Layout:
         self.credentials = self.path(STATE_DIR + '/agent.env')
         self.scratch = self.path(STATE_DIR + '/tmp')
         self.helpers = self.path(STATE_DIR + '/helpers')
+        # Root's own scratch space (0700 root, inside the root-owned state directory): what root makes or reads
+        # for an archive lives here, never in a directory the agent can write to.
+        self.private = self.path(STATE_DIR + '/private')
+        self.ssh = self.path(SSH_DIR)
 
     def path(self, absolute):
         if not absolute.startswith('/'):
@@ -73,6 +86,13 @@ def as_agent(layout, ssh_user, command):
     return 'runuser -u %s -- sh -c %s' % (q(layout.agent_user), q(command))
 
 
+def agent_command(layout, ssh_user, body):
+    """``body`` (a script) as one simple command run as the agent, fit for a pipeline or a redirection."""
+    if layout.agent_user == ssh_user:
+        return 'sh -c %s' % q(body)
+    return as_agent(layout, ssh_user, body)
+
+
 def bootstrap(guest, layout, ssh_user, credentials):
     """Check the guest has what the workspace needs, make the agent user and the directories, write credentials.
 
@@ -87,17 +107,88 @@ def bootstrap(guest, layout, ssh_user, credentials):
         'exit 20; }',
         'done',
         'id -u %s >/dev/null 2>&1 || useradd --create-home --shell /bin/bash %s' % (q(owner), q(owner)),
-        'mkdir -p %s %s %s %s %s' % (q(posixpath.dirname(layout.checkout)), q(posixpath.dirname(layout.runner)),
-                                     q(layout.state), q(layout.scratch), q(layout.helpers)),
-        'chmod 0700 %s %s' % (q(layout.state), q(layout.scratch)),
+        'mkdir -p %s %s %s %s %s %s' % (q(posixpath.dirname(layout.checkout)), q(posixpath.dirname(layout.runner)),
+                                        q(layout.state), q(layout.scratch), q(layout.helpers), q(layout.private)),
+        'chmod 0700 %s %s %s' % (q(layout.state), q(layout.scratch), q(layout.private)),
         # Only the SSH user writes here; the agent may run a helper made for it, but not put anything in its place.
         'chmod 0711 %s' % q(layout.helpers),
-        'chown %s %s %s %s' % (q(owner), q(posixpath.dirname(layout.checkout)), q(layout.state), q(layout.scratch)),
+        # -h: a symbolic link is changed itself, never what it points to.
+        'chown -h %s %s %s %s' % (q(owner), q(posixpath.dirname(layout.checkout)), q(layout.state), q(layout.scratch)),
     ])
     guest.run('sh -s', stdin=script, what='bootstrap')
     body = ''.join('%s=%s\n' % (name, shlex.quote(str(value))) for name, value in sorted((credentials or {}).items()))
     guest.put(layout.credentials, body, mode=0o600)
-    guest.run(['chown', owner, layout.credentials], what='chown credentials')
+    guest.run(['chown', '-h', owner, layout.credentials], what='chown credentials')
+
+
+# ---------------------------------------------------------------- host keys of the guest's own
+
+def _one_line(key):
+    return ' '.join((key or '').split()[:2])
+
+
+def host_keys_look(guest, layout, presented, stamp):
+    """Whether the guest's sshd serves a clone's inherited host keys; makes new ones next to them when it does.
+
+    Returns ``('current', key)`` when the keys were made for this workspace already (``stamp`` is in
+    the stamp file; ``key`` is the one of the presented key's type), ``('foreign', None)`` when the
+    presented key is not one of ``/etc/ssh``'s (the guest's sshd takes its keys from elsewhere: they
+    are not this code's to change), or ``('new', key)``: a new set of keys waits in a root-only
+    directory and ``key`` is the one sshd will present once :func:`host_keys_install` put them in place.
+    """
+    d, new = layout.ssh, posixpath.join(layout.ssh, 'ephemera-new')
+    stamp_file = posixpath.join(layout.ssh, 'ephemera-host-keys')
+    kind = _one_line(presented).split(' ', 1)[0]
+    script = '\n'.join([
+        'set -eu',
+        'd=%s new=%s kind=%s' % (q(d), q(new), q(kind)),
+        # Public keys as the private key files give them (a .pub file next to one may be missing or stale).
+        'pub_of() { for k in "$1"/ssh_host_*_key; do [ -f "$k" ] || continue; set -- $(ssh-keygen -y -f "$k" </dev/null); '
+        '[ "$1" != "$kind" ] || { echo "$1 $2"; return; }; done; }',
+        'if [ "$(cat %s 2>/dev/null || true)" = %s ]; then echo "current $(pub_of "$d")"; exit 0; fi' % (
+            q(stamp_file), q(stamp)),
+        'served=0',
+        'for k in "$d"/ssh_host_*_key; do [ -f "$k" ] || continue; '
+        '[ "$(ssh-keygen -y -f "$k" </dev/null | cut -d" " -f1,2)" != %s ] || served=1; done' % q(_one_line(presented)),
+        '[ "$served" = 1 ] || { echo "foreign -"; exit 0; }',
+        'rm -rf "$new"; (umask 077; mkdir "$new")',
+        'for k in "$d"/ssh_host_*_key; do',
+        '  [ -f "$k" ] || continue',
+        '  b=${k##*/}; t=${b#ssh_host_}; t=${t%_key}',
+        '  case "$t" in rsa|ecdsa|ed25519) ssh-keygen -q -N "" -t "$t" -C %s -f "$new/$b" </dev/null ;; esac' % q(
+            'root@' + stamp.split(' ')[0]),
+        'done',
+        'key=$(pub_of "$new")',
+        '[ -z "$key" ] || { echo "new $key"; exit 0; }',
+        'echo "foreign -"',
+    ])
+    out = guest.run('sh -s', stdin=script, what='look at the host keys').stdout.strip().splitlines()
+    verdict, dummy, key = (out[-1] if out else 'foreign -').partition(' ')
+    return verdict, (key if key.count(' ') == 1 else None)
+
+
+def host_keys_install(guest, layout, stamp, install=True):
+    """Put the keys host_keys_look made in place (unless ``install`` is False: they are in place) and have the
+    listening sshd read them again (SIGHUP: it re-executes itself; sessions already open, this one too, go on)."""
+    d, new = layout.ssh, posixpath.join(layout.ssh, 'ephemera-new')
+    script = ['set -eu', 'd=%s new=%s' % (q(d), q(new))]
+    if install:
+        script += [
+            'for f in "$new"/ssh_host_*; do [ -f "$f" ] || continue; mv -f "$f" "$d/${f##*/}"; done',
+            'rmdir "$new"',
+            'printf "%%s\\n" %s >"$d/ephemera-host-keys.tmp"' % q(stamp),
+            'mv -f "$d/ephemera-host-keys.tmp" "$d/ephemera-host-keys"',
+        ]
+    script += [
+        # The listening sshd: the farthest sshd among this shell's ancestors.
+        'pid=$$ top=',
+        'while [ "${pid:-0}" -gt 1 ]; do',
+        '  case "$(cat /proc/$pid/comm 2>/dev/null || true)" in sshd*) top=$pid ;; esac',
+        '  pid=$(sed -n "s/^PPid:[[:space:]]*//p" /proc/$pid/status 2>/dev/null || echo 0)',
+        'done',
+        '[ -n "$top" ] && kill -HUP "$top" && echo "reloaded $top" || echo "reloaded none"',
+    ]
+    return guest.run('sh -s', stdin='\n'.join(script), what='install the host keys').stdout.strip()
 
 
 def checkout_state(guest, layout):
@@ -113,9 +204,12 @@ def checkout_state(guest, layout):
 def checkout(guest, layout, ssh_user, repo, ref, git_token=None, git_username='git', timeout=600):
     """Clone ``repo`` into the checkout path and check out ``ref``; returns the HEAD commit.
 
-    A partial checkout from an earlier attempt is removed first. A ``git_token`` is handed to git
-    through a temporary askpass helper that is removed afterwards, whether the clone worked or not;
-    if it cannot be removed (the connection broke), the GuestError says so (``helper_left``).
+    A partial checkout from an earlier attempt is removed first. A ``git_token`` reaches git through
+    the environment of the clone (sent on its standard input, never written to a file) and a helper
+    that holds no secret and answers only for the repository's own origin (core/gitlogin.py); git runs
+    with no system or global configuration, no credential helper and, with a token, no redirects.
+    The helper is removed afterwards; if it cannot be (the connection broke), the GuestError says so
+    (``helper_left``).
     """
     askpass = posixpath.join(layout.helpers, 'git-askpass')
     try:
@@ -127,24 +221,44 @@ def checkout(guest, layout, ssh_user, repo, ref, git_token=None, git_username='g
     return head
 
 
+def git_environment(repo, git_token, git_username, askpass):
+    """(shell lines that set up git's environment, git options, standard input) for a command that reaches ``repo``.
+
+    With a token, the first line of the command's standard input is the token: ``read`` is a shell
+    builtin, so it is on no command line, and it ends up only in the environment of that command.
+    """
+    lines = ['export %s' % ' '.join('%s=%s' % (k, q(v)) for k, v in sorted(gitlogin.ISOLATED_ENV.items())),
+             'export GIT_SSH_COMMAND="ssh -o BatchMode=yes"']
+    options = list(gitlogin.NO_HELPERS)
+    if not git_token:
+        return lines, options, None
+    env = gitlogin.askpass_env(repo, git_username, git_token)
+    del env['EPHEMERA_GIT_TOKEN']
+    lines += ['IFS= read -r EPHEMERA_GIT_TOKEN',
+              'export EPHEMERA_GIT_TOKEN GIT_ASKPASS=%s %s' % (q(askpass), ' '.join(
+                  '%s=%s' % (k, q(v)) for k, v in sorted(env.items())))]
+    return lines, options + gitlogin.NO_REDIRECTS, git_token + '\n'
+
+
 def _clone(guest, layout, ssh_user, repo, ref, askpass, git_token, git_username, timeout):
-    env = 'GIT_TERMINAL_PROMPT=0'
+    try:
+        gitlogin.check_token_transport(repo, git_token)
+    except gitlogin.GitLoginError as err:
+        raise GuestError(str(err), step='checkout')
+    env, options, stdin = git_environment(repo, git_token, git_username, askpass)
     if git_token:
-        # The helper prints the answers; printf is a shell builtin, so the token is on no command line.
-        helper = '#!/bin/sh\ncase "$1" in Username*) printf %%s %s ;; *) printf %%s %s ;; esac\n' % (
-            q(git_username), q(git_token))
-        guest.put(askpass, helper, mode=0o700)
-        guest.run(['chown', layout.agent_user, askpass], what='chown askpass')
-        env += ' GIT_ASKPASS=%s' % q(askpass)
-    script = ' && '.join([
+        # No secret in it: root's, readable, in a directory only root writes to.
+        guest.put(askpass, gitlogin.ASKPASS, mode=0o755)
+    git = 'git %s' % ' '.join(q(o) for o in options)
+    script = '\n'.join(['set -e'] + env + [
         'rm -rf %s' % q(layout.checkout),
-        '%s git clone --quiet --no-checkout -- %s %s' % (env, q(repo), q(layout.checkout)),
+        '%s clone --quiet --no-checkout -- %s %s' % (git, q(repo), q(layout.checkout)),
         'cd %s' % q(layout.checkout),
-        '%s git checkout --quiet %s --' % (env, q(ref)),
+        '%s checkout --quiet %s --' % (git, q(ref)),
         'git rev-parse HEAD',
     ])
     try:
-        result = guest.run(as_agent(layout, ssh_user, script), timeout=timeout, what='git clone')
+        result = guest.run(as_agent(layout, ssh_user, script), stdin=stdin, timeout=timeout, what='git clone')
     except SshCommandFailed as exc:
         said = '%s' % (exc.details.get('stderr_tail') or exc)
         hint = _credentials_hint(said, git_token)
@@ -187,8 +301,13 @@ def runner_source():
 def runner_call(guest, layout, ssh_user, request, timeout=10, point=True):
     """Send one request to the runner; returns its answer (``alive`` False when it does not answer)."""
     command = 'python3 %s call --socket %s --timeout %s -' % (q(layout.runner), q(layout.socket), int(timeout))
-    result = guest.run(as_agent(layout, ssh_user, command), stdin=json.dumps(request), check=False,
-                       timeout=timeout + 10, what='runner %s' % request.get('op'), point=point)
+    try:
+        result = guest.run(as_agent(layout, ssh_user, command), stdin=json.dumps(request), check=False,
+                           timeout=timeout + 10, what='runner %s' % request.get('op'), point=point,
+                           max_output=RUNNER_ANSWER_LIMIT)
+    except SshOutputTooLarge as err:
+        # The runner runs as the agent: what it answers is the agent's to choose, and so is its size.
+        return {'ok': False, 'alive': None, 'error': str(err)}
     try:
         return json.loads(result.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

@@ -5,20 +5,27 @@
 
 Host keys: a workspace is new, so its key cannot be known in advance. The first successful
 connection records the key (trust on first use, per workspace, kept in the journal); every later
-connection must present the same key or is refused.
+connection must present a recorded key or is refused. Only keys of the recorded types are offered in
+the handshake, so a server cannot step around a pinned key by presenting one of another type.
 
 Secrets travel on a command's standard input or in files written over SFTP with 0600
 permissions, never on a command line, where the guest's process list would show them.
+
+What comes back is bounded: a command's output is read up to ``max_output`` bytes (then the command
+is cut off and the call fails), and a fetched file must be a regular file no larger than its cap,
+read within its time limit. A file is written under a fresh name created exclusively, then renamed
+over the target, so an existing symbolic link at the target is replaced, never followed.
 """
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import base64
 import os
 import posixpath
+import secrets
 import shlex
 import socket
+import stat
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
@@ -50,6 +57,17 @@ class SshDropped(SshError):
 
 class SshCommandFailed(SshError):
     """A command ended with a non-zero exit status."""
+
+
+class SshOutputTooLarge(SshError):
+    """A command printed more than the caller reads, or a fetched file is larger than its cap or not a file."""
+
+
+# What one command may print (stdout and stderr together) before it is cut off.
+MAX_OUTPUT = 16 * 1024 * 1024
+# What one fetched file may hold unless the caller gives another cap, and how long reading it may take.
+MAX_FETCH = 1024 * 1024 * 1024
+FETCH_TIMEOUT = 600.0
 
 
 class CommandResult:
@@ -117,7 +135,10 @@ class Guest:
         self.port = int(port)
         self.user = user
         self.key_file = key_file
-        self.known_host_key = host_key
+        # One recorded key ("type base64"), or a list of them (a key being replaced and its successor).
+        keys = host_key if isinstance(host_key, (list, tuple)) else [host_key]
+        self.known_host_keys = [key for key in keys if key]
+        self.known_host_key = self.known_host_keys[0] if self.known_host_keys else None
         self.connect_timeout = connect_timeout
         self.host_key = None
         # Connections wait_for_guest needed to get this one.
@@ -133,11 +154,10 @@ class Guest:
     def connect(self):
         paramiko = self._pm
         client = paramiko.SSHClient()
-        if self.known_host_key:
-            keytype, dummy, blob = self.known_host_key.partition(' ')
-            name = self.host if self.port == 22 else '[%s]:%d' % (self.host, self.port)
-            client.get_host_keys().add(name, keytype, paramiko.PKey.from_type_string(keytype, base64.b64decode(blob)))
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        disabled = {}
+        if self.known_host_keys:
+            client.set_missing_host_key_policy(_PinnedKeys(self, self.known_host_keys))
+            disabled = {'keys': _other_key_types(paramiko, self.known_host_keys)}
         else:
             # No key is recorded yet (the first connection): accept the one presented, for this client only; it is
             # read from the transport below and recorded by the caller.
@@ -145,7 +165,11 @@ class Guest:
         try:
             client.connect(self.host, port=self.port, username=self.user, key_filename=self.key_file,
                            timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
-                           auth_timeout=self.connect_timeout, allow_agent=False, look_for_keys=False)
+                           auth_timeout=self.connect_timeout, allow_agent=False, look_for_keys=False,
+                           disabled_algorithms=disabled)
+        except SshHostKeyMismatch:
+            client.close()
+            raise
         except paramiko.BadHostKeyException as exc:
             client.close()
             raise SshHostKeyMismatch('%s presented host key %s, not the one recorded for this workspace. Refusing to '
@@ -178,13 +202,14 @@ class Guest:
     def __exit__(self, *exc):
         self.close()
 
-    def run(self, command, stdin=None, timeout=120.0, check=True, what=None, point=True):
+    def run(self, command, stdin=None, timeout=120.0, check=True, what=None, point=True, max_output=MAX_OUTPUT):
         """Run ``command`` (a string for the remote shell, or an argv list that is quoted here).
 
         ``stdin`` (str or bytes) is written to the command's standard input and closed: the place
         for secrets. Raises SshCommandFailed on a non-zero status when ``check``, SshDropped when
-        the connection breaks before the status arrives. ``point=False`` for a look repeated while
-        waiting: how often it runs depends on timing, so it is no failpoint (see failpoint.py).
+        the connection breaks before the status arrives, SshOutputTooLarge (the session is closed)
+        when the command prints more than ``max_output`` bytes. ``point=False`` for a look repeated
+        while waiting: how often it runs depends on timing, so it is no failpoint (see failpoint.py).
         """
         if isinstance(command, (list, tuple)):
             command = ' '.join(shlex.quote(str(part)) for part in command)
@@ -196,7 +221,13 @@ class Guest:
             if stdin is not None:
                 chan.sendall(stdin.encode('utf-8') if not isinstance(stdin, bytes) else stdin)
             chan.shutdown_write()
-            out, err = self._drain(chan, timeout)
+            drained = self._drain(chan, timeout, max_output)
+            if drained is None:
+                chan.close()
+                raise SshOutputTooLarge('%s: "%s" printed more than %d bytes; it was cut off and its output is not '
+                                        'used. What it reads in the guest is larger than this collection takes (see '
+                                        'docs/security.md).' % (self.where, what, max_output), address=self.host)
+            out, err = drained
             if not chan.exit_status_ready():
                 raise SshDropped('%s: the connection closed while "%s" ran; its outcome is unknown.' % (self.where, what))
             rc = chan.recv_exit_status()
@@ -217,22 +248,34 @@ class Guest:
         return result
 
     @staticmethod
-    def _drain(chan, timeout):
+    def _drain(chan, timeout, limit=MAX_OUTPUT):
+        """(stdout, stderr) bytes, or None as soon as together they pass ``limit``."""
         out, err = [], []
+        size = [0]
+
+        def take(parts, data):
+            parts.append(data)
+            size[0] += len(data)
+            return size[0] <= limit
+
         deadline = time.monotonic() + timeout
         while True:
             if chan.recv_ready():
-                out.append(chan.recv(65536))
+                if not take(out, chan.recv(65536)):
+                    return None
                 continue
             if chan.recv_stderr_ready():
-                err.append(chan.recv_stderr(65536))
+                if not take(err, chan.recv_stderr(65536)):
+                    return None
                 continue
             if chan.exit_status_ready() or chan.closed or chan.eof_received:
                 # Whatever is still buffered belongs to the output.
                 while chan.recv_ready():
-                    out.append(chan.recv(65536))
+                    if not take(out, chan.recv(65536)):
+                        return None
                 while chan.recv_stderr_ready():
-                    err.append(chan.recv_stderr(65536))
+                    if not take(err, chan.recv_stderr(65536)):
+                        return None
                 if chan.exit_status_ready() or chan.closed:
                     break
             if time.monotonic() > deadline:
@@ -241,37 +284,79 @@ class Guest:
         return b''.join(out), b''.join(err)
 
     def put(self, path, data, mode=0o600):
-        """Write ``data`` to ``path`` on the guest, created with ``mode`` before any byte is written."""
+        """Write ``data`` to ``path`` on the guest, created with ``mode`` before any byte is written.
+
+        The data goes into a new file of a random name next to ``path``, created exclusively (an
+        existing name, a symbolic link included, makes the create fail rather than be followed),
+        which is then renamed over ``path``: a link at ``path`` is replaced, never written through.
+        The directory itself must be one that only the SSH user can write to.
+        """
         if not isinstance(data, bytes):
             data = data.encode('utf-8')
+        temp = posixpath.join(posixpath.dirname(path), '.%s.%s.tmp' % (posixpath.basename(path), secrets.token_hex(6)))
         try:
             sftp = self._client.open_sftp()
             try:
                 self._makedirs(sftp, posixpath.dirname(path))
-                with sftp.open(path, 'wb') as remote:
-                    remote.chmod(mode)
-                    remote.write(data)
-                sftp.chmod(path, mode)
+                try:
+                    with sftp.open(temp, 'wbx') as remote:
+                        remote.chmod(mode)
+                        remote.write(data)
+                    sftp.posix_rename(temp, path)
+                except BaseException:
+                    try:
+                        sftp.remove(temp)
+                    except (IOError, OSError):
+                        pass
+                    raise
             finally:
                 sftp.close()
         except (IOError, OSError, self._pm.SSHException, EOFError) as exc:
             raise SshError('%s: cannot write %s: %s' % (self.where, path, exc), address=self.host)
         failpoint.reached('ssh put ' + posixpath.basename(path))
 
-    def fetch(self, path, out):
+    def fetch(self, path, out, max_bytes=MAX_FETCH, timeout=FETCH_TIMEOUT):
         """Copy ``path`` from the guest into the file object ``out``, in parts; returns the number of bytes.
 
-        An ``out`` whose ``write`` raises an error other than OSError keeps a failure on the local
-        side (a full disk) apart from a guest that cannot be read.
+        Only a regular file is read (a symbolic link, a FIFO or a device is refused before it is
+        opened, and again if the opened file is not one), at most ``max_bytes`` of it, within
+        ``timeout`` seconds: SshOutputTooLarge or SshError otherwise. An ``out`` whose ``write``
+        raises an error other than OSError keeps a failure on the local side (a full disk) apart
+        from a guest that cannot be read.
         """
+        deadline = time.monotonic() + timeout
         try:
             sftp = self._client.open_sftp()
             try:
-                return sftp.getfo(path, out)
+                sftp.get_channel().settimeout(max(min(timeout, 60.0), 1.0))
+                self._check_regular(path, sftp.lstat(path), max_bytes)
+                total = 0
+                with sftp.open(path, 'rb') as remote:
+                    self._check_regular(path, remote.stat(), max_bytes)
+                    while True:
+                        if time.monotonic() > deadline:
+                            raise SshError('%s: reading %s took longer than %d s; stopped.' % (self.where, path, timeout),
+                                           address=self.host)
+                        data = remote.read(min(32768, max_bytes + 1 - total))
+                        if not data:
+                            return total
+                        total += len(data)
+                        if total > max_bytes:
+                            raise SshOutputTooLarge('%s: %s grew past %d bytes while it was read; stopped.'
+                                                    % (self.where, path, max_bytes), address=self.host)
+                        out.write(data)
             finally:
                 sftp.close()
-        except (IOError, OSError, self._pm.SSHException, EOFError) as exc:
+        except (IOError, OSError, self._pm.SSHException, EOFError, socket.timeout) as exc:
             raise SshError('%s: cannot read %s: %s' % (self.where, path, exc), address=self.host)
+
+    def _check_regular(self, path, attrs, max_bytes):
+        if attrs.st_mode is None or not stat.S_ISREG(attrs.st_mode):
+            raise SshOutputTooLarge('%s: %s is not a regular file (mode %s); it is not read.'
+                                    % (self.where, path, oct(attrs.st_mode or 0)), address=self.host)
+        if (attrs.st_size or 0) > max_bytes:
+            raise SshOutputTooLarge('%s: %s holds %d bytes, more than the %d this collection takes; it is not read.'
+                                    % (self.where, path, attrs.st_size, max_bytes), address=self.host)
 
     @staticmethod
     def _makedirs(sftp, directory):
@@ -285,6 +370,30 @@ class Guest:
                 directory = posixpath.dirname(directory)
         for path in reversed(missing):
             sftp.mkdir(path, 0o755)
+
+
+class _PinnedKeys:
+    """paramiko's host key policy when keys are recorded: the presented key must be one of them."""
+
+    def __init__(self, guest, keys):
+        self.guest = guest
+        self.keys = set(' '.join(key.split()[:2]) for key in keys)
+
+    def missing_host_key(self, client, hostname, key):
+        presented = '%s %s' % (key.get_name(), key.get_base64())
+        if presented not in self.keys:
+            raise SshHostKeyMismatch('%s presented host key %s, not one recorded for this workspace. Refusing to '
+                                     'connect: the address may now belong to another machine.'
+                                     % (self.guest.where, key.get_base64()[:24] + '...'), address=self.guest.host)
+
+
+def _other_key_types(paramiko, keys):
+    """Host key algorithms to leave out of the handshake: every one that could not present a recorded key."""
+    wanted = set(key.split(' ', 1)[0] for key in keys)
+    if 'ssh-rsa' in wanted:
+        wanted.update(('rsa-sha2-256', 'rsa-sha2-512'))
+    known = list(paramiko.Transport._preferred_keys)  # pylint: disable=protected-access
+    return [name for name in known if name not in wanted]
 
 
 def wait_for_guest(make_guest, timeout, backoff=None):

@@ -36,8 +36,9 @@ notes:
   - With O(cache), the whole inventory (journal and cluster) is kept for O(cache_timeout) seconds and a cache hit
     makes no API request and does not open the journal. An inventory made while the cluster was unreachable is
     not cached. C(ansible-inventory --flush-cache) reads afresh.
-  - Host variables hold data from the journal and the cluster; they are marked unsafe, so a workspace purpose or a
-    container name that looks like a template is never evaluated.
+  - Host variables hold data from the journal and the cluster; every string of them is marked unsafe, so a workspace
+    purpose or a container name that looks like a template is never evaluated (on ansible-core 2.17 and 2.18, a
+    C(#jinja2:) header would otherwise choose other delimiters than braces).
 options:
   plugin:
     description: The name of this plugin; it must be V(ephemera.workspaces.workspaces).
@@ -188,8 +189,6 @@ HOSTNAME_PREFIX = 'agent-'
 # Statuses in which the journal expects the workspace's container to exist.
 EXPECTS_CONTAINER = ('provisioning', 'booting', 'bootstrapping', 'registering', 'ready', 'failed')
 _TAG_SPLIT = re.compile(r'[;,\s]+')
-# Jinja's delimiters all start with a brace: a string without one cannot hold a template.
-_TEMPLATE_CHARS = re.compile(r'[{}]')
 _UNSAFE_GROUP_CHARS = re.compile(r'[^A-Za-z0-9_]')
 # What may go into a known-hosts line: an address (IPv4, IPv6, DNS name) and a key as "<type> <base64>". Anything else
 # in a journal record is left out rather than written into the file.
@@ -216,16 +215,17 @@ def parse_tags(text):
 
 
 def make_unsafe(value):
-    """``value`` with every string that could hold a template marked unsafe, so that it is never evaluated.
+    """``value`` with every string in it marked unsafe, so that it is never evaluated as a template.
 
-    Marking only those strings keeps a large inventory fast: wrapping every value costs more than the rest
-    of the plugin's work.
+    Every string, not only those with braces: the templar of ansible-core 2.17 and 2.18 honours a ``#jinja2:``
+    header that chooses other delimiters, so a purpose typed into a survey could run a lookup on the controller
+    without a single brace.
     """
     if isinstance(value, dict):
         return dict((make_unsafe(k), make_unsafe(v)) for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return [make_unsafe(v) for v in value]
-    if isinstance(value, str) and _TEMPLATE_CHARS.search(value):
+    if isinstance(value, (str, bytes)):
         return wrap_var(value)
     return value
 

@@ -14,6 +14,7 @@ description:
     O(activity) when no name is given.
   - Read-only and local to the controller; the cluster is not asked. A journal that does not exist yet is an error
     that names the path, so a typo in O(journal_path) does not pass for "no workspaces".
+  - Every string it returns is marked unsafe, so a purpose that looks like a template is never evaluated.
 author:
   - Ephemera maintainers (@ephemera)
 options:
@@ -62,6 +63,7 @@ _list:
 
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
+from ansible.utils.unsafe_proxy import wrap_var
 
 import time
 
@@ -89,6 +91,11 @@ class LookupModule(LookupBase):
         return record
 
     def run(self, terms, variables=None, **kwargs):
+        # Every string of a record (a purpose typed into a survey, a container's name) is marked unsafe, so that no
+        # version of Ansible evaluates it as a template, whatever allow_unsafe the caller gives.
+        return wrap_var(self._records(terms, variables, **kwargs))
+
+    def _records(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
         status = _as_list(self.get_option('status'))
         activity = _as_list(self.get_option('activity'))

@@ -25,7 +25,10 @@ options:
     type: bool
     default: true
   push_remote:
-    description: The checkout's remote to push to.
+    description:
+      - Not used any more, kept so that existing tasks still validate. The push goes to the workspace's repository
+        as the journal records it (the create request's O(ephemera.workspaces.workspace_create#module:repo)), never
+        to a remote or URL from the checkout's own configuration, which the agent controls.
     type: str
     default: origin
   push_prefix:
@@ -44,7 +47,9 @@ options:
     default: []
   git_token:
     description:
-      - Token for pushing over HTTPS. Handed to git through a temporary helper in the guest that is removed afterwards.
+      - Token for pushing to an C(https://) repository (or C(http://) to a loopback address); refused for any other URL.
+      - It travels on the standard input of root's push command into git's environment, for a helper that holds no
+        secret and answers only for the repository's own origin; git follows no redirect. It is written to no file.
     type: str
   git_username:
     description: User name sent with O(git_token).

@@ -832,6 +832,8 @@ class ArchiveFlow:
             'set -eu',
             GIT_ENV,
             'mkdir -p %s && chmod 0700 %s' % (q(layout.private), q(layout.private)),
+            # What a run killed part way left (one archive of a workspace runs at a time: its queue sees to it).
+            'rm -rf %s/push.* %s/archive.*' % (q(layout.private), q(layout.private)),
             'w=$(mktemp -d %s)' % q(posixpath.join(layout.private, 'push.XXXXXX')),
             'echo "work $w"',
             'cat >"$w/askpass" <<\'EPHEMERA_ASKPASS\'',
@@ -885,6 +887,8 @@ class ArchiveFlow:
         return '', None
 
     def _push_failed(self, outcome, error):
+        # The remote's words may be long: what reaches the journal and the notes is bounded.
+        error = error if len(error) <= 2000 else error[:2000] + '...'
         outcome['error'] = error
         self.notes.append('push to %s %s failed (%s); captured a bundle and patches instead'
                           % (outcome['remote'], outcome['ref'], error))
@@ -957,6 +961,7 @@ class ArchiveFlow:
 
         lines = ['set -eu', GIT_ENV,
                  'mkdir -p %s && chmod 0700 %s' % (q(layout.private), q(layout.private)),
+                 'rm -rf %s/archive.*' % q(layout.private),
                  'w=$(mktemp -d %s)' % q(posixpath.join(layout.private, 'archive.XXXXXX')),
                  'echo "work $w"']
         wanted = []

@@ -314,6 +314,8 @@ def workspace_entry(record, debts, operation, now=None):
         'ssh_port': int(params.get('ssh_port') or 22),
         'ssh_private_key_file': params.get('ssh_key_path'),
         'host_key': (record.get('facts') or {}).get('host_key'),
+        # The marker nonce of this life of the workspace: a marker of another life is not its (not a host variable).
+        'marker_nonce': ownership.record_nonce(record),
         'pool': params.get('pool'),
         'lock': None,
         'tags': sorted(set(['ephemera'] + as_list(params.get('tags')))),
@@ -377,7 +379,8 @@ def apply_marker(snapshot, ws_or_orphan, description, secret, controller):
         ws_or_orphan['marker_workspace'] = fields.get('workspace')
         return
     ws = ws_or_orphan
-    verdict = ownership.verdict(description, secret, controller, workspace=ws['name'], vmid=ws['vmid'])
+    verdict = ownership.verdict(description, secret, controller, workspace=ws['name'], vmid=ws['vmid'],
+                                nonce=ws.get('marker_nonce'))
     ws['marker'] = verdict
     if verdict == ownership.VERIFIED:
         return

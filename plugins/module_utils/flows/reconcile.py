@@ -106,6 +106,9 @@ class Reconciler:
                     out[futures[future]] = future.result()
                 except ProviderError as err:
                     out[futures[future]] = err
+                except Exception as err:  # pylint: disable=broad-except
+                    # One container that cannot be read is that container's finding, never the whole pass's end.
+                    out[futures[future]] = EphemeraError(describe(err))
         return out
 
     def _verdict(self, resource, name, nonce=ownership.ANY):

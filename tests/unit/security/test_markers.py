@@ -149,3 +149,37 @@ def test_a_workspace_made_before_nonces_is_still_destroyed(site):
     site.pve.ct(vmid).config['description'] = ownership.render(SECRET, CONTROLLER, 's-legacy', vmid)
     destroy(site, 's-legacy')
     assert site.pve.ct(vmid) is None and site.journal.get_workspace('s-legacy')['status'] == 'destroyed'
+
+
+def test_the_inventory_does_not_take_an_earlier_lifes_marker_for_the_workspaces():
+    from ansible_collections.ephemera.workspaces.plugins.inventory import workspaces as inventory
+    record = {'name': 'f', 'status': 'ready', 'activity': 'idle', 'desired_state': 'present', 'vmid': 106,
+              'candidate_vmid': 106, 'node': 'pve1', 'repo': 'r', 'ref': 'main', 'purpose': 'p', 'created_at': 'x',
+              'updated_at': 'x', 'failure': None, 'address': None, 'params': {'pool': POOL}, 'progress': {},
+              'facts': {'marker_nonce': NONCE}}
+    for marker, verdict in ((genuine('f', 106, NONCE), ownership.VERIFIED),
+                            (genuine('f', 106, '7a' * 16), ownership.REPLAYED)):
+        live = {'vmid': 106, 'name': 'renamed-f', 'status': 'running', 'pool': POOL, 'node': 'pve1', 'type': 'lxc'}
+        snap = inventory.assemble([dict(record)], [], {}, [live], [POOL])
+        ws = snap['workspaces'][0]
+        inventory.apply_marker(snap, ws, marker, SECRET, CONTROLLER)
+        assert ws['marker'] == verdict
+        assert 'marker_nonce' not in inventory.workspace_vars(ws)
+
+
+def test_one_container_that_cannot_be_checked_does_not_stop_reconcile(site, monkeypatch):
+    for name in ('s-first', 's-second'):
+        create(site, name)
+        site.journal.update_workspace(name, site.journal.get_workspace(name)['generation'], status='ready')
+    broken = site.journal.get_workspace('s-first')['vmid']
+    find = site.provider.find
+
+    def failing_find(vmid, node=None, search=False):
+        if vmid == broken:
+            raise ValueError('a config this code did not expect')
+        return find(vmid, node, search)
+    monkeypatch.setattr(site.provider, 'find', failing_find)
+    report = Reconciler(site.journal, site.provider, SECRET, PARAMS).run()
+    found = dict((f['workspace'], (f['kind'], f['detail'])) for f in report['findings'] if f['workspace'])
+    assert found['s-second'][0] == 'ok'
+    assert found['s-first'][0] == 'unreadable' and 'ValueError' in found['s-first'][1]

@@ -191,16 +191,6 @@ def host_keys_install(guest, layout, stamp, install=True):
     return guest.run('sh -s', stdin='\n'.join(script), what='install the host keys').stdout.strip()
 
 
-def checkout_state(guest, layout):
-    """(HEAD commit, origin URL) of the checkout, or None when there is none."""
-    result = guest.run('git -C %s rev-parse --verify HEAD 2>/dev/null && git -C %s config --get remote.origin.url'
-                       % (q(layout.checkout), q(layout.checkout)), check=False, what='inspect checkout')
-    lines = result.stdout.split()
-    if result.rc != 0 or len(lines) < 2:
-        return None
-    return lines[0], lines[1]
-
-
 def checkout(guest, layout, ssh_user, repo, ref, git_token=None, git_username='git', timeout=600):
     """Clone ``repo`` into the checkout path and check out ``ref``; returns the HEAD commit.
 
@@ -309,9 +299,12 @@ def runner_call(guest, layout, ssh_user, request, timeout=10, point=True):
         # The runner runs as the agent: what it answers is the agent's to choose, and so is its size.
         return {'ok': False, 'alive': None, 'error': str(err)}
     try:
-        return json.loads(result.stdout.strip().splitlines()[-1])
+        answer = json.loads(result.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {'ok': False, 'alive': False, 'error': tail(result.stderr or result.stdout) or 'no answer'}
+    if not isinstance(answer, dict):
+        return {'ok': False, 'alive': None, 'error': 'the runner answered something other than a JSON object'}
+    return answer
 
 
 def write_runner_config(guest, layout, agents):

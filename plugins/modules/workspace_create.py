@@ -74,8 +74,12 @@ options:
     type: bool
     default: false
   template:
-    description: VMID of the prepared LXC template to clone. Used by the V(request) step; required for a new request.
-    type: int
+    description:
+      - What to clone, used by the V(request) step; required for a new request.
+      - The VMID of a prepared LXC template, or the name of a template built by M(ephemera.workspaces.workspace_template):
+        the version its pointer names when the request is recorded. The workspace records that version
+        (C(params.template_version)) and goes on from it, whatever a later build switches the name to.
+    type: raw
   node:
     description: Node of the template. If not set, the node the cluster reports for the template.
     type: str
@@ -388,7 +392,7 @@ def argument_spec():
         claim=dict(type='dict'),
         idempotency_key=dict(type='str', no_log=False),
         resume=dict(type='bool', default=False),
-        template=dict(type='int'),
+        template=dict(type='raw'),
         node=dict(type='str'),
         pool=dict(type='str', default='disposable-workspaces'),
         full_clone=dict(type='bool', default=False),

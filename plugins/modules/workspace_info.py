@@ -36,7 +36,7 @@ options:
       - Only workspaces in one of these statuses.
     type: list
     elements: str
-    choices: [requested, provisioning, booting, bootstrapping, registering, ready, failed, destroying, destroyed]
+    choices: [requested, provisioning, booting, bootstrapping, registering, ready, failed, destroying, destroyed, template]
   activity:
     description:
       - Only workspaces with one of these activities.
@@ -178,6 +178,30 @@ workspaces:
       node: pve1
       vmid: 101
       address: 10.0.0.21
+templates:
+  description:
+    - The templates built by M(ephemera.workspaces.workspace_template), each with its pointer and every version.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The template's name.
+      type: str
+    current:
+      description: The version creates that name the template clone now; null before the first build finished.
+      type: int
+    previous:
+      description: The version before it (for a switch back).
+      type: int
+    versions:
+      description:
+        - Every version, oldest first, with C(version), C(state) (V(building), V(built), V(failed)), C(source), the
+          container (C(resource_id), C(location)), C(tools) (each tool's version) and C(errors) (of a failed build).
+      type: list
+      elements: dict
+  sample: [{"name": "workspace", "current": 2, "previous": 1, "versions": [{"version": 1, "state": "built",
+            "resource_id": 131, "tools": {"jq": "jq-1.6"}, "errors": []}]}]
 journal_path:
   description: The journal that was read.
   returned: always
@@ -235,16 +259,26 @@ def run(module):
         journal = Journal.open(path, readonly=True)
     except JournalMissing as err:
         module.warn('%s Reporting no workspaces.' % err)
-        module.exit_json(changed=False, workspaces=[], journal_path=path)
+        module.exit_json(changed=False, workspaces=[], templates=[], journal_path=path)
     except EphemeraError as err:
         module.fail_json(msg=str(err), journal_path=path)
     with journal:
         try:
             workspaces = read_workspaces(journal, **dict((k, module.params[k]) for k in
                                                          ('name', 'status', 'activity', 'events', 'events_limit')))
+            templates = read_templates(journal)
         except EphemeraError as err:  # a damaged page met while reading
             module.fail_json(msg=str(err), journal_path=path)
-    module.exit_json(changed=False, workspaces=workspaces, journal_path=path)
+    module.exit_json(changed=False, workspaces=workspaces, templates=templates, journal_path=path)
+
+
+def read_templates(journal):
+    """Every template's pointer with its versions (a template whose first build has not finished has no pointer)."""
+    versions = journal.template_versions()
+    pointers = dict((p['name'], p) for p in journal.templates())
+    names = sorted(set(pointers) | set(v['name'] for v in versions))
+    return [dict(pointers.get(name) or {'name': name, 'current': None, 'previous': None},
+                 versions=[v for v in versions if v['name'] == name]) for name in names]
 
 
 def main():

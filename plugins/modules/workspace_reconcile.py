@@ -67,7 +67,8 @@ report:
 counts:
   description: Findings by kind (V(destroyed), V(destroy_pending), V(destroy_blocked), V(destroyed_present) (a container
     at the id of a workspace the journal records as destroyed, never deleted), V(debt_settled), V(debt_open),
-    V(busy), V(unfinished_create), V(adoptable), V(candidate_taken), V(missing), V(not_ours), V(failed), V(orphan),
+    V(busy), V(unfinished_create), V(template_build) (a template build's candidate, left to its builds),
+    V(adoptable), V(candidate_taken), V(missing), V(not_ours), V(failed), V(orphan),
     V(unreadable), V(foreign), V(ok)).
   returned: always
   type: dict

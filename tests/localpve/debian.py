@@ -61,6 +61,8 @@ BASE_FORMAT = 1
 AGENT_USER = 'agent'
 AGENT_UID = 1000
 HOST_KEY = '/etc/ssh/ssh_host_ed25519_key'
+# Certificate authorities this machine added to its own trust store.
+LOCAL_CA_DIR = '/usr/local/share/ca-certificates'
 TOOLS = ('unshare', 'nsenter', 'mount', 'umount', 'chroot', 'cp')
 INIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'guestinit.py')
 # Seconds a guest's namespaces have to come up.
@@ -357,6 +359,7 @@ class Roots(object):
         os.makedirs(workspace, mode=0o755)
         os.chown(workspace, AGENT_UID, AGENT_UID)
         _authorize(root, public_key)
+        _trust_local_authorities(root)
         self.freeze(vmid)
         return True
 
@@ -467,6 +470,25 @@ def _authorize(root, keys):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, 'w', encoding='utf-8') as out:
         out.write(keys.rstrip('\n') + '\n')
+
+
+def _trust_local_authorities(root):
+    """The guests trust what this machine trusts: the certificate authorities it added itself (a site's own, or an
+    egress proxy's, in /usr/local/share/ca-certificates) go into the template too, for apt, git, curl and npm (whose
+    global npmrc names the system bundle), as a site adds its own to its templates."""
+    if not os.path.isdir(LOCAL_CA_DIR):
+        return []
+    added = []
+    target = os.path.join(root, LOCAL_CA_DIR.lstrip('/'))
+    os.makedirs(target, exist_ok=True)
+    for name in sorted(os.listdir(LOCAL_CA_DIR)):
+        if name.endswith('.crt') and os.path.isfile(os.path.join(LOCAL_CA_DIR, name)):
+            shutil.copyfile(os.path.join(LOCAL_CA_DIR, name), os.path.join(target, name))
+            added.append(name)
+    if added:
+        _run(['chroot', root, 'update-ca-certificates'])
+        _write(os.path.join(root, 'etc', 'npmrc'), 'cafile=/etc/ssl/certs/ca-certificates.crt\n')
+    return added
 
 
 def _write(path, text):

@@ -45,12 +45,12 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import fi
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
 
 ENV_VAR = 'EPHEMERA_JOURNAL'
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_MS = 60000
 IDEMPOTENCY_TTL = 24 * 3600
 
 WORKSPACE_STATUSES = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registering',
-                      'ready', 'failed', 'destroying', 'destroyed')
+                      'ready', 'failed', 'destroying', 'destroyed', 'template')
 WORKSPACE_ACTIVITIES = ('active', 'idle', 'blocked', 'unknown')
 DESIRED_STATES = ('present', 'destroyed')
 
@@ -65,9 +65,9 @@ WORKSPACE_FIELDS = ('status', 'activity', 'desired_state', 'provider', 'location
 LEGACY_FIELDS = (('node', 'location'), ('vmid', 'resource_id'), ('candidate_vmid', 'candidate_id'),
                  ('upids', 'provider_tasks'))
 JSON_FIELDS = ('provider_tasks', 'failure', 'params', 'detail', 'resources', 'result', 'owner', 'progress', 'facts',
-               'steps', 'lease', 'cleanup')
+               'steps', 'lease', 'cleanup', 'source', 'tools', 'errors')
 TIME_FIELDS = ('created_at', 'updated_at', 'at', 'started_at', 'ended_at', 'next_retry', 'expires_at', 'leased_at',
-               'step_at', 'lease_expires', 'seen_at', 'lease_expires_at')
+               'step_at', 'lease_expires', 'seen_at', 'lease_expires_at', 'finished_at')
 
 # Keys whose values never reach the journal, whatever a caller passes in an event or a result.
 SECRET_KEY = re.compile(r'pass(word)?|secret|token|private|credential|api_key|apikey', re.I)
@@ -245,6 +245,35 @@ MIGRATIONS = [
     ALTER TABLE workspaces ADD COLUMN cleanup TEXT NOT NULL DEFAULT '{}';
     CREATE INDEX workspaces_expiry ON workspaces (lease_expires_at);
     """,
+    # 4: templates. ``templates`` holds each template name's pointer: the version creates clone (``current``) and the
+    # one before it (``previous``), switched in one transaction. ``template_versions`` holds every build: its state
+    # (building, built, failed), its source, the workspace record that carries its candidate container, the
+    # container, the tools it answered with and every error a failed build met.
+    """
+    CREATE TABLE templates (
+        name            TEXT PRIMARY KEY,
+        current         INTEGER,
+        previous        INTEGER,
+        updated_at      REAL NOT NULL,
+        generation      INTEGER NOT NULL
+    );
+    CREATE TABLE template_versions (
+        name            TEXT NOT NULL,
+        version         INTEGER NOT NULL,
+        state           TEXT NOT NULL,
+        source          TEXT NOT NULL DEFAULT '{}',
+        workspace       TEXT NOT NULL,
+        provider        TEXT NOT NULL DEFAULT 'proxmox',
+        resource_id,
+        location        TEXT,
+        tools           TEXT NOT NULL DEFAULT '{}',
+        errors          TEXT NOT NULL DEFAULT '[]',
+        entry           INTEGER,
+        created_at      REAL NOT NULL,
+        finished_at     REAL,
+        PRIMARY KEY (name, version)
+    );
+    """,
 ]
 
 # How a reader reads a journal of an older schema without migrating it: temporary views (kept in memory by the
@@ -268,7 +297,26 @@ READ_VIEWS = {
             SELECT *, NULL AS lease, NULL AS lease_expires_at, '{}' AS cleanup FROM main.workspaces
         """,
     ],
+    3: [],
 }
+# What every older schema lacks of schema 4: no templates yet.
+_NO_TEMPLATES = [
+    """
+    CREATE TEMP VIEW templates AS
+        SELECT NULL AS name, NULL AS current, NULL AS previous, NULL AS updated_at, NULL AS generation WHERE 0
+    """,
+    """
+    CREATE TEMP VIEW template_versions AS
+        SELECT NULL AS name, NULL AS version, NULL AS state, '{}' AS source, NULL AS workspace, NULL AS provider,
+               NULL AS resource_id, NULL AS location, '{}' AS tools, '[]' AS errors, NULL AS entry, NULL AS created_at,
+               NULL AS finished_at WHERE 0
+    """,
+]
+for _views in READ_VIEWS.values():
+    _views.extend(_NO_TEMPLATES)
+TEMPLATE_STATES = ('building', 'built', 'failed')
+# switch_template without a compare-and-set on the current version.
+ANY = object()
 
 # SQLite's primary result codes: of a damaged file (CORRUPT, NOTADB), of a -wal/-shm it cannot make (READONLY, CANTOPEN).
 SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_CANTOPEN, SQLITE_NOTADB = 8, 11, 14, 26
@@ -1084,6 +1132,106 @@ class Journal:
         """Forget a claim whose work failed, so that a retry with the same key runs again."""
         with self.transaction(point='idempotency_abandon') as conn:
             conn.execute("DELETE FROM idempotency WHERE key_hash = ? AND state = 'in_flight'", (claim.key_hash,))
+
+    # ---------------------------------------------------------------- templates
+
+    @staticmethod
+    def template_events(name):
+        """The event-log key of template ``name`` (events of non-workspace targets are logged as "<type>:<name>")."""
+        return 'template:%s' % name
+
+    def template(self, name):
+        """The pointer of template ``name`` ({name, current, previous, generation, ...}), or None."""
+        return self._one('SELECT * FROM templates WHERE name = ?', (name,))
+
+    def templates(self):
+        return self._all('SELECT * FROM templates ORDER BY name')
+
+    def template_version(self, name, version):
+        return self._one('SELECT * FROM template_versions WHERE name = ? AND version = ?', (name, int(version)))
+
+    def template_versions(self, name=None, state=None):
+        """Versions of template ``name`` (every template's without one), oldest first."""
+        where, args = [], []
+        if name is not None:
+            where.append('name = ?')
+            args.append(name)
+        if state is not None:
+            where.append('state = ?')
+            args.append(state)
+        sql = 'SELECT * FROM template_versions' + (' WHERE ' + ' AND '.join(where) if where else '')
+        return self._all(sql + ' ORDER BY name, version', args)
+
+    def begin_template_version(self, name, source, workspace_of, entry=None, claim=None):
+        """Record the next version of template ``name`` as ``building`` (from ``source``, a dict), before anything
+        is cloned; ``workspace_of(version)`` names the workspace record that carries its candidate. Returns it."""
+        now = time.time()
+        with self.transaction(claim, point='template_version') as conn:
+            row = conn.execute('SELECT MAX(version) FROM template_versions WHERE name = ?', (name,)).fetchone()
+            version = (row[0] or 0) + 1
+            conn.execute('INSERT INTO template_versions (name, version, state, source, workspace, created_at, entry) '
+                         "VALUES (?, ?, 'building', ?, ?, ?, ?)",
+                         (name, version, _dumps(source), workspace_of(version), now, entry))
+            self._append_event(conn, self.template_events(name), 'recorded', 'build_started',
+                               {'version': version, 'source': source, 'workspace': workspace_of(version)}, now)
+        return self.template_version(name, version)
+
+    def update_template_version(self, name, version, state=None, claim=None, **fields):
+        """Set ``state`` (building, built, failed) and ``fields`` (resource_id, location, provider, tools, errors)
+        of a version, with an event."""
+        sets, args = [], []
+        if state is not None:
+            if state not in TEMPLATE_STATES:
+                raise JournalError('Unknown template version state %r; expected one of %s.'
+                                   % (state, ', '.join(TEMPLATE_STATES)))
+            sets += ['state = ?', 'finished_at = ?']
+            args += [state, time.time() if state != 'building' else None]
+        for key in sorted(fields):
+            if key not in ('resource_id', 'location', 'provider', 'tools', 'errors'):
+                raise JournalError('Unknown template version field %r.' % key)
+            sets.append('%s = ?' % key)
+            args.append(self._column_value(key, fields[key]))
+        with self.transaction(claim, point='template_version_update') as conn:
+            cur = conn.execute('UPDATE template_versions SET %s WHERE name = ? AND version = ?' % ', '.join(sets),
+                               args + [name, int(version)])
+            if cur.rowcount != 1:
+                raise JournalError('Template %s has no version %s recorded; nothing was written.' % (name, version))
+            self._append_event(conn, self.template_events(name), 'observed', 'version_' + (state or 'updated'),
+                               dict(fields, version=version, state=state))
+        return self.template_version(name, version)
+
+    def switch_template(self, name, version, expected=ANY, claim=None, finish_build=False):
+        """Point template ``name`` at ``version`` (a built one) in one transaction; ``expected`` is the version the
+        caller read as current (compare-and-set: StaleGenerationError if it moved). With ``finish_build``, the
+        version's own state goes from building to built in the same transaction. Returns the pointer."""
+        now = time.time()
+        with self.transaction(claim, point='template_switch') as conn:
+            row = conn.execute('SELECT state FROM template_versions WHERE name = ? AND version = ?',
+                               (name, int(version))).fetchone()
+            wanted = 'building' if finish_build else 'built'
+            if row is None or row[0] != wanted:
+                raise JournalError('Template %s version %s is %s, not %s: the pointer was not switched.'
+                                   % (name, version, row[0] if row else 'not recorded', wanted))
+            if finish_build:
+                conn.execute("UPDATE template_versions SET state = 'built', finished_at = ? WHERE name = ? AND version = ?",
+                             (now, name, int(version)))
+            pointer = conn.execute('SELECT current, generation FROM templates WHERE name = ?', (name,)).fetchone()
+            current = pointer[0] if pointer else None
+            if expected is not ANY and current != expected:
+                raise StaleGenerationError('Template %s points at version %s now, not %s: another run switched it. '
+                                           'Nothing was written; read it again.' % (name, current, expected))
+            if pointer is None:
+                conn.execute('INSERT INTO templates (name, current, previous, updated_at, generation) '
+                             'VALUES (?, ?, NULL, ?, 1)', (name, int(version), now))
+            else:
+                conn.execute('UPDATE templates SET previous = current, current = ?, updated_at = ?, '
+                             'generation = generation + 1 WHERE name = ?', (int(version), now, name))
+            self._append_event(conn, self.template_events(name), 'recorded', 'switched',
+                               {'from': current, 'to': int(version)}, now)
+        return self.template(name)
+
+    def template_events_of(self, name, limit=None):
+        return self.events(self.template_events(name), limit)
 
 
 def claim_parts(claim):

@@ -231,15 +231,16 @@ class Queue:
         print_ = fingerprint(params)
         now = time.time() if now is None else now
         with self.journal.transaction(claim, point='queue enqueue') as conn:
-            if parent_id is not None:
-                self._check_parent(conn, parent_id)
-            if target_type == 'workspace' and kind != 'create':
-                self._check_known(conn, kind, target, self.journal.path)
-            # A running entry is never joined: a request made after a run started is a new request.
+            # A running entry is never joined: a request made after a run started is a new request. A queued child
+            # of a cascade is joined even once its parent finished (the parent queued it for runs to come).
             row = conn.execute("SELECT id FROM queue WHERE kind = ? AND target_type = ? AND target = ? "
                                "AND fingerprint = ? AND parent_id IS ? AND state = 'queued' ORDER BY id LIMIT 1",
                                (kind, target_type, target, print_, parent_id)).fetchone()
             folded = row is not None
+            if parent_id is not None and not folded:
+                self._check_parent(conn, parent_id)
+            if target_type == 'workspace' and kind != 'create':
+                self._check_known(conn, kind, target, self.journal.path)
             if folded:
                 entry_id = row['id']
             else:
@@ -265,13 +266,13 @@ class Queue:
         """What :meth:`enqueue` would do, without writing: ``{action: run|wait|join, entry_id, ahead}``."""
         kind, target_type = self.check_request(kind, target, target_type, source)
         conn = self.journal._conn
-        if parent_id is not None:
-            self._check_parent(conn, parent_id)
-        if target_type == 'workspace' and kind != 'create':
-            self._check_known(conn, kind, target, self.journal.path)
         same = conn.execute("SELECT id FROM queue WHERE kind = ? AND target_type = ? AND target = ? AND fingerprint = ? "
                             "AND parent_id IS ? AND state = 'queued' ORDER BY id LIMIT 1",
                             (kind, target_type, target, fingerprint(redact(params or {})), parent_id)).fetchone()
+        if parent_id is not None and same is None:
+            self._check_parent(conn, parent_id)
+        if target_type == 'workspace' and kind != 'create':
+            self._check_known(conn, kind, target, self.journal.path)
         active = [row['id'] for row in conn.execute("SELECT id FROM queue WHERE target_type = ? AND target = ? AND "
                                                     "state IN ('queued', 'running') ORDER BY id", (target_type, target))]
         if same is not None:

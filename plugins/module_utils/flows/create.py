@@ -83,6 +83,7 @@ KEYED = IDENTITY + ('purpose',)
 # key file has another path in every job). The record keeps the last run's for the readers (the inventory).
 CONNECTION = ('ssh_user', 'ssh_port', 'ssh_key_path')
 NAME = re.compile(r'^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$')
+TEMPLATE_NAME = re.compile(r'^[a-z0-9](?:[a-z0-9-]{0,28}[a-z0-9])?$')
 CLONE_ATTEMPTS = 8
 REPO_SCHEMES = ('https', 'http', 'ssh', 'git', 'file')
 # git's own short form of an SSH URL: [user@]host:path
@@ -218,6 +219,33 @@ def usable_address(addresses, expected=None):
     return first_address(addresses, 'inet', expected)
 
 
+def template_value(template):
+    """A request's template as recorded: a VMID as an int, a template name as it is."""
+    if isinstance(template, bool):
+        return template
+    if isinstance(template, int) or (isinstance(template, str) and template.isdigit()):
+        return int(template)
+    return template
+
+
+def resolve_template(journal, template):
+    """(vmid, location or None, {name, version} or None) of what a request names as its template: a VMID as it is,
+    a template name through the journal's pointer (the version a build switched it to last)."""
+    template = template_value(template)
+    if isinstance(template, int) and not isinstance(template, bool):
+        return template, None, None
+    if not isinstance(template, str) or not TEMPLATE_NAME.match(template):
+        raise CreateError('Template %r is neither a VMID nor a template name (1 to 30 lower-case letters, digits and '
+                          'dashes).' % (template,), step='request')
+    pointer = journal.template(template) if journal is not None else None
+    if not pointer or pointer['current'] is None:
+        raise CreateError('Template %r has no built version in the journal. Build one (ansible-playbook '
+                          'ephemera.workspaces.template_build -e \'{"template": "%s", "source": VMID}\'), or give the '
+                          'VMID of a prepared template.' % (template, template), step='request')
+    version = journal.template_version(template, pointer['current'])
+    return version['resource_id'], version['location'], {'name': template, 'version': version['version']}
+
+
 class CreateFlow(Flow):
     """The steps of one workspace's creation. ``params`` are the module's options; the rest as :class:`Flow`'s.
 
@@ -233,6 +261,12 @@ class CreateFlow(Flow):
     def request(self):
         """The persisted request (what step 1 recorded)."""
         return self.ws['params'] if self.ws else {}
+
+    @property
+    def source_id(self):
+        """The VMID the workspace is cloned from: the one its template name resolved to when it was requested."""
+        req = self.request
+        return req.get('template_vmid') or req['template']
 
     def _layout(self):
         req = self.request
@@ -295,7 +329,7 @@ class CreateFlow(Flow):
     def _check_source(self, req):
         """Refuse a template or pool that cannot work, before anything is recorded; the template's location."""
         try:
-            return self.provider.check_source(req['template'], req['node'], req['pool'])
+            return self.provider.check_source(req['template_vmid'], req['node'], req['pool'])
         except InvalidRequest as err:
             raise CreateError(str(err), step='request')
 
@@ -318,6 +352,7 @@ class CreateFlow(Flow):
         # (a reconcile without the vault) is refused before a step goes on with none.
         req['inputs'] = {'agent_env': sorted(self.params.get('agent_credentials') or {}),
                          'git_login': bool(self.params.get('git_token'))}
+        req['template'] = template_value(req['template'])
         validate_repo(req['repo'])
         validate_ref(req['ref'])
         validate_purpose(req['purpose'])
@@ -339,6 +374,12 @@ class CreateFlow(Flow):
         replay = self._begin_idempotent(req)
         if replay is not None:
             return replay
+        # A template name stands for its current version now: the workspace records which one it came from, and
+        # goes on from it whatever a later build switches the name to.
+        req['template_vmid'], template_node, version = resolve_template(self.journal, req['template'])
+        if version:
+            req['template_version'] = version
+            req['node'] = req['node'] or template_node
         node = self._check_source(req)
         req['node'] = node
         repository = self._check_repository(req)
@@ -509,7 +550,7 @@ class CreateFlow(Flow):
 
     def _allocation(self, candidate):
         req = self.request
-        return Allocation(candidate, self.name, req['template'], req['node'], 'agent-%s' % self.name, req['pool'],
+        return Allocation(candidate, self.name, self.source_id, req['node'], 'agent-%s' % self.name, req['pool'],
                           full=req['full_clone'], storage=req['storage'], labels=self._labels('provisioning'),
                           nonce=ownership.record_nonce(self.ws))
 
@@ -552,7 +593,7 @@ class CreateFlow(Flow):
             # The marker's nonce is recorded before the first clone that writes it, and kept for this life of the
             # workspace: an old marker (a restored backup, a copy) at a reused VMID does not carry it.
             nonce = ownership.record_nonce(self.ws) or ownership.new_nonce()
-            self.save('clone', kind='dispatched', detail={'vmid': candidate, 'template': req['template'],
+            self.save('clone', kind='dispatched', detail={'vmid': candidate, 'template': self.source_id,
                                                           'full': 1 if req['full_clone'] else 0},
                       facts=dict(self.ws['facts'], clone_dispatched=candidate, clone_dispatched_at=time.time(),
                                  marker_nonce=nonce))
@@ -577,7 +618,7 @@ class CreateFlow(Flow):
                 # Parallel linked clones of one template contend on its lock: back off and try again.
                 if time.monotonic() > lock_deadline:
                     raise CreateError('Template %s stayed locked for %d s (%s). Retry later.'
-                                      % (req['template'], self.params['lock_timeout'], err))
+                                      % (self.source_id, self.params['lock_timeout'], err))
                 attempts -= 1
                 self.save('clone', kind='observed', detail={'vmid': candidate, 'locked': str(err.provider_message)})
                 self.sleep(backoff.next_delay())
@@ -585,7 +626,7 @@ class CreateFlow(Flow):
             self.save('clone', kind='observed', detail={'vmid': candidate, 'upid': upid},
                       **self.with_task('clone', upid))
             self.done('clone')
-            return StepResult(True, 'clone: %s from template %s' % (self.provider.label(candidate), req['template']),
+            return StepResult(True, 'clone: %s from template %s' % (self.provider.label(candidate), self.source_id),
                               vmid=candidate, upid=upid)
 
     def _new_candidate(self, old, taken, why):
@@ -711,8 +752,29 @@ class CreateFlow(Flow):
             self.done('start')
             return StepResult(False, 'start: %s is running' % label)
         upid = self._start_in_flight()
+        try:
+            upid = self._start(resource, upid)
+        except (ProviderError, CreateError) as first:
+            # Cold-start fallback: a start that fails is often a guest left half up by an earlier start. Stop it
+            # gracefully, then by force, and start once more; if that fails too, both errors are told.
+            self.save('start_failed', detail={'vmid': vmid, 'error': str(first)})
+            self._stop_for_retry(resource)
+            try:
+                upid = self._start(resource, None)
+            except (ProviderError, CreateError) as second:
+                raise CreateError('%s did not start, twice. First start: %s. Start after a stop: %s. Look at the '
+                                  "container's start log on its node (pct start %s --debug), then rerun."
+                                  % (label, first, second, vmid))
+            self.done('start', facts=dict(self.ws['facts'], cold_start_retry=str(first)))
+            return StepResult(True, 'start: %s started on the second try (the first failed: %s)' % (label, first),
+                              upid=upid)
+        self.done('start')
+        return StepResult(True, 'start: %s started' % label, upid=upid)
+
+    def _start(self, resource, upid):
+        """Start the container (or wait for the start ``upid`` in flight); its task handle once it runs."""
         if upid is None:
-            self.save('start', kind='dispatched', detail={'vmid': vmid})
+            self.save('start', kind='dispatched', detail={'vmid': resource.id})
             try:
                 upid = self.provider.start(resource)
             except UnknownOutcome:
@@ -723,8 +785,21 @@ class CreateFlow(Flow):
             self.provider.wait(upid, timeout=self.params['task_timeout'])
         else:
             self._wait_running(resource)
-        self.done('start')
-        return StepResult(True, 'start: %s started' % label, upid=upid)
+        return upid
+
+    def _stop_for_retry(self, resource):
+        """A graceful shutdown, then a forced stop, of a container whose start failed; what they say is recorded."""
+        for action, call in (('shutdown', lambda: self.provider.shutdown(resource, 30)),
+                             ('stop', lambda: self.provider.stop(resource))):
+            if not self.provider.power(resource).running:
+                return
+            self.event('dispatched', action, {'vmid': resource.id, 'why': 'start failed'})
+            try:
+                handle = call()
+                if handle:
+                    self.provider.wait(handle, timeout=self.params['task_timeout'])
+            except ProviderError as err:
+                self.event('observed', action + '_failed', {'vmid': resource.id, 'error': str(err)})
 
     def _start_in_flight(self):
         """The handle of a start an earlier run dispatched that may still bring the container up, else None.

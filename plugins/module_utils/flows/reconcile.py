@@ -39,7 +39,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.operation impo
 IN_PROGRESS = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registering')
 # Finding kinds, in the order the report lists them.
 KINDS = ('destroyed', 'destroy_pending', 'destroy_blocked', 'destroyed_present', 'debt_settled', 'debt_open', 'busy',
-         'unfinished_create', 'adoptable', 'candidate_taken', 'missing', 'not_ours', 'unreadable', 'failed', 'orphan',
+         'unfinished_create', 'template_build', 'adoptable', 'candidate_taken', 'missing', 'not_ours', 'unreadable', 'failed', 'orphan',
          'foreign', 'ok')
 CONFIG_READERS = 8
 
@@ -131,6 +131,14 @@ class Reconciler:
             # when the marker there is still this workspace's.
             if not (ws['status'] == 'destroyed' and ws['desired_state'] == 'destroyed'):
                 known.update(rid for rid in (ws[RESOURCE_ID], ws[CANDIDATE_ID]) if rid)
+            if (ws.get('params') or {}).get('build'):
+                # A template build's candidate (or a version's container, once built): left to the builds of its
+                # template, whose next prepare step removes the candidate of a build that died.
+                if ws['status'] not in ('destroyed', 'template'):
+                    self._add('template_build', ws['name'], ws[RESOURCE_ID], ws[LOCATION], 'candidate of template %s '
+                              'v%s; the next build of that template removes it if its build died'
+                              % (ws['params']['build'].get('template'), ws['params']['build'].get('version')))
+                continue
             if ws['name'] in busy:
                 self._add('busy', ws['name'], ws[RESOURCE_ID], ws[LOCATION], 'a live run works on it (%s); left to it'
                           % busy[ws['name']])

@@ -290,6 +290,10 @@ class Provider:
         exists; Refused with what to change otherwise."""
         raise NotImplementedError
 
+    def check_storage(self, location, storage):
+        """Refused, saying what there is, unless ``storage`` can hold new resources at ``location``."""
+        raise NotImplementedError
+
     def candidate(self, avoid=(), sleep=None):
         """A free id to allocate at (reserving nothing), none of ``avoid``; Conflict when the provider keeps
         offering ids of ``avoid`` (``sleep`` pauses between asking again)."""
@@ -367,6 +371,18 @@ class Provider:
 
     def stop(self, resource):
         """Stop it by force; a task handle, or None when it is not running."""
+        raise NotImplementedError
+
+    # --- images (what allocations are made from)
+
+    def is_image(self, resource):
+        """True when ``resource`` (as found) is an image allocations are made from, never to be changed: a
+        template, which is never started, configured or provisioned in place."""
+        raise NotImplementedError
+
+    def make_image(self, resource):
+        """Turn ``resource`` (stopped, ours, just provisioned) into an image new allocations are made from; a task
+        handle. It cannot be undone: the image is only ever cloned or deleted from then on."""
         raise NotImplementedError
 
     def delete_blocker(self, resource, source=None):

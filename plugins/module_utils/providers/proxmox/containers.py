@@ -93,6 +93,10 @@ class Containers:
                 return guest.get('node')
         return None
 
+    def storages(self, node):
+        """The node's storages (``storage``, ``content``, ``active``, ...)."""
+        return self.client.get('/nodes/%s/storage' % node) or []
+
     def pools(self):
         return [p.get('poolid') for p in self.client.get('/pools') or []]
 
@@ -139,6 +143,10 @@ class Containers:
             if nothing_to_do in (err.pve_message or ''):
                 return None
             raise
+
+    def template(self, node, vmid):
+        """Convert the (stopped) container into a template; the vztemplate task's UPID."""
+        return self.client.post(self.path(node, vmid, '/template'))
 
     def delete(self, node, vmid):
         """DELETE the container with DELETE_OPTIONS; the vzdestroy task's UPID."""

@@ -156,6 +156,18 @@ class ProxmoxProvider(base.Provider):
                                       '%s.' % (scope, scope, ', '.join(sorted(pools)) or 'none'))
         return template.get('node')
 
+    def check_storage(self, location, storage):
+        stores = self.containers.storages(location)
+        found = [s for s in stores if s.get('storage') == storage]
+        if not found:
+            raise base.InvalidRequest('Node %s has no storage %r. Give one of: %s.' % (
+                location, storage, ', '.join(sorted(s.get('storage') for s in stores if s.get('storage'))) or 'none'))
+        if 'rootdir' not in (found[0].get('content') or '').split(','):
+            raise base.InvalidRequest('Storage %r on node %s does not hold container volumes (content rootdir). Give '
+                                      'one that does.' % (storage, location))
+        if found[0].get('active') is not None and not int(found[0].get('active') or 0):
+            raise base.InvalidRequest('Storage %r on node %s is not active.' % (storage, location))
+
     def candidate(self, avoid=(), sleep=time.sleep):
         for dummy in range(10):
             vmid = self.containers.nextid()
@@ -269,6 +281,12 @@ class ProxmoxProvider(base.Provider):
 
     def stop(self, resource):
         return self.containers.stop(resource.location, resource.id)
+
+    def is_image(self, resource):
+        return bool(int((resource.native or {}).get('template') or 0))
+
+    def make_image(self, resource):
+        return self.containers.template(resource.location, resource.id)
 
     def delete_blocker(self, resource, source=None):
         config = resource.native

@@ -37,8 +37,8 @@ def config(site, vmid):
 
 def test_a_crafted_description_on_a_tagged_container_does_not_stop_reconcile(site):
     ours = ownership.controller_id(site.secret())
-    crafted = '%s v2 workspace=sec-live controller=%s vmid=%d nonce=%s token=%s' % (
-        ownership.PREFIX, ours, 4242, 'ab' * 16, '\u00e9' * 64)
+    # A version 1 marker (what controllers before nonces wrote) whose token is not ASCII.
+    crafted = '%s v1 workspace=sec-live controller=%s vmid=%d token=%s' % (ownership.PREFIX, ours, 4242, '\u00e9' * 64)
     vmid = site.cluster.control.foreign_create(pool=site.cluster.info['pool'], description=crafted)['vmid']
     found = reconcile(site)
     kinds = dict((f['workspace'] or f['vmid'], f['kind']) for f in found['findings'])

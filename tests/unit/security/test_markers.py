@@ -21,11 +21,14 @@ def genuine(workspace='ws1', vmid=105, nonce=NONCE):
     return ownership.render(SECRET, CONTROLLER, workspace, vmid, nonce)
 
 
-def crafted(**fields):
-    """A marker line naming our controller with ``fields`` as given (what anyone may write into a description)."""
-    base = dict(workspace='ws1', controller=CONTROLLER, vmid='105', nonce=NONCE, token='ab' * 32)
+def crafted(version='v1', **fields):
+    """A marker line naming our controller with ``fields`` as given (what anyone may write into a description);
+    version 1 markers (no nonce) are what every controller before nonces accepted."""
+    base = dict(workspace='ws1', controller=CONTROLLER, vmid='105', token='ab' * 32)
+    if version == 'v2':
+        base['nonce'] = NONCE
     base.update(fields)
-    return '%s v2 %s' % (ownership.PREFIX, ' '.join('%s=%s' % kv for kv in base.items() if kv[1] is not None))
+    return '%s %s %s' % (ownership.PREFIX, version, ' '.join('%s=%s' % kv for kv in base.items() if kv[1] is not None))
 
 
 @pytest.mark.parametrize('description', [
@@ -37,8 +40,10 @@ def crafted(**fields):
     crafted(vmid='9' * 40),
     crafted(workspace='WS1'),
     crafted(workspace='ws1\u200b'),
-    crafted(nonce='é' * 32),
-    crafted(nonce=None),
+    crafted('v2', token='é' * 64),
+    crafted('v2', nonce='é' * 32),
+    crafted('v2', nonce=None),
+    crafted('v2', vmid='１０５'),
     crafted(token=None),
     crafted(token='AB' * 32),
     '%s v3 workspace=ws1 controller=%s vmid=105 token=%s' % (ownership.PREFIX, CONTROLLER, 'ab' * 32),

@@ -16,6 +16,8 @@ options:
       - The secret that signs ownership markers. If not set, E(EPHEMERA_CONTROLLER_SECRET), else a secret made once
         next to the journal (C(<journal>.secret), mode 0600). Keep a copy in a vault. Without it no marker verifies,
         and nothing is destroyed.
+      - A given secret (here or in E(EPHEMERA_CONTROLLER_SECRET)) must have at least 32 characters. The file must
+        belong to the user running Ansible with no access for others, and is never read through a symbolic link.
     type: str
   task_timeout:
     description: Seconds to wait for a Proxmox task (clone, start, stop, delete).

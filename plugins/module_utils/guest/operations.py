@@ -112,6 +112,8 @@ def bootstrap(guest, layout, ssh_user, credentials):
         'chmod 0700 %s %s %s' % (q(layout.state), q(layout.scratch), q(layout.private)),
         # Only the SSH user writes here; the agent may run a helper made for it, but not put anything in its place.
         'chmod 0711 %s' % q(layout.helpers),
+        # A credentials file an earlier write left half way (Guest.put writes a new file, then renames it).
+        'rm -f %s/.%s.*.tmp' % (q(posixpath.dirname(layout.credentials)), posixpath.basename(layout.credentials)),
         # -h: a symbolic link is changed itself, never what it points to.
         'chown -h %s %s %s %s' % (q(owner), q(posixpath.dirname(layout.checkout)), q(layout.state), q(layout.scratch)),
     ])

@@ -76,8 +76,8 @@ options:
   template:
     description:
       - What to clone, used by the V(request) step; required for a new request.
-      - The VMID of a prepared LXC template, or the name of a template built by M(ephemera.workspaces.workspace_template):
-        the version its pointer names when the request is recorded. The workspace records that version
+      - The VMID of a prepared LXC template, or the name of a template built by M(ephemera.workspaces.workspace_template),
+        which stands for the version its pointer names when the request is recorded. The workspace records that version
         (C(params.template_version)) and goes on from it, whatever a later build switches the name to.
     type: raw
   node:

@@ -18,7 +18,7 @@ description:
     installs the agent tooling as that user; V(verify) runs every listed tool as the agent user and records its
     version; V(clean) removes what no workspace may inherit; V(stop) and V(convert) turn the candidate into a
     template; V(finalize) switches the template's pointer to the new version in one journal transaction.
-  - A step that fails aborts the build: the candidate is removed through the ownership-checked delete, the version is
+  - A step that fails aborts the build; the candidate is removed through the ownership-checked delete, the version is
     recorded as failed with every error it met, and the pointer stays where it was. Creates that name the template go
     on from the current version during the whole build.
   - V(switch) points the template at another built version (O(version)), for a switch back.
@@ -39,6 +39,7 @@ attributes:
     description: Reports what the step would do; the V(prepare) step still checks the source, the storage and the lists.
   diff_mode:
     support: none
+    description: No step returns a diff.
 options:
   template:
     description:
@@ -56,7 +57,7 @@ options:
     type: dict
   source:
     description:
-      - What the V(prepare) step clones: the VMID of a prepared LXC template (the seed), or a template name (its
+      - What the V(prepare) step clones, the VMID of a prepared LXC template (the seed), or a template name (its
         current version). Default the current version of O(template) itself.
     type: raw
   version:

@@ -141,7 +141,19 @@ class CandidateFlow(CreateFlow):
 
     def _guest_step(self, step, action):
         self._refuse_image(step)
-        return self._with_guest(action)
+
+        def checked(guest):
+            # Provisioning and cleaning run as root with absolute paths: only ever in the candidate itself, never in a
+            # machine that answers at its address (the try-out cluster's host-tier guests are this machine).
+            name = guest.run('cat /proc/sys/kernel/hostname', what='the guest\'s host name').stdout.strip()
+            expected = 'agent-%s' % self.name
+            if name != expected:
+                raise TemplateError('The machine answering at %s calls itself %r, not %r: it is not the candidate '
+                                    'container, and nothing is provisioned or cleaned there. Build on guests that '
+                                    'are containers of their own (on the try-out cluster: up --guests debian).'
+                                    % (self.ws['address'], name, expected))
+            return action(guest)
+        return self._with_guest(checked)
 
     def step_provision(self):
         spec = self.spec
@@ -454,7 +466,8 @@ class TemplateBuild:
             raise TemplateError('Template %s has no built version %s (built: %s). Give one of those.'
                                 % (self.name, wanted, ', '.join('v%d' % v for v in built) or 'none'))
         if pointer and pointer['current'] == version['version']:
-            return StepResult(False, 'switch: template %s is v%d already' % (self.name, version['version']))
+            return StepResult(False, 'switch: template %s is v%d already' % (self.name, version['version']),
+                              version=version['version'], previous=pointer['previous'], vmid=version['resource_id'])
         flow = self.candidate_flow(version)
         resource = flow.provider.find(version['resource_id'], version['location'], search=True)
         if resource is None or flow.provider.verify(resource, version['workspace']) != ownership.VERIFIED \

@@ -15,6 +15,7 @@ import pytest
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 from tests.integration.create.createrun import Controller, request_vars
 from tests.integration.create.gitserver import GitHttpServer, Repo
+from tests.ansible_run import wait_until
 from tests.localpve import ssh, ssh_run
 from tests.localpve.cluster import pick_host
 from tests.localpve.config import Options
@@ -310,16 +311,27 @@ def test_a_build_from_the_current_version_then_a_switch_back(site, first):
     assert again.ok and not again.changed, again.explain()
 
 
+def template_entries(site):
+    with site.journal() as journal:
+        return sorted(Queue(journal).entries(target=NAME, target_type='template', recent=100), key=lambda e: e['id'])
+
+
 def test_two_builds_requested_at_once_fold_into_one(site, first):
+    """While a build runs, two identical requests queue behind it as one entry, run once for both."""
     before = len(records(site)[1])
     extra = dict(EMPTY, template=NAME)
-    runs = [site.start(extra, playbook=BUILD) for dummy in range(2)]
-    done = [run.wait(600, fail=False) for run in runs]
+    running = site.start(extra, playbook=BUILD)
+    wait_until(lambda: any(e['state'] == 'running' for e in template_entries(site)), 'the first build to run',
+               timeout=120, runs=[running])
+    waiting = [site.start(dict(extra, ephemera_tools=['git']), playbook=BUILD) for dummy in range(2)]
+    done = [run.wait(600, fail=False) for run in [running] + waiting]
     assert all(run.ok for run in done), [run.explain() for run in done]
     pointer, versions = records(site)
-    assert len(versions) == before + 1
-    with site.journal() as journal:
-        entries = [e for e in Queue(journal).entries(target=NAME, target_type='template', recent=100)]
-    latest = max(entries, key=lambda e: e['id'])
-    assert latest['state'] == 'done' and len(latest['requested_by']) == 2, latest
+    # The running build, then one build for the two requests that queued behind it.
+    assert len(versions) == before + 2
+    entries = template_entries(site)
+    folded = entries[-1]
+    assert folded['state'] == 'done' and len(folded['requested_by']) == 2, folded
+    reports = [run.task('Report template %s' % NAME)['msg'] for run in done[1:]]
+    assert sum('this request joined the queued one' in text for text in reports) == 1, reports
     assert build(site, version=1).ok

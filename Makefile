@@ -13,7 +13,7 @@ PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run
 
 .PHONY: help venv system-packages test unit sanity lint integration demo collection
 .PHONY: bench-queue bench-create bench-reconcile bench-step bench-expire
-.PHONY: bench-inventory faults soak
+.PHONY: bench-inventory bench-template faults soak
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
 
 help:
@@ -25,6 +25,7 @@ help:
 	@echo "make faults        the crash-safety matrix (FAULTS_SIZE=full, the default, or ci as in make test)"
 	@echo "make soak          500 seeded random fault schedules (SCHEDULES=N, FIRST_SEED=N, SOAK_JOBS=N)"
 	@echo "make bench-expire  one expiry sweep over 1,000 leased workspaces, 50 expired: times and API requests"
+	@echo "make bench-template  a template build by step, and create-to-ready on debian vs default guests"
 
 system-packages:
 	@scripts/system-packages.sh
@@ -65,9 +66,10 @@ TEST_JOBS ?= 2
 integration: venv
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile tests/integration
 
-# The crash-safety matrix (docs/faults.md): every kill point and lost response of create and destroy, the races and
-# seeded random schedules; prints the table and writes it as JSON to build/faults-$(FAULTS_SIZE).json.
-# make test runs it at FAULTS_SIZE=ci: every point once per variant, as chains.
+# The crash-safety matrix (docs/faults.md): every kill point and lost response of create, destroy, the expiry sweep
+# and the template build (on a debian-tier cluster of its own), the races and seeded random schedules; prints the
+# table and writes it as JSON to build/faults-$(FAULTS_SIZE).json.
+# make test runs it at FAULTS_SIZE=ci: every point once per variant, as chains (the build's: one chain, rerun only).
 FAULTS_SIZE ?= full
 faults: venv
 	@mkdir -p build
@@ -124,3 +126,7 @@ bench-reconcile: venv
 # ones with a real guest, the others at addresses that refuse or never answer; parallel 8 and 32: times, requests.
 bench-expire: venv
 	$(BIN)/python bench/expire.py
+
+# A template build on the debian guest tier split by step, then create-to-ready from it against the default tier.
+bench-template: venv
+	$(BIN)/python bench/template.py

@@ -44,7 +44,7 @@ TOUCHING_ACTIVITIES = ('active', 'blocked')
 
 # Workspace statuses (the journal's names) and what they mean for cleanup.
 CREATING_STATUSES = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registering')
-STATUSES = CREATING_STATUSES + ('ready', 'failed', 'destroying', 'destroyed')
+STATUSES = CREATING_STATUSES + ('ready', 'failed', 'destroying', 'destroyed', 'template')
 DESIRED_STATES = ('present', 'destroyed')
 
 # cleanup_status() values; None means nobody asked for a cleanup (shown as NO_CLEANUP).

@@ -762,9 +762,12 @@ class CreateFlow(Flow):
             try:
                 upid = self._start(resource, None)
             except (ProviderError, CreateError) as second:
-                raise CreateError('%s did not start, twice. First start: %s. Start after a stop: %s. Look at the '
-                                  "container's start log on its node (pct start %s --debug), then rerun."
-                                  % (label, first, second, vmid))
+                both = CreateError('%s did not start, twice. First start: %s. Start after a stop: %s. Look at the '
+                                   "container's start log on its node (pct start %s --debug), then rerun."
+                                   % (label, first, second, vmid), log_tail=getattr(second, 'log_tail', None))
+                # The second start's task, for diagnosis (its log is kept with the failure).
+                both.task_id = getattr(second, 'task_id', None)
+                raise both
             self.done('start', facts=dict(self.ws['facts'], cold_start_retry=str(first)))
             return StepResult(True, 'start: %s started on the second try (the first failed: %s)' % (label, first),
                               upid=upid)

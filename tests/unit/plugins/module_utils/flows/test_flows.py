@@ -253,24 +253,35 @@ def test_configure_whose_digest_went_stale_fails_and_the_rerun_reads_again(site)
     assert create(site, 'c17', ('configure',))[0].changed
 
 
-def test_a_start_that_failed_is_kept_for_diagnosis_and_the_rerun_starts_again(site):
+def test_a_start_that_failed_twice_is_kept_for_diagnosis_and_the_rerun_starts_again(site):
     create(site, 'c18', ('request', 'vmid', 'clone', 'wait_clone', 'configure'))
     site.pve.ct(100).start_error = 'no rootfs'
     err = failing(site, 'c18', 'start')
+    assert 'CT 100 did not start, twice. First start:' in str(err) and 'Start after a stop:' in str(err)
     failure = ws(site, 'c18')['failure']
     assert (failure['phase'], failure['upid']) == ('booting', err.task_id)
     assert 'TASK ERROR: no rootfs' in failure['log_tail'] and site.pve.ct(100).status == 'stopped'
+    assert [e['action'] for e in site.journal.events('c18')].count('start_failed') == 1
     site.pve.ct(100).start_error = None
     result = create(site, 'c18', ('start',))[0]
     assert result.changed and result.extra['upid'] != err.task_id and site.pve.ct(100).status == 'running'
 
 
-def test_a_start_whose_answer_was_lost_waits_for_the_container_then_fails_and_the_rerun_starts_it(site):
+def test_a_start_whose_answer_was_lost_and_that_never_ran_is_started_once_more(site):
     create(site, 'c19', ('request', 'vmid', 'clone', 'wait_clone', 'configure'))
     site.pve.fail('POST', '/nodes/pve1/lxc/100/status/start', status=502, message='Bad Gateway', html=True, times=1)
-    err = failing(site, 'c19', 'start', task_timeout=1)
-    assert 'CT 100 is not running 1 s after it was started' in str(err)
-    assert create(site, 'c19', ('start',))[0].changed and site.pve.ct(100).status == 'running'
+    result = create(site, 'c19', ('start',), task_timeout=1)[0]
+    assert result.changed and site.pve.ct(100).status == 'running'
+    assert 'started on the second try' in result.msg
+    assert 'CT 100 is not running 1 s after it was started' in ws(site, 'c19')['facts']['cold_start_retry']
+
+
+def test_a_start_that_fails_twice_after_lost_answers_says_both(site):
+    create(site, 'c19b', ('request', 'vmid', 'clone', 'wait_clone', 'configure'))
+    site.pve.fail('POST', '/nodes/pve1/lxc/100/status/start', status=502, message='Bad Gateway', html=True, times=2)
+    err = failing(site, 'c19b', 'start', task_timeout=1)
+    assert str(err).count('is not running 1 s after it was started') == 2
+    assert create(site, 'c19b', ('start',))[0].changed and site.pve.ct(100).status == 'running'
 
 
 def test_start_of_a_container_that_runs_already_is_done(site):

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 
@@ -23,12 +24,18 @@ RUN = textwrap.dedent('''
 ''')
 
 
-def alive(pid):
-    try:
-        with open('/proc/%d/stat' % pid) as src:
-            return src.read().rpartition(')')[2].split()[0] != 'Z'
-    except OSError:
-        return False
+def alive(pid, within=5.0):
+    """True when ``pid`` still runs ``within`` seconds from now (a killed process may take a moment to go)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            with open('/proc/%d/stat' % pid) as src:
+                running = src.read().rpartition(')')[2].split()[0] != 'Z'
+        except OSError:
+            running = False
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.05)
 
 
 def test_a_kill_exported_in_a_shell_kills_the_run_and_never_the_shell(tmp_path):

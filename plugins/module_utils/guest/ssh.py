@@ -332,7 +332,10 @@ class Guest:
                 self._check_regular(path, sftp.lstat(path), max_bytes)
                 total = 0
                 with sftp.open(path, 'rb') as remote:
-                    self._check_regular(path, remote.stat(), max_bytes)
+                    attrs = remote.stat()
+                    self._check_regular(path, attrs, max_bytes)
+                    # Requests ahead for the size it has now (at most the cap), as paramiko's own getfo does.
+                    remote.prefetch(attrs.st_size)
                     while True:
                         if time.monotonic() > deadline:
                             raise SshError('%s: reading %s took longer than %d s; stopped.' % (self.where, path, timeout),

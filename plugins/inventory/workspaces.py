@@ -316,6 +316,8 @@ def workspace_entry(record, debts, operation, now=None):
         'host_key': (record.get('facts') or {}).get('host_key'),
         # The marker nonce of this life of the workspace: a marker of another life is not its (not a host variable).
         'marker_nonce': ownership.record_nonce(record),
+        # A template build's candidate (or a built version's container): not a workspace, never a host.
+        'template_build': bool(params.get('build')),
         'pool': params.get('pool'),
         'lock': None,
         'tags': sorted(set(['ephemera'] + as_list(params.get('tags')))),
@@ -395,6 +397,8 @@ def apply_marker(snapshot, ws_or_orphan, description, secret, controller):
 
 def wanted(entry, filters, orphan=False):
     """True if the workspace (or orphan) passes the filters."""
+    if not orphan and entry.get('template_build'):
+        return False
     if not orphan:
         statuses = as_list(filters.get('status'))
         if statuses:

@@ -181,3 +181,15 @@ def test_workspace_groups(fields, groups):
     ws = inv.workspace_entry(record('a', vmid=101), [], None)
     ws.update(fields)
     assert inv.workspace_groups(ws) == groups
+
+
+def test_a_template_builds_candidate_is_no_host_and_no_orphan():
+    params = dict(record('x')['params'], build={'template': 'workspace', 'version': 2})
+    records = [record('tb-workspace-v2', 'bootstrapping', vmid=120, params=params), record('a', vmid=101)]
+    resources = [resource(120, 'agent-tb-workspace-v2'), resource(101, 'agent-a')]
+    snap = inv.assemble(records, [], {}, resources, [POOL])
+    entries = dict((w['name'], w) for w in snap['workspaces'])
+    assert snap['orphans'] == []
+    assert not inv.wanted(entries['tb-workspace-v2'], {})
+    assert not inv.wanted(entries['tb-workspace-v2'], {'status': ['bootstrapping']})
+    assert inv.wanted(entries['a'], {})

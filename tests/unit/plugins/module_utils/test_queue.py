@@ -654,3 +654,18 @@ def test_waiting_for_an_entry_held_by_the_same_run_fails_at_once(journal, run):
     c = same_run.enqueue('create', 'ws1', params={'host': 'c'})
     with pytest.raises(QueueTimeout):
         same_run.wait(c.request_id, timeout=0.2, wait_for_own_run=True)
+
+
+def test_a_queued_child_is_joined_after_its_parent_finished(run):
+    """A build queues its smoke create as a child, finishes, and the create run that follows joins that child."""
+    q = run().queue
+    parent = q.poll(q.enqueue('template_build', 'workspace').request_id)
+    pid = parent.claim['entry_id']
+    child = q.enqueue('create', 'smoke-workspace', params={'repo': 'r'}, parent_id=pid, waits=False,
+                      claim=parent.claim)
+    q.finish(parent.claim)
+    joined = run().queue.enqueue('create', 'smoke-workspace', params={'repo': 'r'}, parent_id=pid)
+    assert joined.folded and joined.entry['id'] == child.entry['id']
+    # Another request under the finished parent is still refused.
+    with pytest.raises(QueueError, match='has already finished \\(done\\)'):
+        run().queue.enqueue('create', 'smoke-workspace', params={'repo': 'other'}, parent_id=pid)

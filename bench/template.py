@@ -107,9 +107,8 @@ def main():
             raise SystemExit('the build failed:\n%s' % build.explain())
         with tier.ctl.journal() as journal:
             version = journal.template_version('bench', journal.template('bench')['current'])
-        print('build of template bench v%d from CT %s (%s):' % (version['version'], tier.ctl.info['template_vmid'],
-                                                                 ', '.join('%s %s' % kv for kv in
-                                                                           sorted(version['tools'].items()))))
+        tools = ', '.join('%s %s' % kv for kv in sorted(version['tools'].items()))
+        print('build of template bench v%d from CT %s (%s):' % (version['version'], tier.ctl.info['template_vmid'], tools))
         steps = step_times(build)
         for name, seconds in steps:
             print('  %-62s %7.2f s' % (name, seconds))

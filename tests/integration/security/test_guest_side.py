@@ -17,6 +17,7 @@ import subprocess
 
 import pytest
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import (
@@ -26,8 +27,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh impo
     SshOutputTooLarge,
     wait_for_guest,
 )
-from tests.integration.create.createrun import Controller, request_vars
+from tests.integration.create.createrun import DESTROY, Controller, request_vars
 from tests.integration.create.gitserver import GitHttpServer, Repo, git
+from tests.faults.site import Kill
 from tests.localpve import pki, ssh, ssh_run
 from tests.localpve.clients import wait_task
 from tests.localpve.cluster import pick_host
@@ -125,6 +127,32 @@ def test_the_clone_gets_host_keys_of_its_own_before_anything_secret_is_sent(crea
     # The new keys were made before the bootstrap wrote the credentials and before the checkout used the token.
     actions = [(e['action'], (e.get('detail') or {}).get('step')) for e in created.events(NAME)]
     assert actions.index(('host_keys', None)) < actions.index(('step_done', 'bootstrap'))
+
+
+@pytest.mark.parametrize('point', ['create.bootstrap journal host_keys', 'create.bootstrap ssh install the host keys'],
+                         ids=['killed-once-the-new-key-was-recorded', 'killed-once-sshd-reloaded'])
+def test_a_create_killed_during_the_key_renewal_is_finished_by_the_next_run(created, tmp_path, point):
+    name = 'rekey-' + ('recorded' if point.endswith('host_keys') else 'reloaded')
+    request = request_vars(created.server.url_of(created.repo.bare), name, git_token=created.token,
+                           git_username=GIT_USER, ephemera_agents={'worker': AGENT})
+    killed = created.create(request, env={failpoint.TRACE_ENV: str(tmp_path / 'trace'),
+                                          failpoint.KILL_ENV: Kill(name, point).env()})
+    assert killed.returncode == -9, killed.explain()
+    assert 'host_key_next' in created.workspace(name)['facts']  # the renewal was under way
+    again = created.create(request)
+    assert again.ok, again.explain()
+    ws = created.workspace(name)
+    assert ws['status'] == 'ready' and 'host_key_next' not in ws['facts']
+    client = ssh(created.info, ws['address'], timeout=5)
+    try:
+        status, out, err = ssh_run(client, 'ssh-keygen -y -f /etc/ssh/ssh_host_ed25519_key')
+    finally:
+        client.close()
+    assert status == 0 and ' '.join(out.decode().split()[:2]) == ws['facts']['host_key']
+    guest = Guest(ws['address'], port=created.info['ssh_port'], user='root', key_file=created.info['ssh_private_key'],
+                  host_key=ws['facts']['host_key'])
+    guest.connect().close()
+    assert created.create({'workspace': name}, playbook=DESTROY).ok
 
 
 # ------------------------------------------------------------------ findings 1, 2 and 9: the push and its token

@@ -21,8 +21,10 @@ __metaclass__ = type
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 from urllib.parse import urlsplit
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import gitlogin
@@ -84,10 +86,11 @@ def probe_repository(url, ref, token=None, username='git', timeout=TIMEOUT):
         # A commit id cannot be asked for by name: then only the repository is checked.
         argv = [git] + options + ['ls-remote', '--exit-code', url] + (['HEAD'] if commit else [ref])
         try:
-            proc = subprocess.run(argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, timeout=timeout, check=False)
+            proc = run_bounded(argv, cwd=scratch, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
             return Verdict(False, 'repository not checked: %s did not answer the controller within %d s' % (url, timeout))
+        if proc.over:
+            return Verdict(False, 'repository not checked: git ls-remote printed more than %d bytes' % MAX_OUTPUT)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     said = _said(proc.stderr, token)
@@ -106,6 +109,65 @@ def probe_repository(url, ref, token=None, username='git', timeout=TIMEOUT):
         raise RepositoryRefused('Repository %s does not exist (git ls-remote from the controller: %s): check the URL.'
                                 % (url, said), step='request')
     return Verdict(False, 'repository not checked: the controller cannot reach it (%s)' % said)
+
+
+# What the controller reads of git's output; the rest of a larger answer is not read, and git is stopped.
+MAX_OUTPUT = 1024 * 1024
+
+
+class _Ran:
+    def __init__(self, returncode, stdout, stderr, over):
+        self.returncode, self.stdout, self.stderr, self.over = returncode, stdout, stderr, over
+
+
+def run_bounded(argv, cwd, env, timeout, limit=MAX_OUTPUT):
+    """Run ``argv``; its status and at most ``limit`` bytes of its output (``over`` True, and the process killed,
+    when it printed more). Raises subprocess.TimeoutExpired after ``timeout`` seconds (the process killed)."""
+    # A session of its own: git and the helpers it starts (git-remote-https) are stopped together.
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    parts = {proc.stdout: [], proc.stderr: []}
+    state = {'size': 0, 'over': False}
+    lock = threading.Lock()
+
+    def stop():
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def pump(stream):
+        while True:
+            try:
+                data = os.read(stream.fileno(), 65536)
+            except (OSError, ValueError):
+                return
+            if not data:
+                return
+            with lock:
+                state['size'] += len(data)
+                if state['size'] > limit:
+                    state['over'] = True
+                    stop()
+                    return
+                parts[stream].append(data)
+
+    pumps = [threading.Thread(target=pump, args=(stream,), daemon=True) for stream in parts]
+    for thread in pumps:
+        thread.start()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        stop()
+        proc.wait()
+        raise
+    finally:
+        for thread in pumps:
+            thread.join(5)
+        proc.stdout.close()
+        proc.stderr.close()
+    text = dict((stream, b''.join(data).decode('utf-8', 'replace')) for stream, data in parts.items())
+    return _Ran(proc.returncode, text[proc.stdout], text[proc.stderr], state['over'])
 
 
 def _said(stderr, token):

@@ -208,3 +208,16 @@ def test_a_redirect_to_another_host_never_gets_the_token():
         for server in (first, elsewhere):
             server.shutdown()
             server.server_close()
+
+
+# ------------------------------------------------------------------ finding 11 on the controller: git's own output
+
+def test_the_controller_reads_a_bounded_part_of_git_s_output(tmp_path):
+    flood = preflight.run_bounded(['sh', '-c', 'head -c 5000000 /dev/zero; sleep 30'], cwd=str(tmp_path),
+                                  env=dict(os.environ), timeout=20, limit=100000)
+    assert flood.over and len(flood.stdout) <= 100000 and flood.returncode != 0
+    plain = preflight.run_bounded(['sh', '-c', 'echo out; echo err >&2; exit 3'], cwd=str(tmp_path),
+                                  env=dict(os.environ), timeout=20)
+    assert (plain.returncode, plain.stdout, plain.stderr, plain.over) == (3, 'out\n', 'err\n', False)
+    with pytest.raises(subprocess.TimeoutExpired):
+        preflight.run_bounded(['sleep', '30'], cwd=str(tmp_path), env=dict(os.environ), timeout=1)

@@ -1,6 +1,8 @@
 """Crash-safety runs against a try-out cluster of their own (docs/faults.md).
 
-    python -m tests.faults matrix [--size ci|full] [--json PATH]   kill and lost-response matrix, races, seeds
+    python -m tests.faults matrix [--size ci|full] [--part all|main|builds] [--json PATH]
+                                    kill and lost-response matrix, races, seeds; the template build's rows on a
+                                    debian-tier site of their own (--part builds: those only)
     python -m tests.faults soak [--schedules 500] [--first-seed 1001] [--jobs N] [--json PATH]   schedules only
     python -m tests.faults replay --seed N                          one random schedule again, exactly
 
@@ -18,6 +20,7 @@ import tempfile
 import time
 
 from tests.faults import report, schedules
+from tests.faults.builds import BuildMatrix
 from tests.faults.matrix import SIZES, Matrix
 from tests.faults.site import FaultSite
 
@@ -27,6 +30,9 @@ def main(argv=None):
     sub = parser.add_subparsers(dest='command', required=True)
     matrix = sub.add_parser('matrix', help='the kill and lost-response matrix, races and a fixed set of seeds')
     matrix.add_argument('--size', choices=sorted(SIZES), default='ci')
+    matrix.add_argument('--part', choices=('all', 'main', 'builds'), default='all',
+                        help='main: create, destroy, expiry, races and seeds; builds: the template build\'s rows, on '
+                             'a debian-tier site of their own; all (the default): both, one after the other')
     soak = sub.add_parser('soak', help='many random schedules')
     soak.add_argument('--schedules', type=int, default=500)
     soak.add_argument('--first-seed', type=int, default=1001)
@@ -43,8 +49,21 @@ def main(argv=None):
 
     if args.command == 'soak' and args.jobs > 1:
         return soak_in_parallel(args)
-    workdir = tempfile.mkdtemp(prefix='ephemera-faults-')
     started = time.monotonic()
+    part = getattr(args, 'part', 'main')
+    cells, uncovered = [], []
+    if part != 'builds':
+        cells, uncovered = run_main(args)
+    if args.command == 'matrix' and part != 'main':
+        build_cells, build_uncovered = run_builds(args)
+        cells += build_cells
+        uncovered += build_uncovered
+    return finish(args, cells, uncovered, started)
+
+
+def run_main(args):
+    """The create, destroy and expiry rows, races and seeds (or the soak's and replay's seeds), on a host-tier site."""
+    workdir = tempfile.mkdtemp(prefix='ephemera-faults-')
     site = FaultSite.start(workdir)
     try:
         runner = Matrix(site, size=getattr(args, 'size', 'ci'), log=lambda line: print(line, flush=True))
@@ -69,7 +88,28 @@ def main(argv=None):
         else:
             print('kept: %s' % workdir)
     uncovered = runner.uncovered if args.command == 'matrix' else []
-    return finish(args, cells, uncovered, started)
+    return cells, uncovered
+
+
+def run_builds(args):
+    """The template build's rows on a debian-tier site of its own (tests/faults/builds.py)."""
+    if os.geteuid() != 0:
+        return [], [('kill build, lost response: build', 'the debian guest tier that builds need runs as root only')]
+    started = time.monotonic()
+    workdir = tempfile.mkdtemp(prefix='ephemera-faults-builds-')
+    site = FaultSite.start(workdir, guests='debian')
+    try:
+        runner = BuildMatrix(site, size=args.size, log=lambda line: print(line, flush=True))
+        cells = runner.run_all()
+    finally:
+        site.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print('kept: %s' % workdir)
+    print('builds: %d points, %d runs in %.0f s' % (len(runner.points), len(cells), time.monotonic() - started),
+          flush=True)
+    return cells, []
 
 
 def finish(args, cells, uncovered, started):

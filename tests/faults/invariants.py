@@ -11,6 +11,12 @@
 
 A leak is one of our containers (its marker verifies for this controller) that the journal does not
 account for: no record, a destroyed record, or a record naming another VMID.
+
+A template build (check_build) adds two, over one template:
+
+    pointer      the pointer (current and previous) names only versions that are built; checked after every run
+    versions     every built version's container is there, ours, and a template; a container of a build candidate
+                 is a leak unless it is the container of a built version (a failed or unfinished version leaves none)
 """
 
 import os
@@ -30,8 +36,11 @@ ACTIONS = (
     ('POST', re.compile(r'^/nodes/[^/]+/lxc/(\d+)/status/shutdown$'), 'shutdown'),
     ('POST', re.compile(r'^/nodes/[^/]+/lxc/(\d+)/status/stop$'), 'stop'),
     ('DELETE', re.compile(r'^/nodes/[^/]+/lxc/(\d+)$'), 'delete'),
+    ('POST', re.compile(r'^/nodes/[^/]+/lxc/(\d+)/template$'), 'convert'),
     ('POST', re.compile(r'^/nodes/[^/]+/lxc/\d+/clone$'), 'clone'),
 )
+# A template build's own invariants (check_build), over one template's pointer and versions.
+BUILD_NAMES = ('pointer', 'versions')
 IGNORED_CONFIG_KEYS = ('digest',)
 
 
@@ -230,3 +239,59 @@ def check(site, names, foreign_before, requests, secret, clones, since):
     found['foreign'] = check_foreign(foreign_before, view, requests)
     found['credentials'] = check_credentials(site)
     return found, leaks(view, records), view
+
+
+def check_pointer(journal, template):
+    """The template's pointer names only built versions (current and previous): violations, as text."""
+    pointer = journal.template(template)
+    if not pointer:
+        return []
+    out = []
+    for field in ('current', 'previous'):
+        number = pointer.get(field)
+        if number is None:
+            continue
+        version = journal.template_version(template, number)
+        if version is None or version['state'] != 'built':
+            out.append('template %s: %s names v%s, which is %s, not built'
+                       % (template, field, number, version['state'] if version else 'not recorded'))
+    return out
+
+
+def check_build(site, view, template):
+    """Over one template's builds: (violations by BUILD_NAMES, leaks vmid -> why) after the runs converged.
+
+    A container whose marker names a build candidate of ``template`` is accounted for only by a built version
+    that records that very container; any other (of a failed version, of one still building, of no version)
+    is a leak.
+    """
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.template import candidate_name
+    found = dict((k, []) for k in BUILD_NAMES)
+    leaked = {}
+    with site.journal() as journal:
+        found['pointer'] = check_pointer(journal, template)
+        versions = journal.template_versions(template)
+    by_name = dict((v['workspace'], v) for v in versions)
+    prefix = candidate_name(template, 1)[:-1]
+    for vmid, owner in sorted(view.ours.items()):
+        if not owner.startswith(prefix):
+            continue
+        version = by_name.get(owner)
+        if version is None:
+            leaked[vmid] = '%s: no version of template %s records it' % (owner, template)
+        elif version['state'] != 'built':
+            leaked[vmid] = '%s: version %d is %s, yet CT %d is there' % (
+                owner, version['version'], version['state'], vmid)
+        elif version['resource_id'] != vmid:
+            leaked[vmid] = '%s: version %d records CT %s, not CT %d' % (
+                owner, version['version'], version['resource_id'], vmid)
+    templates = set(vmid for vmid, (dummy, dummy2, resource) in view.containers.items() if resource.get('template'))
+    for version in versions:
+        if version['state'] != 'built':
+            continue
+        vmid = version['resource_id']
+        if view.ours.get(vmid) != version['workspace']:
+            found['versions'].append('%s v%d: CT %s is gone or not ours' % (template, version['version'], vmid))
+        elif vmid not in templates:
+            found['versions'].append('%s v%d: CT %s is not a template' % (template, version['version'], vmid))
+    return found, leaked

@@ -38,9 +38,14 @@ GIT_USER = 'fault-bot'
 AGENTS = {'fake': ['sh', '-c', 'echo "working on: {purpose}"']}
 RUN_TIMEOUT = 180
 PLAYBOOKS = {'create': 'ephemera.workspaces.create', 'destroy': 'ephemera.workspaces.destroy',
-             'reconcile': 'ephemera.workspaces.reconcile', 'expire': 'ephemera.workspaces.expire'}
+             'reconcile': 'ephemera.workspaces.reconcile', 'expire': 'ephemera.workspaces.expire',
+             'build': 'ephemera.workspaces.template_build'}
 # The lease of a workspace made for the expiry sweep's rows: idle for a second, so expired once it is ready.
 EXPIRING = {'ttl': 600, 'idle_timeout': 1}
+# What a build installs in the matrix: nothing (the steps around provisioning, quickly), and two tools that the
+# debian tier's guests have.
+BUILD_LISTS = {'ephemera_packages': [], 'ephemera_npm_packages': [], 'ephemera_agent_commands': [],
+               'ephemera_tools': ['git', 'python3']}
 
 
 class Kill:
@@ -191,6 +196,11 @@ class FaultSite:
     def reconcile_op(self):
         return {'op': 'reconcile', 'secrets': self.op_secrets()}
 
+    def build_op(self, template, source=None):
+        """A build of ``template`` (the template_build playbook) from ``source``, the seed template by default."""
+        return {'op': 'build', 'template': template,
+                'source': self.info['template_vmid'] if source is None else source}
+
     def playbook_vars(self, op):
         """The extra vars of ``op``'s run: the try-out cluster's connection and settings, the request, the secrets."""
         info = self.info
@@ -210,6 +220,11 @@ class FaultSite:
             request = self.request_args(op['workspace'])
             values.update(repo=request['repo'], ref=request['ref'], purpose=request['purpose'], agent=request['agent'])
             values.update(op.get('lease') or {})
+        if op['op'] == 'build':
+            # The debian tier: root logs in, the agent user is the guests' own; the guests' files are their own root.
+            values.update(BUILD_LISTS, template=op['template'], source=op['source'],
+                          ephemera_agent_user=info.get('agent_user') or info['ssh_user'],
+                          ephemera_guest_root=info.get('guest_prefix') or info['guest_root'])
         return values
 
     @contextlib.contextmanager

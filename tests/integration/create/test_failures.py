@@ -80,9 +80,11 @@ def test_clone_task_failed_its_log_is_kept_nothing_is_left_and_a_rerun_clones_ag
 
 def test_boot_failed_the_container_stays_failed_for_diagnosis_and_a_retry_starts_it(controller, repo):
     name = 'boot-fails'
-    controller.cluster.pve_fail('POST', START, error='mtu_size_bigger_than_bridge', times=1)
+    # Twice: the step stops the container and starts it once more after a failed start (the cold-start fallback).
+    controller.cluster.pve_fail('POST', START, error='mtu_size_bigger_than_bridge', times=2)
     run = controller.create(request_vars(repo.url, name))
     assert not run.ok and run.failure()[0].startswith('6/13'), run.explain()
+    assert 'did not start, twice' in run.failure()[1]['msg']
     ws = controller.workspace(name)
     assert (ws['status'], ws['failure']['step'], ws['failure']['phase']) == ('failed', 'start', 'booting')
     assert any('MTU size' in line for line in ws['failure']['log_tail'])

@@ -54,7 +54,7 @@ BAD_INPUT = {
                      "Pool 'no-such-pool' does not exist. Create it (pveum pool add no-such-pool)"),
     'repo-not-a-url': ({'repo': 'not a repository'}, "Repository 'not a repository' is not a URL"),
     'repo-option': ({'repo': '--upload-pack=touch /tmp/x'}, 'is not a URL'),
-    'repo-password': ({'repo': 'https://bot:hunter2@git.example.com/app.git'}, 'carries a password'),
+    'repo-password': ({'repo': 'https://bot:hunter2@git.example.com/app.git'}, 'carries a login (user or token before the host)'),
     'ref-dots': ({'ref': 'main..feature'}, "Ref 'main..feature' is not a branch, tag or commit name git accepts"),
     'ref-option': ({'ref': '--orphan'}, "Ref '--orphan' is not"),
     'name': ({'workspace': 'Bad_Name'}, "Invalid workspace name 'Bad_Name'"),

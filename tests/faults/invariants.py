@@ -15,7 +15,8 @@ account for: no record, a destroyed record, or a record naming another VMID.
 A template build (check_build) adds two, over one template:
 
     pointer      the pointer (current and previous) names only versions that are built; checked after every run
-    versions     every built version's container is there, ours, and a template; a container of a build candidate
+    versions     every built version's container is there, ours, and a template, and its record is a template's
+                 (status template, no address held); a container of a build candidate
                  is a leak unless it is the container of a built version (a failed or unfinished version leaves none)
 """
 
@@ -271,6 +272,8 @@ def check_build(site, view, template):
     with site.journal() as journal:
         found['pointer'] = check_pointer(journal, template)
         versions = journal.template_versions(template)
+        records = dict((v['workspace'], journal.get_workspace(v['workspace'])) for v in versions)
+        held = set(lease['workspace'] for lease in journal.address_leases())
     by_name = dict((v['workspace'], v) for v in versions)
     prefix = candidate_name(template, 1)[:-1]
     for vmid, owner in sorted(view.ours.items()):
@@ -294,4 +297,11 @@ def check_build(site, view, template):
             found['versions'].append('%s v%d: CT %s is gone or not ours' % (template, version['version'], vmid))
         elif vmid not in templates:
             found['versions'].append('%s v%d: CT %s is not a template' % (template, version['version'], vmid))
+        record = records.get(version['workspace']) or {}
+        if record.get('status') != 'template':
+            found['versions'].append('%s v%d is built, but its record %s is %s, not template'
+                                     % (template, version['version'], version['workspace'], record.get('status')))
+        if version['workspace'] in held:
+            found['versions'].append('%s v%d is built, but its record %s still holds an address'
+                                     % (template, version['version'], version['workspace']))
     return found, leaked

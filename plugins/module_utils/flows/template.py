@@ -348,6 +348,7 @@ class TemplateBuild:
             return StepResult(True, 'prepare: would build template %s from %s%s' % (
                 self.name, provider.label(vmid), ' (abandoning the unfinished build v%d)' % left['version']
                 if left else ''))
+        finished = self.finish_built()
         aborted = []
         if left is not None:
             # An earlier build died before it finished: its candidate goes, its version is failed; the pointer never
@@ -382,7 +383,23 @@ class TemplateBuild:
         return StepResult(True, 'prepare: building template %s v%d from %s%s' % (
             self.name, version['version'], provider.label(vmid),
             '; the unfinished build v%d was abandoned' % aborted[0] if aborted else ''),
-            version=version['version'], candidate=ws_name, source=source, aborted=aborted)
+            version=version['version'], candidate=ws_name, source=source, aborted=aborted, finished=finished)
+
+    def finish_built(self):
+        """Finish the records of built versions whose run died after the pointer switch (finalize's first commit,
+        the version built and current from then on), so that no later step would: the address goes back, the
+        record becomes the version's template record. Returns those versions."""
+        finished = []
+        for version in self.journal.template_versions(self.name, state='built'):
+            ws = self.journal.get_workspace(version['workspace'])
+            if ws is None or ws['status'] in ('template', 'destroyed'):
+                continue
+            flow = self.candidate_flow(version)
+            self.journal.release_address(flow.name, claim=self.claim)
+            flow.save('template', status='template', failure=None,
+                      progress=dict(flow.ws['progress'], finalize=flow.ws['progress'].get('finalize') or time.time()))
+            finished.append(version['version'])
+        return finished
 
     # ------------------------------------------------------------------ finalize
 

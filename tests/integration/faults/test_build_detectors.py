@@ -38,7 +38,10 @@ def built(journal, version, vmid):
                                             lambda v: 'tb-%s-v%d' % (TEMPLATE, v))
     assert record['version'] == version
     journal.update_template_version(TEMPLATE, version, resource_id=vmid, location='pve1', provider='proxmox')
+    journal.create_workspace(record['workspace'], status='bootstrapping', params={'build': {'version': version}})
     journal.switch_template(TEMPLATE, version, finish_build=True)
+    ws = journal.get_workspace(record['workspace'])
+    journal.update_workspace(ws['name'], ws['generation'], status='template')
 
 
 def journal_with_two_versions(tmp_path, second_state):
@@ -108,6 +111,19 @@ def test_a_pointer_violation_after_any_run_fails_the_cell_even_if_it_converged_l
     matrix.site = Site(path)
     matrix.run(cell, {'op': 'build'})
     assert cell.pointer_violations == ['template fb: current names v2, which is failed, not built']
+
+
+def test_a_built_versions_record_that_is_not_a_templates_is_seen(tmp_path):
+    """What a build killed after its pointer switch, and never finished, would leave: the record short of template,
+    with the address it held while it was a candidate."""
+    path = journal_with_two_versions(tmp_path, 'failed')
+    with Journal.open(path) as journal:
+        ws = journal.get_workspace('tb-fb-v1')
+        journal.update_workspace('tb-fb-v1', ws['generation'], status='bootstrapping')
+        assert journal.lease_address('disposable-workspaces', 'tb-fb-v1', ['127.0.9.10'])
+    found, leaks = invariants.check_build(JournalOnly(path), View({100: 'tb-fb-v1'}, {100}), TEMPLATE)
+    assert found['versions'] == ['fb v1 is built, but its record tb-fb-v1 is bootstrapping, not template',
+                                 'fb v1 is built, but its record tb-fb-v1 still holds an address'] and leaks == {}
 
 
 def test_a_failed_or_unfinished_versions_container_is_a_leak_and_a_built_one_must_be_a_template(tmp_path):

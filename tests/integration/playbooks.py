@@ -55,6 +55,18 @@ class Cluster:
         return self.info['guest_root'].replace('{vmid}', str(vmid))
 
 
+@contextlib.contextmanager
+def running_cluster(state_dir, **options):
+    """A try-out cluster process in ``state_dir`` (time scale 0 unless given) for the block; its ControlClient."""
+    options.setdefault('time_scale', 0)
+    opts = Options(state_dir=str(state_dir), host=pick_host(), api_port=0, proxy_port=0, **options).check()
+    client = ControlClient(up(opts))
+    try:
+        yield client
+    finally:
+        down(opts.state_dir)
+
+
 class Site:
     """One controller: a journal and the environment that points the playbooks at the cluster."""
 

@@ -12,13 +12,10 @@ import stat
 
 import pytest
 
+from tests.integration.playbooks import running_cluster
 from tests.integration.create.createrun import DESTROY, Controller, files_containing, request_vars
 from tests.integration.create.gitserver import GitHttpServer, Repo
 from tests.localpve import ssh, ssh_run, system
-from tests.localpve.cluster import pick_host
-from tests.localpve.config import Options
-from tests.localpve.control import ControlClient
-from tests.localpve.process import down, up
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason='the debian guest tier needs root (mounts, namespaces)')
 
@@ -31,13 +28,8 @@ RUNNER_DIR = '/var/lib/ephemera/runner'
 
 @pytest.fixture(scope='module')
 def cluster(tmp_path_factory):
-    opts = Options(state_dir=str(tmp_path_factory.mktemp('debian-create')), host=pick_host(), api_port=0,
-                   proxy_port=0, time_scale=0, guests='debian').check()
-    client = ControlClient(up(opts))
-    try:
+    with running_cluster(tmp_path_factory.mktemp('debian-create'), guests='debian') as client:
         yield client
-    finally:
-        down(opts.state_dir)
 
 
 @pytest.fixture(scope='module')

@@ -13,14 +13,11 @@ import secrets
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
+from tests.integration.playbooks import running_cluster
 from tests.integration.create.createrun import Controller, request_vars
 from tests.integration.create.gitserver import GitHttpServer, Repo
 from tests.ansible_run import wait_until
 from tests.localpve import ssh, ssh_run
-from tests.localpve.cluster import pick_host
-from tests.localpve.config import Options
-from tests.localpve.control import ControlClient
-from tests.localpve.process import down, up
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason='the debian guest tier needs root (mounts, namespaces)')
 
@@ -41,13 +38,8 @@ EMPTY = {'ephemera_packages': [], 'ephemera_npm_packages': [], 'ephemera_agent_c
 
 @pytest.fixture(scope='module')
 def cluster(tmp_path_factory):
-    opts = Options(state_dir=str(tmp_path_factory.mktemp('template-build')), host=pick_host(), api_port=0,
-                   proxy_port=0, time_scale=0, guests='debian').check()
-    client = ControlClient(up(opts))
-    try:
+    with running_cluster(tmp_path_factory.mktemp('template-build'), guests='debian') as client:
         yield client
-    finally:
-        down(opts.state_dir)
 
 
 @pytest.fixture(scope='module')

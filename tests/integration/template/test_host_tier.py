@@ -11,11 +11,8 @@ import os
 
 import pytest
 
+from tests.integration.playbooks import running_cluster
 from tests.integration.create.createrun import Controller
-from tests.localpve.cluster import pick_host
-from tests.localpve.config import Options
-from tests.localpve.control import ControlClient
-from tests.localpve.process import down, up
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BUILD = os.path.join(ROOT, 'playbooks', 'template_build.yml')
@@ -41,13 +38,8 @@ def fingerprint(paths):
 
 @pytest.fixture(scope='module')
 def cluster(tmp_path_factory):
-    opts = Options(state_dir=str(tmp_path_factory.mktemp('template-host')), host=pick_host(), api_port=0,
-                   proxy_port=0, time_scale=0).check()
-    client = ControlClient(up(opts))
-    try:
+    with running_cluster(tmp_path_factory.mktemp('template-host')) as client:
         yield client
-    finally:
-        down(opts.state_dir)
 
 
 def test_a_build_never_provisions_or_cleans_this_machine(cluster, tmp_path):

@@ -190,8 +190,9 @@ msg:
   sample: "switch the pointer: template workspace is v4 (CT 131) now; v3 kept for a switch back"
 details:
   description:
-    - Facts of the step. V(prepare) C(version), C(candidate) (the candidate's record), C(source) and C(aborted)
-      (unfinished builds abandoned); V(verify) C(tools), each tool's version; V(finalize) and V(switch)
+    - Facts of the step. V(prepare) C(version), C(candidate) (the candidate's record), C(source), C(aborted)
+      (unfinished builds abandoned) and C(finished) (built versions whose run died after the switch, their records
+      finished); V(verify) C(tools), each tool's version; V(finalize) and V(switch)
       C(version), C(previous), C(vmid), and for V(finalize) C(tools) and C(removable), older versions no build
       removes, each with the number of recorded workspaces cloned from it.
   returned: always

@@ -39,11 +39,11 @@ LOST = (
     # A build killed while its candidate runs; the next build's prepare step aborts it and removes the candidate.
     ('delete on abort (the next build)', 'DELETE', '/nodes/*/lxc/*', 'killed before'),
 )
-# ci: one chain through the points where a kill leaves a state of its own for the next build (changes_state), the
-# build run again; full: every point, each killed in a build of its own, then the build again or reconcile first.
+# ci: one chain through the decisive points (below), the build run again; full: every point, each killed in a build
+# of its own, then the build again or reconcile first.
 # full also kills the abort: in the build after one killed while its candidate ran (ABORT_SETUP), at every point of
 # the abort of that candidate.
-SIZES = {'ci': {'chains': True, 'variants': ('rerun',), 'points': 'changing', 'abort': False},
+SIZES = {'ci': {'chains': True, 'variants': ('rerun',), 'points': 'decisive', 'abort': False},
          'full': {'chains': False, 'variants': ('rerun', 'reconcile'), 'points': 'all', 'abort': True}}
 ABORT_SETUP = ('candidate', 'template.provision begin', 1)
 # Points after which nothing changed since the point before but bookkeeping: the start of a step, the queue's note
@@ -80,6 +80,19 @@ def changes_state(point):
     command on the guest."""
     role, where, nth = point
     return where.split(' ', 1)[1] not in BOOKKEEPING
+
+
+# ci kills only where a build records a decision of its own or hears an API answer (each mutating call's answer,
+# the version and the candidate's record, the candidate id, the clone's dispatch, the pointer switch and the record
+# that finishes it): the points between them, on the guest and in the journal, are killed in the full size only.
+DECISIVE = ('journal template_version', 'journal create_workspace', 'journal candidate_vmid', 'journal template_switch',
+            'journal template')
+
+
+def decisive(point):
+    role, where, nth = point
+    what = where.split(' ', 1)[1]
+    return what.startswith('pve ') or what in DECISIVE or (what == 'journal clone' and nth == 1)
 
 
 def row_of(point):
@@ -262,6 +275,8 @@ class BuildMatrix:
 
     def kill_points(self):
         """The points this size kills at."""
+        if self.size['points'] == 'decisive':
+            return [point for point in self.points if decisive(point)]
         if self.size['points'] == 'changing':
             return [point for point in self.points if changes_state(point)]
         return list(self.points)

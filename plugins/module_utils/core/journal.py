@@ -1136,7 +1136,7 @@ class Journal:
     # ---------------------------------------------------------------- templates
 
     @staticmethod
-    def template_events(name):
+    def template_event_key(name):
         """The event-log key of template ``name`` (events of non-workspace targets are logged as "<type>:<name>")."""
         return 'template:%s' % name
 
@@ -1172,7 +1172,7 @@ class Journal:
             conn.execute('INSERT INTO template_versions (name, version, state, source, workspace, created_at, entry) '
                          "VALUES (?, ?, 'building', ?, ?, ?, ?)",
                          (name, version, _dumps(source), workspace_of(version), now, entry))
-            self._append_event(conn, self.template_events(name), 'recorded', 'build_started',
+            self._append_event(conn, self.template_event_key(name), 'recorded', 'build_started',
                                {'version': version, 'source': source, 'workspace': workspace_of(version)}, now)
         return self.template_version(name, version)
 
@@ -1196,7 +1196,7 @@ class Journal:
                                args + [name, int(version)])
             if cur.rowcount != 1:
                 raise JournalError('Template %s has no version %s recorded; nothing was written.' % (name, version))
-            self._append_event(conn, self.template_events(name), 'observed', 'version_' + (state or 'updated'),
+            self._append_event(conn, self.template_event_key(name), 'observed', 'version_' + (state or 'updated'),
                                dict(fields, version=version, state=state))
         return self.template_version(name, version)
 
@@ -1226,12 +1226,12 @@ class Journal:
             else:
                 conn.execute('UPDATE templates SET previous = current, current = ?, updated_at = ?, '
                              'generation = generation + 1 WHERE name = ?', (int(version), now, name))
-            self._append_event(conn, self.template_events(name), 'recorded', 'switched',
+            self._append_event(conn, self.template_event_key(name), 'recorded', 'switched',
                                {'from': current, 'to': int(version)}, now)
         return self.template(name)
 
     def template_events_of(self, name, limit=None):
-        return self.events(self.template_events(name), limit)
+        return self.events(self.template_event_key(name), limit)
 
 
 def claim_parts(claim):

@@ -758,7 +758,7 @@ class CreateFlow(Flow):
             # Cold-start fallback: a start that fails is often a guest left half up by an earlier start. Stop it
             # gracefully, then by force, and start once more; if that fails too, both errors are told.
             self.save('start_failed', detail={'vmid': vmid, 'error': str(first)})
-            self._stop_for_retry(resource)
+            self._stop(resource, 30, 'start failed')
             try:
                 upid = self._start(resource, None)
             except (ProviderError, CreateError) as second:
@@ -790,17 +790,19 @@ class CreateFlow(Flow):
             self._wait_running(resource)
         return upid
 
-    def _stop_for_retry(self, resource):
-        """A graceful shutdown, then a forced stop, of a container whose start failed; what they say is recorded."""
-        for action, call in (('shutdown', lambda: self.provider.shutdown(resource, 30)),
+    def _stop(self, resource, shutdown_timeout, why):
+        """A graceful shutdown (``shutdown_timeout`` seconds), then a forced stop if it still runs; each dispatch and
+        what it answered is recorded with ``why``. The caller checks the outcome."""
+        for action, call in (('shutdown', lambda: self.provider.shutdown(resource, shutdown_timeout)),
                              ('stop', lambda: self.provider.stop(resource))):
             if not self.provider.power(resource).running:
                 return
-            self.event('dispatched', action, {'vmid': resource.id, 'why': 'start failed'})
+            self.event('dispatched', action, {'vmid': resource.id, 'why': why})
             try:
                 handle = call()
                 if handle:
-                    self.provider.wait(handle, timeout=self.params['task_timeout'])
+                    timeout = shutdown_timeout + 30 if action == 'shutdown' else self.params['task_timeout']
+                    self.provider.wait(handle, timeout=timeout)
             except ProviderError as err:
                 self.event('observed', action + '_failed', {'vmid': resource.id, 'error': str(err)})
 

@@ -44,7 +44,6 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import template as provisioning
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
     InvalidRequest,
-    ProviderError,
     TaskTimeout,
     UnknownOutcome,
 )
@@ -187,27 +186,12 @@ class CandidateFlow(CreateFlow):
         if not self.provider.power(resource).running:
             self.done('stop')
             return StepResult(False, 'stop: %s is stopped' % label)
-        timeout = self.params['shutdown_timeout']
-        self.event('dispatched', 'shutdown', {'vmid': resource.id, 'timeout': timeout})
-        try:
-            upid = self.provider.shutdown(resource, timeout)
-            if upid:
-                self.provider.wait(upid, timeout=timeout + 30)
-        except ProviderError as err:
-            self.event('observed', 'shutdown_incomplete', {'vmid': resource.id, 'error': str(err)})
-        if self.provider.power(resource).running:
-            self.event('dispatched', 'stop', {'vmid': resource.id})
-            try:
-                upid = self.provider.stop(resource)
-                if upid:
-                    self.provider.wait(upid, timeout=self.params['task_timeout'])
-            except (TaskTimeout, UnknownOutcome) as err:
-                self.event('observed', 'stop_incomplete', {'vmid': resource.id, 'error': str(err)})
+        self._stop(resource, self.params['shutdown_timeout'], 'to convert it into a template')
 
-            def probe(remaining):
-                return waiter.pending() if self.provider.power(resource).running else waiter.done()
-            if not waiter.wait_for(probe, self.params['task_timeout'], waiter.Backoff(start=0.2, maximum=2.0)).ok:
-                raise TemplateError('%s is still running after a forced stop; it cannot be converted.' % label)
+        def probe(remaining):
+            return waiter.pending() if self.provider.power(resource).running else waiter.done()
+        if not waiter.wait_for(probe, self.params['task_timeout'], waiter.Backoff(start=0.2, maximum=2.0)).ok:
+            raise TemplateError('%s is still running after a forced stop; it cannot be converted.' % label)
         self.done('stop')
         return StepResult(True, 'stop: %s stopped' % label)
 

@@ -179,7 +179,7 @@ def _assert_nothing_behind(site, before_guests, before_pointer, failed_version):
     version = [v for v in versions if v['version'] == failed_version][0]
     assert version['state'] == 'failed' and version['errors'], version
     assert every_guest(site).keys() == before_guests.keys()
-    assert site.workspace(version['workspace'])['status'] in ('destroyed', 'requested')
+    assert site.workspace(version['workspace'])['status'] == 'destroyed'
     return version
 
 

@@ -2,7 +2,7 @@
 
 from tests.faults import report, schedules
 from tests.faults.cells import Cell
-from tests.faults.matrix import points_of
+from tests.faults.matrix import decisive, points_of
 
 
 def cell(row, kind='kill', converged=True, leaks=(), foreign=(), reruns=1, violations=None):
@@ -68,3 +68,12 @@ def test_a_row_not_run_by_the_shipped_playbooks_fails():
     lines = report.table([twin, nothing])
     assert 'not run by the shipped playbooks' in lines[2] and 'no run' in lines[3]
     assert report.totals([twin, nothing])['failed'] == 2
+
+
+def test_the_ci_chains_pass_over_a_steps_start_and_its_queue_record_only():
+    points = [('create.vmid begin', 1), ('create.vmid journal queue step', 1), ('create.vmid journal status', 1),
+              ('create.vmid journal candidate_vmid', 1), ('create.clone pve POST /nodes/*/lxc/*/clone', 1),
+              ('create.clone ssh bootstrap', 1), ('queue.claimed journal queue enqueue', 1)]
+    assert decisive(points) == [('create.vmid journal status', 1), ('create.vmid journal candidate_vmid', 1),
+                                ('create.clone pve POST /nodes/*/lxc/*/clone', 1), ('create.clone ssh bootstrap', 1),
+                                ('queue.claimed journal queue enqueue', 1)]

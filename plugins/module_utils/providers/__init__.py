@@ -14,6 +14,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base
 PROVIDERS = {
     'proxmox': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider',
                 'ProxmoxProvider'),
+    'aws': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.provider', 'AwsProvider'),
 }
 
 

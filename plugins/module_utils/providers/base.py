@@ -168,13 +168,14 @@ class Allocation:
     ``full`` (an independent copy rather than a linked one), ``storage`` (where a full copy goes) and ``labels``
     (the lease's labels, core.lease.lease_labels, written with the marker in the same call) and ``nonce`` (the
     marker nonce the journal recorded for this life of the workspace; None writes a fresh one, for callers that
-    keep no record)."""
+    keep no record) and ``options`` (what the provider's own launch settings were when the request was recorded:
+    an instance type, a subnet; None for a provider that has none)."""
 
     __slots__ = ('candidate', 'workspace', 'source', 'location', 'hostname', 'scope', 'full', 'storage', 'labels',
-                 'nonce')
+                 'nonce', 'options')
 
     def __init__(self, candidate, workspace, source, location, hostname, scope, full=False, storage=None,
-                 labels=None, nonce=None):
+                 labels=None, nonce=None, options=None):
         self.candidate = candidate
         self.workspace = workspace
         self.source = source
@@ -185,6 +186,7 @@ class Allocation:
         self.storage = storage
         self.labels = labels
         self.nonce = nonce
+        self.options = options
 
 
 class Settings:
@@ -214,6 +216,9 @@ class Provider:
     """
 
     name = None
+    # Seconds after a dispatched allocation whose answer was lost during which a complete, empty inventory does not
+    # yet prove it made nothing (a cloud may show a new resource late). 0: absence is proven at once.
+    absence_window = 0
 
     def __init__(self, secret=None):
         self.secret = secret
@@ -298,6 +303,25 @@ class Provider:
         """A free id to allocate at (reserving nothing), none of ``avoid``; Conflict when the provider keeps
         offering ids of ``avoid`` (``sleep`` pauses between asking again)."""
         raise NotImplementedError
+
+    def candidate_for(self, workspace, stamp, avoid=(), sleep=None):
+        """The candidate id of ``workspace``'s record made at ``stamp`` (a provider whose ids come from the answer
+        derives its idempotency token from them); the others take :meth:`candidate`."""
+        return self.candidate(avoid, sleep=sleep)
+
+    def resolve_source(self, source):
+        """The id to allocate from for what a request names as its source (an image name resolved once, to be
+        recorded); ``source`` itself where the provider resolves nothing."""
+        return source
+
+    def launch_options(self):
+        """The provider's own settings of an allocation, for the request's record (None: it has none)."""
+        return None
+
+    def resource_of(self, candidate, task, location=None):
+        """The id of the resource the allocation of ``candidate`` made (``task``: its handle, or None): the
+        candidate itself where the candidate id is the resource's id."""
+        return candidate
 
     def allocate(self, allocation):
         """Allocate ``allocation.candidate`` with the marker of ``allocation.workspace``; a task handle.

@@ -1,0 +1,584 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The AWS provider: workspaces are EC2 instances launched from an AMI.
+
+Ids are instance ids, locations are regions, the scope is the ``ephemera:scope`` tag, task handles name an
+instance and what was asked of it (``ec2/run/<region>/<id>/<epoch>``), and the ownership marker is the value of
+the ``ephemera:marker`` tag. The candidate id a create records before it dispatches is the ``ClientToken`` of
+``RunInstances`` (derived from the workspace and its record), so a retry after a lost answer asks for the same
+instance; the marker binds that token, and every tag goes on the instance and its volumes in the ``RunInstances``
+call itself (``TagSpecifications``), so the claim and the resource are one act. The instance id of the answer is
+in the handle the flow records at once.
+
+A new instance id may be unknown to ``DescribeInstances`` for a while: within ``visibility_window`` seconds of
+learning it, ``InvalidInstanceID.NotFound`` means "not visible yet", never "absent". A delete is done when
+``TerminateInstances`` acknowledged the exact instance and a read then shows it ``terminated`` (or an exact
+NotFound once the window has passed).
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import base64
+import hashlib
+import re
+import time
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.client import (
+    ENDPOINT_ENV,
+    REGION_ENV,
+    Ec2,
+    option,
+)
+
+NAME = 'aws'
+KIND = 'ec2'
+TAG_PREFIX = 'ephemera:'
+TAG_MARKER = 'ephemera:marker'
+TAG_WORKSPACE = 'ephemera:workspace'
+TAG_SCOPE = 'ephemera:scope'
+TAG_TOKEN = 'ephemera:token'
+TAG_LEASE_ID = 'ephemera:lease-id'
+TAG_CREATED_BY = 'ephemera:created-by'
+LABEL_KEYS = (leasing.LABEL_STATE, leasing.LABEL_EXPIRES_AT, leasing.LABEL_KEEP, leasing.LABEL_CREATED_AT)
+# EC2's tag rules: letters, digits, spaces and + - = . _ : / @; keys up to 128 characters, values up to 256.
+TAG_CHARS = re.compile(r'^[\w +\-=.:/@]*$', re.U)
+GONE = ('terminated',)
+ENDING = ('shutting-down', 'terminated')
+DEFAULT_VISIBILITY_WINDOW = 60
+DEFAULT_ABSENCE_WINDOW = 1800
+SSM_PREFIX = 'resolve:ssm:'
+INSTANCE_ID = re.compile(r'^i-[0-9a-f]{8,17}$')
+AMI_ID = re.compile(r'^ami-[0-9a-f]{8,17}$')
+
+
+def tag_label(name):
+    """The tag key of a lease label."""
+    return TAG_PREFIX + name
+
+
+def check_tag(key, value):
+    """Refused, saying what is wrong, unless EC2 accepts the tag ``key``=``value`` and it is not one of ours."""
+    if not isinstance(key, str) or not key or len(key) > 128 or not TAG_CHARS.match(key):
+        raise base.InvalidRequest('Tag key %r is not allowed: EC2 takes 1 to 128 letters, digits, spaces and '
+                                  '"+-=._:/@".' % (key,))
+    if key.lower().startswith('aws:') or key.startswith(TAG_PREFIX) or key == 'Name':
+        raise base.InvalidRequest('Tag key %r is reserved (aws:, %s and Name are set by AWS or the collection). '
+                                  'Choose another key.' % (key, TAG_PREFIX))
+    text = '' if value is None else str(value)
+    if len(text) > 256 or not TAG_CHARS.match(text):
+        raise base.InvalidRequest('Tag %s has the value %r, which EC2 does not take: at most 256 letters, digits, '
+                                  'spaces and "+-=._:/@". Change the value.' % (key, text))
+
+
+def token_number(token):
+    """The number an ownership marker binds for a client token (markers bind a resource's number of 10 digits)."""
+    return 1000000000 + int(hashlib.sha256(token.encode('utf-8')).hexdigest()[:12], 16) % 9000000000
+
+
+def tags_of(instance):
+    return dict((t.get('Key'), t.get('Value')) for t in instance.get('Tags') or [])
+
+
+def handle(action, region, instance_id, at=None):
+    return 'ec2/%s/%s/%s/%d' % (action, region, instance_id, int(at if at is not None else time.time()))
+
+
+def parse_handle(text):
+    """(action, region, instance id, epoch) of a handle; ValueError for anything else."""
+    parts = (text or '').split('/')
+    if len(parts) != 5 or parts[0] != KIND:
+        raise ValueError('not an EC2 task handle: %r' % (text,))
+    return parts[1], parts[2], parts[3], int(parts[4])
+
+
+class TaskResult:
+    """What a finished EC2 "task" looks like to the flows (as a Proxmox task result does)."""
+
+    def __init__(self, handle, status='stopped', exitstatus='OK', log_tail=()):
+        self.upid = handle
+        self.status = status
+        self.exitstatus = exitstatus
+        self.succeeded = exitstatus == 'OK'
+        self.warnings = 0
+        self.warning_lines = []
+        self.log_tail = list(log_tail)
+        self.elapsed = 0.0
+
+
+def address_of(instance, kind='public'):
+    """The instance's IPv4 address of ``kind`` (public or private) from the documented fields, or None."""
+    if kind == 'public':
+        found = instance.get('PublicIpAddress')
+        if not found:
+            for nic in instance.get('NetworkInterfaces') or []:
+                found = (nic.get('Association') or {}).get('PublicIp')
+                if found:
+                    break
+        return found
+    found = instance.get('PrivateIpAddress')
+    if not found:
+        for nic in instance.get('NetworkInterfaces') or []:
+            found = nic.get('PrivateIpAddress')
+            if found:
+                break
+    return found
+
+
+def launch_options(params, environ=None):
+    """The launch settings of module params (doc fragment ephemera.workspaces.aws), as a request records them."""
+    groups = params.get('aws_security_group_ids') or []
+    return {
+        'instance_type': params.get('aws_instance_type') or 't3.micro',
+        'subnet_id': params.get('aws_subnet_id'),
+        'security_group_ids': sorted(groups),
+        'key_name': params.get('aws_key_name'),
+        'ssh_public_key': params.get('aws_ssh_public_key'),
+        'address': params.get('aws_address') or 'public',
+        'tags': dict(params.get('aws_tags') or {}),
+    }
+
+
+class AwsProvider(base.Provider):
+    """The provider seam over EC2 in one region (``ec2``: an :class:`Ec2`)."""
+
+    name = NAME
+
+    def __init__(self, ec2, secret=None, launch=None, visibility_window=DEFAULT_VISIBILITY_WINDOW,
+                 absence_window=DEFAULT_ABSENCE_WINDOW, sleep=time.sleep):
+        super(AwsProvider, self).__init__(secret)
+        self.ec2 = ec2
+        self.launch = dict(launch or {})
+        self.visibility_window = visibility_window
+        self.absence_window = absence_window
+        self.sleep = sleep
+        # Instance ids learned from an answer in this process, and when: NotFound within the window is "not yet".
+        self.learned = {}
+
+    @classmethod
+    def from_params(cls, params, secret=None, environ=None):
+        """A provider from module params (the options of doc fragment ephemera.workspaces.aws)."""
+        ec2 = Ec2(option(params, 'aws_region', REGION_ENV, environ), profile=option(params, 'aws_profile', ('AWS_PROFILE',), environ),
+                  access_key=params.get('aws_access_key_id'), secret_key=params.get('aws_secret_access_key'),
+                  session_token=params.get('aws_session_token'),
+                  endpoint_url=option(params, 'aws_endpoint_url', ENDPOINT_ENV, environ),
+                  retry_timeout=params.get('aws_retry_timeout') or 60)
+        visibility = params.get('aws_visibility_window')
+        absence = params.get('aws_absence_window')
+        return cls(ec2, secret, launch_options(params, environ),
+                   DEFAULT_VISIBILITY_WINDOW if visibility is None else visibility,
+                   DEFAULT_ABSENCE_WINDOW if absence is None else absence)
+
+    def with_secret(self, secret):
+        other = AwsProvider(self.ec2, secret, self.launch, self.visibility_window, self.absence_window, self.sleep)
+        other.learned = self.learned
+        return other
+
+    @staticmethod
+    def serves(api):
+        return isinstance(api, Ec2)
+
+    @property
+    def region(self):
+        return self.ec2.region
+
+    # ------------------------------------------------------------------- identity and wording
+
+    @classmethod
+    def label(cls, resource_id, location=None):
+        return 'instance %s' % resource_id + (' in %s' % location if location else '')
+
+    @classmethod
+    def resource_key(cls, resource_id, location=None):
+        key = '%s/%s' % (KIND, resource_id)
+        return key if location is None else '%s@%s' % (key, location)
+
+    @classmethod
+    def parse_resource_key(cls, key):
+        try:
+            kind, rest = key.split('/', 1)
+            instance, region = rest.split('@', 1)
+        except (AttributeError, ValueError):
+            return None, None
+        return (instance, region) if kind == KIND else (None, None)
+
+    # ------------------------------------------------------------------- ownership
+
+    def marker(self, workspace, resource_id, nonce=None):
+        """The marker of an instance launched with client token ``resource_id``."""
+        return ownership.render(self.secret, self.controller, workspace, token_number(resource_id),
+                                nonce or ownership.new_nonce())
+
+    @staticmethod
+    def token_of(resource):
+        """The client token an instance was launched with: AWS's own field where the API reports it, else our tag."""
+        native = resource.native or {}
+        return native.get('ClientToken') or tags_of(native).get(TAG_TOKEN)
+
+    def verify(self, resource, workspace=None, nonce=ownership.ANY):
+        if resource is None:
+            return ownership.ABSENT
+        token = self.token_of(resource)
+        bound = token_number(token) if token else -1
+        return ownership.verdict(resource.marker_text, self.secret, self.controller, workspace, bound, nonce)
+
+    # ------------------------------------------------------------------- the lease
+
+    def labels(self, resource):
+        tags = tags_of(resource.native or {})
+        return dict((k, tags[tag_label(k)]) for k in LABEL_KEYS if tag_label(k) in tags)
+
+    def write_labels(self, resource, labels):
+        ids = [resource.id] + self._volumes(resource)
+        tags = [{'Key': tag_label(k), 'Value': str(v)} for k, v in sorted(labels.items())]
+        self.ec2.call('create_tags', acts=True, Resources=ids, Tags=tags)
+
+    @staticmethod
+    def _volumes(resource):
+        return [m['Ebs']['VolumeId'] for m in (resource.native or {}).get('BlockDeviceMappings') or []
+                if (m.get('Ebs') or {}).get('VolumeId')]
+
+    # ------------------------------------------------------------------- allocation
+
+    def resolve_source(self, source):
+        """The AMI id of ``source`` (an AMI id, or an SSM parameter name, resolve:ssm:NAME or a name starting with
+        /), resolved once; Refused with what to give otherwise."""
+        text = str(source or '').strip()
+        if AMI_ID.match(text):
+            return text
+        name = text[len(SSM_PREFIX):] if text.startswith(SSM_PREFIX) else text
+        if not name.startswith('/'):
+            raise base.InvalidRequest('Image %r is neither an AMI id (ami-...) nor an SSM parameter name '
+                                      '(resolve:ssm:/aws/service/...).' % (source,))
+        try:
+            value = self.ec2.ssm_parameter(name)
+        except base.ProviderError as err:
+            raise base.InvalidRequest('Image %r: the SSM parameter could not be read: %s' % (source, err))
+        if not AMI_ID.match(value or ''):
+            raise base.InvalidRequest('Image %r: the SSM parameter holds %r, not an AMI id.' % (source, value))
+        return value
+
+    def check_source(self, source, location, scope):
+        """The region, after checking the AMI, the launch settings and the tags (no instance is launched)."""
+        if location and location != self.region:
+            raise base.InvalidRequest('The request names region %s, and the AWS connection is for %s: give one '
+                                      'region (aws_region).' % (location, self.region))
+        launch = self.launch
+        for key, value in sorted((launch.get('tags') or {}).items()):
+            check_tag(key, value)
+        check_tag('scope', scope)
+        if launch.get('address') not in ('public', 'private'):
+            raise base.InvalidRequest('aws_address is %r: give public or private.' % (launch.get('address'),))
+        images = self.ec2.call('describe_images', ImageIds=[source]).get('Images') or []
+        if not images:
+            raise base.InvalidRequest('AMI %s does not exist in %s. Give an AMI of this region.' % (source, self.region))
+        if images[0].get('State') not in (None, 'available'):
+            raise base.InvalidRequest('AMI %s is %s, not available.' % (source, images[0].get('State')))
+        self.ec2.call('describe_instance_types', InstanceTypes=[launch.get('instance_type') or 't3.micro'])
+        if launch.get('subnet_id'):
+            self.ec2.call('describe_subnets', SubnetIds=[launch['subnet_id']])
+        if launch.get('security_group_ids'):
+            self.ec2.call('describe_security_groups', GroupIds=list(launch['security_group_ids']))
+        if launch.get('key_name'):
+            self.ec2.call('describe_key_pairs', KeyNames=[launch['key_name']])
+        elif not launch.get('ssh_public_key'):
+            raise base.InvalidRequest('No way into the instance: give aws_key_name (an EC2 key pair) or '
+                                      'aws_ssh_public_key (a public key the instance gets through its user data).')
+        return self.region
+
+    def check_storage(self, location, storage):
+        return None
+
+    def candidate(self, avoid=(), sleep=None):
+        raise base.InvalidRequest('An EC2 client token is derived from its workspace: use candidate_for.')
+
+    def candidate_for(self, workspace, stamp, avoid=(), sleep=None):
+        """The client token of ``workspace``'s record made at ``stamp``: the same for every rerun, another one for
+        every token in ``avoid``."""
+        for n in range(len(avoid), len(avoid) + 100):
+            digest = hashlib.sha256(('%s\n%s\n%d' % (workspace, stamp, n)).encode('utf-8')).hexdigest()[:24]
+            token = 'ephemera-%s-%s' % (workspace[:30], digest)
+            if token not in avoid:
+                return token
+        raise base.Conflict('No free client token for %s.' % workspace)
+
+    def _tags(self, allocation):
+        a = allocation
+        launch = dict(self.launch, **(a.options or {}))
+        tags = {'Name': a.hostname, TAG_MARKER: self.marker(a.workspace, a.candidate, a.nonce),
+                TAG_WORKSPACE: a.workspace, TAG_SCOPE: a.scope, TAG_TOKEN: a.candidate}
+        for key, value in (a.labels or {}).items():
+            tags[tag_label(key)] = str(value)
+        extra = launch.get('lease') or {}
+        if extra.get('id'):
+            tags[TAG_LEASE_ID] = str(extra['id'])
+        if extra.get('created_by'):
+            tags[TAG_CREATED_BY] = str(extra['created_by'])[:256]
+        tags.update(launch.get('tags') or {})
+        return tags
+
+    def allocate(self, allocation):
+        a = allocation
+        launch = dict(self.launch, **(a.options or {}))
+        tags = [{'Key': k, 'Value': v} for k, v in sorted(self._tags(a).items())]
+        args = dict(ImageId=a.source, InstanceType=launch.get('instance_type') or 't3.micro', MinCount=1,
+                    MaxCount=1, ClientToken=a.candidate,
+                    TagSpecifications=[{'ResourceType': 'instance', 'Tags': tags},
+                                       {'ResourceType': 'volume', 'Tags': tags}])
+        if launch.get('subnet_id'):
+            args['SubnetId'] = launch['subnet_id']
+        if launch.get('security_group_ids'):
+            args['SecurityGroupIds'] = list(launch['security_group_ids'])
+        if launch.get('key_name'):
+            args['KeyName'] = launch['key_name']
+        if launch.get('ssh_public_key'):
+            args['UserData'] = user_data(launch['ssh_public_key'])
+        answer = self.ec2.call('run_instances', acts=True, **args)
+        instances = answer.get('Instances') or []
+        if len(instances) != 1 or not instances[0].get('InstanceId'):
+            raise base.UnknownOutcome('RunInstances answered without exactly one instance (%d); look for the client '
+                                      'token %s before anything else.' % (len(instances), a.candidate))
+        instance_id = instances[0]['InstanceId']
+        now = time.time()
+        self.learned[instance_id] = now
+        return handle('run', self.region, instance_id, now)
+
+    def allocation_task(self, allocation, since):
+        found = self._by_token(allocation.candidate)
+        if len(found) != 1:
+            return None
+        return handle('run', self.region, found[0]['InstanceId'])
+
+    def resource_of(self, candidate, task, location=None):
+        """The instance id of an allocation: the one its handle names, else the one found by its client token."""
+        if task:
+            return parse_handle(task)[2]
+        found = self._by_token(candidate)
+        if len(found) != 1:
+            raise base.Refused('%d live instances carry the client token %s; expected one. Look at them (tag %s) '
+                               'before going on.' % (len(found), candidate, TAG_TOKEN))
+        return found[0]['InstanceId']
+
+    # ------------------------------------------------------------------------------- looking
+
+    def _by_token(self, token):
+        """Every live instance launched with ``token`` (a complete read, or IncompleteInventory)."""
+        found = self.ec2.describe_instances(Filters=[{'Name': 'tag:%s' % TAG_TOKEN, 'Values': [token]}])
+        return [i for i in found if (i.get('State') or {}).get('Name') not in GONE]
+
+    def _resource(self, instance):
+        state = (instance.get('State') or {}).get('Name')
+        return base.Resource(instance['InstanceId'], self.region, deleting=state in ENDING,
+                             marker_text=tags_of(instance).get(TAG_MARKER), native=instance)
+
+    def _describe(self, instance_id):
+        """The instance's description, or None when EC2 says it does not exist, or shows it terminated. Within the
+        visibility window of an id learned here, NotFound is waited out (up to the window's end)."""
+        while True:
+            try:
+                found = self.ec2.describe_instances(InstanceIds=[instance_id])
+            except base.NotFound:
+                learned = self.learned.get(instance_id)
+                if learned is not None and time.time() - learned < self.visibility_window:
+                    self.sleep(1.0)
+                    continue
+                return None
+            found = [i for i in found if i.get('InstanceId') == instance_id]
+            if len(found) > 1:
+                raise base.Refused('DescribeInstances listed %s %d times.' % (instance_id, len(found)))
+            if not found or (found[0].get('State') or {}).get('Name') in GONE:
+                return None
+            return found[0]
+
+    def find(self, resource_id, location=None, search=False):
+        if resource_id is None:
+            return None
+        if location and location != self.region:
+            raise base.InvalidRequest('%s is in region %s; this connection is for %s. Run with aws_region %s.'
+                                      % (self.label(resource_id), location, self.region, location))
+        if not INSTANCE_ID.match(str(resource_id)):
+            # A client token: the instance an allocation with it made, if any.
+            found = self._by_token(resource_id)
+            if len(found) > 1:
+                raise base.Refused('%d live instances carry the client token %s; expected at most one.'
+                                   % (len(found), resource_id))
+            return self._resource(found[0]) if found else None
+        instance = self._describe(resource_id)
+        return None if instance is None else self._resource(instance)
+
+    def find_listed(self, entry):
+        return self.find(entry['id'], entry['location'])
+
+    def power(self, resource, absent_ok=True):
+        instance = self._describe(resource.id)
+        if instance is None:
+            if not absent_ok:
+                raise base.NotFound('%s does not exist.' % self.label(resource.id, self.region))
+            return base.Power(None)
+        state = instance['State']['Name']
+        return base.Power(base.RUNNING if state in ('pending', 'running') else base.STOPPED)
+
+    def addresses(self, resource):
+        instance = self._describe(resource.id)
+        if instance is None or instance['State']['Name'] != 'running':
+            return []
+        kind = self.launch.get('address') or 'public'
+        found = address_of(instance, kind)
+        return [('eth0', 'inet', found)] if found else []
+
+    def list(self, every_kind=False):
+        """Every live instance of the region (a complete read, or IncompleteInventory)."""
+        out = []
+        for instance in self.ec2.describe_instances():
+            state = (instance.get('State') or {}).get('Name')
+            if state in GONE:
+                continue
+            tags = tags_of(instance)
+            keys = sorted(k for k in tags)
+            if any(k.startswith(TAG_PREFIX) for k in keys):
+                keys.append('ephemera')
+            out.append({'id': instance['InstanceId'], 'location': self.region, 'kind': KIND, 'name': tags.get('Name'),
+                        'status': state, 'lock': None, 'pool': tags.get(TAG_SCOPE), 'tags': keys})
+        return out
+
+    def in_scope(self, entry, scope, tag=None):
+        return entry.get('pool') == scope or (tag is not None and tag in entry.get('tags', ()))
+
+    # -------------------------------------------------------------------------------- acting
+
+    def plan_settings(self, resource, settings):
+        return {}
+
+    def apply_settings(self, resource, changes):
+        return None
+
+    def _act(self, action, operation, resource, key, **args):
+        answer = self.ec2.call(operation, acts=True, InstanceIds=[resource.id], **args)
+        changes = [c for c in answer.get(key) or [] if c.get('InstanceId') == resource.id]
+        if len(changes) != 1:
+            raise base.UnknownOutcome('%s did not acknowledge %s; look at it before repeating the call.'
+                                      % (operation, self.label(resource.id, self.region)))
+        return handle(action, self.region, resource.id)
+
+    def start(self, resource):
+        if self.power(resource, absent_ok=False).running:
+            return None
+        return self._act('start', 'start_instances', resource, 'StartingInstances')
+
+    def shutdown(self, resource, timeout):
+        if not self.power(resource).running:
+            return None
+        return self._act('stop', 'stop_instances', resource, 'StoppingInstances')
+
+    def stop(self, resource):
+        if not self.power(resource).running:
+            return None
+        return self._act('stop', 'stop_instances', resource, 'StoppingInstances', Force=True)
+
+    def is_image(self, resource):
+        return False
+
+    def make_image(self, resource):
+        raise base.InvalidRequest('Template builds are for Proxmox VE; on AWS give an AMI.')
+
+    def delete_blocker(self, resource, source=None):
+        try:
+            answer = self.ec2.call('describe_instance_attribute', InstanceId=resource.id,
+                                   Attribute='disableApiTermination')
+        except base.ProviderError:
+            return None
+        if (answer.get('DisableApiTermination') or {}).get('Value'):
+            return ('%s has termination protection; AWS refuses to terminate it. Turn it off (aws ec2 '
+                    'modify-instance-attribute --instance-id %s --no-disable-api-termination) if it really should go, '
+                    'then destroy again.' % (self.label(resource.id, self.region), resource.id))
+        return None
+
+    def delete(self, resource):
+        try:
+            return self._act('terminate', 'terminate_instances', resource, 'TerminatingInstances')
+        except base.NotFound:
+            learned = self.learned.get(resource.id)
+            if learned is not None and time.time() - learned < self.visibility_window:
+                raise base.Transient('%s is not visible yet; it cannot be terminated before it is.'
+                                     % self.label(resource.id, self.region))
+            raise
+
+    def deleted_since(self, resource_id, location, since):
+        # An instance id is never given to another instance: nothing can stand at ours after its termination.
+        return False
+
+    # --------------------------------------------------------------------------------- tasks
+
+    def _look(self, task):
+        """(state or None for NotFound, the instance or None) of a handle's instance."""
+        action, region, instance_id, at = parse_handle(task)
+        try:
+            found = self.ec2.describe_instances(InstanceIds=[instance_id])
+        except base.NotFound:
+            return None, None
+        found = [i for i in found if i.get('InstanceId') == instance_id]
+        return ((found[0].get('State') or {}).get('Name'), found[0]) if found else (None, None)
+
+    def _verdict(self, task, state):
+        """'done', 'running' or a failure message of a handle for the state (None: NotFound) read now."""
+        action, region, instance_id, at = parse_handle(task)
+        invisible = state is None
+        fresh = time.time() - at < self.visibility_window
+        if action == 'terminate':
+            if state == 'terminated' or (invisible and not fresh):
+                return 'done'
+            return 'running'
+        want = {'run': 'running', 'start': 'running', 'stop': 'stopped'}[action]
+        if state == want:
+            return 'done'
+        if invisible:
+            return 'running' if fresh else '%s did not become visible within %d s of its id being learned.' % (
+                self.label(instance_id, region), self.visibility_window)
+        if state in ('pending', 'stopping') or (action == 'stop' and state == 'running'):
+            return 'running'
+        return '%s is %s, not %s.' % (self.label(instance_id, region), state, want)
+
+    def wait(self, task, timeout):
+        action, region, instance_id, at = parse_handle(task)
+        self.learned.setdefault(instance_id, at)
+        deadline = time.monotonic() + timeout
+        delay = 0.3
+        while True:
+            state, instance = self._look(task)
+            verdict = self._verdict(task, state)
+            if verdict == 'done':
+                return TaskResult(task)
+            if verdict != 'running':
+                reason = ((instance or {}).get('StateReason') or {}).get('Message')
+                err = base.TaskFailed(verdict + (' AWS says: %s' % reason if reason else ''))
+                err.task_id = task
+                err.log_tail = [reason] if reason else []
+                raise err
+            if time.monotonic() + delay > deadline:
+                err = base.TaskTimeout('%s is %s after %d s; asked to %s it.'
+                                       % (self.label(instance_id, region), state or 'not visible', timeout, action))
+                err.task_id = task
+                raise err
+            self.sleep(delay)
+            delay = min(delay * 1.5, 3.0)
+
+    def task_status(self, task):
+        state = self._look(task)[0]
+        verdict = self._verdict(task, state)
+        if verdict == 'running':
+            return TaskResult(task, status='running', exitstatus=None)
+        return TaskResult(task, exitstatus='OK' if verdict == 'done' else verdict)
+
+    def close(self):
+        pass
+
+
+def user_data(public_key):
+    """cloud-config user data that authorizes ``public_key`` for the default user and root."""
+    key = ' '.join(str(public_key).split())
+    text = '#cloud-config\nssh_authorized_keys:\n  - %s\ndisable_root: false\n' % key
+    return text if len(text) < 16384 else base64.b64encode(text.encode('utf-8')).decode('ascii')

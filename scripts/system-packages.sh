@@ -18,6 +18,8 @@ missing=()
 for cmd in "${!needs[@]}"; do
   find_cmd "$cmd" || missing+=("${needs[$cmd]}")
 done
+# The tests start PostgreSQL servers of their own (tests/pgserver.py) from the server package's programs.
+[ -x /usr/lib/postgresql/15/bin/initdb ] || missing+=(postgresql-15)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 # shellcheck disable=SC2207

@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The journal: the durable record of intent that every step writes *before* it acts.
 
-One API, one embedded backend (SQLite). Many forks of one ``ansible-playbook`` run write to the
+One API, two backends: the embedded SQLite file (the default, described here) and PostgreSQL for controllers that
+share one journal (``journal_url``; see ``journal_pg.py``). Many forks of one ``ansible-playbook`` run write to the
 same file at once: WAL mode lets readers run beside the one writer, ``synchronous=FULL`` makes a
 committed write survive a crash, every write transaction starts with ``BEGIN IMMEDIATE`` (so it
 takes the write lock up front and waits for it in the busy handler, instead of failing with
@@ -45,6 +46,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import fi
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
 
 ENV_VAR = 'EPHEMERA_JOURNAL'
+URL_ENV_VAR = 'EPHEMERA_JOURNAL_URL'
 SCHEMA_VERSION = 4
 BUSY_TIMEOUT_MS = 60000
 IDEMPOTENCY_TTL = 24 * 3600
@@ -484,9 +486,11 @@ class IdempotencyClaim:
 class Journal:
     """One open journal. Create it with :meth:`Journal.open`; use it as a context manager or call close()."""
 
-    def __init__(self, path, conn, actor=None, access='read-write'):
+    def __init__(self, path, conn, actor=None, access='read-write', backend='sqlite'):
         self.path = path
         self._conn = conn
+        # 'sqlite', or 'postgresql' (then ``path`` is the journal's URL without its password).
+        self.backend = backend
         self.actor = actor or '%s pid %d' % (Owner.current().host, os.getpid())
         # 'read-write'; for a reader 'read-only' (SQLite's mode=ro) or 'immutable' (see _connect_readonly).
         self.access = access
@@ -498,8 +502,11 @@ class Journal:
     # ------------------------------------------------------------------ opening
 
     @classmethod
-    def open(cls, path=None, create=True, actor=None, readonly=False):
+    def open(cls, path=None, create=True, actor=None, readonly=False, url=None):
         """Open (and with ``create``, make on first use) the journal at ``path``.
+
+        With ``url`` (else ``EPHEMERA_JOURNAL_URL``), the journal is the PostgreSQL database it names and ``path`` is
+        not used (see :meth:`_open_url`).
 
         Bad input is refused before anything is written: a missing directory (other than the
         per-user default, which is made), a file that cannot be written, a file that is not a
@@ -509,6 +516,9 @@ class Journal:
         made or changed: no file, no directory, no controller secret, no migration. A directory or file the
         reader may not write is fine; a missing journal is :class:`JournalMissing`.
         """
+        url = url or os.environ.get(URL_ENV_VAR)
+        if url:
+            return cls._open_url(url, create, actor, readonly)
         if readonly:
             return cls._open_readonly(resolve_path(path), actor)
         path = resolve_path(path)
@@ -541,6 +551,27 @@ class Journal:
             conn.close()
             raise
         return cls(path, conn, actor)
+
+    @classmethod
+    def _open_url(cls, url, create, actor, readonly):
+        """The journal in the PostgreSQL database ``url`` names: made (schema and controller id) on first use by a
+        writer with ``create``, migrated by a writer, only checked by a reader. Refused, with nothing written: another
+        scheme, a server that cannot be reached, credentials it refuses, a newer schema, another application's
+        tables."""
+        from ansible_collections.ephemera.workspaces.plugins.module_utils.core import journal_pg
+        journal_pg.check_url(url)
+        conn = journal_pg.connect(url, readonly=readonly)
+        path = conn.journal_path
+        try:
+            if readonly:
+                journal_pg.check_readable(conn, path, SCHEMA_VERSION)
+            else:
+                journal_pg.check_and_migrate(conn, path, SCHEMA_VERSION, create, first_meta={
+                    'controller_id': str(uuid.uuid4()), 'created_at': iso(time.time())})
+        except BaseException:
+            conn.close()
+            raise
+        return cls(path, conn, actor, access='read-only' if readonly else 'read-write', backend='postgresql')
 
     @staticmethod
     def _check_reachable(path, directory):
@@ -748,8 +779,11 @@ class Journal:
     # ------------------------------------------------------------ transactions
 
     @contextlib.contextmanager
-    def transaction(self, claim=None, point='write'):
+    def transaction(self, claim=None, point='write', exclusive=True):
         """A write transaction holding SQLite's write lock from its first statement to COMMIT.
+
+        On PostgreSQL the same write lock is an advisory lock; ``exclusive=False`` (a compare-and-set of one record,
+        an event) goes without it there, on the row locks its UPDATEs take. SQLite always takes its write lock.
 
         With ``claim`` (what ``Queue.wait`` hands the run that executes a queued operation), the
         claim is checked first, inside the transaction, and its lease renewed: a run that no longer
@@ -760,7 +794,7 @@ class Journal:
             raise JournalError('The journal %s was opened read-only, for reading; nothing was written.' % self.path,
                                path=self.path)
         try:
-            self._conn.execute('BEGIN IMMEDIATE')
+            self._conn.execute('BEGIN IMMEDIATE' if exclusive or self.backend == 'sqlite' else 'BEGIN')
         except sqlite3.OperationalError as exc:
             raise JournalError('The journal %s stayed busy for %d s (%s); another process holds it. Try again.'
                                % (self.path, BUSY_TIMEOUT_MS // 1000, exc), path=self.path)
@@ -813,6 +847,8 @@ class Journal:
 
     @property
     def schema_version(self):
+        if self.backend == 'postgresql':
+            return int(self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
         return self._conn.execute('PRAGMA user_version').fetchone()[0]
 
     # --------------------------------------------------------------- workspaces
@@ -851,10 +887,12 @@ class Journal:
             raise JournalError('Unknown desired state %r; expected one of %s.'
                                % (fields['desired_state'], ', '.join(DESIRED_STATES)))
 
-    @staticmethod
-    def _column_value(key, value):
+    def _column_value(self, key, value):
         if key in JSON_FIELDS:
             return _dumps(redact(value))
+        if key in ('resource_id', 'candidate_id') and self.backend == 'postgresql':
+            # PostgreSQL's columns have one type; the id keeps its own (an integer VMID, a cloud's text id) as JSON.
+            return None if value is None else json.dumps(value)
         return value
 
     def create_workspace(self, name, event=None, claim=None, **fields):
@@ -909,7 +947,7 @@ class Journal:
         keys = sorted(fields)
         assignments = ', '.join('%s = ?' % k for k in keys + ['updated_at']) + ', generation = generation + 1'
         args = [self._column_value(k, fields[k]) for k in keys] + [now, name, generation]
-        with self.transaction(claim, point=event['action'] if event else 'update_workspace') as conn:
+        with self.transaction(claim, point=event['action'] if event else 'update_workspace', exclusive=False) as conn:
             cur = conn.execute('UPDATE workspaces SET %s WHERE name = ? AND generation = ?' % assignments, args)
             if cur.rowcount != 1:
                 row = conn.execute('SELECT generation FROM workspaces WHERE name = ?', (name,)).fetchone()
@@ -933,7 +971,7 @@ class Journal:
 
     def append_event(self, workspace, kind, action, detail=None, claim=None):
         """Append one entry to a workspace's event log: ``kind`` is e.g. dispatched, observed, note."""
-        with self.transaction(claim, point=action) as conn:
+        with self.transaction(claim, point=action, exclusive=False) as conn:
             self._append_event(conn, workspace, kind, action, detail)
 
     def events(self, workspace, limit=None):
@@ -1008,7 +1046,7 @@ class Journal:
             conn.execute(
                 'INSERT INTO cleanup_debt (workspace, resource, attempts, last_error, next_retry, created_at, updated_at) '
                 'VALUES (?, ?, 1, ?, ?, ?, ?) ON CONFLICT (workspace, resource) DO UPDATE SET '
-                'attempts = attempts + 1, last_error = excluded.last_error, next_retry = excluded.next_retry, '
+                'attempts = cleanup_debt.attempts + 1, last_error = excluded.last_error, next_retry = excluded.next_retry, '
                 'updated_at = excluded.updated_at',
                 (workspace, resource, str(error), now + retry_in, now, now))
             self._append_event(conn, workspace, 'observed', 'cleanup_debt',

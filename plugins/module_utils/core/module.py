@@ -13,12 +13,14 @@ from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import ENV_VAR, Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import ENV_VAR, URL_ENV_VAR, Journal
 
 
 def journal_argument_spec():
-    """The ``journal_path`` option, as documented in the ``ephemera.workspaces.journal`` doc fragment."""
-    return dict(journal_path=dict(type='path', fallback=(env_fallback, [ENV_VAR])))
+    """The ``journal_path`` and ``journal_url`` options, as documented in the ``ephemera.workspaces.journal`` doc
+    fragment. The URL may carry a password: it is never shown (no_log)."""
+    return dict(journal_path=dict(type='path', fallback=(env_fallback, [ENV_VAR])),
+                journal_url=dict(type='str', no_log=True, fallback=(env_fallback, [URL_ENV_VAR])))
 
 
 def controller_argument_spec(shutdown=False):
@@ -37,7 +39,8 @@ def open_journal(module, create=True):
     the caller to report what it would do.
     """
     try:
-        return Journal.open(module.params.get('journal_path'), create=create and not module.check_mode)
+        return Journal.open(module.params.get('journal_path'), create=create and not module.check_mode,
+                            url=module.params.get('journal_url'))
     except JournalMissing as err:
         if module.check_mode and create:
             return None

@@ -467,7 +467,7 @@ class Queue:
                 wanted = list(wanted) if isinstance(wanted, (list, tuple)) else [wanted]
                 where.append('%s IN (%s)' % (column, ', '.join('?' * len(wanted))))
                 args.extend(wanted)
-        base = ' AND '.join(where) or '1'
+        base = ' AND '.join(where) or 'TRUE'
         rows = conn.execute("SELECT * FROM queue WHERE %s AND state IN ('queued', 'running') ORDER BY id" % base,
                             args).fetchall()
         if recent:

@@ -1,0 +1,586 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The journal on PostgreSQL: the same records and guarantees as the SQLite file, for controllers that share it.
+
+Selected by a ``postgresql://`` URL (``journal_url``, env ``EPHEMERA_JOURNAL_URL``). ``psycopg`` (v3) is needed
+only here and imported only when such a journal is opened.
+
+- Credentials come from the URL, libpq's password file (``passfile=`` in the URL, ``PGPASSFILE``, ``~/.pgpass``)
+  or the standard ``PG*`` environment variables (``PGPASSWORD``, ``PGUSER``, ...); TLS settings (``sslmode``,
+  ``sslrootcert``, ``sslcert``, ``sslkey``, ...) in the URL or the environment are passed to libpq unchanged. The
+  journal never shows the password: its ``path`` (what every message names) is the URL without it.
+- Schema: the same version number as the SQLite journal, kept in ``meta`` (``schema_version``). Migrations are
+  append-only; all the steps of one open run in one transaction under an advisory lock, so two controllers that
+  open a new database at once make it once. A newer schema is refused unchanged; so is a database (schema) that
+  holds another application's tables.
+- Concurrency: every write is a transaction. A write that reads before it decides (the queue's turns, address
+  leases, idempotency, templates, migrations) takes the journal's write lock (a transaction-scoped advisory lock,
+  the counterpart of SQLite's ``BEGIN IMMEDIATE``); the compare-and-set of a workspace's ``generation`` and the
+  claim check are single ``UPDATE``s that take row locks, so runs on different workspaces do not wait for each
+  other. A controller killed mid-transaction leaves nothing: the server rolls back when its connection drops.
+
+The journal's SQL is written once (SQLite's dialect with ``?`` placeholders); :class:`PgConnection` runs it on
+PostgreSQL with the few translations it needs.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import json
+import re
+import sqlite3
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import JournalError, JournalMissing
+
+URL_ENV_VAR = 'EPHEMERA_JOURNAL_URL'
+SCHEMES = ('postgresql', 'postgres')
+CONNECT_TIMEOUT = 10
+# pg_advisory_xact_lock keys: the journal's write lock, and the lock a migration holds.
+WRITE_LOCK = 0x657068656d657261
+MIGRATE_LOCK = WRITE_LOCK + 1
+# Tables whose rows have an ``id`` the code reads back after an INSERT (SQLite's lastrowid).
+ID_TABLES = ('events', 'intents', 'queue', 'queue_requests')
+# Columns whose values keep their type (an integer VMID, a cloud's text id): stored as JSON text here.
+TYPED_COLUMNS = ('resource_id', 'candidate_id')
+QUERY_SECRETS = ('password',)
+
+# Each entry: (from_version, to_version, script). Append-only: a released entry is never edited; a later schema
+# appends one (from, to) step. A new database is made at once at the schema of the first entry.
+MIGRATIONS = [
+    (0, 4, r"""
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE workspaces (
+        name            TEXT PRIMARY KEY,
+        status          TEXT NOT NULL,
+        activity        TEXT NOT NULL DEFAULT 'unknown',
+        desired_state   TEXT NOT NULL DEFAULT 'present',
+        provider        TEXT NOT NULL DEFAULT 'proxmox',
+        location        TEXT,
+        resource_id     TEXT,
+        candidate_id    TEXT,
+        provider_tasks  TEXT NOT NULL DEFAULT '{}',
+        address         TEXT,
+        repo            TEXT,
+        ref             TEXT,
+        purpose         TEXT,
+        failure         TEXT,
+        params          TEXT NOT NULL DEFAULT '{}',
+        progress        TEXT NOT NULL DEFAULT '{}',
+        facts           TEXT NOT NULL DEFAULT '{}',
+        created_at      DOUBLE PRECISION NOT NULL,
+        updated_at      DOUBLE PRECISION NOT NULL,
+        generation      BIGINT NOT NULL,
+        lease           TEXT,
+        lease_expires_at DOUBLE PRECISION,
+        cleanup         TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX workspaces_status ON workspaces (status);
+    CREATE INDEX workspaces_resource ON workspaces (provider, resource_id);
+    CREATE INDEX workspaces_expiry ON workspaces (lease_expires_at);
+    CREATE TABLE events (
+        id         BIGSERIAL PRIMARY KEY,
+        workspace  TEXT NOT NULL,
+        at         DOUBLE PRECISION NOT NULL,
+        actor      TEXT NOT NULL,
+        kind       TEXT NOT NULL,
+        action     TEXT NOT NULL,
+        detail     TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX events_workspace ON events (workspace, id);
+    CREATE FUNCTION events_append_only() RETURNS trigger LANGUAGE plpgsql AS $body$
+        BEGIN RAISE EXCEPTION 'the event log is append-only'; END
+    $body$;
+    CREATE TRIGGER events_append_only_rows BEFORE UPDATE OR DELETE ON events
+        FOR EACH ROW EXECUTE FUNCTION events_append_only();
+    CREATE TRIGGER events_append_only_truncate BEFORE TRUNCATE ON events
+        FOR EACH STATEMENT EXECUTE FUNCTION events_append_only();
+    CREATE TABLE intents (
+        id          BIGSERIAL PRIMARY KEY,
+        op          TEXT NOT NULL,
+        target      TEXT NOT NULL,
+        owner       TEXT NOT NULL,
+        state       TEXT NOT NULL DEFAULT 'open',
+        started_at  DOUBLE PRECISION NOT NULL,
+        ended_at    DOUBLE PRECISION,
+        attempts    BIGINT NOT NULL DEFAULT 1,
+        resources   TEXT NOT NULL DEFAULT '[]',
+        result      TEXT,
+        generation  BIGINT NOT NULL DEFAULT 1
+    );
+    CREATE INDEX intents_open ON intents (state, target);
+    CREATE TABLE cleanup_debt (
+        workspace   TEXT NOT NULL,
+        resource    TEXT NOT NULL,
+        attempts    BIGINT NOT NULL,
+        last_error  TEXT NOT NULL,
+        next_retry  DOUBLE PRECISION NOT NULL,
+        created_at  DOUBLE PRECISION NOT NULL,
+        updated_at  DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (workspace, resource)
+    );
+    CREATE TABLE address_leases (
+        address      TEXT PRIMARY KEY,
+        pool         TEXT NOT NULL,
+        workspace    TEXT NOT NULL,
+        leased_at    DOUBLE PRECISION NOT NULL
+    );
+    CREATE UNIQUE INDEX address_leases_workspace ON address_leases (pool, workspace);
+    CREATE TABLE queue (
+        id             BIGSERIAL PRIMARY KEY,
+        kind           TEXT NOT NULL,
+        target_type    TEXT NOT NULL,
+        target         TEXT NOT NULL,
+        params         TEXT NOT NULL DEFAULT '{}',
+        fingerprint    TEXT NOT NULL,
+        source         TEXT NOT NULL,
+        parent_id      BIGINT REFERENCES queue (id),
+        state          TEXT NOT NULL DEFAULT 'queued',
+        step           TEXT,
+        step_at        DOUBLE PRECISION,
+        steps          TEXT NOT NULL DEFAULT '[]',
+        owner          TEXT,
+        lease_seconds  DOUBLE PRECISION,
+        lease_expires  DOUBLE PRECISION,
+        fence          TEXT,
+        claims         BIGINT NOT NULL DEFAULT 0,
+        result         TEXT,
+        created_at     DOUBLE PRECISION NOT NULL,
+        started_at     DOUBLE PRECISION,
+        updated_at     DOUBLE PRECISION NOT NULL,
+        ended_at       DOUBLE PRECISION
+    );
+    CREATE INDEX queue_target ON queue (target_type, target, state, id);
+    CREATE INDEX queue_state ON queue (state, id);
+    CREATE INDEX queue_parent ON queue (parent_id);
+    CREATE TABLE queue_requests (
+        id             BIGSERIAL PRIMARY KEY,
+        entry_id       BIGINT NOT NULL REFERENCES queue (id),
+        requested_by   TEXT NOT NULL,
+        source         TEXT NOT NULL,
+        job_id         TEXT,
+        owner          TEXT NOT NULL,
+        waits          INTEGER NOT NULL,
+        state          TEXT NOT NULL DEFAULT 'waiting',
+        at             DOUBLE PRECISION NOT NULL,
+        seen_at        DOUBLE PRECISION NOT NULL,
+        lease_expires  DOUBLE PRECISION
+    );
+    CREATE INDEX queue_requests_entry ON queue_requests (entry_id, id);
+    CREATE TABLE idempotency (
+        key_hash     TEXT PRIMARY KEY,
+        controller   TEXT NOT NULL,
+        action       TEXT NOT NULL,
+        fingerprint  TEXT NOT NULL,
+        state        TEXT NOT NULL,
+        owner        TEXT NOT NULL,
+        result       TEXT,
+        created_at   DOUBLE PRECISION NOT NULL,
+        expires_at   DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE templates (
+        name            TEXT PRIMARY KEY,
+        current         BIGINT,
+        previous        BIGINT,
+        updated_at      DOUBLE PRECISION NOT NULL,
+        generation      BIGINT NOT NULL
+    );
+    CREATE TABLE template_versions (
+        name            TEXT NOT NULL,
+        version         BIGINT NOT NULL,
+        state           TEXT NOT NULL,
+        source          TEXT NOT NULL DEFAULT '{}',
+        workspace       TEXT NOT NULL,
+        provider        TEXT NOT NULL DEFAULT 'proxmox',
+        resource_id     TEXT,
+        location        TEXT,
+        tools           TEXT NOT NULL DEFAULT '{}',
+        errors          TEXT NOT NULL DEFAULT '[]',
+        entry           BIGINT,
+        created_at      DOUBLE PRECISION NOT NULL,
+        finished_at     DOUBLE PRECISION,
+        PRIMARY KEY (name, version)
+    );
+    """),
+]
+JOURNAL_TABLES = ('meta', 'workspaces', 'events', 'intents', 'cleanup_debt', 'address_leases', 'queue',
+                  'queue_requests', 'idempotency', 'templates', 'template_versions')
+
+
+def is_url(location):
+    return isinstance(location, str) and '://' in location
+
+
+def check_url(url):
+    """The URL if it names a PostgreSQL journal; JournalError (naming it without a password) if not."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in SCHEMES:
+        raise JournalError('The journal URL %s has the scheme %r; a journal URL is postgresql://[user@]host[:port]/'
+                           'database (journal_url / %s). For the embedded SQLite journal give a file with '
+                           'journal_path instead. Nothing was opened.'
+                           % (display(url), parts.scheme, URL_ENV_VAR), url=display(url))
+    if not parts.path.strip('/') and not dict(parse_qsl(parts.query)).get('dbname'):
+        raise JournalError('The journal URL %s names no database: add it after the host (postgresql://user@host/'
+                           'ephemera). Nothing was opened.' % display(url), url=display(url))
+    return url
+
+
+def display(url):
+    """The URL without its password (in the authority or the query): what messages and results show."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if '@' in netloc:
+            login, host = netloc.rsplit('@', 1)
+            netloc = login.split(':', 1)[0] + '@' + host
+        query = '&'.join('%s=%s' % (key, quote(value, safe='/')) for key, value in parse_qsl(parts.query)
+                         if key.lower() not in QUERY_SECRETS)
+        return urlunsplit((parts.scheme, netloc, parts.path, query, ''))
+    except ValueError:
+        return '<a journal URL that cannot be parsed>'
+
+
+def _where(url):
+    parts = urlsplit(url)
+    host = parts.hostname or dict(parse_qsl(parts.query)).get('host') or 'the default host'
+    port = parts.port if parts.netloc and ':' in parts.netloc.rsplit('@', 1)[-1] else None
+    return '%s%s, database %s' % (host, ':%d' % port if port else '', unquote(parts.path.strip('/')) or '(default)')
+
+
+def _connect_error(url, exc):
+    text = str(exc).strip()
+    low = text.lower()
+    shown = display(url)
+    if 'password authentication failed' in low or 'no password supplied' in low or \
+            'authentication failed' in low or 'password is required' in low:
+        return JournalError('PostgreSQL refused the credentials for the journal %s (%s). Check the user and the '
+                            'password: in the URL, the password file (passfile= in the URL, PGPASSFILE or ~/.pgpass) '
+                            'or PGPASSWORD. Nothing was written.' % (shown, _first_line(text)), url=shown,
+                            reason='credentials')
+    if 'does not exist' in low and 'database' in low:
+        return JournalError('The database of the journal %s does not exist (%s). Create it (createdb, owned by the '
+                            'journal\'s user) or fix the URL. Nothing was written.' % (shown, _first_line(text)),
+                            url=shown, reason='no database')
+    if 'ssl' in low or 'certificate' in low:
+        return JournalError('The TLS connection to the journal %s failed (%s). Check sslmode, sslrootcert, sslcert and '
+                            'sslkey in the URL or the PGSSL* variables. Nothing was written.' % (shown, _first_line(text)),
+                            url=shown, reason='tls')
+    return JournalError('Cannot reach the PostgreSQL journal at %s (%s): %s. Check the host and port in %s, that the '
+                        'server runs and accepts connections from this controller. Nothing was written.'
+                        % (_where(url), shown, _first_line(text), 'journal_url / ' + URL_ENV_VAR), url=shown,
+                        reason='unreachable')
+
+
+def _first_line(text):
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return '; '.join(lines[:2]) if lines else 'no reason given'
+
+
+def connect(url, readonly=False):
+    """A :class:`PgConnection` to the journal's database; JournalError with what to do if it cannot be made."""
+    check_url(url)
+    try:
+        import psycopg
+    except ImportError:
+        raise JournalError('A journal on PostgreSQL (%s) needs the Python package psycopg (v3) on the controller: '
+                           'pip install "psycopg[binary]". Nothing was opened.' % display(url), url=display(url))
+    kwargs = {'autocommit': True}
+    if 'connect_timeout' not in url:
+        kwargs['connect_timeout'] = CONNECT_TIMEOUT
+    try:
+        raw = psycopg.connect(url, **kwargs)
+    except psycopg.Error as exc:
+        raise _connect_error(url, exc)
+    except Exception as exc:  # a URL libpq cannot parse (psycopg raises ProgrammingError or ValueError)
+        raise JournalError('The journal URL %s cannot be used: %s. Nothing was opened.' % (display(url), exc),
+                           url=display(url))
+    conn = PgConnection(raw, display(url))
+    try:
+        if readonly:
+            conn.execute('SET default_transaction_read_only = on')
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+# ------------------------------------------------------------------ SQL
+
+_PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|\?")
+_IS_PARAM = re.compile(r'\bIS \?')
+_INSERT_ID = re.compile(r'^\s*INSERT\s+INTO\s+(\w+)', re.I)
+_INSERT_OR_IGNORE = re.compile(r'^\s*INSERT\s+OR\s+IGNORE\s+INTO', re.I)
+
+
+def translate(sql):
+    """SQLite's dialect, as the journal writes it, in PostgreSQL's: ``IS ?`` compares with NULL as equal, ``?``
+    become ``%s`` (and a literal ``%`` is doubled) outside string literals, an INSERT into a table with an id
+    returns it."""
+    sql = _IS_PARAM.sub('IS NOT DISTINCT FROM ?', sql)
+    if _INSERT_OR_IGNORE.match(sql):
+        sql = _INSERT_OR_IGNORE.sub('INSERT INTO', sql).rstrip().rstrip(';') + ' ON CONFLICT DO NOTHING'
+    sql = sql.replace('%', '%%')
+    sql = _PLACEHOLDER.sub(lambda match: '%s' if match.group(0) == '?' else match.group(0), sql)
+    match = _INSERT_ID.match(sql)
+    returning = False
+    if match and match.group(1).lower() in ID_TABLES and 'RETURNING' not in sql.upper():
+        sql = sql.rstrip().rstrip(';') + ' RETURNING id'
+        returning = True
+    return sql, returning
+
+
+def _decode_typed(value):
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def encode_typed(value):
+    """How a resource id is stored (JSON text: 5001 stays an integer, "i-0abc" text)."""
+    return None if value is None else json.dumps(value)
+
+
+class Row:
+    """A row as sqlite3.Row gives it: by column name or index, ``keys()``."""
+
+    __slots__ = ('_keys', '_values', '_index')
+
+    def __init__(self, keys, values, index):
+        self._keys = keys
+        self._values = values
+        self._index = index
+
+    def keys(self):
+        return list(self._keys)
+
+    def __getitem__(self, key):
+        if isinstance(key, (int, slice)):
+            return self._values[key]
+        return self._values[self._index[key]]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self):
+        return len(self._values)
+
+    def __repr__(self):
+        return 'Row(%r)' % (dict(zip(self._keys, self._values)),)
+
+
+class PgCursor:
+    """What ``execute`` returns: rows as :class:`Row`, ``rowcount``, ``lastrowid`` (of an INSERT with an id)."""
+
+    def __init__(self, cursor, returning):
+        self._cursor = cursor
+        self.rowcount = cursor.rowcount
+        self.lastrowid = None
+        self._keys = [column.name for column in cursor.description] if cursor.description else []
+        self._index = dict((key, number) for number, key in enumerate(self._keys))
+        self._typed = [number for number, key in enumerate(self._keys) if key in TYPED_COLUMNS]
+        if returning:
+            row = cursor.fetchone()
+            self.lastrowid = row[0] if row else None
+            self._keys = []
+
+    def _row(self, values):
+        if values is None:
+            return None
+        if self._typed:
+            values = list(values)
+            for number in self._typed:
+                values[number] = _decode_typed(values[number])
+        return Row(self._keys, tuple(values), self._index)
+
+    def fetchone(self):
+        if not self._keys:
+            return None
+        return self._row(self._cursor.fetchone())
+
+    def fetchall(self):
+        if not self._keys:
+            return []
+        return [self._row(values) for values in self._cursor.fetchall()]
+
+    def __iter__(self):
+        return iter(self.fetchall())
+
+
+class _Empty:
+    rowcount = -1
+    lastrowid = None
+
+    def fetchone(self):
+        return None
+
+    def fetchall(self):
+        return []
+
+    def __iter__(self):
+        return iter(())
+
+
+_EMPTY = _Empty()
+
+
+class PgConnection:
+    """A psycopg connection (autocommit: transactions are begun and ended by the journal) that runs the journal's
+    SQL; errors come back as sqlite3's classes where the journal's code tells them apart (a unique key taken is an
+    IntegrityError), others as JournalError naming the journal."""
+
+    def __init__(self, raw, journal_path):
+        self.raw = raw
+        self.journal_path = journal_path
+
+    def execute(self, sql, parameters=()):
+        import psycopg
+        verb = sql.strip().upper()
+        if verb == 'BEGIN IMMEDIATE':  # a write that reads before it decides: under the journal's write lock
+            self.begin(exclusive=True)
+            return _EMPTY
+        if verb == 'ROLLBACK':
+            self.rollback()
+            return _EMPTY
+        text, returning = translate(sql)
+        try:
+            cursor = self.raw.execute(text, tuple(parameters))
+        except psycopg.errors.IntegrityError as exc:
+            raise sqlite3.IntegrityError(_first_line(str(exc)))
+        except psycopg.OperationalError as exc:
+            raise JournalError('The PostgreSQL journal %s failed: %s. Nothing of this transaction was written.'
+                               % (self.journal_path, _first_line(str(exc))), path=self.journal_path)
+        except psycopg.Error as exc:
+            raise JournalError('The PostgreSQL journal %s refused a statement: %s. Nothing of this transaction was '
+                               'written.' % (self.journal_path, _first_line(str(exc))), path=self.journal_path)
+        return PgCursor(cursor, returning)
+
+    def script(self, sql):
+        """Several statements (a migration), no parameters."""
+        self.raw.execute(sql)
+
+    @property
+    def in_transaction(self):
+        from psycopg.pq import TransactionStatus
+        return self.raw.info.transaction_status != TransactionStatus.IDLE
+
+    def begin(self, exclusive=True):
+        self.execute('BEGIN')
+        if exclusive:
+            self.execute('SELECT pg_advisory_xact_lock(?)', (WRITE_LOCK,))
+        return _EMPTY
+
+    def commit(self):
+        self.execute('COMMIT')
+
+    def rollback(self):
+        if self.in_transaction:
+            try:
+                self.raw.execute('ROLLBACK')
+            except Exception:  # the connection broke: the server rolled back already
+                pass
+
+    def close(self):
+        try:
+            self.raw.close()
+        except Exception:
+            pass
+
+
+# ------------------------------------------------------------ schema
+
+def _tables(conn):
+    return [row[0] for row in conn.execute('SELECT table_name FROM information_schema.tables WHERE table_schema = '
+                                           'current_schema() ORDER BY table_name').fetchall()]
+
+
+def schema_version(conn):
+    """The journal's schema version: 0 for an empty schema; None for one that holds another application's tables."""
+    tables = _tables(conn)
+    if not tables:
+        return 0
+    if 'meta' not in tables:
+        return None
+    columns = set(row[0] for row in conn.execute("SELECT column_name FROM information_schema.columns WHERE "
+                                                 "table_schema = current_schema() AND table_name = 'meta'").fetchall())
+    if columns != set(['key', 'value']):
+        return None
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is None or not str(row[0]).isdigit():
+        return None
+    return int(row[0])
+
+
+def _foreign(conn, path):
+    tables = _tables(conn)
+    shown = ', '.join(tables[:8]) + (' and %d more' % (len(tables) - 8) if len(tables) > 8 else '')
+    return JournalError('The database of the journal %s holds tables that are not a journal\'s (%s): another '
+                        'application uses it. Nothing was written. Give the journal a database of its own (createdb '
+                        'ephemera), or a schema of its own in this one (CREATE SCHEMA ephemera, and options=-csearch_path'
+                        '%%3Dephemera in the URL).' % (path, shown), path=path, tables=tables)
+
+
+def _newer(path, version, ours):
+    return JournalError('The journal %s has schema version %d, newer than this collection understands (%d). Use the '
+                        'newer ephemera.workspaces that wrote it; nothing was changed.' % (path, version, ours),
+                        path=path, schema=version)
+
+
+def check_and_migrate(conn, path, target, create, first_meta=None):
+    """Bring the journal to schema ``target`` (one transaction, under the migration lock), or refuse."""
+    version = schema_version(conn)
+    if version is None:
+        raise _foreign(conn, path)
+    if version > target:
+        raise _newer(path, version, target)
+    if version == target:
+        return
+    if version == 0 and not create:
+        raise JournalMissing('No journal in %s: nothing has been recorded in this database yet. Check journal_url / '
+                             '%s.' % (path, URL_ENV_VAR), path=path)
+    conn.execute('BEGIN')
+    try:
+        conn.execute('SELECT pg_advisory_xact_lock(?)', (MIGRATE_LOCK,))
+        # Read again under the lock: another controller may have made or migrated it meanwhile.
+        version = schema_version(conn)
+        if version is None:
+            raise _foreign(conn, path)
+        if version > target:
+            raise _newer(path, version, target)
+        made = version == 0
+        for start, end, script in MIGRATIONS:
+            if start == version and end <= target:
+                conn.script(script)
+                version = end
+        if made:
+            for key, value in sorted((first_meta or {}).items()):
+                conn.execute('INSERT INTO meta (key, value) VALUES (?, ?)', (key, value))
+        if version != target:
+            raise JournalError('No migration of the journal %s leads from schema %d to %d.' % (path, version, target),
+                               path=path)
+        conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) ON CONFLICT (key) DO UPDATE SET "
+                     "value = excluded.value", (str(target),))
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return True
+
+
+def check_readable(conn, path, target):
+    """A reader's check: the journal exists and is of a schema it reads (readers never migrate)."""
+    version = schema_version(conn)
+    if version is None:
+        raise _foreign(conn, path)
+    if version == 0:
+        raise JournalMissing('No journal in %s: nothing has been recorded in this database yet. Check journal_url / '
+                             '%s.' % (path, URL_ENV_VAR), path=path)
+    if version > target:
+        raise _newer(path, version, target)
+    if version < target:
+        raise JournalError('The journal %s has schema version %d; this collection reads version %d. Readers do not '
+                           'migrate: run any command that writes to this journal once, which migrates it, then read '
+                           'it again.' % (path, version, target), path=path, schema=version)

@@ -57,7 +57,8 @@ options:
     default: git
   ssh_private_key:
     description:
-      - Private key for SSH to the guest. If not set, the key recorded when the workspace was created.
+      - Private key for SSH to the guest. If not set, the key recorded when the workspace was created; if none was,
+        the keys of the ssh-agent that E(SSH_AUTH_SOCK) names.
     type: path
   ssh_timeout:
     description: Seconds to keep trying SSH to the guest, with backoff.

@@ -31,6 +31,7 @@ author:
   - Ephemera maintainers (@ephemera)
 extends_documentation_fragment:
   - ephemera.workspaces.journal
+  - ephemera.workspaces.history
 attributes:
   check_mode:
     support: full
@@ -267,7 +268,11 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
+    history_argument_spec,
+    journal_argument_spec,
+    no_history,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, claim_parts, resolve_path
@@ -283,6 +288,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue imp
     describe,
     source_from_launch_type,
 )
+
+# The kinds that act on what earlier runs recorded.
+HISTORY_KINDS = ('destroy', 'archive', 'reconcile')
 
 
 def argument_spec():
@@ -310,6 +318,7 @@ def argument_spec():
         force=dict(type='bool', default=False),
     )
     spec.update(journal_argument_spec())
+    spec.update(history_argument_spec())
     return spec
 
 
@@ -391,9 +400,15 @@ def run(module):
                              'it this run has no right to write for the operation.' % state, journal_path=path)
     try:
         owner = Owner.of_run(lease_seconds=params['lease'])
-        # Check mode writes nothing, and that includes making the journal on a controller's first run.
-        journal = Journal.open(path, create=not module.check_mode, actor='%s pid %d' % (hostname(), run_pid()))
+        # Check mode writes nothing, and that includes making the journal on a controller's first run. An operation
+        # on what earlier runs recorded never starts a journal, unless new_journal says this is the first run.
+        history = params['state'] in ('claimed', 'enqueued') and params['kind'] in HISTORY_KINDS \
+            and not params['new_journal']
+        journal = Journal.open(path, create=not module.check_mode and not history,
+                               actor='%s pid %d' % (hostname(), run_pid()))
     except JournalMissing as err:
+        if history:
+            module.fail_json(msg=no_history(path), journal_path=path)
         answer = without_journal(params, path, err)
         if 'msg' in answer:
             module.fail_json(**answer)

@@ -20,6 +20,7 @@ author:
   - Ephemera maintainers (@ephemera)
 extends_documentation_fragment:
   - ephemera.workspaces.journal
+  - ephemera.workspaces.history
 attributes:
   check_mode:
     support: full
@@ -162,7 +163,11 @@ journal_path:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
+    history_argument_spec,
+    journal_argument_spec,
+    no_history,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, resolve_path
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import KINDS, STATES, TARGET_TYPES, Queue, render_tree
@@ -179,6 +184,7 @@ def module_args():
         recent=dict(type='int', default=20),
     )
     argument_spec.update(journal_argument_spec())
+    argument_spec.update(history_argument_spec())
     return dict(argument_spec=argument_spec, supports_check_mode=True)
 
 
@@ -188,6 +194,8 @@ def run(module):
     try:
         journal = Journal.open(path, readonly=True)
     except JournalMissing as err:
+        if not module.params['new_journal']:
+            module.fail_json(msg=no_history(path), journal_path=path)
         module.warn('%s Reporting an empty queue.' % err)
         module.exit_json(changed=False, entries=[], tree=[], journal_path=path)
     except EphemeraError as err:

@@ -34,6 +34,7 @@ requirements:
 extends_documentation_fragment:
   - ephemera.workspaces.archive
   - ephemera.workspaces.journal
+  - ephemera.workspaces.history
 attributes:
   check_mode:
     support: full
@@ -192,7 +193,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import argument_spec as archive_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec, open_journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
+    history_argument_spec,
+    journal_argument_spec,
+    open_history,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
@@ -206,6 +211,7 @@ def argument_spec():
     )
     spec.update(archive_argument_spec())
     spec.update(journal_argument_spec())
+    spec.update(history_argument_spec())
     return spec
 
 
@@ -217,7 +223,7 @@ def module_args():
 def run(module):
     """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
     params = module.params
-    with open_journal(module, create=False) as journal:
+    with open_history(module, create=False) as journal:
         flow = ArchiveFlow(journal, params, claim=params['claim'], check_mode=module.check_mode)
         failpoint.enter(params['name'], 'archive.' + params['mode'])
         try:

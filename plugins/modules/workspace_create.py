@@ -190,7 +190,10 @@ options:
     type: int
     default: 22
   ssh_private_key:
-    description: Private key whose public half the template authorizes.
+    description:
+      - Private key whose public half the template authorizes.
+      - If not set, the keys of the ssh-agent that E(SSH_AUTH_SOCK) names log in (how AWX hands over a Machine
+        credential); the key file wins when both are there.
     type: path
   agent_user:
     description: User the agent runner and the agent run as; made by the V(bootstrap) step if missing.
@@ -468,7 +471,8 @@ def run(module):
         path = journal.path if journal is not None else resolve_path(params['journal_path'])
         try:
             client = None if step in GUEST_STEPS else client_from_params(params)
-            secret = controller_secret(path, params['controller_secret'], module.check_mode)
+            secret = controller_secret(path, params['controller_secret'], module.check_mode,
+                                       journal=journal, warn=module.warn)
             flow = CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode,
                               diff=module._diff)
             failpoint.enter(params['name'], 'create.' + step)

@@ -37,6 +37,7 @@ extends_documentation_fragment:
   - ephemera.workspaces.archive
   - ephemera.workspaces.proxmox
   - ephemera.workspaces.journal
+  - ephemera.workspaces.history
 attributes:
   check_mode:
     support: full
@@ -232,8 +233,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
     controller_argument_spec,
     controller_secret,
+    history_argument_spec,
     journal_argument_spec,
-    open_journal,
+    open_history,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import argument_spec as archive_argument_spec
@@ -265,6 +267,7 @@ def argument_spec():
     spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())
     spec.update(journal_argument_spec())
+    spec.update(history_argument_spec())
     return spec
 
 
@@ -296,14 +299,15 @@ def run(module):
                              'say explicitly that it should go. Its ownership marker is still checked.' % params['vmid'])
     step = params['step'] or 'orphan'
     result = dict(changed=False, step=step, details={})
-    journal = open_journal(module)
+    journal = open_history(module)
     if journal is None:
         module.exit_json(msg='%s: no journal at %s yet, so nothing was recorded or marked by this controller; '
                              'nothing would be destroyed' % (step, resolve_path(params['journal_path'])), **result)
     with journal:
         try:
             client = client_from_params(params)
-            secret = controller_secret(journal.path, params['controller_secret'], module.check_mode)
+            secret = controller_secret(journal.path, params['controller_secret'], module.check_mode,
+                                       journal=journal, warn=module.warn)
             if params['vmid'] is not None:
                 outcome = destroy_orphan(journal, client, secret, params['vmid'], params['node'],
                                          task_timeout=params['task_timeout'], check_mode=module.check_mode)

@@ -33,6 +33,7 @@ extends_documentation_fragment:
   - ephemera.workspaces.archive
   - ephemera.workspaces.proxmox
   - ephemera.workspaces.journal
+  - ephemera.workspaces.history
 attributes:
   check_mode:
     support: full
@@ -92,8 +93,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
     controller_argument_spec,
     controller_secret,
+    history_argument_spec,
     journal_argument_spec,
-    open_journal,
+    open_history,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import argument_spec as archive_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.expire import DEFAULT_LIMIT, ExpirySweep
@@ -111,6 +113,7 @@ def module_args():
     spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())
     spec.update(journal_argument_spec())
+    spec.update(history_argument_spec())
     return dict(argument_spec=spec, supports_check_mode=True)
 
 
@@ -120,10 +123,14 @@ def run(module):
     for name in ('limit', 'parallel', 'activity_timeout'):
         if params[name] < 1:
             module.fail_json(msg='%s must be 1 or more, not %d.' % (name, params[name]))
-    journal = open_journal(module, create=False)
+    journal = open_history(module)
+    if journal is None:
+        summary = 'expire: no journal yet (a first run, new_journal), so nothing is leased and nothing expires'
+        module.exit_json(changed=False, entries=[], counts={}, report=[summary], msg=summary)
     with journal:
         try:
-            secret = controller_secret(journal.path, params['controller_secret'], module.check_mode)
+            secret = controller_secret(journal.path, params['controller_secret'], module.check_mode,
+                                       journal=journal, warn=module.warn)
             sweep = ExpirySweep(journal, client_from_params(params), params, secret, check_mode=module.check_mode)
             entries = sweep.run()
         except EphemeraError as err:

@@ -19,6 +19,7 @@ author:
   - Ephemera maintainers (@ephemera)
 extends_documentation_fragment:
   - ephemera.workspaces.journal
+  - ephemera.workspaces.history
 attributes:
   check_mode:
     support: full
@@ -214,7 +215,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
+    history_argument_spec,
+    journal_argument_spec,
+    no_history,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import (
     WORKSPACE_ACTIVITIES,
@@ -249,6 +254,7 @@ def module_args():
         events_limit=dict(type='int', default=50),
     )
     argument_spec.update(journal_argument_spec())
+    argument_spec.update(history_argument_spec())
     return dict(argument_spec=argument_spec, supports_check_mode=True)
 
 
@@ -258,6 +264,8 @@ def run(module):
     try:
         journal = Journal.open(path, readonly=True)
     except JournalMissing as err:
+        if not module.params['new_journal']:
+            module.fail_json(msg=no_history(path), journal_path=path)
         module.warn('%s Reporting no workspaces.' % err)
         module.exit_json(changed=False, workspaces=[], templates=[], journal_path=path)
     except EphemeraError as err:

@@ -30,6 +30,7 @@ extends_documentation_fragment:
   - ephemera.workspaces.controller.shutdown
   - ephemera.workspaces.proxmox
   - ephemera.workspaces.journal
+  - ephemera.workspaces.history
 attributes:
   check_mode:
     support: full
@@ -154,8 +155,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
     controller_argument_spec,
     controller_secret,
+    history_argument_spec,
     journal_argument_spec,
-    open_journal,
+    open_history,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
@@ -171,12 +173,13 @@ def module_args():
     spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())
     spec.update(journal_argument_spec())
+    spec.update(history_argument_spec())
     return dict(argument_spec=spec, supports_check_mode=True)
 
 
 def run(module):
     """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
-    journal = open_journal(module)
+    journal = open_history(module)
     if journal is None:
         path = resolve_path(module.params['journal_path'])
         module.exit_json(changed=False, counts={}, findings=[], resume_create=[], report=[
@@ -184,7 +187,8 @@ def run(module):
     with journal:
         try:
             client = client_from_params(module.params)
-            secret = controller_secret(journal.path, module.params['controller_secret'], module.check_mode)
+            secret = controller_secret(journal.path, module.params['controller_secret'], module.check_mode,
+                                       journal=journal, warn=module.warn)
             reconciler = Reconciler(journal, client, secret, module.params, check_mode=module.check_mode)
             result = reconciler.run()
         except EphemeraError as err:

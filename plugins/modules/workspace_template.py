@@ -389,7 +389,8 @@ def run(module):
         build = None
         try:
             client = client_from_params(params)
-            secret = controller_secret(path, params['controller_secret'], module.check_mode)
+            secret = controller_secret(path, params['controller_secret'], module.check_mode,
+                                       journal=journal, warn=module.warn)
             build = TemplateBuild(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
             failpoint.enter('template:%s' % params['template'], 'template.' + step)
             record_step(journal, params['claim'], STEP_LABELS[step], 'template:%s' % params['template'],

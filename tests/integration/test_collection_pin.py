@@ -72,7 +72,8 @@ def home(tmp_path_factory):
 
 def env_of(home, tmp_path):
     # No ANSIBLE_HOME or ANSIBLE_CONFIG from outside: ~/.ansible of this HOME is Ansible's default.
-    return {'HOME': str(home), 'EPHEMERA_JOURNAL': str(tmp_path / 'journal.sqlite')}
+    # A first run: the readers report the journal that is not there yet as empty (a fresh controller).
+    return {'HOME': str(home), 'EPHEMERA_JOURNAL': str(tmp_path / 'journal.sqlite'), 'EPHEMERA_NEW_JOURNAL': 'true'}
 
 
 def run(argv, home, tmp_path, pin):

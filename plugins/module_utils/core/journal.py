@@ -845,6 +845,29 @@ class Journal:
     def controller_id(self):
         return self._conn.execute("SELECT value FROM meta WHERE key = 'controller_id'").fetchone()[0]
 
+    def meta_value(self, key):
+        """The journal's own setting ``key`` (the meta table), or None when it has none."""
+        row = self._conn.execute('SELECT value FROM meta WHERE key = ?', (key,)).fetchone()
+        return row[0] if row is not None else None
+
+    def claim_meta_value(self, key, value):
+        """Record ``value`` for the setting ``key`` unless it has one; returns the one recorded (the first wins)."""
+        # A write of its own, no commit point of the crash-safety tests: a kill before or after it leaves nothing to
+        # finish (the next run records the value again, or finds it).
+        if self.readonly:
+            raise JournalError('The journal %s was opened read-only, for reading; nothing was written.' % self.path,
+                               path=self.path)
+        self._conn.execute('BEGIN IMMEDIATE')
+        try:
+            self._conn.execute('INSERT INTO meta (key, value) SELECT ?, ? WHERE NOT EXISTS '
+                               '(SELECT 1 FROM meta WHERE key = ?)', (key, value, key))
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute('ROLLBACK')
+            raise
+        self._conn.execute('COMMIT')
+        return self.meta_value(key)
+
     @property
     def schema_version(self):
         if self.backend == 'postgresql':

@@ -96,14 +96,39 @@ def _paramiko():
     return _LIBRARIES['paramiko']
 
 
-KEY_HELP = 'give ssh_private_key (ephemera_ssh_private_key) as the path of the key whose public half the template authorizes'
+KEY_HELP = ('give ssh_private_key (ephemera_ssh_private_key) as the path of the key whose public half the template authorizes, '
+            'or load that key into an ssh-agent whose socket SSH_AUTH_SOCK names (as AWX does with a Machine credential)')
+AGENT_ENV = 'SSH_AUTH_SOCK'
+
+
+def agent_keys():
+    """The keys the ssh-agent named by SSH_AUTH_SOCK holds: [] without the variable, without an agent answering on its
+    socket, or with an agent that holds none."""
+    if not os.environ.get(AGENT_ENV):
+        return []
+    paramiko = _paramiko()
+    agent = paramiko.Agent()
+    try:
+        return list(agent.get_keys())
+    except paramiko.SSHException:
+        return []
+    finally:
+        agent.close()
 
 
 def check_private_key(path):
     """Refuse a key file that cannot log in anywhere, with what to do: not given, unreadable, a public key, a
-    passphrase-protected key (nothing here can type the passphrase), or not a key paramiko reads."""
+    passphrase-protected key (nothing here can type the passphrase), or not a key paramiko reads.
+
+    Without a path the keys of the ssh-agent (SSH_AUTH_SOCK) log in: then the agent must answer and hold a key."""
     if not path:
-        raise SshError('No SSH private key is set: %s.' % KEY_HELP)
+        if agent_keys():
+            return
+        if os.environ.get(AGENT_ENV):
+            raise SshError('No SSH private key is set, and the ssh-agent at %s=%s holds no key (or does not answer): '
+                           'add the key with ssh-add, or %s.' % (AGENT_ENV, os.environ[AGENT_ENV], KEY_HELP))
+        raise SshError('No SSH private key is set and no ssh-agent is there (%s is not set): %s.'
+                       % (AGENT_ENV, KEY_HELP))
     if not os.path.isfile(path) or not os.access(path, os.R_OK):
         why = 'it does not exist' if not os.path.exists(path) else 'it is not a readable file'
         raise SshError('Cannot read the SSH private key %s (%s): %s.' % (path, why, KEY_HELP))
@@ -163,9 +188,11 @@ class Guest:
             # read from the transport below and recorded by the caller.
             client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
         try:
+            # The key file when one is given, else the keys of the ssh-agent (SSH_AUTH_SOCK), never both; never the
+            # keys in ~/.ssh.
             client.connect(self.host, port=self.port, username=self.user, key_filename=self.key_file,
                            timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
-                           auth_timeout=self.connect_timeout, allow_agent=False, look_for_keys=False,
+                           auth_timeout=self.connect_timeout, allow_agent=not self.key_file, look_for_keys=False,
                            disabled_algorithms=disabled)
         except SshHostKeyMismatch:
             client.close()
@@ -181,7 +208,8 @@ class Guest:
                 raise SshHostKeyMismatch('%s presented a host key other than the recorded one: %s' % (self.where, exc))
             if isinstance(exc, paramiko.AuthenticationException):
                 raise SshAuthError('%s refused the key %s: %s. Check that the template carries the matching '
-                                   'authorized key.' % (self.where, self.key_file, exc), address=self.host)
+                                   'authorized key.' % (self.where, self.key_file or 'of the ssh-agent (%s=%s)' % (
+                                       AGENT_ENV, os.environ.get(AGENT_ENV)), exc), address=self.host)
             raise SshUnavailable('%s: SSH handshake failed: %s' % (self.where, exc), address=self.host)
         except (socket.error, EOFError) as exc:
             client.close()

@@ -20,8 +20,8 @@ def site(tmp_path_factory):
         yield site
 
 
-def reconcile(site, check=False):
-    result = site.playbook('reconcile.yml', check=check)
+def reconcile(site, check=False, **extra_vars):
+    result = site.playbook('reconcile.yml', check=check, **extra_vars)
     assert result.ok, result.output[-3000:]
     return result.task('Compare the journal with the cluster')
 
@@ -48,7 +48,12 @@ def test_a_lost_journal_makes_every_workspace_an_orphan_and_nothing_is_deleted(s
     for suffix in ('', '-wal', '-shm'):
         if os.path.exists(site.journal_path + suffix):
             os.remove(site.journal_path + suffix)
-    lost = reconcile(site)
+    # A run that expects history refuses to start over with an empty journal ...
+    refused = site.playbook('reconcile.yml')
+    assert not refused.ok and 'No journal at %s, and this run expects one' % site.journal_path in refused.output
+    assert not os.path.exists(site.journal_path)
+    # ... unless told to: then the lost journal's workspaces are orphans (the secret beside it still verifies them).
+    lost = reconcile(site, ephemera_new_journal=True)
     orphans = dict((f['workspace'], f['vmid']) for f in lost['findings'] if f['kind'] == 'orphan')
     assert orphans == vmids
     assert [f['vmid'] for f in lost['findings'] if f['kind'] == 'foreign'] == [site.foreign]

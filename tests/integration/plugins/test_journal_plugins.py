@@ -54,13 +54,15 @@ def test_info_and_lookup_read_the_journal(tmp_path, run_playbook):
     assert run.task('lookup ready names')['msg'] == ['ws-a', 'ws-b']
 
 
-def test_missing_journal_is_empty_for_info_and_an_error_for_lookup(tmp_path, run_playbook):
+def test_missing_journal_is_refused_by_info_unless_new_and_an_error_for_lookup(tmp_path, run_playbook):
     path = str(tmp_path / 'never-made.sqlite')
     run = run_playbook(PLAY_INFO_ONLY, env={'EPHEMERA_JOURNAL': path})
+    assert not run.ok and 'No journal at %s, and this run expects one' % path in run.task('info one')['msg']
+    run = run_playbook(PLAY_INFO_ONLY, env={'EPHEMERA_JOURNAL': path, 'EPHEMERA_NEW_JOURNAL': 'true'})
     assert run.ok, run.output
     result = run.task('info one')
     assert result['workspaces'] == [] and 'No journal at' in ' '.join(result['warnings'])
-    run = run_playbook(PLAY, env={'EPHEMERA_JOURNAL': path})
+    run = run_playbook(PLAY, env={'EPHEMERA_JOURNAL': path, 'EPHEMERA_NEW_JOURNAL': 'true'})
     assert not run.ok, run.output
     assert 'No journal at %s' % path in run.task('lookup one')['msg']
     assert not os.path.exists(path)

@@ -41,15 +41,23 @@ def test_no_log_values_never_come_back_in_the_result(journal_path):
 
 
 def test_environment_fallbacks_are_read_and_the_task_environment_is_undone_after(journal_path):
-    with environment({'EPHEMERA_JOURNAL': journal_path}):
+    with environment({'EPHEMERA_JOURNAL': journal_path, 'EPHEMERA_NEW_JOURNAL': 'true'}):
         result = run_in_process('workspace_info', {})
     assert result['journal_path'] == journal_path and result['workspaces'] == []
     assert os.environ.get('EPHEMERA_JOURNAL') != journal_path
+    assert 'EPHEMERA_NEW_JOURNAL' not in os.environ
 
 
 def test_check_mode_on_a_controller_with_no_journal_writes_nothing(journal_path):
     connection = {'journal_path': journal_path, 'api_host': 'pve.invalid', 'api_token_id': 'u@pve!t',
                   'api_token_secret': 'token-secret-value'}
+    # A run that expects history refuses a journal that is not there, in check mode too ...
+    for module, args in (('workspace_reconcile', {}), ('workspace_destroy', dict(vmid=117, confirm_orphan=True))):
+        refused = run_in_process(module, dict(connection, **args), check_mode=True)
+        assert refused['failed'] and 'No journal at %s, and this run expects one' % journal_path in refused['msg']
+        assert 'ephemera_new_journal=true' in refused['msg']
+    # ... unless told that this is the controller's first run.
+    connection['new_journal'] = True
     reconciled = run_in_process('workspace_reconcile', connection, check_mode=True)
     assert not reconciled.get('failed') and not reconciled['changed'], reconciled
     assert 'nothing to reconcile' in reconciled['report'][0]

@@ -15,6 +15,7 @@ PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run
 .PHONY: bench-queue bench-create bench-reconcile bench-step bench-expire
 .PHONY: bench-inventory bench-template faults soak
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
+.PHONY: cloud-up cloud-status cloud-down
 
 help:
 	@echo "make demo          run the main job on the local try-out cluster"
@@ -96,6 +97,17 @@ cluster-status: venv
 
 cluster-down: venv
 	$(BIN)/python -m tests.localpve down
+
+# The local try-out cloud for AWS (tests/localcloud, docs/localcloud.md): moto behind a fault proxy, with
+# real SSH guests. CLOUD_ARGS go to `up`, e.g. make cloud-up CLOUD_ARGS="--region eu-central-1".
+cloud-up: venv
+	$(BIN)/python -m tests.localcloud up $(CLOUD_ARGS)
+
+cloud-status: venv
+	$(BIN)/python -m tests.localcloud status
+
+cloud-down: venv
+	$(BIN)/python -m tests.localcloud down
 
 bench-cluster: venv
 	$(BIN)/python bench/cluster_startup.py

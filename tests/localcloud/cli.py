@@ -1,0 +1,286 @@
+"""Command line: python -m tests.localcloud up | status | env | fault ... | down   (see docs/localcloud.md)."""
+
+import argparse
+import json
+import shlex
+import sys
+import time
+
+from . import process
+from .config import CloudError, Options, load_info, state_dir
+from .control import CloudClient
+
+UP_DEFAULTS = Options()
+
+
+def _times(text):
+    if str(text).lower() in ('always', 'all'):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("a whole number or 'always', not {0!r}".format(text)) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError('must be at least 1')
+    return value
+
+
+def _tag(text):
+    key, sep, value = str(text).partition('=')
+    if not sep or not key:
+        raise argparse.ArgumentTypeError('a tag is KEY=VALUE, not {0!r}'.format(text))
+    return key, value
+
+
+def _cloud_options(parser):
+    add = parser.add_argument
+    add('--host', default=UP_DEFAULTS.host, help='loopback address the endpoint, moto and control listen on '
+        '(default %(default)s; guests get addresses next to it)')
+    add('--port', type=int, default=UP_DEFAULTS.port, help='the endpoint (fault proxy) port (default %(default)s)')
+    add('--moto-port', type=int, default=UP_DEFAULTS.moto_port, help="moto's own port (default: any free one)")
+    add('--control-port', type=int, default=UP_DEFAULTS.control_port, help='control port (default: any free one)')
+    add('--region', default=UP_DEFAULTS.region, help='the region that is seeded (default %(default)s)')
+    add('--guest-range', default=None, help="private addresses, FIRST-LAST or CIDR in 127.0.0.0/8 (default: .10-.129 "
+        "of the host's /24)")
+    add('--public-range', default=None, help="public addresses (default: .130-.250 of the host's /24)")
+    add('--ssh-port', type=int, default=None, help="guests' sshd port (default 22 as root, else 2222)")
+    add('--sshd', default=UP_DEFAULTS.sshd, help='sshd binary (default %(default)s)')
+    add('--boot-secs', type=float, default=UP_DEFAULTS.boot_secs, help='seconds a new or started instance is '
+        'pending (default %(default)s)')
+    add('--stop-secs', type=float, default=UP_DEFAULTS.stop_secs, help='seconds a stopping instance is stopping')
+    add('--shutdown-secs', type=float, default=UP_DEFAULTS.shutdown_secs, help='seconds a terminated instance is '
+        'shutting-down')
+    add('--scope', default=None, help='the ephemera:scope tag of the seeded tag-copy instance (default '
+        'disposable-workspaces)')
+
+
+def _options(args):
+    return Options(state_dir=args.state_dir, host=args.host, port=args.port, moto_port=args.moto_port,
+                   control_port=args.control_port, region=args.region, guest_range=args.guest_range,
+                   public_range=args.public_range, ssh_port=args.ssh_port, sshd=args.sshd, boot_secs=args.boot_secs,
+                   stop_secs=args.stop_secs, shutdown_secs=args.shutdown_secs).check()
+
+
+def _print(data):
+    print(json.dumps(data, indent=2, sort_keys=True))
+
+
+def cmd_up(args):
+    options = _options(args)
+    started = time.monotonic()
+    info = process.up(options, scope=args.scope)
+    if args.json:
+        _print(info)
+        return 0
+    seed = info['seed']
+    print('localcloud up in {0:.2f}s (pid {1})'.format(time.monotonic() - started, info['pid']))
+    print('  endpoint {0} (fault proxy; moto itself at {1}), region {2}'.format(
+        info['endpoint_url'], info['moto_url'], info['region']))
+    print('  seeded   {0} {1} {2} key {3} image {4} ({5})'.format(
+        seed['vpc_id'], seed['subnet_id'], seed['security_group_id'], seed['key_name'], seed['image_id'],
+        seed['image_parameter']))
+    print('  foreign  {0}'.format(', '.join('{0} {1}'.format(k, v) for k, v in sorted(
+        seed['foreign_instances'].items()))))
+    print('  guests   {0} private, {1} public; SSH as {2} on port {3} with {4}'.format(
+        info['address_range'], info['public_range'], info['ssh_user'], info['ssh_port'], info['ssh_private_key']))
+    print('  files    {0}'.format(info['guest_root']))
+    print('credentials for our side: python -m tests.localcloud env; everything: {0}/cloud.json'.format(
+        info['state_dir']))
+    return 0
+
+
+def cmd_status(args):
+    try:
+        info = load_info(args.state_dir)
+    except CloudError as exc:
+        print('localcloud: not running: {0}'.format(exc))
+        return 3
+    if not process.running_pid(info):
+        print('localcloud: not running (pid {0} is gone; its state is in {1}; run down to clean up)'.format(
+            info.get('pid'), info.get('state_dir')))
+        return 3
+    status = CloudClient(info).status()
+    if args.json:
+        _print(dict(status, info=info))
+        return 0
+    print('localcloud: running (pid {0}) for {1:.0f}s; region {2}; {3} requests'.format(
+        status['pid'], status['uptime'], status['region'], status['requests']))
+    print('  endpoint {0}   moto {1}'.format(status['endpoint_url'], status['moto_url']))
+    print('  instances:')
+    for item in status['instances']:
+        line = '    {0:<20} {1:<14} {2:<15} {3:<15}'.format(
+            item['instance_id'], item['state'], item['private_ip'] or '-', item['public_ip'] or '-')
+        if item['state'] == 'running':
+            line += ' sshd {0}'.format(item['sshd'])
+            if item.get('sshd_pid'):
+                line += ' (pid {0})'.format(item['sshd_pid'])
+        name = item['tags'].get('Name')
+        if name:
+            line += '  ' + name
+        print(line)
+    faults = [('proxy rule', r) for r in status['proxy_rules'] if not r['spent']]
+    faults += [('instance', f) for f in status['instance_faults'] if f['times'] != 0]
+    faults += [('guest', f) for f in status['guest_faults'] if f['times'] != 0]
+    print('  faults: {0}'.format('none' if not faults else ''))
+    for kind, fault in faults:
+        print('    {0}: {1}'.format(kind, json.dumps(fault, sort_keys=True)))
+    return 0
+
+
+def cmd_env(args):
+    from .clients import aws_env  # pylint: disable=import-outside-toplevel
+    for key, value in sorted(aws_env(load_info(args.state_dir)).items()):
+        print('export {0}={1}'.format(key, shlex.quote(value)))
+    return 0
+
+
+def cmd_down(args):
+    report = process.down(state_dir(args.state_dir))
+    if report['stopped']:
+        print('localcloud: stopped pid {0}; nothing of it is listening'.format(report['stopped']))
+    else:
+        print('localcloud: was not running')
+    if report['killed']:
+        print('  killed leftover processes: {0}'.format(', '.join(str(p) for p in report['killed'])))
+    return 0
+
+
+def cmd_serve(args):
+    from .cloud import serve  # pylint: disable=import-outside-toplevel
+    return serve(_options(args), args.ready_fd, scope=args.scope)
+
+
+def cmd_fault(args):
+    _print(args.fault(CloudClient(state_dir=args.state_dir), args))
+    return 0
+
+
+def _fault_parsers(sub, common):
+    fault = sub.add_parser('fault', parents=[common], help='inject faults into the running cloud')
+    kinds = fault.add_subparsers(dest='kind', metavar='proxy|instance|guest|foreign|list|clear', required=True)
+
+    proxy = kinds.add_parser('proxy', parents=[common], help='rules of the fault proxy in front of moto')
+    actions = proxy.add_subparsers(dest='action', required=True)
+    for action, text in (('drop-response', 'forward the request, then cut the connection (it took effect)'),
+                         ('reset', 'cut the connection before forwarding (nothing happened)'),
+                         ('delay', 'forward the request, hold the answer back --seconds'),
+                         ('error', 'answer an EC2 error (--code, --message, --status) without forwarding'),
+                         ('throttle', 'answer RequestLimitExceeded (HTTP 503) without forwarding'),
+                         ('pages', 'serve DescribeInstances in pages of --size reservations')):
+        rule = actions.add_parser(action, parents=[common], help=text)
+        if action != 'pages':
+            rule.add_argument('operation', help="EC2 Action or glob, e.g. RunInstances, 'Describe*'")
+        rule.add_argument('--times', type=_times, default=1, help="requests (pages: listings) it acts on, or 'always'")
+        rule.add_argument('--skip', type=int, default=0, help='matching requests to let through first')
+        if action == 'delay':
+            rule.add_argument('--seconds', type=float, required=True)
+        if action in ('error', 'throttle', 'pages'):
+            rule.add_argument('--code', required=action == 'error', help='EC2 error code')
+            rule.add_argument('--message', required=action == 'error')
+            rule.add_argument('--status', type=int, help='HTTP status (error 400, throttle 503, pages 500)')
+        if action == 'pages':
+            rule.add_argument('--size', type=int, default=1, help='reservations per page (default 1)')
+            rule.add_argument('--repeat-at', type=int, help='page N answers the token it was asked with again')
+            rule.add_argument('--fail-at', type=int, help='page N fails with --code/--status (default InternalError '
+                              '500)')
+            rule.add_argument('--endless', action='store_true', help='the pages never end')
+        rule.set_defaults(fault=lambda c, a: c.proxy_add(
+            a.action, getattr(a, 'operation', 'DescribeInstances'), times=a.times, skip=a.skip,
+            seconds=getattr(a, 'seconds', None), code=getattr(a, 'code', None), message=getattr(a, 'message', None),
+            status=getattr(a, 'status', None), size=getattr(a, 'size', None), repeat_at=getattr(a, 'repeat_at', None),
+            fail_at=getattr(a, 'fail_at', None), endless=getattr(a, 'endless', False)))
+    actions.add_parser('list', parents=[common]).set_defaults(fault=lambda c, a: c.proxy_rules())
+    actions.add_parser('clear', parents=[common]).set_defaults(fault=lambda c, a: c.proxy_clear())
+    remove = actions.add_parser('remove', parents=[common])
+    remove.add_argument('rule_id', type=int)
+    remove.set_defaults(fault=lambda c, a: c.proxy_remove(a.rule_id))
+
+    inst = kinds.add_parser('instance', parents=[common], help='how new instances appear and change state')
+    ikind = inst.add_subparsers(dest='ikind', required=True)
+    invisible = ikind.add_parser('invisible', parents=[common], help='a new instance id answers '
+                                 'InvalidInstanceID.NotFound for SECONDS')
+    invisible.add_argument('seconds', type=float)
+    timing = ikind.add_parser('timing', parents=[common], help='seconds pending, stopping, shutting-down')
+    for name in ('--boot-secs', '--stop-secs', '--shutdown-secs'):
+        timing.add_argument(name, type=float)
+    for parser in (invisible, timing):
+        parser.add_argument('--instance-id', help='this instance (default: the next ones launched)')
+        parser.add_argument('--times', type=_times, default=1, help="new instances it hits, or 'always'")
+    invisible.set_defaults(fault=lambda c, a: c.invisible(a.seconds, instance_id=a.instance_id, times=a.times))
+    timing.set_defaults(fault=lambda c, a: c.timing(instance_id=a.instance_id, times=a.times,
+                                                    boot_secs=a.boot_secs, stop_secs=a.stop_secs,
+                                                    shutdown_secs=a.shutdown_secs))
+    ikind.add_parser('clear', parents=[common]).set_defaults(fault=lambda c, a: c.instance_clear())
+
+    guest = kinds.add_parser('guest', parents=[common], help="faults of the guests' sshd")
+    gkind = guest.add_subparsers(dest='gkind', required=True)
+    refuse = gkind.add_parser('refuse', parents=[common], help='sshd refuses for SECONDS after the start')
+    refuse.add_argument('seconds', type=float)
+    never = gkind.add_parser('never', parents=[common], help='sshd never comes up at the start')
+    drop = gkind.add_parser('drop', parents=[common], help='cut an SSH session in the middle of a command')
+    drop.add_argument('--after', type=float, default=0.0)
+    drop.add_argument('--match')
+    for parser, kind in ((refuse, 'refuse'), (never, 'never'), (drop, 'drop')):
+        parser.add_argument('--instance-id', help='this instance only (default: whichever comes next)')
+        parser.add_argument('--times', type=_times, default=1)
+        parser.set_defaults(fault=lambda c, a, kind=kind: c.guest_fault(
+            kind, instance_id=a.instance_id, seconds=getattr(a, 'seconds', None), times=a.times,
+            match=getattr(a, 'match', None), after=getattr(a, 'after', 0.0)))
+    gkind.add_parser('clear', parents=[common]).set_defaults(fault=lambda c, a: c.guest_clear())
+
+    foreign = kinds.add_parser('foreign', parents=[common], help='another principal in the same account')
+    fkind = foreign.add_subparsers(dest='fkind', required=True)
+    create = fkind.add_parser('create', parents=[common], help='launch instances as the foreign client')
+    create.add_argument('--tag', type=_tag, action='append', default=[], help='KEY=VALUE (repeatable)')
+    create.add_argument('--copy-tags-of', metavar='INSTANCE_ID', help="copy that instance's tags (the marker is "
+                        "replaced by one no controller made)")
+    create.add_argument('--count', type=int, default=1)
+    create.add_argument('--stopped', action='store_true')
+    create.set_defaults(fault=lambda c, a: c.foreign_create(tags=dict(a.tag) or None, copy_tags_of=a.copy_tags_of,
+                                                            count=a.count, running=not a.stopped))
+    term = fkind.add_parser('terminate', parents=[common], help='terminate instances as the foreign client')
+    term.add_argument('instance_ids', nargs='+')
+    term.set_defaults(fault=lambda c, a: c.foreign_terminate(a.instance_ids))
+
+    kinds.add_parser('list', parents=[common], help='every fault in place').set_defaults(
+        fault=lambda c, a: dict((k, v) for k, v in c.status().items() if k in (
+            'proxy_rules', 'instance_faults', 'guest_faults')))
+    kinds.add_parser('clear', parents=[common], help='every fault off').set_defaults(
+        fault=lambda c, a: c.clear() and {'cleared': True})
+    fault.set_defaults(func=cmd_fault)
+
+
+def parser():
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument('--state-dir', default=argparse.SUPPRESS,
+                        help='state directory (default: $LOCALCLOUD_STATE_DIR, else .localcloud/ in the repository)')
+    top = argparse.ArgumentParser(prog='python -m tests.localcloud', parents=[common],
+                                  description='The local try-out cloud: moto, a fault proxy, real SSH guests.')
+    sub = top.add_subparsers(dest='command', metavar='up|status|env|fault|down', required=True)
+    upper = sub.add_parser('up', parents=[common], help='start the cloud in the background')
+    _cloud_options(upper)
+    upper.add_argument('--json', action='store_true', help='print cloud.json')
+    upper.set_defaults(func=cmd_up)
+    status = sub.add_parser('status', parents=[common], help='is it running; instances and faults')
+    status.add_argument('--json', action='store_true')
+    status.set_defaults(func=cmd_status)
+    sub.add_parser('env', parents=[common], help="print the AWS_* variables of our side (eval \"$(...)\")") \
+        .set_defaults(func=cmd_env)
+    _fault_parsers(sub, common)
+    sub.add_parser('down', parents=[common], help='stop it and everything it started').set_defaults(func=cmd_down)
+    serve = sub.add_parser('serve', parents=[common])
+    _cloud_options(serve)
+    serve.add_argument('--ready-fd', type=int)
+    serve.set_defaults(func=cmd_serve)
+    return top
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    if not hasattr(args, 'state_dir'):
+        args.state_dir = None
+    try:
+        return args.func(args)
+    except CloudError as exc:
+        print('localcloud: error: {0}'.format(exc), file=sys.stderr)
+        return 1

@@ -1,0 +1,145 @@
+"""Runtime control of a cloud: the operations (faults, status) and the client of a cloud process.
+
+CloudApi is the one list of operations; CloudClient sends them to a cloud process over HTTP on loopback (the
+`fault` and `status` commands use it, and so do tests). The server side is site.CloudSite with the try-out
+cluster's ControlServer.
+"""
+
+import json
+import urllib.error
+import urllib.request
+
+from tests.localpve.control import TOKEN_HEADER
+
+from .config import CloudError, load_info
+
+
+class CloudApi(object):
+    """The operations on a running cloud. Subclasses define _op(name, **arguments)."""
+
+    def _op(self, name, **arguments):
+        raise NotImplementedError
+
+    def status(self):
+        """Instances (state as shown, addresses, sshd), proxy rules, instance and guest faults."""
+        return self._op('status')
+
+    def instances(self):
+        """Every instance as the cloud shows it: instance_id, state, moto_state, private_ip, public_ip, tags, root,
+        sshd, sshd_pid, invisible_for, timing."""
+        return self._op('instances')
+
+    # The fault proxy in front of moto.
+    def proxy_add(self, action, operation, times=1, skip=0, seconds=None, code=None, message=None, status=None,
+                  size=None, repeat_at=None, fail_at=None, endless=False):
+        """Add a rule: action drop-response, reset, delay (seconds), error (code, message, status), throttle, or
+        pages (size, repeat_at, fail_at with code/message/status, endless). operation: an EC2 Action or a glob.
+        times: requests it acts on (None: all); skip: matching requests let through first. Returns the rule."""
+        return self._op('proxy_add', action=action, operation=operation, times=times, skip=skip, seconds=seconds,
+                        code=code, message=message, status=status, size=size, repeat_at=repeat_at, fail_at=fail_at,
+                        endless=endless)
+
+    def drop_response(self, operation, times=1, skip=0):
+        """The request takes effect in moto; the client's connection is cut before it hears the answer."""
+        return self.proxy_add('drop-response', operation, times=times, skip=skip)
+
+    def throttle(self, operation, times=1, skip=0):
+        """RequestLimitExceeded (HTTP 503) without forwarding."""
+        return self.proxy_add('throttle', operation, times=times, skip=skip)
+
+    def pages(self, size=1, times=1, repeat_at=None, fail_at=None, endless=False, code=None, message=None,
+              status=None):
+        """The next `times` DescribeInstances listings come in pages of `size` reservations."""
+        return self.proxy_add('pages', 'DescribeInstances', times=times, size=size, repeat_at=repeat_at,
+                              fail_at=fail_at, endless=endless, code=code, message=message, status=status)
+
+    def proxy_rules(self):
+        return self._op('proxy_rules')
+
+    def proxy_remove(self, rule_id):
+        return self._op('proxy_remove', rule_id=rule_id)
+
+    def proxy_clear(self):
+        return self._op('proxy_clear')
+
+    # Instances.
+    def invisible(self, seconds, instance_id=None, times=1):
+        """The next `times` new instances (or instance_id) answer InvalidInstanceID.NotFound and are left out of
+        listings for `seconds` after they appear."""
+        return self._op('instance_fault', kind='invisible', instance_id=instance_id, times=times, seconds=seconds)
+
+    def timing(self, instance_id=None, times=1, boot_secs=None, stop_secs=None, shutdown_secs=None):
+        """How long the next `times` new instances (or instance_id) stay pending, stopping, shutting-down."""
+        return self._op('instance_fault', kind='timing', instance_id=instance_id, times=times, boot_secs=boot_secs,
+                        stop_secs=stop_secs, shutdown_secs=shutdown_secs)
+
+    def instance_clear(self):
+        return self._op('instance_clear')
+
+    # Guests (the try-out cluster's guest faults).
+    def guest_fault(self, kind, instance_id=None, seconds=None, times=1, match=None, after=0.0):
+        """refuse (seconds), never, or drop (after, match) for one instance or the next guest(s)."""
+        return self._op('guest_fault', kind=kind, instance_id=instance_id, seconds=seconds, times=times,
+                        match=match, after=after)
+
+    def guest_clear(self):
+        return self._op('guest_clear')
+
+    # The foreign client.
+    def foreign_create(self, tags=None, copy_tags_of=None, count=1, running=True):
+        """The foreign client launches `count` instances (seeded image and subnet) with tags, or with a copy of
+        another instance's tags whose marker no controller made. Returns {'instance_ids', 'tags'}."""
+        return self._op('foreign_create', tags=tags, copy_tags_of=copy_tags_of, count=count, running=running)
+
+    def foreign_terminate(self, instance_ids):
+        return self._op('foreign_terminate', instance_ids=list(instance_ids))
+
+    def clear(self):
+        """Every fault off: proxy rules, instance faults (new invisibility windows end now), guest faults."""
+        return self._op('clear')
+
+
+class CloudClient(CloudApi):
+    """The operations of a cloud that runs as its own process (started with `up`).
+
+    CloudClient(info) with the dict of cloud.json, or CloudClient(state_dir=...) to read it.
+    """
+
+    def __init__(self, info=None, state_dir=None, timeout=60):
+        self.info = info if info is not None else load_info(state_dir)
+        self.url = self.info['control']['url']
+        self.token = self.info['control']['token']
+        self.timeout = timeout
+
+    def _op(self, name, **arguments):
+        request = urllib.request.Request(self.url + '/op/' + name, data=json.dumps(arguments).encode(),
+                                         headers={'Content-Type': 'application/json', TOKEN_HEADER: self.token})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as resp:
+                answer = json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            try:
+                answer = json.loads(exc.read())
+            except ValueError:
+                answer = {'error': 'HTTP {0}'.format(exc.code)}
+            raise CloudError(answer.get('error') or 'HTTP {0}'.format(exc.code)) from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            raise CloudError('the cloud does not answer at {0} ({1}); is it running? '
+                             'python -m tests.localcloud status'.format(self.url, exc)) from None
+        return answer['result']
+
+    def shutdown(self):
+        return self._op('shutdown')
+
+    # Clients of this cloud (boto3 is imported when one is made).
+    def ec2(self, **options):
+        from .clients import ec2_client  # pylint: disable=import-outside-toplevel
+        return ec2_client(self.info, **options)
+
+    def foreign_ec2(self, **options):
+        from .clients import foreign_client  # pylint: disable=import-outside-toplevel
+        return foreign_client(self.info, **options)
+
+    def env(self):
+        from .clients import aws_env  # pylint: disable=import-outside-toplevel
+        return aws_env(self.info)

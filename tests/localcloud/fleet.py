@@ -1,0 +1,362 @@
+"""The instances as this cloud shows them, and their guests.
+
+moto changes an instance's state at once (running the moment RunInstances returns, terminated the moment
+TerminateInstances does). The fleet gives every instance the states EC2 shows on the way: pending for boot_secs
+after a launch or a start, stopping for stop_secs, shutting-down for shutdown_secs; the proxy rewrites the
+answers with these states and with the guest's loopback addresses in place of moto's made-up ones.
+
+The guests reuse the try-out cluster's machinery (tests/localpve/guests.py): one sshd per running instance, on
+its private and its public loopback address, with its files under <state>/guests/<instance id>/root.
+"""
+
+import base64
+import logging
+import os
+import shutil
+import time
+
+import yaml
+
+from tests.localpve import guests as pve_guests
+from tests.localpve.addresses import AddressPool
+
+from .config import CloudError
+
+LOG = logging.getLogger('localcloud.fleet')
+TIMING_KEYS = ('boot_secs', 'stop_secs', 'shutdown_secs')
+
+
+def moto_instances():
+    """(account, region, instance) for every instance moto holds, without making backends that do not exist yet."""
+    from moto.ec2.models import ec2_backends  # pylint: disable=import-outside-toplevel
+    out = []
+    for account, regions in list(dict.items(ec2_backends)):
+        for region, backend in list(dict.items(regions)):
+            for reservation in list(backend.reservations.values()):
+                for instance in list(reservation.instances):
+                    out.append((account, region, instance))
+    return out
+
+
+def moto_key(account, region, name):
+    """The public key (OpenSSH line) of a key pair moto holds, or None."""
+    from moto.ec2.models import ec2_backends  # pylint: disable=import-outside-toplevel
+    regions = dict.get(ec2_backends, account)
+    backend = dict.get(regions, region) if regions is not None else None
+    pair = backend.key_pairs.get(name) if backend is not None and name else None
+    if pair is None or not getattr(pair, 'material_public', None):
+        return None
+    material = pair.material_public
+    return (material.decode() if isinstance(material, bytes) else str(material)).strip()
+
+
+def user_data_keys(value):
+    """The ssh_authorized_keys of a cloud-config user data (base64, as EC2 holds it), top level and per user."""
+    if not value:
+        return []
+    try:
+        text = base64.b64decode(str(value)).decode('utf-8')
+    except (ValueError, UnicodeDecodeError):
+        return []
+    if not text.lstrip().startswith('#cloud-config'):
+        return []
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return []
+    if not isinstance(data, dict):
+        return []
+    keys = list(data.get('ssh_authorized_keys') or [])
+    for user in data.get('users') or []:
+        if isinstance(user, dict):
+            keys += list(user.get('ssh_authorized_keys') or [])
+    return [str(k).strip() for k in keys if str(k).strip()]
+
+
+class Instance(object):
+    """One instance as the cloud shows it."""
+
+    def __init__(self, instance_id, account, region, now, timing):
+        self.id = instance_id
+        self.account = account
+        self.region = region
+        self.moto_state = None
+        self.state = None
+        self.since = now
+        self.timing = dict(timing)
+        self.invisible_until = 0.0
+        self.moto_private = None
+        self.moto_public = None
+        self.private = None
+        self.public = None
+        self.key_name = None
+        self.keys = []
+        self.raw = None
+
+    def view(self, now=None):
+        """What the proxy needs to rewrite this instance in an answer."""
+        addresses = {}
+        if self.moto_private and self.private:
+            addresses[self.moto_private] = self.private
+        if self.moto_public and self.public:
+            addresses[self.moto_public] = self.public
+        return {'state': self.state, 'addresses': addresses,
+                'private': self.state != 'terminated',
+                'public': self.state not in ('terminated', 'stopped', 'stopping')}
+
+    def tags(self):
+        try:
+            return dict((t['key'], t['value']) for t in self.raw.get_tags())
+        except (AttributeError, KeyError, TypeError):
+            return {}
+
+    def summary(self, now):
+        return {'instance_id': self.id, 'account': self.account, 'region': self.region, 'state': self.state,
+                'moto_state': self.moto_state, 'private_ip': self.private, 'public_ip': self.public,
+                'key_name': self.key_name, 'tags': self.tags(),
+                'invisible_for': max(0.0, round(self.invisible_until - now, 3)),
+                'timing': dict(self.timing)}
+
+
+class Fleet(pve_guests.GuestManager):
+    """The instances and their guests. refresh() follows moto; reconcile() makes the guests match."""
+
+    def __init__(self, site):
+        super().__init__(site)
+        opts = site.options
+        self.pool = AddressPool(opts.guest_range, exclude=(opts.host,))
+        self.public_pool = AddressPool(opts.public_range, exclude=(opts.host,))
+        self.timing = dict((k, getattr(opts, k)) for k in TIMING_KEYS)
+        self.instances = {}
+        # Arms for instances that are not launched yet: timing, invisible.
+        self.arms = []
+
+    # ------------------------------------------------------------ faults
+
+    def add_fault(self, kind, vmid=None, seconds=None, times=1, match=None, after=0.0):
+        """The try-out cluster's guest faults (refuse, never, drop), for one instance id or the next guest."""
+        if vmid is not None and not str(vmid).startswith('i-'):
+            raise CloudError('a guest fault names an instance id (i-...), not {0!r}'.format(vmid))
+        if kind not in pve_guests.FAULT_KINDS:
+            raise CloudError('guest fault must be one of {0}, not {1!r}'.format(
+                ', '.join(pve_guests.FAULT_KINDS), kind))
+        fault = super().add_fault(kind, None, seconds=seconds, times=times, match=match, after=after)
+        for stored in self.faults:
+            if stored['id'] == fault['id']:
+                stored['vmid'] = vmid
+        fault['vmid'] = vmid
+        return fault
+
+    def arm(self, kind, instance_id=None, times=1, **values):
+        """timing (boot_secs, stop_secs, shutdown_secs) or invisible (seconds) for one instance id, or for the next
+        `times` instances launched (times None: every one)."""
+        if kind not in ('timing', 'invisible'):
+            raise CloudError("an instance fault is 'timing' or 'invisible', not {0!r}".format(kind))
+        clean = {}
+        for key, value in values.items():
+            if value is None:
+                continue
+            try:
+                clean[key] = float(value)
+            except (TypeError, ValueError):
+                raise CloudError('{0} must be a number of seconds, not {1!r}'.format(key, value)) from None
+            if clean[key] < 0:
+                raise CloudError('{0} cannot be negative'.format(key))
+        if not clean:
+            raise CloudError('a {0} fault needs seconds'.format(kind))
+        if times is not None and int(times) < 1:
+            raise CloudError('times must be at least 1 (or none for every instance)')
+        arm = {'kind': kind, 'instance_id': instance_id, 'times': None if times is None else int(times),
+               'values': clean, 'hits': []}
+        if instance_id is not None:
+            instance = self.instances.get(instance_id)
+            if instance is None:
+                raise CloudError('no instance {0} in this cloud'.format(instance_id))
+            self._apply(arm, instance, time.monotonic())
+            return arm
+        self.arms.append(arm)
+        return arm
+
+    def _apply(self, arm, instance, now):
+        if arm['kind'] == 'timing':
+            instance.timing.update(arm['values'])
+        else:
+            instance.invisible_until = now + arm['values']['seconds']
+        arm['hits'].append({'instance_id': instance.id, 'time': time.time()})
+
+    def clear_arms(self):
+        self.arms = []
+        now = time.monotonic()
+        for instance in self.instances.values():
+            instance.invisible_until = min(instance.invisible_until, now)
+
+    # ------------------------------------------------------------ states
+
+    def refresh(self, now=None):
+        """Follow moto: new instances, state changes, and the states on the way (pending, stopping,
+        shutting-down)."""
+        now = time.monotonic() if now is None else now
+        seen = set()
+        for account, region, raw in moto_instances():
+            seen.add(raw.id)
+            instance = self.instances.get(raw.id)
+            if instance is None:
+                instance = self._new(raw, account, region, now)
+            instance.raw = raw
+            self._step(instance, raw.state, now)
+            if not instance.moto_public and raw.public_ip and instance.state != 'terminated':
+                instance.moto_public = raw.public_ip
+                instance.public = self.public_pool.allocate(instance.id)
+        for instance_id in set(self.instances) - seen:
+            # moto forgot it (a reset): it is gone for good.
+            self.instances[instance_id].state = 'terminated'
+            self.instances[instance_id].moto_state = 'terminated'
+        return self.instances
+
+    def _new(self, raw, account, region, now):
+        instance = Instance(raw.id, account, region, now, self.timing)
+        instance.key_name = raw.key_name
+        instance.moto_private = raw.private_ip
+        instance.moto_public = raw.public_ip
+        if raw.state != 'terminated':
+            instance.private = self.pool.allocate(raw.id) if raw.private_ip else None
+            instance.public = self.public_pool.allocate(raw.id) if raw.public_ip else None
+        keys = [moto_key(account, region, raw.key_name)] + user_data_keys(raw.user_data)
+        instance.keys = [k for k in keys if k]
+        taken = set()
+        for arm in self.arms:
+            if arm['times'] == 0 or arm['kind'] in taken:
+                continue
+            taken.add(arm['kind'])
+            if arm['times'] is not None:
+                arm['times'] -= 1
+            self._apply(arm, instance, now)
+        self.instances[raw.id] = instance
+        # A new instance's first state: pending while it boots; one found stopped or terminated stays so.
+        instance.state = {'running': 'pending'}.get(raw.state, raw.state)
+        instance.moto_state = raw.state
+        instance.since = now
+        LOG.info('instance %s (%s/%s) appeared %s, addresses %s / %s', raw.id, account, region, raw.state,
+                 instance.private, instance.public)
+        return instance
+
+    def _step(self, instance, moto_state, now):
+        if moto_state != instance.moto_state:
+            instance.moto_state = moto_state
+            begin = {'running': 'pending', 'stopped': 'stopping', 'terminated': 'shutting-down'}.get(moto_state)
+            if begin and instance.state != begin and not (begin == 'shutting-down' and instance.state == 'terminated'):
+                instance.state, instance.since = begin, now
+            elif begin is None:
+                instance.state, instance.since = moto_state, now
+        elapsed = now - instance.since
+        after = {'pending': ('boot_secs', 'running'), 'stopping': ('stop_secs', 'stopped'),
+                 'shutting-down': ('shutdown_secs', 'terminated')}.get(instance.state)
+        if after and elapsed >= instance.timing[after[0]]:
+            instance.state, instance.since = after[1], now
+            LOG.info('instance %s is %s', instance.id, instance.state)
+
+    def visible(self, instance_id, now=None):
+        """False while a new instance id is not visible yet (its invisible window)."""
+        instance = self.instances.get(instance_id)
+        now = time.monotonic() if now is None else now
+        return instance is None or now >= instance.invisible_until
+
+    # ------------------------------------------------------------ guests
+
+    async def _reconcile(self, now):
+        self.refresh(now)
+        for instance in list(self.instances.values()):
+            if instance.state != 'terminated' and instance.id not in self.rooted:
+                self._make_instance_root(instance)
+            guest = self.guests.setdefault(instance.id, pve_guests.Guest(instance.id))
+            running = instance.state == 'running' and instance.private is not None
+            if running and self.boots.get(instance.id) != instance.since:
+                if guest.proc is not None:
+                    await self._stop(guest, everything=True)
+                self.boots[instance.id] = instance.since
+                self._boot(guest, now)
+            if guest.proc is not None and guest.proc.poll() is not None:
+                guest.error = 'sshd exited with {0}'.format(guest.proc.returncode)
+                await self._stop(guest)
+                guest.state = 'failed'
+            if not running:
+                if guest.proc is not None:
+                    # Stopping or terminating ends the guest and everything it runs.
+                    await self._stop(guest, everything=True)
+                guest.state, guest.address = 'stopped', None
+                self.boots.pop(instance.id, None)
+                if instance.state == 'terminated' and instance.id in self.rooted:
+                    self._destroy_instance(instance)
+                continue
+            if guest.proc is None and guest.state != 'failed':
+                guest.address = instance.private
+                if guest.suppressed:
+                    guest.state = 'suppressed'
+                elif now < guest.refuse_until:
+                    guest.state = 'refusing'
+                else:
+                    await self._start(guest, instance.private)
+        self._drop_sessions(now)
+        self._write_known_hosts()
+
+    def _make_instance_root(self, instance):
+        """A new instance's files: /workspace, and root's authorized keys (the key pair's public key and the
+        ssh_authorized_keys of its cloud-config user data)."""
+        root = self.root(instance.id)
+        shutil.rmtree(self.guest_dir(instance.id), ignore_errors=True)
+        os.makedirs(os.path.join(root, 'workspace'))
+        keys = self.authorized_keys(instance.id)
+        os.makedirs(os.path.dirname(keys), mode=0o700)
+        with open(keys, 'w', encoding='utf-8') as out:
+            out.writelines(k + '\n' for k in instance.keys)
+        os.chmod(keys, 0o600)
+        self.rooted.add(instance.id)
+
+    def _destroy_instance(self, instance):
+        """A terminated instance: its root volume is deleted (its files go), its addresses are released."""
+        pve_guests.end_guest_processes(self.root(instance.id))
+        shutil.rmtree(self.guest_dir(instance.id), ignore_errors=True)
+        self.rooted.discard(instance.id)
+        self.pool.release(instance.id)
+        self.public_pool.release(instance.id)
+        self.guests.pop(instance.id, None)
+        LOG.info('instance %s terminated: its files are removed', instance.id)
+
+    def _argv(self, vmid, address, host_key, log):
+        argv = super()._argv(vmid, address, host_key, log)
+        instance = self.instances.get(vmid)
+        if instance is not None and instance.public:
+            argv += ['-o', 'ListenAddress=' + instance.public]
+        return argv
+
+    def _write_known_hosts(self):
+        lines = []
+        for vmid, guest in sorted(self.guests.items()):
+            if guest.proc is None or not guest.host_key:
+                continue
+            instance = self.instances.get(vmid)
+            for address in (instance.private, instance.public) if instance is not None else (guest.address,):
+                if address:
+                    name = address if self.port == 22 else '[{0}]:{1}'.format(address, self.port)
+                    lines.append('{0} {1}\n'.format(name, guest.host_key))
+        if lines != self._known:
+            with open(self.known_hosts, 'w', encoding='utf-8') as out:
+                out.writelines(lines)
+            self._known = lines
+
+    def view(self):
+        now = time.monotonic()
+        out = []
+        for instance_id, instance in sorted(self.instances.items()):
+            item = instance.summary(now)
+            item['root'] = self.root(instance_id)
+            guest = self.guests.get(instance_id)
+            if guest is not None and instance.state == 'running':
+                item.update(sshd=guest.state, sshd_pid=guest.sshd_pid if guest.proc else None, error=guest.error)
+            else:
+                item.update(sshd='stopped', sshd_pid=None)
+            out.append(item)
+        return out
+
+    def saved(self):
+        return {}

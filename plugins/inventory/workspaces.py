@@ -24,6 +24,8 @@ description:
   - The configuration file must end in C(.workspaces.yml) or C(.workspaces.yaml).
 author:
   - Ephemera maintainers (@ephemera)
+requirements:
+  - boto3 >= 1.28 (only when the journal holds AWS workspaces or O(aws_regions) is set)
 extends_documentation_fragment:
   - constructed
   - inventory_cache
@@ -33,6 +35,12 @@ notes:
   - O(journal_path) and the connection options fall back to their environment variables (E(EPHEMERA_JOURNAL),
     E(PROXMOX_HOST), E(PROXMOX_USER), ...) when the file does not set them, as the modules' options do.
   - Without O(api_host) (and E(PROXMOX_HOST)) the inventory is the journal alone, deliberately; no warning.
+  - AWS workspaces (made with O(ephemera.workspaces.workspace_create#module:provider=aws)) are hosts beside the
+    Proxmox ones, with C(ephemera_provider), C(ephemera_region) and C(ephemera_instance_id), in the groups
+    C(provider_aws) and C(region_<region>). Their live state comes from one paginated, tag-filtered
+    C(DescribeInstances) per region, whose tags carry the ownership markers, so no instance costs a read of its
+    own. A region that cannot be read completely leaves its workspaces with the journal's view and a warning (an
+    error with O(strict)); refused credentials are an error.
   - With O(cache), the whole inventory (journal and cluster) is kept for O(cache_timeout) seconds and a cache hit
     makes no API request and does not open the journal. An inventory made while the cluster was unreachable is
     not cached. C(ansible-inventory --flush-cache) reads afresh.
@@ -110,6 +118,39 @@ options:
     type: path
     env:
       - name: EPHEMERA_KNOWN_HOSTS
+  aws_regions:
+    description:
+      - AWS regions to read besides those the journal's AWS workspaces are in. Each region read costs one
+        C(DescribeInstances) (all its pages), filtered to instances that carry a tag of ours (C(ephemera:*)); an
+        instance there that no live workspace accounts for is an orphan.
+      - Without AWS workspaces in the journal and without this option, AWS is not asked at all.
+    type: list
+    elements: str
+    default: []
+  aws_profile:
+    description: The AWS profile to read credentials from. Without it (and E(AWS_PROFILE)), boto3 looks where it always does.
+    type: str
+    env:
+      - name: AWS_PROFILE
+  aws_access_key_id:
+    description: Access key id; prefer E(AWS_ACCESS_KEY_ID) or a profile, which boto3 reads itself.
+    type: str
+  aws_secret_access_key:
+    description: Secret access key of O(aws_access_key_id); prefer E(AWS_SECRET_ACCESS_KEY) or a profile.
+    type: str
+  aws_session_token:
+    description: Session token of temporary credentials; prefer E(AWS_SESSION_TOKEN) or a profile.
+    type: str
+  aws_endpoint_url:
+    description: The EC2 endpoint to read instead of AWS's own (a private endpoint, the try-out cloud).
+    type: str
+    env:
+      - name: EPHEMERA_AWS_ENDPOINT_URL
+      - name: AWS_ENDPOINT_URL
+  aws_retry_timeout:
+    description: Seconds for which throttling and server errors of one read are ridden out with backoff.
+    type: int
+    default: 60
 '''
 
 EXAMPLES = r'''
@@ -160,9 +201,11 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
     Journal,
     resolve_path,
 )
+from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
     NotFound,
     ProviderError,
+    Refused,
     reachable_address,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
@@ -179,8 +222,8 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.prox
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 
-# 2: workspaces carry their recorded SSH host key and private key path.
-SNAPSHOT_VERSION = 2
+# 2: workspaces carry their recorded SSH host key and private key path. 3: cloud workspaces and orphans, by region.
+SNAPSHOT_VERSION = 3
 CONNECTION_OPTIONS = ('api_host', 'api_port', 'api_user', 'api_password', 'api_token_id', 'api_token_secret',
                       'validate_certs', 'ca_file', 'request_timeout')
 FILTER_KEYS = ('status', 'node', 'tag')
@@ -511,6 +554,123 @@ def orphan_vars(orphan):
     return out
 
 
+# ----------------------------------------------------------------------------------- clouds (AWS)
+
+# Providers whose workspaces are instances in regions: one tag-filtered listing per region gives every instance of
+# ours with its tags, the ownership marker among them, so no instance needs a read of its own.
+CLOUD_PROVIDERS = ('aws',)
+# Statuses of a create whose instance may exist before its id is recorded.
+CREATING = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registering')
+
+
+def record_provider(record):
+    """The provider of a journal record (Proxmox for records made before there were others)."""
+    return record.get('provider') or 'proxmox'
+
+
+def cloud_entry(record, debts, operation, now=None):
+    """A workspace of a cloud provider: the journal's view, with its provider, region and instance id."""
+    ws = workspace_entry(record, debts, operation, now)
+    ws.update(provider=record_provider(record), region=record.get('location'), instance_id=record.get('resource_id'),
+              vmid=None, candidate_vmid=None, node=None, pool=None, marker=None)
+    return ws
+
+
+def assemble_cloud(provider, records, debts, operations, listings, judge):
+    """The workspaces and orphans of one cloud provider (``provider``: its name).
+
+    ``records`` are that provider's journal records; ``listings`` maps each region to its listing (the provider's
+    :meth:`list` entries), or to None when the region could not be read (its workspaces keep the journal's view,
+    ``live_status: unknown``). ``judge(entry, workspace, nonce)`` gives ``(verdict, marker's workspace)`` of a
+    listed instance as a resource of ``workspace`` (None: whatever workspace a genuine marker names).
+
+    A workspace is matched with the instance at its recorded id when that instance's marker verifies for it (and
+    for this life of it); a create whose instance id is not recorded yet is matched with the one instance whose
+    marker verifies for it. Every other listed instance is an orphan, with why: ``not_in_journal`` (no record holds
+    its id), ``destroyed_in_journal`` (the record holding its id was destroyed) or ``marker_<verdict>`` (the
+    instance at a workspace's recorded id does not prove to be that workspace's).
+    """
+    by_workspace = {}
+    for debt in debts:
+        by_workspace.setdefault(debt['workspace'], []).append(debt)
+    workspaces = [cloud_entry(r, by_workspace.get(r['name'], []), operations.get(r['name'])) for r in records]
+    live = {}
+    for region in sorted(listings):
+        for entry in listings[region] or ():
+            live.setdefault((region, entry['id']), entry)
+    claimed, mismatched = set(), {}
+    for ws in workspaces:
+        if listings.get(ws['region']) is None:
+            continue
+        ws['live_status'] = 'absent'
+        if ws['status'] == 'destroyed':
+            continue
+        key = (ws['region'], ws['instance_id'])
+        entry = live.get(key) if ws['instance_id'] else None
+        if entry is None and ws['instance_id'] is None and ws['status'] in CREATING:
+            ours = [e for (region, dummy), e in sorted(live.items()) if region == ws['region'] and (region, e['id'])
+                    not in claimed and judge(e, ws['name'], ws['marker_nonce'])[0] == ownership.VERIFIED]
+            entry = ours[0] if len(ours) == 1 else None
+        if entry is None:
+            continue
+        verdict, named = judge(entry, ws['name'], ws['marker_nonce'])
+        ws['marker'] = verdict
+        if verdict != ownership.VERIFIED:
+            ws['live_status'] = 'mismatch'
+            mismatched[(ws['region'], entry['id'])] = verdict
+            continue
+        claimed.add((ws['region'], entry['id']))
+        ws.update(instance_id=entry['id'], live_status=entry.get('status') or 'unknown', lock=entry.get('lock'),
+                  tags=sorted(entry.get('tags') or []), live=entry)
+        ws['needs_address'] = entry.get('status') == 'running' and not ws['address']
+    recorded = dict(((ws['region'], ws['instance_id']), ws) for ws in workspaces if ws['instance_id'])
+    orphans = []
+    for key in sorted(live):
+        if key in claimed:
+            continue
+        entry = live[key]
+        verdict, named = judge(entry, None, ownership.ANY)
+        holder = recorded.get(key)
+        if key in mismatched:
+            reason = 'marker_' + mismatched[key]
+        elif holder is not None and holder['status'] == 'destroyed':
+            reason = 'destroyed_in_journal'
+        else:
+            reason = 'not_in_journal'
+        orphans.append({'provider': provider, 'region': key[0], 'instance_id': key[1],
+                        'vmid': None, 'node': None, 'type': entry.get('kind'), 'name': entry.get('name'),
+                        'status': entry.get('status'), 'lock': entry.get('lock'), 'pool': entry.get('pool'),
+                        'tags': sorted(entry.get('tags') or []), 'reason': reason, 'marker': verdict,
+                        'marker_workspace': named})
+    return {'workspaces': workspaces, 'orphans': orphans}
+
+
+def cloud_vars(ws):
+    """The host variables of a cloud workspace, without the prefix."""
+    out = workspace_vars(ws)
+    out.update(provider=ws['provider'], region=ws['region'], instance_id=ws['instance_id'])
+    return out
+
+
+def cloud_groups(ws):
+    """The groups of a cloud workspace host: as a Proxmox one's, by provider and region instead of node."""
+    groups = ['status_' + ws['status'], 'activity_' + ws['activity'], 'provider_' + safe_group(ws['provider'])]
+    if ws['region']:
+        groups.append('region_' + safe_group(ws['region']))
+    if ws['cleanup_debt']:
+        groups.append('cleanup_debt')
+    expected = ws['instance_id'] is not None and ws['status'] in EXPECTS_CONTAINER
+    if expected and ws['live_status'] in ('absent', 'mismatch'):
+        groups.append('missing')
+    return groups
+
+
+def cloud_orphan_vars(orphan):
+    out = orphan_vars(orphan)
+    out.update(provider=orphan['provider'], region=orphan['region'], instance_id=orphan['instance_id'])
+    return out
+
+
 # ---------------------------------------------------------------------------------------- plugin
 
 class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
@@ -538,7 +698,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 snapshot, update_cache = None, True
         if snapshot is None:
             snapshot = self._take_snapshot()
-        if update_cache and snapshot['cluster'] != 'offline':
+        if update_cache and snapshot['cluster'] != 'offline' and 'offline' not in snapshot['regions'].values():
             self._cache[cache_key] = snapshot
         self._populate(snapshot)
 
@@ -583,7 +743,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     # ------------------------------------------------------------------------------ snapshot
 
     def _take_snapshot(self):
-        records, debts, operations, journal_path = self._read_journal()
+        everything, debts, operations, journal_path = self._read_journal()
+        records = [r for r in everything if record_provider(r) not in CLOUD_PROVIDERS]
         provider = self._provider()
         resources, cluster, cluster_error = None, 'skipped', None
         if provider is not None:
@@ -600,7 +761,67 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             self._complete(snapshot, provider, journal_path)
         if provider is not None:
             provider.close()
+        snapshot['regions'] = {}
+        for name in CLOUD_PROVIDERS:
+            self._add_cloud(snapshot, name, [r for r in everything if record_provider(r) == name], debts, operations,
+                            journal_path)
         return snapshot
+
+    def _add_cloud(self, snapshot, name, records, debts, operations, journal_path):
+        """The workspaces and orphans of cloud provider ``name``: one listing per region (every region a record
+        names, and the option's), each read through the provider, which follows every page."""
+        regions = set(r['location'] for r in records if r['location']) | set(self._cloud_regions(name))
+        if not regions:
+            return
+        secret = self._secret(journal_path)
+        listings, resources, clients = {}, {}, {}
+        try:
+            for region in sorted(regions):
+                provider = clients[region] = self._cloud_provider(name, region, secret)
+                try:
+                    listings[region] = provider.list()
+                except ProviderError as err:
+                    self._cloud_error(name, region, err)
+                    listings[region] = None
+                    snapshot['regions']['%s/%s' % (name, region)] = 'offline'
+                    continue
+                snapshot['regions']['%s/%s' % (name, region)] = 'ok'
+                for entry in listings[region]:
+                    try:
+                        resources[(region, entry['id'])] = provider.find_listed(entry)
+                    except ProviderError as err:
+                        resources[(region, entry['id'])] = err
+
+            def judge(entry, workspace, nonce):
+                region = entry['location']
+                resource = resources.get((region, entry['id']))
+                if resource is None or isinstance(resource, Exception):
+                    return 'unreadable', None
+                provider = clients[region]
+                return (provider.verify(resource, workspace, nonce),
+                        provider.marker_fields(resource).get('workspace') or None)
+
+            part = assemble_cloud(name, records, debts, operations, listings, judge)
+            failed = []
+            for ws in part['workspaces']:
+                entry = ws.pop('live', None)
+                if ws.pop('needs_address', False) and entry is not None:
+                    resource = resources.get((ws['region'], entry['id']))
+                    try:
+                        address = reachable_address(clients[ws['region']].addresses(resource))
+                    except ProviderError as err:
+                        failed.append((ws['name'], err))
+                        continue
+                    if address:
+                        ws.update(address=address, address_source='instance')
+            if failed:
+                self.display.warning('%s: the addresses of %d %s instances could not be read; first: %s: %s'
+                                     % (self._path, len(failed), name, failed[0][0], failed[0][1]))
+        finally:
+            for provider in clients.values():
+                provider.close()
+        snapshot['workspaces'].extend(part['workspaces'])
+        snapshot['orphans'].extend(part['orphans'])
 
     def _read_journal(self):
         try:
@@ -634,6 +855,38 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             return ProxmoxProvider.from_params(options)
         except PveConfigError as err:
             self._fail('connection options: %s.' % err)
+
+    def _cloud_regions(self, name):
+        return self.get_option('aws_regions') or [] if name == 'aws' else []
+
+    def _cloud_provider(self, name, region, secret):
+        params = dict(aws_region=region, aws_profile=self.get_option('aws_profile'),
+                      aws_access_key_id=self.get_option('aws_access_key_id'),
+                      aws_secret_access_key=self.get_option('aws_secret_access_key'),
+                      aws_session_token=self.get_option('aws_session_token'),
+                      aws_endpoint_url=self.get_option('aws_endpoint_url'),
+                      aws_retry_timeout=self.get_option('aws_retry_timeout'))
+        try:
+            return providers.provider_class(name).from_params(params, secret)
+        except ImportError as err:
+            self._fail('the %s workspaces need boto3 on the controller (pip install boto3): %s' % (name, err))
+        except ProviderError as err:
+            self._fail('%s (region %s): %s' % (self._aws_where(), region, err))
+
+    def _aws_where(self):
+        given = [n for n in ('aws_profile', 'aws_access_key_id', 'aws_endpoint_url') if self.get_option(n)]
+        return 'options %s' % ', '.join(given) if given else 'the AWS credentials of the environment'
+
+    def _cloud_error(self, name, region, err):
+        """Refused credentials or permissions fail the inventory; an endpoint that does not answer, or a listing
+        that could not be read completely, leaves the region's workspaces with the journal's view (unless strict)."""
+        if isinstance(err, Refused):
+            self._fail('%s (region %s): %s The inventory needs ec2:DescribeInstances.'
+                       % (self._aws_where(), region, err))
+        text = '%s: %s region %s: %s' % (self._path, name, region, err)
+        if self.get_option('strict'):
+            raise AnsibleParserError(text)
+        self.display.warning(text + ' Its workspaces come from the journal alone; their live state is unknown.')
 
     def _cluster_error(self, err, provider):
         """Misconfiguration fails the inventory; an unreachable cluster leaves the journal's view (unless strict)."""
@@ -753,7 +1006,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             if not wanted(ws, filters):
                 continue
             host = self.inventory.add_host(make_unsafe(ws['name']), group=all_group)
-            hostvars = dict((prefix + k, v) for k, v in workspace_vars(ws).items())
+            cloud = 'instance_id' in ws
+            hostvars = dict((prefix + k, v) for k, v in (cloud_vars(ws) if cloud else workspace_vars(ws)).items())
+            if not cloud:
+                hostvars[prefix + 'provider'] = 'proxmox'
             # The login the create flow proved: the request's SSH user with its key.
             hostvars['ansible_user'] = ws['ssh_user']
             hostvars['ansible_port'] = ws['ssh_port']
@@ -766,7 +1022,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             hostvars = make_unsafe(hostvars)
             for key, value in hostvars.items():
                 self.inventory.set_variable(host, key, value)
-            for group in workspace_groups(ws):
+            for group in cloud_groups(ws) if cloud else workspace_groups(ws):
                 self.inventory.add_child(self.inventory.add_group(gprefix + group), host)
             self._construct(host, hostvars, strict)
         if not self.get_option('include_orphans'):
@@ -775,8 +1031,13 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         for orphan in snapshot['orphans']:
             if not wanted(orphan, filters, orphan=True):
                 continue
-            host = self.inventory.add_host('orphan-%d' % orphan['vmid'], group=orphans)
-            hostvars = make_unsafe(dict((prefix + k, v) for k, v in orphan_vars(orphan).items()))
+            if 'instance_id' in orphan:
+                host = self.inventory.add_host(make_unsafe('orphan-%s' % orphan['instance_id']), group=orphans)
+                shown = cloud_orphan_vars(orphan)
+            else:
+                host = self.inventory.add_host('orphan-%d' % orphan['vmid'], group=orphans)
+                shown = orphan_vars(orphan)
+            hostvars = make_unsafe(dict((prefix + k, v) for k, v in shown.items()))
             for key, value in hostvars.items():
                 self.inventory.set_variable(host, key, value)
 

@@ -23,6 +23,10 @@ description:
     An orphan goes only by an operator's explicit request (M(ephemera.workspaces.workspace_destroy) with C(vmid) and
     C(confirm_orphan)).
   - Safe to run at any time. A workspace that a live run works on is left to that run and reported as V(busy).
+  - On AWS (whose instance ids are never given to another instance), an instance bound exactly to a workspace the
+    journal records as destroyed (its id is the record's, or it was launched with the client token the record holds,
+    and its marker verifies for that life of the workspace) was left behind; it is reported as V(destroyed_present),
+    and deleted with O(orphans=delete). Instances with our tags but no such record stay report-only.
 author:
   - Ephemera maintainers (@ephemera)
 extends_documentation_fragment:
@@ -47,6 +51,19 @@ options:
     description: Containers with this tag are compared with the journal too (tags are hints, never proof).
     type: str
     default: ephemera
+  orphans:
+    description:
+      - What to do with a resource bound exactly to a destroyed record on a provider whose ids are never reused
+        (AWS). V(report) lists it as V(destroyed_present). V(delete) deletes it under the workspace's queue,
+        confirmed by absence (V(orphan_deleted)); when it cannot, the workspace keeps cleanup debt and the finding
+        is V(destroy_blocked).
+      - Nothing else is ever deleted as an orphan, whatever this says: resources the journal has no record of,
+        copies of our tags and other controllers' resources are only reported. On Proxmox VE, where a VMID is
+        given again, a container at a destroyed workspace's VMID stays report-only too.
+      - Check mode deletes nothing.
+    type: str
+    choices: [report, delete]
+    default: report
 '''
 
 EXAMPLES = r'''
@@ -66,8 +83,9 @@ report:
   type: list
   elements: str
 counts:
-  description: Findings by kind (V(destroyed), V(destroy_pending), V(destroy_blocked), V(destroyed_present) (a container
-    at the id of a workspace the journal records as destroyed, never deleted), V(debt_settled), V(debt_open),
+  description: Findings by kind (V(destroyed), V(destroy_pending), V(destroy_blocked), V(orphan_deleted) (a resource
+    left behind by a destroyed workspace, deleted with O(orphans=delete)), V(destroyed_present) (a container at the
+    id of a workspace the journal records as destroyed), V(debt_settled), V(debt_open),
     V(busy), V(unfinished_create), V(template_build) (a template build's candidate, left to its builds),
     V(adoptable), V(candidate_taken), V(missing), V(not_ours), V(failed), V(orphan),
     V(unreadable), V(foreign), V(ok)).
@@ -169,6 +187,7 @@ def module_args():
     spec = dict(
         pool=dict(type='str', default='disposable-workspaces'),
         tag=dict(type='str', default='ephemera'),
+        orphans=dict(type='str', default='report', choices=['report', 'delete']),
     )
     spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())

@@ -16,7 +16,15 @@ that is an explicit, per-VMID action of an operator (``destroy`` with ``vmid=`` 
 Nor does it delete a container found at the id of a workspace the journal records as destroyed: that
 destruction observed its container gone, so whatever stands there now came back some other way (a
 restored backup, a copied marker on a container that got the same VMID). It is reported as
-``destroyed_present``, for an operator to look at. Descriptions are written by anyone who may edit a
+``destroyed_present``, for an operator to look at.
+
+On a provider whose ids are never given to a second resource (``Provider.unique_ids``: an EC2 instance id),
+a resource bound exactly to a destroyed record (its id is the record's resource id, or it is the one resource
+of the record's candidate id, the client token recorded before the create was dispatched; its marker verifies
+for that workspace and that life of it) can only be that workspace's own, left behind (a create whose answer
+was lost, then destroyed before the resource showed). With ``orphans: delete`` reconcile deletes exactly those,
+confirmed by absence, and keeps cleanup debt when it cannot; in report mode, and always for everything else
+(no record, a tag copy, another controller's), it reports with why. Descriptions are written by anyone who may edit a
 container in the pool: one that cannot be read or verified is reported for that container alone, and the
 pass goes on with the others.
 """
@@ -28,20 +36,64 @@ import concurrent.futures
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import CANDIDATE_ID, LOCATION, RESOURCE_ID, TASKS
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS, DestroyFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import ProviderError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import NotFound, ProviderError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import Operation
 
 IN_PROGRESS = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registering')
 # Finding kinds, in the order the report lists them.
-KINDS = ('destroyed', 'destroy_pending', 'destroy_blocked', 'destroyed_present', 'debt_settled', 'debt_open', 'busy',
+KINDS = ('destroyed', 'destroy_pending', 'destroy_blocked', 'orphan_deleted', 'destroyed_present', 'debt_settled',
+         'debt_open', 'busy',
          'unfinished_create', 'template_build', 'adoptable', 'candidate_taken', 'missing', 'not_ours', 'unreadable', 'failed', 'orphan',
          'foreign', 'ok')
 CONFIG_READERS = 8
+# What reconcile does with a resource bound exactly to a destroyed record, on a provider whose ids are unique.
+ORPHAN_MODES = ('report', 'delete')
+# Why a resource in our scope is not ours, by its marker's verdict.
+WHY_NOT_OURS = {
+    ownership.ABSENT: 'it carries no ownership marker',
+    ownership.FOREIGN: 'its marker is another controller\'s',
+    ownership.FORGED: 'its marker names this controller but does not verify (a copy of our tags?)',
+    ownership.MISMATCH: 'its marker was made for another resource (copied from one of ours?)',
+    ownership.REPLAYED: 'its marker is of an earlier life of the workspace',
+    ownership.UNVERIFIED: 'without the controller secret no marker can be checked',
+}
+
+
+def delete_bound(journal, provider, name, resource, claim, task_timeout):
+    """Delete ``resource``, left behind by the destroyed workspace ``name``, and confirm it absent; each act is
+    recorded under the workspace. Anything short of that keeps cleanup debt (and raises)."""
+    rid, where = resource.id, resource.location
+    key = provider.resource_key(rid, where)
+    detail = {'resource': rid, 'location': where, 'by': 'reconcile'}
+    journal.append_event(name, 'dispatched', 'orphan_delete', detail, claim=claim)
+    try:
+        blocker = provider.delete_blocker(resource)
+        if blocker:
+            raise EphemeraError(blocker)
+        try:
+            handle = provider.delete(resource)
+            if handle:
+                provider.wait(handle, timeout=task_timeout)
+        except NotFound:
+            pass  # gone already: the look below confirms it
+
+        def probe(remaining):
+            return waiter.done() if provider.find(rid, where) is None else waiter.pending()
+        if not waiter.wait_for(probe, task_timeout, waiter.Backoff(start=0.2, maximum=2.0)).ok:
+            raise EphemeraError('%s is still there %d s after its delete; reconcile again.'
+                                % (provider.label(rid, where), task_timeout))
+    except EphemeraError as err:
+        journal.record_cleanup_debt(name, key, str(err), claim=claim)
+        journal.append_event(name, 'observed', 'orphan_delete_failed', dict(detail, error=str(err)), claim=claim)
+        raise
+    journal.clear_cleanup_debt(name, key, claim=claim)
+    journal.append_event(name, 'observed', 'orphan_deleted', detail, claim=claim)
 
 
 def describe(err):
@@ -62,9 +114,12 @@ class Finding:
     def as_dict(self):
         return dict((k, getattr(self, k)) for k in self.__slots__)
 
-    def line(self):
+    def line(self, label=None):
         who = self.workspace or '-'
-        where = 'CT %s on %s' % (self.vmid, self.node) if self.vmid else 'no container'
+        if self.vmid and label is not None:
+            where = label(self.vmid, self.node)
+        else:
+            where = 'CT %s on %s' % (self.vmid, self.node) if self.vmid else 'no container'
         return '%-17s %-24s %-20s %s' % (self.kind, who, where, self.detail)
 
 
@@ -79,10 +134,15 @@ class Reconciler:
         self.check_mode = check_mode
         self.pool = params.get('pool') or 'disposable-workspaces'
         self.tag = params.get('tag') or 'ephemera'
+        self.orphans = params.get('orphans') or 'report'
+        if self.orphans not in ORPHAN_MODES:
+            raise EphemeraError('orphans is %r: give report or delete.' % (self.orphans,))
         self.findings = []
         self.resume_create = []
         self.changed = False
         self._ready_configs = {}
+        self._destroyed = {}
+        self._debts_of = {}
 
     def _add(self, kind, ws=None, vmid=None, node=None, detail=''):
         self.findings.append(Finding(kind, ws, vmid, node, detail))
@@ -119,6 +179,13 @@ class Reconciler:
     def run(self):
         cluster = self._resources()
         records = self.journal.list_workspaces()
+        # Destroyed records by name: a resource bound exactly to one of them is that workspace's, left behind.
+        self._destroyed = dict((ws['name'], ws) for ws in records
+                               if ws['status'] == 'destroyed' and ws['desired_state'] == 'destroyed')
+        self._debts_of = {}
+        for debt in self.journal.cleanup_debts():
+            if debt['workspace'] in self._destroyed:
+                self._debts_of.setdefault(debt['workspace'], []).append(debt)
         known = set()
         queue = Queue(self.journal)
         busy = self._busy(queue)
@@ -177,10 +244,15 @@ class Reconciler:
         if ws['desired_state'] == 'destroyed':
             if ws['status'] == 'destroyed':
                 if not present:
+                    self._settle(ws, cluster)
                     return
-                verdict = self._verdict(self._find(vmid, present['location']), name, nonce)
+                resource = self._find(vmid, present['location'])
+                verdict = self._verdict(resource, name, nonce)
                 if verdict not in (ownership.VERIFIED, ownership.REPLAYED):
                     return False  # the VMID went to another container since: _strangers reports it if it is ours to see
+                if verdict == ownership.VERIFIED and self.provider.unique_ids:
+                    self._bound(ws, resource, 'its id is the record\'s')
+                    return True
                 # Never deleted: the destruction saw its container gone, and a marker can be copied or restored.
                 which = 'a genuine' if verdict == ownership.VERIFIED else 'an earlier'
                 self._add('destroyed_present', name, vmid, present['location'],
@@ -317,12 +389,78 @@ class Reconciler:
     def _stranger(self, resource, vmid, node):
         name = self.provider.marker_fields(resource).get('workspace')
         verdict = self._verdict(resource, name) if name else self._verdict(resource, '')
+        gone = self._destroyed.get(name) if name and verdict == ownership.VERIFIED else None
+        if gone is not None and self.provider.unique_ids and self._candidate_of(gone, resource):
+            self._bound(gone, resource, 'it is the one resource of the record\'s candidate id %s' % gone[CANDIDATE_ID])
+            return
         if name and verdict == ownership.VERIFIED:
             self._add('orphan', name, vmid, node, 'ours (marker verifies) but unknown to the journal; '
                       'destroy with vmid=%s confirm_orphan=true, or restore the journal' % vmid)
         else:
             # The name a description claims is not shown: anyone may write it.
-            self._add('foreign', None, vmid, node, 'in the pool but not ours (%s)' % verdict)
+            why = ' (%s)' % verdict
+            if self.provider.unique_ids:
+                why += ': %s; reported, never touched' % WHY_NOT_OURS.get(verdict, 'its marker does not prove it ours')
+            self._add('foreign', None, vmid, node, 'in the pool but not ours' + why)
+
+    # --------------------------------------------------------------- resources left behind by destroyed records
+
+    def _candidate_of(self, ws, resource):
+        """True when ``resource`` is the one resource of the destroyed record's candidate id (on EC2, the instance
+        launched with the client token the record holds), in the record's location, and the record names no other."""
+        if ws[RESOURCE_ID] not in (None, resource.id) or not ws[CANDIDATE_ID]:
+            return False
+        if ws[LOCATION] and resource.location != ws[LOCATION]:
+            return False
+        if self.provider.verify(resource, ws['name'], ownership.record_nonce(ws)) != ownership.VERIFIED:
+            return False
+        found = self.provider.find(ws[CANDIDATE_ID], ws[LOCATION])
+        return found is not None and found.id == resource.id
+
+    def _bound(self, ws, resource, how):
+        """A resource bound exactly to the destroyed record ``ws`` (``how`` says by what): deleted in delete mode,
+        else reported."""
+        name, rid, where = ws['name'], resource.id, resource.location
+        said = ('ours, bound to the destroyed record of %s (%s, its marker verifies for that life of it); ids are '
+                'never reused here, so it was left behind (a create whose answer was lost, say)' % (name, how))
+        if self.orphans != 'delete' or self.check_mode:
+            self._add('destroyed_present', name, rid, where, said + (
+                '; would delete it' if self.orphans == 'delete' else
+                '; not touched: reconcile with orphans=delete deletes it'))
+            return
+        failpoint.enter(name, 'reconcile.orphan_delete')
+        operation = Operation.claim_if_free(self.journal, 'destroy', name, 'reconcile found the workspace busy',
+                                            source='schedule', requested_by='reconcile')
+        if operation is None:
+            self._add('busy', name, rid, where, 'another run is queued on it; left to it')
+            return
+        self.changed = True
+        try:
+            delete_bound(self.journal, self.provider, name, resource, operation.claim,
+                         self.params.get('task_timeout', 300))
+        except EphemeraError as err:
+            operation.failed(str(err))
+            self._add('destroy_blocked', name, rid, where, '%s; not deleted: %s (kept as cleanup debt)' % (said, err))
+            return
+        operation.succeeded({'workspace': name, 'status': 'destroyed', 'orphan': rid})
+        self._add('orphan_deleted', name, rid, where, said + '; deleted, and observed absent')
+
+    def _settle(self, ws, cluster):
+        """Settle the cleanup debt a destroyed record keeps for a resource left behind once that resource is
+        observed gone (a look through the provider, not just the listing)."""
+        for debt in self._debts_of.get(ws['name'], ()):
+            rid, where = self.provider.parse_resource_key(debt['resource'])
+            if rid is None or rid in cluster:
+                continue
+            try:
+                if self.provider.find(rid, where) is not None:
+                    continue
+            except ProviderError:
+                continue
+            if not self.check_mode:
+                self.journal.clear_cleanup_debt(ws['name'], debt['resource'])
+                self.changed = True
+            self._add('debt_settled', ws['name'], rid, where, 'the resource left behind is gone')
 
     # --------------------------------------------------------------- report
 
@@ -333,6 +471,6 @@ class Reconciler:
         for finding in findings:
             counts[finding.kind] += 1
         summary = ', '.join('%d %s' % (n, k) for k, n in counts.items() if n) or 'nothing to report'
-        lines = ['reconcile: %s' % summary] + [f.line() for f in findings if f.kind != 'ok']
+        lines = ['reconcile: %s' % summary] + [f.line(self.provider.label) for f in findings if f.kind != 'ok']
         return {'counts': counts, 'findings': [f.as_dict() for f in findings], 'report': lines,
                 'resume_create': sorted(set(self.resume_create))}

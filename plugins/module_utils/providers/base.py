@@ -219,6 +219,9 @@ class Provider:
     # Seconds after a dispatched allocation whose answer was lost during which a complete, empty inventory does not
     # yet prove it made nothing (a cloud may show a new resource late). 0: absence is proven at once.
     absence_window = 0
+    # True when an id is never given to a second resource (an EC2 instance id): a resource found at a destroyed
+    # record's id (or launched with its recorded candidate id) can only be that record's, never a newcomer.
+    unique_ids = False
 
     def __init__(self, secret=None):
         self.secret = secret

@@ -147,6 +147,8 @@ class AwsProvider(base.Provider):
     """The provider seam over EC2 in one region (``ec2``: an :class:`Ec2`)."""
 
     name = NAME
+    # An instance id is never given to another instance.
+    unique_ids = True
 
     def __init__(self, ec2, secret=None, launch=None, visibility_window=DEFAULT_VISIBILITY_WINDOW,
                  absence_window=DEFAULT_ABSENCE_WINDOW, sleep=time.sleep):
@@ -411,7 +413,9 @@ class AwsProvider(base.Provider):
         return None if instance is None else self._resource(instance)
 
     def find_listed(self, entry):
-        return self.find(entry['id'], entry['location'])
+        """The instance as :meth:`list` read it (no request of its own), else as :meth:`find` reads it now."""
+        listed = entry.get('resource')
+        return listed if listed is not None else self.find(entry['id'], entry['location'])
 
     def power(self, resource, absent_ok=True):
         instance = self._describe(resource.id)
@@ -431,9 +435,10 @@ class AwsProvider(base.Provider):
         return [('eth0', 'inet', found)] if found else []
 
     def list(self, every_kind=False):
-        """Every live instance of the region (a complete read, or IncompleteInventory)."""
+        """Every live instance of the region that carries a tag of ours (``ephemera:*``, filtered by EC2): a complete
+        read, or IncompleteInventory. Each entry holds the instance as read (``resource``, for :meth:`find_listed`)."""
         out = []
-        for instance in self.ec2.describe_instances():
+        for instance in self.ec2.describe_instances(Filters=[{'Name': 'tag-key', 'Values': [TAG_PREFIX + '*']}]):
             state = (instance.get('State') or {}).get('Name')
             if state in GONE:
                 continue
@@ -442,7 +447,8 @@ class AwsProvider(base.Provider):
             if any(k.startswith(TAG_PREFIX) for k in keys):
                 keys.append('ephemera')
             out.append({'id': instance['InstanceId'], 'location': self.region, 'kind': KIND, 'name': tags.get('Name'),
-                        'status': state, 'lock': None, 'pool': tags.get(TAG_SCOPE), 'tags': keys})
+                        'status': state, 'lock': None, 'pool': tags.get(TAG_SCOPE), 'tags': keys,
+                        'resource': self._resource(instance)})
         return out
 
     def in_scope(self, entry, scope, tag=None):

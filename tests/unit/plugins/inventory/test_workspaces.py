@@ -193,3 +193,87 @@ def test_a_template_builds_candidate_is_no_host_and_no_orphan():
     assert not inv.wanted(entries['tb-workspace-v2'], {})
     assert not inv.wanted(entries['tb-workspace-v2'], {'status': ['bootstrapping']})
     assert inv.wanted(entries['a'], {})
+
+
+# ------------------------------------------------------------------------------------------- AWS
+
+def aws_record(name, status='ready', instance=None, region='us-east-1', **fields):
+    base = record(name, status, vmid=instance, node=region, **fields)
+    base.update(provider='aws', location=region, resource_id=instance)
+    return base
+
+
+def instance(iid, name='agent-x', status='running', region='us-east-1', tags=('ephemera-workspace',)):
+    return dict(id=iid, location=region, kind='instance', name=name, status=status, lock=None, pool=None,
+                tags=list(tags))
+
+
+def judge_by(markers):
+    """judge() over {instance id: (workspace its genuine marker names, nonce)}; anything else is forged."""
+    def judge(entry, workspace, nonce):
+        named = markers.get(entry['id'])
+        if named is None:
+            return ownership.FORGED, None
+        if workspace is not None and named[0] != workspace:
+            return ownership.MISMATCH, named[0]
+        if nonce is not ownership.ANY and nonce is not None and named[1] != nonce:
+            return ownership.REPLAYED, named[0]
+        return ownership.VERIFIED, named[0]
+    return judge
+
+
+def test_assemble_cloud_matches_instances_and_reports_orphans_with_why():
+    records = [aws_record('a', instance='i-a', address='10.0.0.5'), aws_record('b', 'booting', instance='i-b'),
+               aws_record('c', 'provisioning'), aws_record('d', instance='i-d'),
+               aws_record('e', 'destroyed', instance='i-e'), aws_record('f', instance='i-f', region='eu-west-1')]
+    listing = {'us-east-1': [instance('i-a'), instance('i-b', status='pending'), instance('i-c'),
+                             instance('i-d'), instance('i-e'), instance('i-lost'), instance('i-copy')],
+               'eu-west-1': None}
+    markers = {'i-a': ('a', None), 'i-b': ('b', None), 'i-c': ('c', None), 'i-d': ('someone', None),
+               'i-e': ('e', None), 'i-lost': ('lost', None)}
+    snap = inv.assemble_cloud('aws', records, [], {}, listing, judge_by(markers))
+    ws = dict((w['name'], w) for w in snap['workspaces'])
+    assert (ws['a']['live_status'], ws['a']['instance_id'], ws['a']['marker']) == ('running', 'i-a', 'verified')
+    assert not ws['a']['needs_address'] and ws['b']['live_status'] == 'pending'
+    # A create whose instance id is not recorded yet is matched by its verifying marker.
+    assert (ws['c']['instance_id'], ws['c']['live_status']) == ('i-c', 'running') and ws['c']['needs_address']
+    # The instance at d's id carries another workspace's marker: d is missing, the instance an orphan.
+    assert (ws['d']['live_status'], ws['d']['marker']) == ('mismatch', 'mismatch')
+    assert 'missing' in inv.cloud_groups(ws['d'])
+    assert ws['e']['live_status'] == 'absent'
+    # A region that could not be read keeps the journal's view.
+    assert ws['f']['live_status'] == 'unknown' and 'missing' not in inv.cloud_groups(ws['f'])
+    orphans = dict((o['instance_id'], o) for o in snap['orphans'])
+    assert sorted(orphans) == ['i-copy', 'i-d', 'i-e', 'i-lost']
+    assert (orphans['i-copy']['reason'], orphans['i-copy']['marker']) == ('not_in_journal', 'forged')
+    assert (orphans['i-d']['reason'], orphans['i-d']['marker_workspace']) == ('marker_mismatch', 'someone')
+    assert (orphans['i-e']['reason'], orphans['i-e']['marker']) == ('destroyed_in_journal', 'verified')
+    assert (orphans['i-lost']['reason'], orphans['i-lost']['marker'], orphans['i-lost']['marker_workspace']) == (
+        'not_in_journal', 'verified', 'lost')
+    assert all(o['provider'] == 'aws' and o['region'] == 'us-east-1' and o['vmid'] is None for o in orphans.values())
+
+
+def test_assemble_cloud_never_matches_an_earlier_life_or_two_candidates():
+    now, before = ownership.new_nonce(), ownership.new_nonce()
+    records = [aws_record('r', 'provisioning', facts={'marker_nonce': now}), aws_record('two', 'provisioning')]
+    listing = {'us-east-1': [instance('i-old'), instance('i-x1'), instance('i-x2')]}
+    markers = {'i-old': ('r', before), 'i-x1': ('two', None), 'i-x2': ('two', None)}
+    snap = inv.assemble_cloud('aws', records, [], {}, listing, judge_by(markers))
+    ws = dict((w['name'], w) for w in snap['workspaces'])
+    # The instance of an earlier life of r (its marker's nonce is not the record's) is not r's.
+    assert (ws['r']['instance_id'], ws['r']['live_status']) == (None, 'absent')
+    # Two instances verify for one create: neither is taken for it.
+    assert ws['two']['instance_id'] is None
+    assert sorted(o['instance_id'] for o in snap['orphans']) == ['i-old', 'i-x1', 'i-x2']
+
+
+def test_cloud_hosts_have_provider_region_and_instance_vars_and_groups():
+    snap = inv.assemble_cloud('aws', [aws_record('a', instance='i-a', region='eu-central-1')], [], {},
+                              {'eu-central-1': [instance('i-a', region='eu-central-1')]},
+                              judge_by({'i-a': ('a', None)}))
+    [ws] = snap['workspaces']
+    shown = inv.cloud_vars(ws)
+    assert (shown['provider'], shown['region'], shown['instance_id'], shown['vmid'], shown['node']) == (
+        'aws', 'eu-central-1', 'i-a', None, None)
+    assert inv.cloud_groups(ws) == ['status_ready', 'activity_idle', 'provider_aws', 'region_eu_central_1']
+    assert not inv.wanted(ws, {'node': 'pve1'}) and inv.wanted(ws, {'status': 'ready'})

@@ -22,6 +22,8 @@ ANSIBLE_DOC = os.path.join(BIN, 'ansible-doc')
 TOP = {
     'MANIFEST.json', 'FILES.json', 'README.md', 'LICENSE', 'CHANGELOG.rst', 'requirements.txt',
     'plugins', 'roles', 'playbooks', 'meta', 'docs', 'changelogs', 'inventories',
+    # What an execution environment with this collection needs (meta/execution-environment.yml names them).
+    'requirements-ee.txt', 'bindep.txt',
 }
 # Where the directories above hold less than the checkout: the rest of it is for development only.
 ONLY = {
@@ -30,7 +32,8 @@ ONLY = {
 }
 # Nothing under these, anywhere in the tarball.
 NEVER = ('tests/', 'bench/', 'scripts/', 'build/', 'inventories/localpve', 'changelogs/fragments', '.')
-NEVER_NAMES = ('Makefile', 'pytest.ini', 'requirements-test.txt', 'conftest.py', 'galaxy.yml', '.gitignore')
+NEVER_NAMES = ('Makefile', 'pytest.ini', 'requirements-test.txt', 'conftest.py', 'galaxy.yml', '.gitignore',
+               'execution-environment.yml', 'molecule.yml')
 # The text of the GNU General Public License, version 3 (https://www.gnu.org/licenses/gpl-3.0.txt).
 GPL3_SHA256 = '3972dc9744f6499f0f9b2dbf76696f2ae7ad8af9b23dde66d6af86c9dfb36986'
 

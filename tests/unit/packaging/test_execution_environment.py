@@ -1,0 +1,115 @@
+"""The execution environment, checked the way CI can without a registry or a container engine: ``ansible-builder
+create`` (ansible-builder 3) makes the build context offline from execution-environment.yml, and the generated
+requirement files are what the collection needs (its Python requirements with psycopg, openssh-client and git, the
+collection's own tarball from ``make collection``). ansible-builder's own introspection, run on the collection
+installed from that tarball, finds the same requirements through meta/execution-environment.yml: what the image
+build does in its builder stage."""
+
+import glob
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import json
+
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BIN = os.path.dirname(sys.executable)
+
+
+def run(command, cwd=None, env=None):
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env,
+                          timeout=300, check=False)
+    assert done.returncode == 0, '%s failed (%d):\n%s\n%s' % (' '.join(command), done.returncode, done.stdout,
+                                                                done.stderr)
+    return done.stdout
+
+
+def load(path):
+    with open(os.path.join(ROOT, path)) as handle:
+        return yaml.safe_load(handle)
+
+
+def requirement_lines(path):
+    with open(path) as handle:
+        return [line.strip() for line in handle if line.strip() and not line.lstrip().startswith('#')]
+
+
+def name_of(requirement):
+    return re.split(r'[<>=!~\[ ;]', requirement, 1)[0].lower()
+
+
+@pytest.fixture(scope='module')
+def context(tmp_path_factory):
+    """The build context of execution-environment.yml, made in a copy of the files it names: the tarball built by
+    scripts/build-collection.sh (as make collection builds it) into the copy's build/."""
+    work = tmp_path_factory.mktemp('ee')
+    for name in ('execution-environment.yml', 'requirements-ee.txt', 'bindep.txt'):
+        with open(os.path.join(ROOT, name)) as src, open(str(work / name), 'w') as dst:
+            dst.write(src.read())
+    run([os.path.join(ROOT, 'scripts', 'build-collection.sh'), str(work / 'build')],
+        env=dict(os.environ, ANSIBLE_GALAXY=os.path.join(BIN, 'ansible-galaxy')))
+    out = run([os.path.join(BIN, 'ansible-builder'), 'create', '-f', 'execution-environment.yml', '-c', 'context',
+               '--output-filename', 'Containerfile'], cwd=str(work))
+    assert 'Complete! The build context can be found at' in out
+    return work / 'context'
+
+
+def test_the_definition_is_version_3_with_the_base_image_as_a_build_argument(context):
+    ee = load('execution-environment.yml')
+    assert ee['version'] == 3
+    containerfile = (context / 'Containerfile').read_text()
+    assert 'ARG EE_BASE_IMAGE="%s"' % ee['images']['base_image']['name'] in containerfile
+    assert 'FROM $EE_BASE_IMAGE AS base' in containerfile
+
+
+def test_the_python_requirements_are_the_collections_and_psycopg(context):
+    generated = requirement_lines(str(context / '_build' / 'requirements.txt'))
+    assert generated == requirement_lines(os.path.join(ROOT, 'requirements-ee.txt'))
+    names = set(name_of(line) for line in generated)
+    # Every runtime requirement of the collection, with the same bounds, and psycopg for a journal on PostgreSQL.
+    runtime = requirement_lines(os.path.join(ROOT, 'requirements.txt'))
+    assert set(runtime) <= set(generated), set(runtime) - set(generated)
+    assert 'psycopg' in names and any(line.startswith('psycopg[binary]') for line in generated)
+
+
+def test_the_system_packages_are_openssh_client_and_git(context):
+    generated = requirement_lines(str(context / '_build' / 'bindep.txt'))
+    packages = dict((line.split()[0], line) for line in generated)
+    assert set(packages) == {'openssh-client', 'openssh-clients', 'git'}
+    assert 'platform:dpkg' in packages['openssh-client'] and 'platform:rpm' in packages['openssh-clients']
+
+
+def test_the_collection_is_its_own_tarball_of_galaxy_ymls_version(context):
+    galaxy = load('galaxy.yml')
+    tarball = 'ephemera-workspaces-%s.tar.gz' % galaxy['version']
+    with open(str(context / '_build' / 'requirements.yml')) as handle:
+        wanted = yaml.safe_load(handle)
+    assert wanted == {'collections': [{'name': 'collections/' + tarball, 'type': 'file'}]}
+    copied = context / '_build' / 'collections' / tarball
+    with tarfile.open(str(copied)) as tar:
+        manifest = json.load(tar.extractfile('MANIFEST.json'))
+        names = tar.getnames()
+    assert (manifest['collection_info']['namespace'], manifest['collection_info']['name'],
+            manifest['collection_info']['version']) == ('ephemera', 'workspaces', galaxy['version'])
+    for needed in ('meta/execution-environment.yml', 'requirements-ee.txt', 'bindep.txt', 'roles/workspace_create'):
+        assert needed in names, needed
+
+
+def test_the_builders_introspection_finds_the_requirements_in_the_installed_collection(context, tmp_path):
+    tarball = glob.glob(str(context / '_build' / 'collections' / '*.tar.gz'))[0]
+    run([os.path.join(BIN, 'ansible-galaxy'), 'collection', 'install', '--offline', '--force', '-p',
+         str(tmp_path / 'collections'),
+         tarball])
+    out = run([sys.executable, str(context / '_build' / 'scripts' / 'introspect.py'), 'introspect',
+               '--write-pip', str(tmp_path / 'pip.txt'), '--write-bindep', str(tmp_path / 'bindep.txt'),
+               str(tmp_path / 'collections')])
+    assert 'ephemera.workspaces' in out
+    pip = requirement_lines(str(tmp_path / 'pip.txt'))
+    assert any(line.startswith('psycopg[binary]>=3.1') and 'ephemera.workspaces' in line for line in pip), pip
+    assert any(line.startswith('paramiko>=3.2') for line in pip), pip
+    system = requirement_lines(str(tmp_path / 'bindep.txt'))
+    assert any(line.startswith('git ') for line in system) and any(line.startswith('openssh-client ') for line in system)

@@ -10,8 +10,8 @@ import os
 import re
 import subprocess
 import sys
-import tarfile
 import json
+import tarfile
 
 import pytest
 import yaml
@@ -23,8 +23,8 @@ BIN = os.path.dirname(sys.executable)
 def run(command, cwd=None, env=None):
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env,
                           timeout=300, check=False)
-    assert done.returncode == 0, '%s failed (%d):\n%s\n%s' % (' '.join(command), done.returncode, done.stdout,
-                                                                done.stderr)
+    assert done.returncode == 0, '%s failed (%d):\n%s\n%s' % (
+        ' '.join(command), done.returncode, done.stdout, done.stderr)
     return done.stdout
 
 

@@ -137,4 +137,3 @@ class Options:
                 '--region', self.region, '--guest-range', self.guest_range, '--public-range', self.public_range,
                 '--ssh-port', str(self.ssh_port), '--sshd', self.sshd, '--boot-secs', repr(self.boot_secs),
                 '--stop-secs', repr(self.stop_secs), '--shutdown-secs', repr(self.shutdown_secs)]
-

@@ -38,6 +38,7 @@ author:
 extends_documentation_fragment:
   - ephemera.workspaces.controller
   - ephemera.workspaces.proxmox
+  - ephemera.workspaces.aws
   - ephemera.workspaces.journal
 attributes:
   check_mode:
@@ -183,8 +184,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
     journal_argument_spec,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.cleanup import Sweep, sweep_secret
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
-    client_from_params,
     connection_argument_spec,
 )
 
@@ -198,6 +200,7 @@ def module_args():
     )
     spec.update(controller_argument_spec())
     spec.update(connection_argument_spec())
+    spec.update(aws_argument_spec())
     spec.update(journal_argument_spec())
     return dict(argument_spec=spec, supports_check_mode=True)
 
@@ -217,7 +220,7 @@ def run(module):
         except JournalMissing:
             journal = None
         secret = sweep_secret(path, params['controller_secret'])
-        client = client_from_params(params)
+        client = api_from_params(params)
         sweep = Sweep(journal, client, secret, pool=params['pool'], tag=params['tag'], apply=apply,
                       task_timeout=params['task_timeout'], lock_timeout=params['lock_timeout'], journal_path=path)
         result = sweep.run()

@@ -27,6 +27,7 @@ requirements:
 extends_documentation_fragment:
   - ephemera.workspaces.controller
   - ephemera.workspaces.proxmox
+  - ephemera.workspaces.aws
   - ephemera.workspaces.journal
 attributes:
   check_mode:
@@ -381,7 +382,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.operations import DEFAULT_AGENTS
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_path
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import connection_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
 
 # Steps that never talk to the Proxmox API (ready does: it puts the lease's ready label on the container).
@@ -431,6 +434,7 @@ def argument_spec():
     )
     spec.update(controller_argument_spec())
     spec.update(connection_argument_spec())
+    spec.update(aws_argument_spec())
     spec.update(journal_argument_spec())
     return spec
 
@@ -470,7 +474,7 @@ def run(module):
     with journal if journal is not None else contextlib.nullcontext():
         path = journal.path if journal is not None else resolve_path(params['journal_path'])
         try:
-            client = None if step in GUEST_STEPS else client_from_params(params)
+            client = None if step in GUEST_STEPS else api_from_params(params)
             secret = controller_secret(path, params['controller_secret'], module.check_mode,
                                        journal=journal, warn=module.warn)
             flow = CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode,

@@ -36,6 +36,7 @@ extends_documentation_fragment:
   - ephemera.workspaces.controller.shutdown
   - ephemera.workspaces.archive
   - ephemera.workspaces.proxmox
+  - ephemera.workspaces.aws
   - ephemera.workspaces.journal
   - ephemera.workspaces.history
 attributes:
@@ -248,7 +249,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy 
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import connection_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
 
 
@@ -266,6 +269,7 @@ def argument_spec():
     spec.update(archive_argument_spec())
     spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())
+    spec.update(aws_argument_spec())
     spec.update(journal_argument_spec())
     spec.update(history_argument_spec())
     return spec
@@ -305,7 +309,7 @@ def run(module):
                              'nothing would be destroyed' % (step, resolve_path(params['journal_path'])), **result)
     with journal:
         try:
-            client = client_from_params(params)
+            client = api_from_params(params)
             secret = controller_secret(journal.path, params['controller_secret'], module.check_mode,
                                        journal=journal, warn=module.warn)
             if params['vmid'] is not None:

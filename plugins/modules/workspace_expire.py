@@ -32,6 +32,7 @@ extends_documentation_fragment:
   - ephemera.workspaces.controller.shutdown
   - ephemera.workspaces.archive
   - ephemera.workspaces.proxmox
+  - ephemera.workspaces.aws
   - ephemera.workspaces.journal
   - ephemera.workspaces.history
 attributes:
@@ -99,8 +100,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import argument_spec as archive_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.expire import DEFAULT_LIMIT, ExpirySweep
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
-    client_from_params,
     connection_argument_spec,
 )
 
@@ -112,6 +114,7 @@ def module_args():
     spec.update(archive_argument_spec())
     spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())
+    spec.update(aws_argument_spec())
     spec.update(journal_argument_spec())
     spec.update(history_argument_spec())
     return dict(argument_spec=spec, supports_check_mode=True)
@@ -131,7 +134,7 @@ def run(module):
         try:
             secret = controller_secret(journal.path, params['controller_secret'], module.check_mode,
                                        journal=journal, warn=module.warn)
-            sweep = ExpirySweep(journal, client_from_params(params), params, secret, check_mode=module.check_mode)
+            sweep = ExpirySweep(journal, api_from_params(params), params, secret, check_mode=module.check_mode)
             entries = sweep.run()
         except EphemeraError as err:
             module.fail_json(msg='The expiry sweep stopped: %s' % err)

@@ -23,6 +23,7 @@ author:
   - Ephemera maintainers (@ephemera)
 extends_documentation_fragment:
   - ephemera.workspaces.proxmox
+  - ephemera.workspaces.aws
   - ephemera.workspaces.journal
 attributes:
   check_mode:
@@ -69,8 +70,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec, wants_aws
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
-    client_from_params,
     connection_argument_spec,
 )
 
@@ -79,6 +81,7 @@ def module_args():
     """The options of the module, declared once: its action plugin validates a task against them too."""
     spec = dict(name=dict(type='str', required=True))
     spec.update(connection_argument_spec())
+    spec.update(aws_argument_spec())
     spec.update(journal_argument_spec())
     return dict(argument_spec=spec, supports_check_mode=True)
 
@@ -89,7 +92,7 @@ def run(module):
     try:
         # An existing journal only: a heartbeat for a workspace of another journal must not make an empty one.
         with Journal.open(params['journal_path'], create=False) as journal:
-            client = client_from_params(params) if params.get('api_host') else None
+            client = api_from_params(params) if params.get('api_host') or wants_aws(params) else None
             ws, note = lease_flow.heartbeat(journal, client, params['name'], now=time.time(),
                                             check_mode=module.check_mode)
     except EphemeraError as err:

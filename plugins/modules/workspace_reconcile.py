@@ -33,6 +33,7 @@ extends_documentation_fragment:
   - ephemera.workspaces.controller
   - ephemera.workspaces.controller.shutdown
   - ephemera.workspaces.proxmox
+  - ephemera.workspaces.aws
   - ephemera.workspaces.journal
   - ephemera.workspaces.history
 attributes:
@@ -178,7 +179,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
     open_history,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import connection_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.reconcile import Reconciler
 
 
@@ -191,6 +194,7 @@ def module_args():
     )
     spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())
+    spec.update(aws_argument_spec())
     spec.update(journal_argument_spec())
     spec.update(history_argument_spec())
     return dict(argument_spec=spec, supports_check_mode=True)
@@ -205,7 +209,7 @@ def run(module):
             'No journal at %s yet: nothing was recorded by this controller, so there is nothing to reconcile.' % path])
     with journal:
         try:
-            client = client_from_params(module.params)
+            client = api_from_params(module.params)
             secret = controller_secret(journal.path, module.params['controller_secret'], module.check_mode,
                                        journal=journal, warn=module.warn)
             reconciler = Reconciler(journal, client, secret, module.params, check_mode=module.check_mode)

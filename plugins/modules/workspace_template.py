@@ -28,6 +28,7 @@ author:
   - Ephemera maintainers (@ephemera)
 requirements:
   - paramiko >= 3.2
+  - boto3 >= 1.28
 extends_documentation_fragment:
   - ephemera.workspaces.controller
   - ephemera.workspaces.controller.shutdown

@@ -28,6 +28,10 @@ LOCATION = 'location'
 TASKS = 'provider_tasks'
 
 
+class ProviderMismatch(EphemeraError):
+    """A run talks to another provider than the one the workspace lives on; nothing was done."""
+
+
 class StepResult:
     """What a step did: ``changed``, a one-line ``msg``, step-specific ``extra`` facts, and (when the run asked
     for one) a ``diff`` of what it changed: ``{'before': {...}, 'after': {...}}``."""
@@ -62,6 +66,10 @@ class Flow:
         self.sleep = sleep
         self.name = params['name']
         self.ws = journal.get_workspace(self.name) if journal is not None else None
+        recorded = (self.ws or {}).get(PROVIDER)
+        if self.provider is not None and recorded and recorded != self.provider.name:
+            raise ProviderMismatch('Workspace %s lives on %s, and this run talks to %s. Run with provider: %s (and its '
+                                   'connection options).' % (self.name, recorded, self.provider.name, recorded))
 
     # ---------------------------------------------------------------- the record's resource
 

@@ -330,7 +330,7 @@ class CreateFlow(Flow):
         """Refuse a template or pool that cannot work, before anything is recorded; the template's location."""
         try:
             return self.provider.check_source(req['template_vmid'], req['node'], req['pool'])
-        except InvalidRequest as err:
+        except (InvalidRequest, ProviderError) as err:
             raise CreateError(str(err), step='request')
 
     def step_request(self):
@@ -376,7 +376,14 @@ class CreateFlow(Flow):
             return replay
         # A template name stands for its current version now: the workspace records which one it came from, and
         # goes on from it whatever a later build switches the name to.
-        req['template_vmid'], template_node, version = resolve_template(self.journal, req['template'])
+        if self.provider.name == 'proxmox':
+            req['template_vmid'], template_node, version = resolve_template(self.journal, req['template'])
+        else:
+            # A cloud's image (an AMI id, or a name it resolves to one) is resolved once and recorded: a rerun, or
+            # a resume, launches from the same image whatever the name points to later.
+            req['template_vmid'], template_node, version = self._resolve_source(req), None, None
+            req['launch'] = self.provider.launch_options()
+            req['created_by'] = Owner.of_run().host
         if version:
             req['template_version'] = version
             req['node'] = req['node'] or template_node
@@ -399,6 +406,16 @@ class CreateFlow(Flow):
             self.ws = self.save('recreated', kind='recorded', address=None, failure=None, facts={}, activity='unknown',
                                 **fields)
         return StepResult(True, 'request: recorded workspace %s%s' % (self.name, repository))
+
+    def _resolve_source(self, req):
+        """The id a cloud provider allocates from for the request's source; refused before anything is recorded."""
+        if req['address_mode'] == 'static':
+            raise CreateError('address_mode static is for Proxmox VE bridges; on %s the address comes from the '
+                              'cloud: leave address_mode at dhcp.' % self.provider.name, step='request')
+        try:
+            return self.provider.resolve_source(req['template'])
+        except ProviderError as err:
+            raise CreateError(str(err), step='request')
 
     def _check_key(self):
         """Refuse a key file that cannot log in anywhere (missing, unreadable, not a private key) before anything
@@ -525,7 +542,9 @@ class CreateFlow(Flow):
 
     def _next_candidate(self, avoid=()):
         try:
-            return self.provider.candidate(avoid, sleep=self.sleep)
+            # A provider whose ids come from its answer derives its idempotency token from the record.
+            return self.provider.candidate_for(self.name, (self.ws['progress'] or {}).get('request'), avoid,
+                                               sleep=self.sleep)
         except Conflict as err:
             raise CreateError(str(err))
 
@@ -550,9 +569,15 @@ class CreateFlow(Flow):
 
     def _allocation(self, candidate):
         req = self.request
+        options = None
+        if req.get('launch') is not None:
+            terms = self.ws.get('lease') or {}
+            # The lease id is the life's client token; created_by the controller host that recorded the request.
+            options = dict(req['launch'], lease={'id': terms.get('id') or candidate,
+                                                 'created_by': terms.get('created_by') or req.get('created_by')})
         return Allocation(candidate, self.name, self.source_id, req['node'], 'agent-%s' % self.name, req['pool'],
                           full=req['full_clone'], storage=req['storage'], labels=self._labels('provisioning'),
-                          nonce=ownership.record_nonce(self.ws))
+                          nonce=ownership.record_nonce(self.ws), options=options)
 
     def _labels(self, state):
         """The lease labels the resource carries in ``state`` (None for a workspace made before leases)."""
@@ -656,8 +681,10 @@ class CreateFlow(Flow):
         except TaskFailed as err:
             self._clean_failed_clone(vmid)
             raise self.fail('wait_clone', err, **self._forget_candidate())
-        self.save('clone_confirmed', detail={'vmid': vmid, 'warnings': warnings},
-                  **self.resource_fields(resource_id=vmid, location=self.request['node']))
+        # The resource's id: the candidate, or (where the id comes from the answer) the one the handle names.
+        resource_id = self.provider.resource_of(vmid, upid, self.request['node'])
+        self.save('clone_confirmed', detail={'vmid': vmid, 'resource_id': resource_id, 'warnings': warnings},
+                  **self.resource_fields(resource_id=resource_id, location=self.request['node']))
         self.done('wait_clone')
         return StepResult(True, 'wait clone task: %s cloned' % self.provider.label(vmid), vmid=vmid, warnings=warnings)
 

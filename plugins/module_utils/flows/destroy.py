@@ -33,6 +33,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base
     ProviderError,
     TaskFailed,
     TaskTimeout,
+    Transient,
     UnknownOutcome,
 )
 
@@ -99,6 +100,10 @@ class DestroyFlow(Flow):
     def _vmids(self):
         """The resources this workspace may own: the confirmed id, else the candidate an allocation may have made."""
         vmid = self.resource_id or self.candidate_id
+        if not self.resource_id and vmid and self.tasks.get('clone'):
+            # The allocation answered (its handle is recorded) and the run died before confirming it: where the id
+            # comes from the answer, the handle names the resource.
+            vmid = self.provider.resource_of(vmid, self.tasks['clone'], self.location)
         return [vmid] if vmid else []
 
     def locate(self):
@@ -108,9 +113,18 @@ class DestroyFlow(Flow):
             return None
         vmid, node = vmids[0], self.location
         # Not at the recorded location: it may have been moved, so the provider looks where it is.
-        resource = self.provider.find(vmid, node, search=True)
+        try:
+            resource = self.provider.find(vmid, node, search=True)
+        except Transient as err:
+            # Throttled past its patience, or a listing that could not be read whole: nothing is proven, absence
+            # least of all. The cleanup stays owed.
+            if not self.check_mode:
+                self.event('observed', 'inventory_unreadable', {'vmid': vmid, 'error': str(err)})
+            raise self._debt(Target(vmid, node, None, None), 'locate', err)
         if resource is not None:
             node = resource.location
+        elif not self.resource_id:
+            self._absence_unproven(vmid, node)
         verdict = None if resource is None else self.provider.verify(resource, self.name, ownership.record_nonce(self.ws))
         if verdict not in (None, ownership.VERIFIED) and self._deleted_by_us(vmid, node):
             # Our delete of this id went through (its answer was lost with the run that sent it), and the provider
@@ -119,6 +133,22 @@ class DestroyFlow(Flow):
                 self.event('observed', 'vmid_reused', {'vmid': vmid, 'verdict': verdict})
             return Target(vmid, node, None, None)
         return Target(vmid, node, resource, verdict)
+
+    def _absence_unproven(self, vmid, node):
+        """Raise (keeping cleanup debt) when an allocation of ``vmid`` whose answer was lost was dispatched less than
+        the provider's absence window ago: a complete, empty inventory does not prove yet that it made nothing."""
+        window = self.provider.absence_window
+        sent = (self.ws.get('facts') or {}).get('clone_dispatched_at')
+        if not window or not sent or (self.ws.get('facts') or {}).get('clone_dispatched') != self.candidate_id:
+            return
+        age = time.time() - sent
+        if age >= window or self.check_mode:
+            return
+        err = DestroyError('The allocation of %s was dispatched %d s ago and its answer was lost; %s shows no resource '
+                           'for it, which proves nothing until %d s after the dispatch (a new resource can show up '
+                           'late). The cleanup debt stays; destroy again (or let reconcile retry) after %d s.'
+                           % (self.provider.label(vmid), age, self.provider.name, window, int(window - age) + 1))
+        raise self._debt(Target(vmid, node, None, None), 'delete', err)
 
     def _deleted_by_us(self, vmid, node):
         """True when a delete of ``vmid`` was dispatched and the provider shows it finished (a delete task of ours,

@@ -39,3 +39,12 @@ def bind(api, secret=None):
         if cls.serves(api):
             return cls(api, secret)
     raise TypeError('%r is neither a provider nor the client of one (%s).' % (api, ', '.join(sorted(PROVIDERS))))
+
+
+def api_from_params(params, secret=None):
+    """What a module acts through, from its options (doc fragments ephemera.workspaces.proxmox and .aws): the
+    Proxmox VE client, or the provider named by ``provider``."""
+    if (params.get('provider') or 'proxmox') != 'proxmox':
+        return provider_class(params['provider']).from_params(params, secret)
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params
+    return client_from_params(params)

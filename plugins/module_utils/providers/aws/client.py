@@ -20,6 +20,7 @@ import random
 import re
 import time
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 
 # Environment variables of the options that are not AWS's own (AWS's own are read by boto3 itself as well).
@@ -31,6 +32,8 @@ THROTTLING = ('RequestLimitExceeded', 'Throttling', 'ThrottlingException', 'TooM
               'RequestThrottled', 'RequestThrottledException', 'SlowDown')
 SERVER_ERRORS = ('InternalError', 'InternalFailure', 'ServiceUnavailable', 'Unavailable')
 NOT_FOUND = ('InvalidInstanceID.NotFound',)
+# Refusals whatever the HTTP status says (InsufficientInstanceCapacity comes as a server error).
+DEFINITE = ('InvalidParameterValue', 'UnauthorizedOperation', 'InsufficientInstanceCapacity')
 CREDENTIALS = ('AuthFailure', 'InvalidClientTokenId', 'UnrecognizedClientException', 'SignatureDoesNotMatch',
                'ExpiredToken', 'RequestExpired')
 # What to do about a refusal, by error code (prefix match for the families).
@@ -158,9 +161,10 @@ class Ec2:
             message = info.get('Message') or str(exc)
             status = (exc.response.get('ResponseMetadata') or {}).get('HTTPStatusCode') or 0
             text = '%s: %s (%s)' % (action, message, code)
+            definite = code in DEFINITE or code.startswith('InvalidAMIID')
             if code in THROTTLING:
                 return _with(base.Transient('%s; AWS throttled the request.' % text), code, message)
-            if code in SERVER_ERRORS or status >= 500:
+            if not definite and (code in SERVER_ERRORS or status >= 500):
                 return _with(base.Transient('%s; AWS answered with a server error (%s).' % (text, status)), code,
                              message)
             if code in NOT_FOUND:
@@ -200,7 +204,7 @@ class Ec2:
         while True:
             attempts += 1
             try:
-                return getattr(self.client, operation)(**kwargs)
+                answer = getattr(self.client, operation)(**kwargs)
             except Exception as exc:  # botocore's errors have no common base worth naming
                 err = self.error(exc, operation, acts)
                 if err is None:
@@ -212,6 +216,11 @@ class Ec2:
                     raise err
                 self.sleep(delay * (1 + random.random() * 0.3))
                 delay = min(delay * 2, 5.0)
+                continue
+            if acts:
+                # The cloud acted and the journal does not know yet: a crash-safety test can kill the run here.
+                failpoint.reached(api_point(operation))
+            return answer
 
     def describe_instances(self, **kwargs):
         """Every instance of a DescribeInstances read, following every page; duplicates kept (a caller checks for
@@ -245,6 +254,11 @@ class Ec2:
                                           '(page %d); the inventory is incomplete and confirms nothing. Retry later.'
                                           % pages)
             seen.add(token)
+
+
+def api_point(operation):
+    """The failpoint of an EC2 call that acts, by its API name: ``aws RunInstances``."""
+    return 'aws %s' % ''.join(word.title() for word in operation.split('_'))
 
 
 def _with(err, code, message):

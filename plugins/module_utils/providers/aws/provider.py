@@ -292,6 +292,10 @@ class AwsProvider(base.Provider):
                                       'aws_ssh_public_key (a public key the instance gets through its user data).')
         return self.region
 
+    def launch_options(self):
+        """The launch settings a request records (no credentials among them)."""
+        return dict(self.launch)
+
     def check_storage(self, location, storage):
         return None
 
@@ -369,8 +373,11 @@ class AwsProvider(base.Provider):
 
     def _by_token(self, token):
         """Every live instance launched with ``token`` (a complete read, or IncompleteInventory)."""
-        found = self.ec2.describe_instances(Filters=[{'Name': 'tag:%s' % TAG_TOKEN, 'Values': [token]}])
-        return [i for i in found if (i.get('State') or {}).get('Name') not in GONE]
+        # Every instance that carries a token, every page, matched here: a lookup that proves absence must have
+        # seen the whole listing (a filter on the value would hide a listing's faults behind a short answer).
+        found = self.ec2.describe_instances(Filters=[{'Name': 'tag-key', 'Values': [TAG_TOKEN]}])
+        return [i for i in found if tags_of(i).get(TAG_TOKEN) == token
+                and (i.get('State') or {}).get('Name') not in GONE]
 
     def _resource(self, instance):
         state = (instance.get('State') or {}).get('Name')

@@ -1,0 +1,113 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+
+class ModuleDocFragment(object):
+
+    DOCUMENTATION = r'''
+options:
+  provider:
+    description:
+      - Where workspaces live. V(proxmox) (LXC containers, the O(api_host) options) or V(aws) (EC2 instances, the
+        C(aws_*) options).
+      - If not set, the environment variable E(EPHEMERA_PROVIDER) is used.
+      - A workspace stays with the provider it was created on; a run with another provider refuses to touch it.
+    type: str
+    choices: [proxmox, aws]
+    default: proxmox
+  aws_region:
+    description:
+      - The EC2 region (V(eu-central-1)). With O(provider=aws) required, here or in E(AWS_REGION)
+        (or E(AWS_DEFAULT_REGION)).
+      - An unknown region is refused before anything is sent.
+    type: str
+  aws_profile:
+    description:
+      - The profile of the AWS configuration files to take credentials from. If not set, E(AWS_PROFILE) is used.
+      - Without a profile and without O(aws_access_key_id), boto3 looks where it always does
+        (E(AWS_ACCESS_KEY_ID), E(AWS_SECRET_ACCESS_KEY), E(AWS_SESSION_TOKEN), the default profile, an instance
+        role).
+    type: str
+  aws_access_key_id:
+    description:
+      - Access key id. Prefer E(AWS_ACCESS_KEY_ID) or a profile; never recorded in the journal or shown.
+    type: str
+  aws_secret_access_key:
+    description:
+      - Secret access key of O(aws_access_key_id). Prefer E(AWS_SECRET_ACCESS_KEY) or a profile.
+    type: str
+  aws_session_token:
+    description:
+      - Session token of temporary credentials. Prefer E(AWS_SESSION_TOKEN) or a profile.
+    type: str
+  aws_endpoint_url:
+    description:
+      - The EC2 endpoint to talk to instead of AWS's own (a private endpoint, or the try-out cloud of the tests).
+      - If not set, E(EPHEMERA_AWS_ENDPOINT_URL), then E(AWS_ENDPOINT_URL) is used.
+    type: str
+  aws_retry_timeout:
+    description:
+      - Seconds for which throttling (RequestLimitExceeded, Throttling) and server errors of one call are ridden
+        out with backoff before the call fails as transient.
+    type: int
+    default: 60
+  aws_visibility_window:
+    description:
+      - Seconds after an instance id was learned during which EC2 answering InvalidInstanceID.NotFound for it means
+        "not visible yet", never "absent".
+    type: int
+    default: 60
+  aws_absence_window:
+    description:
+      - Seconds after a RunInstances whose answer was lost during which a complete, empty inventory does not yet
+        prove that no instance was made. A destroy in that time keeps cleanup debt and is retried.
+    type: int
+    default: 1800
+  aws_instance_type:
+    description:
+      - The instance type of new workspaces. Checked before anything is launched.
+    type: str
+    default: t3.micro
+  aws_subnet_id:
+    description:
+      - The subnet new workspaces are launched in; the account's default subnet if not set.
+    type: str
+  aws_security_group_ids:
+    description:
+      - Security groups of new workspaces (they must let the controller reach port 22).
+    type: list
+    elements: str
+    default: []
+  aws_key_name:
+    description:
+      - The EC2 key pair new workspaces are launched with (its private key is the create's C(ssh_private_key)).
+      - One of O(aws_key_name) and O(aws_ssh_public_key) is needed to create a workspace.
+    type: str
+  aws_ssh_public_key:
+    description:
+      - A public key put into new workspaces through cloud-config user data, instead of a key pair.
+    type: str
+  aws_address:
+    description:
+      - Which IPv4 address the controller reaches a workspace at, read from the instance's documented fields
+        (PublicIpAddress or PrivateIpAddress, else those of its network interfaces).
+    type: str
+    choices: [public, private]
+    default: public
+  aws_tags:
+    description:
+      - More tags for new instances and their volumes. Keys starting with C(aws:) or C(ephemera:), and C(Name), are
+        refused; values take at most 256 letters, digits, spaces and C(+-=._:/@).
+    type: dict
+    default: {}
+requirements:
+  - boto3 >= 1.28
+notes:
+  - boto3 is imported only with O(provider=aws).
+  - Credentials are read the AWS way and never recorded in the journal, the events or the task results.
+  - docs/aws.md of the collection lists the IAM actions the AWS provider uses.
+'''

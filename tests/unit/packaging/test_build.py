@@ -28,12 +28,13 @@ TOP = {
 # Where the directories above hold less than the checkout: the rest of it is for development only.
 ONLY = {
     'changelogs': {'changelogs/changelog.yaml'},
-    'inventories': {'inventories/example.workspaces.yml'},
+    'inventories': {'inventories/example.workspaces.yml', 'inventories/awx.workspaces.yml'},
 }
 # Nothing under these, anywhere in the tarball.
-NEVER = ('tests/', 'bench/', 'scripts/', 'build/', 'inventories/localpve', 'changelogs/fragments', '.')
+NEVER = ('tests/', 'bench/', 'scripts/', 'build/', 'inventories/localpve', 'changelogs/fragments', '.',
+         'execution-environment.yml', 'collections/', 'extensions/')
 NEVER_NAMES = ('Makefile', 'pytest.ini', 'requirements-test.txt', 'conftest.py', 'galaxy.yml', '.gitignore',
-               'execution-environment.yml', 'molecule.yml')
+               'molecule.yml')
 # The text of the GNU General Public License, version 3 (https://www.gnu.org/licenses/gpl-3.0.txt).
 GPL3_SHA256 = '3972dc9744f6499f0f9b2dbf76696f2ae7ad8af9b23dde66d6af86c9dfb36986'
 

@@ -1,0 +1,202 @@
+"""playbooks/awx_configure.yml, checked offline (no AWX here): every argument of every awx.awx task exists in that
+module's own argument spec (awx.awx 24.6.1 of the venv, read from the module itself) with a value its choices allow;
+the credential type injects exactly what the collection reads, secrets marked secret and kept out of the job's
+variables; every job template names a playbook of the collection with a valid survey; the schedules name templates
+that exist, with the rrule written out."""
+
+import importlib
+import os
+import re
+
+import pytest
+import yaml
+
+from ansible_collections.awx.awx.plugins.module_utils import controller_api
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.plugin_utils.in_process import module_file
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLAYBOOK = os.path.join(ROOT, 'playbooks', 'awx_configure.yml')
+SURVEY_TYPES = {'text', 'textarea', 'password', 'integer', 'float', 'multiplechoice', 'multiselect'}
+SECRET_FIELDS = {'api_token_secret', 'controller_secret', 'journal_url'}
+
+
+class Unsafe(str):
+    """A value tagged !unsafe: AWX's template text, never Ansible's."""
+
+
+class Loader(yaml.SafeLoader):
+    pass
+
+
+Loader.add_constructor('!unsafe', lambda loader, node: Unsafe(loader.construct_scalar(node)))
+
+
+class Stop(Exception):
+    pass
+
+
+def spec_of(module, monkeypatch):
+    """The full argument spec of awx.awx.<module>: its own (captured from its main()) and the connection's."""
+    captured = {}
+
+    def capture(self, argument_spec=None, **kwargs):
+        captured.update(argument_spec)
+        raise Stop()
+    monkeypatch.setattr(controller_api.ControllerAPIModule, '__init__', capture)
+    with pytest.raises(Stop):
+        importlib.import_module('ansible_collections.awx.awx.plugins.modules.' + module).main()
+    spec = dict(controller_api.ControllerModule.AUTH_ARGSPEC)
+    spec.update(captured)
+    return spec
+
+
+@pytest.fixture(scope='module')
+def play():
+    with open(PLAYBOOK) as handle:
+        [only] = yaml.load(handle, Loader=Loader)
+    return only
+
+
+def awx_tasks(play):
+    out = []
+    for task in play['tasks']:
+        modules = [key for key in task if key.startswith('awx.awx.')]
+        assert len(modules) == 1, task['name']
+        out.append((task, modules[0].split('.')[-1], task[modules[0]]))
+    return out
+
+
+def task_named(play, module):
+    [found] = [(task, args) for task, name, args in awx_tasks(play) if name == module]
+    return found
+
+
+def templated(value):
+    return isinstance(value, str) and '{{' in value
+
+
+def test_every_argument_exists_in_the_modules_own_spec_with_an_allowed_value(play, monkeypatch):
+    checked = set()
+    for task, module, args in awx_tasks(play):
+        spec = spec_of(module, monkeypatch)
+        names = dict((name, name) for name in spec)
+        for name, option in spec.items():
+            for alias in option.get('aliases') or ():
+                names[alias] = name
+        unknown = sorted(set(args) - set(names))
+        assert not unknown, '%s: %s not in awx.awx.%s (%s)' % (task['name'], unknown, module, sorted(names))
+        for key, value in args.items():
+            option = spec[names[key]]
+            if option.get('choices') and not templated(value):
+                assert value in option['choices'], (task['name'], key, value, option['choices'])
+            if option.get('type') == 'bool' and not templated(value):
+                assert isinstance(value, bool), (task['name'], key, value)
+        for name, option in spec.items():
+            if option.get('required'):
+                assert name in args or any(a in args for a in option.get('aliases') or ()), (task['name'], name)
+        checked.add(module)
+    assert checked == {'credential_type', 'credential', 'execution_environment', 'project', 'inventory', 'host',
+                       'inventory_source', 'job_template', 'schedule'}
+
+
+def collection_specs():
+    for path in sorted(os.listdir(os.path.join(ROOT, 'plugins', 'modules'))):
+        if path.endswith('.py') and path != '__init__.py':
+            module = module_file(path[:-3])
+            yield module.module_args()['argument_spec'] if hasattr(module, 'module_args') else module.argument_spec()
+
+
+def collection_env_names():
+    """Every environment variable a module of the collection falls back to, and the controller secret's."""
+    names = {ownership.SECRET_ENV}
+    for spec in collection_specs():
+        for option in spec.values():
+            fallback = option.get('fallback')
+            if fallback:
+                names.update(fallback[1])
+    return names
+
+
+def collection_options():
+    options = set()
+    for spec in collection_specs():
+        options.update(spec)
+    return options
+
+
+def test_the_credential_type_injects_what_the_collection_reads(play):
+    task, args = task_named(play, 'credential_type')
+    assert args['kind'] == 'cloud'
+    fields = dict((field['id'], field) for field in args['inputs']['fields'])
+    assert set(fields) == {'api_host', 'api_token_id', 'api_token_secret', 'ca', 'controller_secret', 'journal_url'}
+    assert set(name for name, field in fields.items() if field.get('secret')) == SECRET_FIELDS
+    injectors = args['injectors']
+    # Rendered by AWX, not by this play.
+    for group in injectors.values():
+        for value in group.values():
+            assert isinstance(value, Unsafe), value
+    used = set(re.findall(r'\{\{ (\w+) \}\}', ' '.join(v for group in injectors.values() for v in group.values())))
+    assert used - {'tower'} <= set(fields)
+    env = injectors['env']
+    assert set(env) <= collection_env_names(), set(env) - collection_env_names()
+    assert set(env) == {'PROXMOX_HOST', 'PROXMOX_TOKEN_ID', 'PROXMOX_TOKEN_SECRET', 'PROXMOX_CA_FILE',
+                        'EPHEMERA_CONTROLLER_SECRET', 'EPHEMERA_JOURNAL_URL'}
+    for name, value in env.items():
+        assert any('{{ %s }}' % field in value for field in fields) or 'tower.filename' in value, name
+    # The extra variables are ephemera_<option> of real options, and never carry a secret.
+    options = collection_options()
+    for name, value in injectors['extra_vars'].items():
+        assert name.startswith('ephemera_') and name[len('ephemera_'):] in options, name
+        assert not any(secret in value for secret in SECRET_FIELDS), name
+    assert injectors['file'] == {'template.ca': '{{ ca }}'}
+
+
+def test_the_credential_itself_is_never_logged(play):
+    task, args = task_named(play, 'credential')
+    assert task['no_log'] is True and args['credential_type'] == 'ephemera.workspaces'
+
+
+def test_each_job_template_runs_a_playbook_of_the_collection_with_a_valid_survey(play):
+    task, args = task_named(play, 'job_template')
+    templates = dict((item['name'], item) for item in task['loop'])
+    assert set(templates) == {'create', 'destroy', 'archive', 'reconcile', 'expire', 'heartbeat', 'status'}
+    assert args['playbook'] == 'playbooks/{{ item.name }}.yml'
+    for name in templates:
+        assert os.path.isfile(os.path.join(ROOT, 'playbooks', name + '.yml')), name
+    variables = dict((name, [q['variable'] if isinstance(q, dict) else 'workspace' for q in item.get('survey', [])])
+                     for name, item in templates.items())
+    assert variables['create'] == ['workspace', 'repo', 'ref', 'purpose', 'agent', 'ttl']
+    for name in ('destroy', 'archive', 'heartbeat'):
+        assert variables[name] == ['workspace']
+    questions = [q for item in templates.values() for q in item.get('survey', []) if isinstance(q, dict)]
+    questions.append(play['vars']['_awx_workspace_question'])
+    for question in questions:
+        assert question['type'] in SURVEY_TYPES and question['question_name'] and question['variable']
+    [ttl] = [q for q in questions if q['variable'] == 'ttl']
+    assert ttl['type'] == 'integer' and ttl['max'] == 86400 and ttl['min'] <= ttl['default'] <= ttl['max']
+    # The create role's own variables are what the survey asks for.
+    with open(os.path.join(ROOT, 'roles', 'workspace_create', 'meta', 'argument_specs.yml')) as handle:
+        role = yaml.safe_load(handle)['argument_specs']['main']['options']
+    assert set(variables['create']) <= set(role)
+
+
+def test_schedules_run_existing_templates_at_the_asked_intervals(play):
+    task, args = task_named(play, 'schedule')
+    jobs, templates = task_named(play, 'job_template')
+    names = set('ephemera %s' % item['name'] for item in jobs['loop'])
+    assert args['unified_job_template'] == 'ephemera {{ item.template }}'
+    rules = dict((item['template'], item['rrule']) for item in task['loop'])
+    for template, rule in rules.items():
+        assert 'ephemera %s' % template in names
+        assert re.match(r'^DTSTART;TZID=UTC:\d{8}T\d{6} RRULE:FREQ=[A-Z]+;INTERVAL=\d+$', rule), rule
+    assert rules == {'reconcile': 'DTSTART;TZID=UTC:20260101T000000 RRULE:FREQ=HOURLY;INTERVAL=1',
+                     'expire': 'DTSTART;TZID=UTC:20260101T000000 RRULE:FREQ=MINUTELY;INTERVAL=5'}
+
+
+def test_the_inventory_source_reads_the_workspaces_plugin_file_of_the_project(play):
+    task, args = task_named(play, 'inventory_source')
+    assert args['source'] == 'scm' and args['credential'] == '{{ _awx_credential }}'
+    with open(os.path.join(ROOT, args['source_path'])) as handle:
+        config = yaml.safe_load(handle)
+    assert config['plugin'] == 'ephemera.workspaces.workspaces' and args['source_path'].endswith('.workspaces.yml')

@@ -12,20 +12,20 @@ PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run
 	ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=1
 
 .PHONY: help venv system-packages test unit sanity lint integration demo collection
-.PHONY: bench-queue bench-create bench-reconcile bench-step bench-expire
+.PHONY: bench-journal bench-queue bench-create bench-reconcile bench-step bench-expire
 .PHONY: bench-inventory bench-template faults soak
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
 .PHONY: cloud-up cloud-status cloud-down
 
 help:
 	@echo "make demo          run the main job on the local try-out cluster"
-	@echo "make demo PROVIDER=aws   the same on the local try-out cloud for AWS"
 	@echo "make test          install everything needed and run every test"
 	@echo "make venv          create $(VENV) with runtime and test dependencies"
 	@echo "make collection    build the collection tarball into build/ from the files git tracks only"
 	@echo "make unit | sanity | lint | integration    one part of 'make test'"
 	@echo "make faults        the crash-safety matrix (FAULTS_SIZE=full, the default, or ci as in make test)"
 	@echo "make soak          500 seeded random fault schedules (SCHEDULES=N, FIRST_SEED=N, SOAK_JOBS=N)"
+	@echo "make bench-journal  8 processes x 200 fenced transitions: SQLite and PostgreSQL journals, tx/s"
 	@echo "make bench-expire  one expiry sweep over 1,000 leased workspaces, 50 expired: times and API requests"
 	@echo "make bench-template  a template build by step, and create-to-ready on debian vs default guests"
 
@@ -85,10 +85,8 @@ soak: venv
 	$(BIN)/python -m tests.faults soak --schedules $(SCHEDULES) --first-seed $(FIRST_SEED) --jobs $(SOAK_JOBS) \
 		--json build/soak.json
 
-# PROVIDER=aws: the same job on the try-out cloud for AWS (scripts/demo-aws.sh, docs/localcloud.md).
-PROVIDER ?= proxmox
 demo: venv
-	$(PIN_COLLECTION) scripts/$(if $(filter aws,$(PROVIDER)),demo-aws.sh,demo.sh)
+	$(PIN_COLLECTION) scripts/demo.sh
 
 # The local try-out cluster (tests/localpve, docs/localpve.md). CLUSTER_ARGS go to `up`,
 # e.g. make cluster-up CLUSTER_ARGS="--time-scale 0 --addressing dhcp".
@@ -114,6 +112,10 @@ cloud-down: venv
 
 bench-cluster: venv
 	$(BIN)/python bench/cluster_startup.py
+
+# 8 processes x 200 fenced journal transitions on SQLite and on PostgreSQL (a server started for the run).
+bench-journal: venv
+	$(BIN)/python bench/journal.py --contended
 
 # 10 workspaces x 1 queued operation (forks 10) against 1 x 1: times and their ratio.
 bench-queue: venv

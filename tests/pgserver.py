@@ -214,8 +214,17 @@ class PgServer:
         return done
 
     def admin(self, sql, database='postgres'):
-        """Run ``sql`` as the superuser (over the server's Unix socket); returns its output lines."""
-        return self._psql(sql, database).stdout.decode().splitlines()
+        """Run ``sql`` as the superuser (over the server's Unix socket); returns its rows as lines of text."""
+        try:
+            import psycopg
+        except ImportError:
+            return self._psql(sql, database).stdout.decode().splitlines()
+        with psycopg.connect(host=self.directory, port=self.port, user='postgres', dbname=database,
+                             autocommit=True) as conn:
+            cur = conn.execute(sql)
+            if not cur.description:
+                return []
+            return ['|'.join('' if value is None else str(value) for value in row) for row in cur.fetchall()]
 
     @property
     def admin_url(self):

@@ -275,7 +275,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, claim_parts, resolve_path
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, claim_parts, resolve_location
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner, hostname, run_pid
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import Operation
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import (
@@ -392,7 +392,7 @@ def run(module):
     """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
     params = module.params
     state = params['state']
-    path = resolve_path(params['journal_path'])
+    path = resolve_location(params['journal_path'], params.get('journal_url'))
     if state in ('step', 'finished', 'failed') and params['claim'] is None:
         if module.check_mode:
             module.exit_json(changed=True, journal_path=path)
@@ -404,7 +404,7 @@ def run(module):
         # on what earlier runs recorded never starts a journal, unless new_journal says this is the first run.
         history = params['state'] in ('claimed', 'enqueued') and params['kind'] in HISTORY_KINDS \
             and not params['new_journal']
-        journal = Journal.open(path, create=not module.check_mode and not history,
+        journal = Journal.open(path, create=not module.check_mode and not history, url=params.get('journal_url'),
                                actor='%s pid %d' % (hostname(), run_pid()))
     except JournalMissing as err:
         if history:

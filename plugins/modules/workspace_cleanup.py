@@ -178,7 +178,7 @@ task:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, resolve_path
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, resolve_location
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
     controller_argument_spec,
     journal_argument_spec,
@@ -213,10 +213,10 @@ def run(module):
     journal = None
     client = None
     try:
-        path = resolve_path(params['journal_path'])
+        path = resolve_location(params['journal_path'], params.get('journal_url'))
         try:
             # Never made: a missing journal means every container is unknown to it. A dry run only reads it.
-            journal = Journal.open(path, create=False, readonly=not apply)
+            journal = Journal.open(path, create=False, readonly=not apply, url=params.get('journal_url'))
         except JournalMissing:
             journal = None
         secret = sweep_secret(path, params['controller_secret'])

@@ -380,7 +380,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create i
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.operations import DEFAULT_AGENTS
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_path
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_location
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
@@ -472,7 +472,7 @@ def run(module):
     result = dict(changed=False, step=step, details={})
     journal = open_journal(module)
     with journal if journal is not None else contextlib.nullcontext():
-        path = journal.path if journal is not None else resolve_path(params['journal_path'])
+        path = journal.path if journal is not None else resolve_location(params['journal_path'], params.get('journal_url'))
         try:
             client = None if step in GUEST_STEPS else api_from_params(params)
             secret = controller_secret(path, params['controller_secret'], module.check_mode,

@@ -230,7 +230,7 @@ verdict:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_path
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_location
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
     controller_argument_spec,
     controller_secret,
@@ -306,7 +306,7 @@ def run(module):
     journal = open_history(module)
     if journal is None:
         module.exit_json(msg='%s: no journal at %s yet, so nothing was recorded or marked by this controller; '
-                             'nothing would be destroyed' % (step, resolve_path(params['journal_path'])), **result)
+                             'nothing would be destroyed' % (step, resolve_location(params['journal_path'], params.get('journal_url'))), **result)
     with journal:
         try:
             client = api_from_params(params)

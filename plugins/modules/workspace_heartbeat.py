@@ -91,7 +91,7 @@ def run(module):
     params = module.params
     try:
         # An existing journal only: a heartbeat for a workspace of another journal must not make an empty one.
-        with Journal.open(params['journal_path'], create=False) as journal:
+        with Journal.open(params['journal_path'], create=False, url=params.get('journal_url')) as journal:
             client = api_from_params(params) if params.get('api_host') or wants_aws(params) else None
             ws, note = lease_flow.heartbeat(journal, client, params['name'], now=time.time(),
                                             check_mode=module.check_mode)

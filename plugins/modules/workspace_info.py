@@ -225,7 +225,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
     WORKSPACE_ACTIVITIES,
     WORKSPACE_STATUSES,
     Journal,
-    resolve_path,
+    resolve_location,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 
@@ -260,9 +260,9 @@ def module_args():
 
 def run(module):
     """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
-    path = resolve_path(module.params['journal_path'])
+    path = resolve_location(module.params['journal_path'], module.params.get('journal_url'))
     try:
-        journal = Journal.open(path, readonly=True)
+        journal = Journal.open(path, readonly=True, url=module.params.get('journal_url'))
     except JournalMissing as err:
         if not module.params['new_journal']:
             module.fail_json(msg=no_history(path), journal_path=path)

@@ -175,7 +175,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, resolve_path
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, resolve_location
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import audit
 
@@ -194,11 +194,11 @@ def module_args():
 def run(module):
     """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
     params = module.params
-    path = resolve_path(params['journal_path'])
+    path = resolve_location(params['journal_path'], params.get('journal_url'))
     selection = dict(categories=params['statuses'], every=params['all'])
     journal = None
     try:
-        journal = Journal.open(path, readonly=True)
+        journal = Journal.open(path, readonly=True, url=params.get('journal_url'))
     except JournalMissing as err:
         module.warn('%s Reporting an empty audit.' % err)
     except EphemeraError as err:

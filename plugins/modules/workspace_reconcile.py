@@ -170,7 +170,7 @@ task:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_path
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_location
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
     controller_argument_spec,
     controller_secret,
@@ -204,7 +204,7 @@ def run(module):
     """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
     journal = open_history(module)
     if journal is None:
-        path = resolve_path(module.params['journal_path'])
+        path = resolve_location(module.params['journal_path'], module.params.get('journal_url'))
         module.exit_json(changed=False, counts={}, findings=[], resume_create=[], report=[
             'No journal at %s yet: nothing was recorded by this controller, so there is nothing to reconcile.' % path])
     with journal:

@@ -318,7 +318,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.template
     handle_failure,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_path
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_location
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
@@ -386,7 +386,7 @@ def run(module):
     result = dict(changed=False, step=step, details={})
     journal = open_journal(module)
     with journal if journal is not None else contextlib.nullcontext():
-        path = journal.path if journal is not None else resolve_path(params['journal_path'])
+        path = journal.path if journal is not None else resolve_location(params['journal_path'], params.get('journal_url'))
         build = None
         try:
             client = client_from_params(params)

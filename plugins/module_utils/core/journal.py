@@ -340,6 +340,16 @@ def resolve_path(path=None):
     return default_path()
 
 
+def resolve_location(path=None, url=None):
+    """What names the journal in messages and results: the journal URL in effect (``url``, else
+    ``EPHEMERA_JOURNAL_URL``) without its password, else the file :func:`resolve_path` gives."""
+    url = url or os.environ.get(URL_ENV_VAR)
+    if url:
+        from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal_pg import display
+        return display(url)
+    return resolve_path(path)
+
+
 def redact(value):
     """A copy of ``value`` with every secret-looking key's value replaced by ``********``."""
     if isinstance(value, dict):

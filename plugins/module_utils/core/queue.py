@@ -291,7 +291,8 @@ class Queue:
         now = time.time() if now is None else now
         with self.journal.transaction(point='queue poll') as conn:
             req = self._request(conn, request_id)
-            if req['state'] == 'waiting' and now - req['seen_at'] >= HEARTBEAT:
+            # A waiting request on another host lives by its lease: it is marked well before that runs out.
+            if req['state'] == 'waiting' and now - req['seen_at'] >= min(HEARTBEAT, self.lease / 3.0):
                 conn.execute('UPDATE queue_requests SET seen_at = ?, lease_expires = ? WHERE id = ?',
                              (now, now + self.lease, request_id))
             entry = self._entry(conn, req['entry_id'])

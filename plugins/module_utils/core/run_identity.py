@@ -6,7 +6,8 @@
 A pid alone is not an identity: pids are reused. On one host an owner is (host, pid, start time),
 the start time read from ``/proc/<pid>/stat`` field 22, so a new process that got the old pid is
 "dead" as far as the old owner is concerned. Across hosts a process cannot be inspected, so an
-owner elsewhere is alive only while its lease (a wall-clock expiry it renews) has not run out.
+owner elsewhere is alive only while its lease (a wall-clock expiry it renews) has not run out. Which host an owner
+is on is the controller's name (:func:`hostname`: ``EPHEMERA_CONTROLLER_HOST`` or the host name).
 
 An operation that spans several tasks of a playbook is owned by the ``ansible-playbook`` process,
 not by a module: each module is a short-lived process of its own. :func:`run_pid` finds that
@@ -115,8 +116,19 @@ def run_pid(pid=None):
     return chain[0] if chain else pid
 
 
+HOST_ENV_VAR = 'EPHEMERA_CONTROLLER_HOST'
+
+
 def hostname():
-    return socket.gethostname()
+    """The name of this controller host in the journal's owners: ``EPHEMERA_CONTROLLER_HOST``, else the host name.
+
+    Owners on the same host are judged by pid and start time; owners on another host only by their lease. Two
+    controllers that share one journal must therefore go by different names (the host names of two machines, or of
+    two AWX execution-environment containers, differ anyway). Runs on one machine under different names judge each
+    other by lease only: a dead one is taken over once its lease expires instead of at once (slower, never unsafe);
+    that is how the tests stand for two hosts.
+    """
+    return os.environ.get(HOST_ENV_VAR) or socket.gethostname()
 
 
 class Owner:

@@ -127,9 +127,10 @@ bench-inventory: venv
 	$(BIN)/python bench/inventory.py
 
 # community.proxmox clone+start, one workspace and 20 workspaces from request to ready on one cluster at time scale 0:
-# times, steps, API requests, CPU seconds; the last line compares them.
+# times, steps, API requests, CPU seconds; the last line compares them. PROVIDER=aws: ours to ready against
+# amazon.aws.ec2_instance launching and waiting for one instance on the try-out cloud (bench/create_aws.py).
 bench-create: venv
-	$(BIN)/python bench/create.py
+	$(BIN)/python bench/create.py $(if $(PROVIDER),--provider $(PROVIDER))
 
 # One task of the collection as a module process against the same module run in the worker by its action plugin.
 bench-step: venv

@@ -1,6 +1,7 @@
 """How long does a workspace take from request to ready, where does the time go, what does it cost in CPU?
 
     .venv/bin/python bench/create.py [--count 20] [--repeat 3] [--time-scales 0] [--forks 10] [--latency S]
+    .venv/bin/python bench/create.py --provider aws        (bench/create_aws.py: on the try-out cloud for AWS)
 
 For each time scale, one try-out cluster (tests/localpve, inside this process so that fakepve's own request log
 can be read), and on it, one after the other:
@@ -206,7 +207,13 @@ def main():
     parser.add_argument('--time-scales', default='0', help='fakepve time scales, comma-separated (0 comes first)')
     parser.add_argument('--forks', type=int, default=10)
     parser.add_argument('--latency', type=float, default=0.0, help='PVE seconds of latency per API request')
+    parser.add_argument('--provider', choices=('proxmox', 'aws'), default='proxmox',
+                        help='aws: ours against amazon.aws.ec2_instance on the try-out cloud (bench/create_aws.py)')
     args = parser.parse_args()
+    if args.provider == 'aws':
+        from bench import create_aws  # pylint: disable=import-outside-toplevel
+        create_aws.main()
+        return
     scales = sorted(set([0.0] + [float(s) for s in args.time_scales.split(',')]))
     load = os.getloadavg()[0]
     results = []

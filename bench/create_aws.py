@@ -112,8 +112,8 @@ def main():
     provider = steps[PROVIDER_PART]
     whole = steps['ready']
     print('create on AWS (the try-out cloud: moto behind the fault proxy, real sshd guests), one run each')
-    print('  %-44s %8.2f s   (instance %s %s)' % ('amazon.aws.ec2_instance launch + wait running', plain, instance,
-                                                    states.get(instance)))
+    print('  %-44s %8.2f s   (instance %s %s)'
+          % ('amazon.aws.ec2_instance launch + wait running', plain, instance, states.get(instance)))
     print('  %-44s %8.2f s' % ('ours: ansible-playbook run, request to ready', ours))
     print()
     print('  ours, seconds from the start of the run to the end of each step:')

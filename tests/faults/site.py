@@ -255,6 +255,7 @@ class FaultSite:
             argv += ['-e', 'workspace=%s' % op['workspace']]
         argv += ['-e', '@' + paths['vars.json']]
         env = {failpoint.TRACE_ENV: paths['trace']}
+        env.update(self.run_env(op))
         if kill is not None:
             env[failpoint.KILL_ENV] = kill.env()
         command = ' '.join(['ansible-playbook'] + argv[1:])
@@ -263,6 +264,10 @@ class FaultSite:
             cell.commands.append(command)
         run = Run.start(argv, env=env, unset=(failpoint.KILL_ENV,))
         return {'run': run, 'paths': paths, 'kill': kill, 'command': command}
+
+    def run_env(self, op):
+        """What the run of ``op`` adds to the environment (nothing here; a site of its own may add)."""
+        return {}
 
     def finish(self, handle, timeout=RUN_TIMEOUT):
         """Wait for a run to end; an overdue run is killed whole."""

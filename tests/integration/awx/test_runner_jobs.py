@@ -18,16 +18,18 @@ import sys
 import pytest
 
 from tests.integration.playbooks import FAKE_AGENTS, make_repo, running_cluster
-from tests.pgserver import pg_server  # noqa: F401 (a fixture)
+from tests import pgserver
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BIN = os.path.dirname(sys.executable)
 SECRET = 'a5' * 32
 WORKSPACE = 'awx-job'
+# One PostgreSQL server for the session (tests/pgserver.py).
+pg_server = pgserver.pg_server
 
 
 @pytest.fixture(scope='module')
-def site(tmp_path_factory, pg_server):  # noqa: F811
+def site(tmp_path_factory, pg_server):
     base = tmp_path_factory.mktemp('awx')
     # The project as AWX checks it out (the files git tracks) and its collections as a project update installs them.
     project = base / 'project-cache' / 'project'
@@ -97,6 +99,12 @@ def job(site, name, playbook, extravars):
     return done, events, private
 
 
+def state_files(top):
+    """Journal and secret files under ``top``, relative to it."""
+    return set(os.path.relpath(path, str(top)) for pattern in ('*.sqlite*', '*.secret')
+               for path in glob.glob(str(top / '**' / pattern), recursive=True))
+
+
 def ok_results(events):
     """(task name, result) of every runner_on_ok event, in order."""
     return [(e['event_data']['task'], e['event_data'].get('res', {})) for e in events if e['event'] == 'runner_on_ok']
@@ -155,9 +163,7 @@ def test_create_status_destroy_and_reconcile_as_awx_jobs_share_only_the_database
         record = journal.get_workspace(WORKSPACE)
         actions = [event['action'] for event in journal.events(WORKSPACE)]
     assert record['status'] == 'destroyed' and 'ready' in actions and 'destroyed' in actions, actions
-    def state_files(top):
-        return set(os.path.relpath(path, str(top)) for pattern in ('*.sqlite*', '*.secret')
-                   for path in glob.glob(str(top / '**' / pattern), recursive=True))
+
     # The project's own test data holds journals; every job directory has those and nothing more.
     shipped = set(os.path.join('private', 'project', name) for name in state_files(site['project']))
     assert [sorted(state_files(top) - shipped) for top in site['jobs']] == [[]] * 4

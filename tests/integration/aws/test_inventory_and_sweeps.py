@@ -226,6 +226,15 @@ def test_the_orphan_sweep_reports_everything_and_deletes_only_instances_bound_to
     after = site.states()  # report mode touches nothing
     assert sorted(after) == sorted(before) and set(after.values()) == {'running'}, after
 
+    # Delete mode on a listing whose pagination token repeats: the pass fails and deletes nothing.
+    site.cloud.pages(size=1, repeat_at=2, times=None)
+    try:
+        run = site.playbook('reconcile', {'reconcile_resume_creates': False, 'ephemera_orphans': 'delete'})
+    finally:
+        site.cloud.clear()
+    assert not run.ok and 'incomplete' in run.output, run.explain()
+    assert set(site.states().values()) == {'running'}
+
     # Delete mode, while EC2 throttles every TerminateInstances: nothing is deleted, and each keeps cleanup debt.
     site.cloud.throttle('TerminateInstances', times=None)
     try:
@@ -269,6 +278,15 @@ def test_the_label_sweep_works_on_aws_tags(site):
     assert entries[site.ids['aws-lost']]['action'] == 'skipped'
     assert entries[site.foreign['tag_copy']]['verdict'] == 'foreign'
     assert entries[site.foreign['tag_copy']]['action'] in ('reported', 'skipped')
+    assert site.states()[site.ids['aws-expired']] == 'running'
+
+    # A listing that cannot be read whole: the sweep fails and deletes nothing.
+    site.cloud.pages(size=1, fail_at=2, times=None)
+    try:
+        run = site.playbook('cleanup', {'apply': True, 'ephemera_aws_retry_timeout': 1})
+    finally:
+        site.cloud.clear()
+    assert not run.ok and 'incomplete' in run.output, run.explain()
     assert site.states()[site.ids['aws-expired']] == 'running'
 
     run = site.playbook('cleanup', {'apply': True})

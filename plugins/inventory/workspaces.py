@@ -825,7 +825,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _read_journal(self):
         try:
-            with Journal.open(self.get_option('journal_path'), readonly=True) as journal:
+            with Journal.open(self.get_option('journal_path'), readonly=True,
+                              url=self.get_option('journal_url')) as journal:
                 records = journal.list_workspaces()
                 debts = journal.cleanup_debts()
                 running = Queue(journal).entries(target_type='workspace', states=['running'], recent=0)

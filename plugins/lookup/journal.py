@@ -42,6 +42,12 @@ options:
     type: path
     env:
       - name: EPHEMERA_JOURNAL
+  journal_url:
+    description:
+      - URL of a journal on PostgreSQL (see the modules' O(journal_url)); when set, O(journal_path) is not used.
+    type: str
+    env:
+      - name: EPHEMERA_JOURNAL_URL
 '''
 
 EXAMPLES = r'''
@@ -105,7 +111,8 @@ class LookupModule(LookupBase):
                 raise AnsibleLookupError('ephemera.workspaces.journal: unknown %s %s; expected one of %s.'
                                          % (name, ', '.join(bad), ', '.join(allowed)))
         try:
-            with Journal.open(self.get_option('journal_path'), readonly=True) as journal:
+            with Journal.open(self.get_option('journal_path'), readonly=True,
+                              url=self.get_option('journal_url')) as journal:
                 if not terms:
                     return [self._shown(journal, record) for record in
                             journal.list_workspaces(status=status, activity=activity)]

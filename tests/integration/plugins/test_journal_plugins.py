@@ -1,8 +1,10 @@
 """workspace_info and the journal lookup, run by a real ansible-playbook against a real journal file."""
 
+import json
 import os
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+from tests import pgserver
 
 PLAY = '''
 - hosts: localhost
@@ -101,3 +103,38 @@ def test_corrupt_journal_fails_info_with_a_clear_message(tmp_path, run_playbook)
     assert not run.ok, run.output
     assert 'not a readable journal' in run.task('info one')['msg']
     assert path.read_bytes() == b'garbage' * 1000
+
+
+# A journal on PostgreSQL: the session's server (tests/pgserver.py), one database for the test.
+pg_server = pgserver.pg_server
+
+
+def test_info_and_lookup_read_a_journal_on_postgresql(tmp_path, run_playbook, pg_server):
+    url = pg_server.new_database('plugins_read')
+    with Journal.open(url=url) as j:
+        j.create_workspace('ws-a', repo='file:///srv/repo.git', ref='main', purpose='fix it')
+        j.update_workspace('ws-a', 1, status='ready', activity='blocked', vmid=101, node='pve1')
+        j.create_workspace('ws-b')
+        j.update_workspace('ws-b', 1, status='ready', activity='idle')
+    never = str(tmp_path / 'never-made.sqlite')
+    # From the environment, as an AWX credential injects it.
+    run = run_playbook(PLAY, env={'EPHEMERA_JOURNAL_URL': url, 'EPHEMERA_JOURNAL': never}, check=True)
+    assert run.ok, run.output
+    [ws] = run.task('info one')['workspaces']
+    assert (ws['name'], ws['status'], ws['vmid']) == ('ws-a', 'ready', 101)
+    assert run.task('info one')['journal_path'] == pg_server.url_for(database='plugins_read', password=False)
+    assert run.task('lookup one')['msg']['purpose'] == 'fix it'
+    assert run.task('lookup ready names')['msg'] == ['ws-a', 'ws-b']
+    assert pg_server.password not in run.output
+    # As options: the module's journal_url from its ephemera_journal_url variable, the lookup's as a keyword.
+    play = PLAY_INFO_ONLY + '''
+    - name: lookup by option
+      ansible.builtin.debug:
+        msg: "{{ lookup('ephemera.workspaces.journal', 'ws-b', journal_url=ephemera_journal_url).status }}"
+'''
+    run = run_playbook(play, env={'EPHEMERA_JOURNAL': never}, check=True,
+                       extra_args=['-e', json.dumps({'ephemera_journal_url': url})])
+    assert run.ok, run.output
+    assert [w['name'] for w in run.task('info one')['workspaces']] == ['ws-a']
+    assert run.task('lookup by option')['msg'] == 'ready'
+    assert not os.path.exists(never)

@@ -15,6 +15,7 @@ PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run
 .PHONY: bench-journal bench-queue bench-create bench-reconcile bench-step bench-expire
 .PHONY: bench-inventory bench-template faults soak
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
+.PHONY: molecule
 .PHONY: cloud-up cloud-status cloud-down
 
 help:
@@ -23,6 +24,7 @@ help:
 	@echo "make venv          create $(VENV) with runtime and test dependencies"
 	@echo "make collection    build the collection tarball into build/ from the files git tracks only"
 	@echo "make unit | sanity | lint | integration    one part of 'make test'"
+	@echo "make molecule      the Molecule scenarios of the create, destroy and archive roles (make test runs them too)"
 	@echo "make faults        the crash-safety matrix (FAULTS_SIZE=full, the default, or ci as in make test)"
 	@echo "make soak          500 seeded random fault schedules (SCHEDULES=N, FIRST_SEED=N, SOAK_JOBS=N)"
 	@echo "make bench-journal  8 processes x 200 fenced transitions: SQLite and PostgreSQL journals, tx/s"
@@ -76,6 +78,16 @@ FAULTS_SIZE ?= full
 faults: venv
 	@mkdir -p build
 	$(BIN)/python -m tests.faults matrix --size $(FAULTS_SIZE) --json build/faults-$(FAULTS_SIZE).json
+
+# The Molecule scenarios (extensions/molecule, docs/awx.md): the create, destroy and archive roles against one try-out
+# cluster that the default scenario starts before them and stops after them. make test runs them through
+# tests/integration/molecule/test_molecule.py, which also shows that no copy of the collection in
+# ~/.ansible/collections shadows the checkout.
+MOLECULE_DIR ?= $(abspath build/molecule)
+molecule: venv
+	rm -rf $(MOLECULE_DIR) && mkdir -p $(MOLECULE_DIR)
+	PATH="$(abspath $(BIN)):$$PATH" EPHEMERA_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run collections-path)" \
+		EPHEMERA_MOLECULE_DIR=$(MOLECULE_DIR) $(BIN)/molecule test --all --shared-state
 
 SCHEDULES ?= 500
 FIRST_SEED ?= 1001

@@ -91,3 +91,19 @@ def test_the_first_recorded_controller_wins(journal):
     assert journal.claim_meta_value('k', 'first') == 'first'
     assert journal.claim_meta_value('k', 'second') == 'first'
     assert journal.meta_value('missing') is None
+
+
+def test_the_controller_id_is_recorded_and_checked_on_both_backends(store):
+    with store.open() as journal:
+        assert journal.claim_meta_value('k', 'first') == 'first' and journal.claim_meta_value('k', 'x') == 'first'
+        assert controller_secret(journal.path, OTHER, False, journal=journal) == OTHER.encode()
+        assert journal.meta_value(MARKER_CONTROLLER) == ownership.controller_id(OTHER.encode())
+    with store.open() as journal:
+        with pytest.raises(ownership.MarkerError, match='is not the one of the journal'):
+            controller_secret(journal.path, 'c' * 64, False, journal=journal)
+        with pytest.raises(ownership.MarkerError, match='records workspaces of controller %s, but there is no '
+                           'controller secret' % ownership.controller_id(OTHER.encode())):
+            controller_secret(journal.path, None, False, journal=journal)
+        assert journal.meta_value(MARKER_CONTROLLER) == ownership.controller_id(OTHER.encode())
+    if store.backend == 'postgresql':
+        assert '://' in journal.path and not os.path.exists(ownership.secret_path(journal.path))

@@ -1,4 +1,5 @@
-"""The operation queue against a real SQLite journal, with real processes standing for ansible-playbook runs."""
+"""The operation queue against a real journal on both backends (a SQLite file, a PostgreSQL database), with real
+processes standing for ansible-playbook runs."""
 
 import collections
 import json
@@ -20,7 +21,6 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
     QueueTimeout,
     StaleGenerationError,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import (
     CLAIMED,
@@ -55,8 +55,19 @@ def kill(proc):
     proc.wait()  # reaped, as the parent of a real ansible-playbook would
 
 
-def dump(path):
-    conn = sqlite3.connect(path)
+@pytest.fixture
+def journal(store):
+    with store.open() as j:
+        yield j
+
+
+def dump(store):
+    """Every row of every table, in order: what "writes nothing" compares."""
+    if store.backend == 'postgresql':
+        tables = [r[0] for r in store.raw("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
+                                          "ORDER BY 1")]
+        return dict((t, store.raw('SELECT t::text FROM %s t ORDER BY 1' % t)) for t in tables)
+    conn = sqlite3.connect(store.path)
     try:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
         return dict((t, conn.execute('SELECT * FROM "%s" ORDER BY rowid' % t).fetchall()) for t in tables)
@@ -75,8 +86,8 @@ def action_names(journal, key):
 # ----------------------------------------------------------------- schema
 
 
-def test_queue_tables_exist_in_a_new_journal(journal):
-    tables = {r[0] for r in journal._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+def test_queue_tables_exist_in_a_new_journal(journal, store):
+    tables = set(dump(store))
     assert {'queue', 'queue_requests'} <= tables
 
 
@@ -172,13 +183,14 @@ def test_running_entry_and_different_params_do_not_fold(run):
     assert len({a.entry['id'], b.entry['id'], c.entry['id']}) == 3
 
 
-def test_secret_params_are_masked_and_not_fingerprinted_in_clear(journal, path, run):
+def test_secret_params_are_masked_and_not_fingerprinted_in_clear(journal, store, run):
     q = run().queue
     secret = 's3cr3t-' + os.urandom(4).hex()
     e = q.enqueue('create', 'ws1', params={'git_token': secret, 'ref': 'main'})
     assert e.entry['params'] == {'git_token': '********', 'ref': 'main'}
     journal.close()
-    blob = b''.join(open(os.path.join(os.path.dirname(path), n), 'rb').read() for n in os.listdir(os.path.dirname(path)))
+    blob = store.blob()
+    assert b'ws1' in blob
     assert secret.encode() not in blob
 
 
@@ -220,22 +232,22 @@ def test_writes_under_a_held_claim_go_through_and_renew_the_lease(journal, run):
     assert q.get(claim['entry_id'])['lease_expires'] > before
 
 
-def test_every_fenced_write_of_a_run_that_lost_its_claim_is_refused_and_changes_nothing(journal, path, run):
+def test_every_fenced_write_of_a_run_that_lost_its_claim_is_refused_and_changes_nothing(journal, store, run):
     q = run().queue
     claim = _seed_for_fencing(journal, q, run)
     q.cancel(claim['entry_id'], reason='operator stop', force=True)
     ws = journal.get_workspace('ws1')
-    before = dump(path)
+    before = dump(store)
     for name, write in _fenced_writes(journal, claim, ws):
         with pytest.raises(ClaimLostError) as err:
             write()
         assert 'no longer holds the claim on operation #%d' % claim['entry_id'] in str(err.value), name
         assert 'cancelled (operator stop)' in str(err.value), name
         assert isinstance(err.value, StaleGenerationError)
-        assert dump(path) == before, name
+        assert dump(store) == before, name
 
 
-def test_a_run_whose_claim_was_taken_over_cannot_write(journal, path, run):
+def test_a_run_whose_claim_was_taken_over_cannot_write(journal, store, run):
     q1, p1 = run()
     q2 = run().queue
     journal.create_workspace('ws1')
@@ -243,10 +255,10 @@ def test_a_run_whose_claim_was_taken_over_cannot_write(journal, path, run):
     kill(p1)
     new = q2.poll(q2.enqueue('create', 'ws1').request_id)
     assert new.outcome == CLAIMED and new.resumed and new.claim['entry_id'] == old['entry_id']
-    before = dump(path)
+    before = dump(store)
     with pytest.raises(ClaimLostError, match='another run took it over'):
         journal.update_workspace('ws1', 1, claim=old, status='ready')
-    assert dump(path) == before
+    assert dump(store) == before
     assert journal.update_workspace('ws1', 1, claim=new.claim, status='ready')['status'] == 'ready'
 
 
@@ -358,8 +370,8 @@ def test_runner_on_another_host_is_judged_by_its_lease(journal, run):
     assert q2.poll(b.request_id, now=time.time() + 31).outcome == CLAIMED
 
 
-def _killed_mid_transaction(path, ready):
-    j = Journal.open(path)
+def _killed_mid_transaction(store, ready):
+    j = store.open()
     q = Queue(j)
     j._conn.execute('BEGIN IMMEDIATE')
     j._conn.execute("UPDATE queue SET state = 'done' WHERE id = 1")
@@ -368,11 +380,11 @@ def _killed_mid_transaction(path, ready):
     q.get(1)
 
 
-def test_writer_killed_inside_a_queue_transaction_leaves_it_unchanged(journal, path, run):
+def test_writer_killed_inside_a_queue_transaction_leaves_it_unchanged(journal, store, run):
     q = run().queue
     turn = q.poll(q.enqueue('create', 'ws1').request_id)
     ready = FORK.Event()
-    proc = FORK.Process(target=_killed_mid_transaction, args=(path, ready))
+    proc = FORK.Process(target=_killed_mid_transaction, args=(store, ready))
     proc.start()
     assert ready.wait(30)
     os.kill(proc.pid, signal.SIGKILL)
@@ -417,21 +429,21 @@ def test_timeout_of_one_joined_run_keeps_the_entry_for_the_others(run):
     assert [r['state'] for r in entry['requested_by']] == ['withdrawn', 'waiting']
 
 
-def test_wait_returns_the_claim_when_the_turn_comes(journal, run):
+def test_wait_returns_the_claim_when_the_turn_comes(journal, store, run):
     q1 = run().queue
     q2 = run().queue
     first = q1.poll(q1.enqueue('create', 'ws1').request_id)
     b = q2.enqueue('create', 'ws1', params={'again': True})
-    finisher = FORK.Process(target=_finish_later, args=(journal.path, first.claim))
+    finisher = FORK.Process(target=_finish_later, args=(store, first.claim))
     finisher.start()
     turn = q2.wait(b.request_id, timeout=30)
     finisher.join(30)
     assert turn.outcome == CLAIMED and turn.entry['id'] == b.entry['id']
 
 
-def _finish_later(path, claim):
+def _finish_later(store, claim):
     time.sleep(0.5)
-    with Journal.open(path) as j:
+    with store.open() as j:
         Queue(j).finish(claim)
 
 
@@ -524,13 +536,13 @@ def test_children_queued_by_a_parent_are_run_by_the_runs_that_join_them(journal,
     (('create', 'a:b'), "Invalid workspace name 'a:b'"),
     (('destroy', 'ghost'), "Unknown target: no workspace named 'ghost' is recorded"),
 ])
-def test_bad_requests_are_refused_and_write_nothing(path, journal, run, args, message):
+def test_bad_requests_are_refused_and_write_nothing(store, journal, run, args, message):
     q = run().queue
-    before = dump(path)
+    before = dump(store)
     with pytest.raises(QueueError) as err:
         q.enqueue(*args)
     assert message in str(err.value) and 'Nothing was queued' in str(err.value)
-    assert dump(path) == before
+    assert dump(store) == before
 
 
 def test_bad_source_and_step_and_result_are_refused(run):
@@ -555,8 +567,8 @@ def test_destroy_of_a_workspace_whose_create_is_queued_is_accepted(run):
 # --------------------------------------------------------- many processes
 
 
-def _contender(path, n, ready, go, out):
-    with Journal.open(path) as j:
+def _contender(store, n, ready, go, out):
+    with store.open() as j:
         q = Queue(j)
         ready.release()
         go.wait()
@@ -570,10 +582,10 @@ def _contender(path, n, ready, go, out):
         out.put((turn.entry['id'], started, time.time()))
 
 
-def test_eight_processes_on_one_target_run_one_at_a_time_in_queue_order(path, journal):
+def test_eight_processes_on_one_target_run_one_at_a_time_in_queue_order(store, journal):
     journal.create_workspace('shared')
     ready, go, out = FORK.Semaphore(0), FORK.Event(), FORK.Queue()
-    procs = [FORK.Process(target=_contender, args=(path, n, ready, go, out)) for n in range(8)]
+    procs = [FORK.Process(target=_contender, args=(store, n, ready, go, out)) for n in range(8)]
     for p in procs:
         p.start()
     for _p in procs:
@@ -626,18 +638,18 @@ def test_entries_filters_and_recent(run):
     assert q.entries(kinds=['destroy']) == []
 
 
-def test_preview_writes_nothing(path, journal, run):
+def test_preview_writes_nothing(store, journal, run):
     q1 = run().queue
     q2 = run().queue
     assert q2.preview('create', 'ws1') == {'action': 'run', 'entry_id': None, 'ahead': []}
     q1.poll(q1.enqueue('create', 'ws1').request_id)
     q1.enqueue('create', 'ws1', params={'n': 1})
-    before = dump(path)
+    before = dump(store)
     assert q2.preview('create', 'ws1', params={'n': 1}) == {'action': 'join', 'entry_id': 2, 'ahead': [1]}
     assert q2.preview('create', 'ws1', params={'n': 2}) == {'action': 'wait', 'entry_id': None, 'ahead': [1, 2]}
     with pytest.raises(QueueError, match='Unknown target'):
         q2.preview('destroy', 'ghost')
-    assert dump(path) == before
+    assert dump(store) == before
 
 
 def test_waiting_for_an_entry_held_by_the_same_run_fails_at_once(journal, run):

@@ -1,8 +1,9 @@
 """Crash-safety runs against a try-out cluster of their own (docs/faults.md).
 
-    python -m tests.faults matrix [--size ci|full] [--part all|main|builds] [--json PATH]
+    python -m tests.faults matrix [--size ci|full] [--part all|main|builds|aws] [--json PATH]
                                     kill and lost-response matrix, races, seeds; the template build's rows on a
-                                    debian-tier site of their own (--part builds: those only)
+                                    debian-tier site of their own (--part builds: those only); the AWS rows on a
+                                    try-out cloud of their own (--part aws: those only)
     python -m tests.faults soak [--schedules 500] [--first-seed 1001] [--jobs N] [--json PATH]   schedules only
     python -m tests.faults replay --seed N                          one random schedule again, exactly
 
@@ -31,9 +32,10 @@ def main(argv=None):
     sub = parser.add_subparsers(dest='command', required=True)
     matrix = sub.add_parser('matrix', help='the kill and lost-response matrix, races and a fixed set of seeds')
     matrix.add_argument('--size', choices=sorted(SIZES), default='ci')
-    matrix.add_argument('--part', choices=('all', 'main', 'builds'), default='all',
+    matrix.add_argument('--part', choices=('all', 'main', 'builds', 'aws'), default='all',
                         help='main: create, destroy, expiry, races and seeds; builds: the template build\'s rows, on '
-                             'a debian-tier site of their own; all (the default): both, side by side')
+                             'a debian-tier site of their own; aws: the AWS rows, on a try-out cloud of their own; '
+                             'all (the default): every part, side by side')
     soak = sub.add_parser('soak', help='many random schedules')
     soak.add_argument('--schedules', type=int, default=500)
     soak.add_argument('--first-seed', type=int, default=1001)
@@ -54,17 +56,24 @@ def main(argv=None):
     part = getattr(args, 'part', 'main')
     cells, uncovered = [], []
     builds = None
-    if args.command == 'matrix' and part != 'main':
+    aws = None
+    if args.command == 'matrix' and part in ('all', 'builds'):
         # The build rows run on a site of their own, beside the main part: much of both is waiting.
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         builds = pool.submit(run_builds, args)
         pool.shutdown(wait=False)
-    if part != 'builds':
+    if args.command == 'matrix' and part in ('all', 'aws'):
+        # So do the AWS rows, on a try-out cloud of their own.
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        aws = pool.submit(run_aws, args)
+        pool.shutdown(wait=False)
+    if part in ('all', 'main') or args.command != 'matrix':
         cells, uncovered = run_main(args)
-    if builds is not None:
-        build_cells, build_uncovered = builds.result()
-        cells += build_cells
-        uncovered += build_uncovered
+    for other in (builds, aws):
+        if other is not None:
+            other_cells, other_uncovered = other.result()
+            cells += other_cells
+            uncovered += other_uncovered
     return finish(args, cells, uncovered, started)
 
 
@@ -116,6 +125,26 @@ def run_builds(args):
             print('kept: %s' % workdir)
     print('builds: %d points, %d runs in %.0f s' % (len(runner.points), len(cells), time.monotonic() - started),
           flush=True)
+    return cells, []
+
+
+def run_aws(args):
+    """The AWS rows on a try-out cloud of their own (tests/faults/aws.py)."""
+    from tests.faults.aws import AwsMatrix, AwsSite
+    started = time.monotonic()
+    workdir = tempfile.mkdtemp(prefix='ephemera-faults-aws-')
+    site = AwsSite.start(workdir)
+    try:
+        runner = AwsMatrix(site, size=args.size, log=lambda line: print(line, flush=True))
+        cells = runner.run()
+    finally:
+        site.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print('kept: %s' % workdir)
+    print('aws: %d points, %d runs in %.0f s' % (len(runner.create_points) + len(runner.destroy_points), len(cells),
+                                                 time.monotonic() - started), flush=True)
     return cells, []
 
 

@@ -166,12 +166,15 @@ def _fault_parsers(sub, common):
                          ('delay', 'forward the request, hold the answer back --seconds'),
                          ('error', 'answer an EC2 error (--code, --message, --status) without forwarding'),
                          ('throttle', 'answer RequestLimitExceeded (HTTP 503) without forwarding'),
-                         ('pages', 'serve DescribeInstances in pages of --size reservations')):
+                         ('pages', 'serve DescribeInstances in pages of --size reservations'),
+                         ('log', 'record the requests and let the other rules act')):
         rule = actions.add_parser(action, parents=[common], help=text)
         if action != 'pages':
             rule.add_argument('operation', help="EC2 Action or glob, e.g. RunInstances, 'Describe*'")
         rule.add_argument('--times', type=_times, default=1, help="requests (pages: listings) it acts on, or 'always'")
         rule.add_argument('--skip', type=int, default=0, help='matching requests to let through first')
+        rule.add_argument('--match', help="only requests with a field value matching this glob (an instance id, a "
+                          "ClientToken: 'ephemera-w1-*')")
         if action == 'delay':
             rule.add_argument('--seconds', type=float, required=True)
         if action in ('error', 'throttle', 'pages'):
@@ -188,7 +191,7 @@ def _fault_parsers(sub, common):
             a.action, getattr(a, 'operation', 'DescribeInstances'), times=a.times, skip=a.skip,
             seconds=getattr(a, 'seconds', None), code=getattr(a, 'code', None), message=getattr(a, 'message', None),
             status=getattr(a, 'status', None), size=getattr(a, 'size', None), repeat_at=getattr(a, 'repeat_at', None),
-            fail_at=getattr(a, 'fail_at', None), endless=getattr(a, 'endless', False)))
+            fail_at=getattr(a, 'fail_at', None), endless=getattr(a, 'endless', False), match=a.match))
     actions.add_parser('list', parents=[common]).set_defaults(fault=lambda c, a: c.proxy_rules())
     actions.add_parser('clear', parents=[common]).set_defaults(fault=lambda c, a: c.proxy_clear())
     remove = actions.add_parser('remove', parents=[common])

@@ -31,21 +31,22 @@ class CloudApi(object):
 
     # The fault proxy in front of moto.
     def proxy_add(self, action, operation, times=1, skip=0, seconds=None, code=None, message=None, status=None,
-                  size=None, repeat_at=None, fail_at=None, endless=False):
+                  size=None, repeat_at=None, fail_at=None, endless=False, match=None):
         """Add a rule: action drop-response, reset, delay (seconds), error (code, message, status), throttle, or
         pages (size, repeat_at, fail_at with code/message/status, endless). operation: an EC2 Action or a glob.
+        match: only requests with a field value matching this glob (an instance id, a ClientToken).
         times: requests it acts on (None: all); skip: matching requests let through first. Returns the rule."""
         return self._op('proxy_add', action=action, operation=operation, times=times, skip=skip, seconds=seconds,
                         code=code, message=message, status=status, size=size, repeat_at=repeat_at, fail_at=fail_at,
-                        endless=endless)
+                        endless=endless, match=match)
 
-    def drop_response(self, operation, times=1, skip=0):
+    def drop_response(self, operation, times=1, skip=0, match=None):
         """The request takes effect in moto; the client's connection is cut before it hears the answer."""
-        return self.proxy_add('drop-response', operation, times=times, skip=skip)
+        return self.proxy_add('drop-response', operation, times=times, skip=skip, match=match)
 
-    def throttle(self, operation, times=1, skip=0):
+    def throttle(self, operation, times=1, skip=0, match=None):
         """RequestLimitExceeded (HTTP 503) without forwarding."""
-        return self.proxy_add('throttle', operation, times=times, skip=skip)
+        return self.proxy_add('throttle', operation, times=times, skip=skip, match=match)
 
     def pages(self, size=1, times=1, repeat_at=None, fail_at=None, endless=False, code=None, message=None,
               status=None):

@@ -114,6 +114,7 @@ class Instance(object):
         return {'instance_id': self.id, 'account': self.account, 'region': self.region, 'state': self.state,
                 'moto_state': self.moto_state, 'private_ip': self.private, 'public_ip': self.public,
                 'key_name': self.key_name, 'tags': self.tags(),
+                'client_token': getattr(self.raw, 'client_token', None),
                 'invisible_for': max(0.0, round(self.invisible_until - now, 3)),
                 'timing': dict(self.timing)}
 

@@ -7,8 +7,9 @@ It forwards EC2 Query API requests to moto and
   would launch another), and refuses one with other parameters (IdempotentParameterMismatch);
 - hides a new instance id while the fleet says it is not visible yet (InvalidInstanceID.NotFound when named,
   absent from filtered listings);
-- applies its rules, which match an operation (the Action, a glob) and act on `times` requests after letting
-  `skip` through:
+- applies its rules, which match an operation (the Action, a glob) and, with `match`, only requests with a field
+  value matching that glob (an instance id, a ClientToken), and act on `times` requests after letting `skip`
+  through:
     drop-response  forward, then cut the connection: it took effect, the client never hears
     reset          cut the connection before forwarding: nothing happened
     delay          forward, then hold the answer back `seconds`
@@ -17,6 +18,7 @@ It forwards EC2 Query API requests to moto and
     pages          DescribeInstances in pages of `size` reservations; `repeat_at` page N answers the token it was
                    asked with again, `fail_at` page N fails with an error, `endless` never ends (empty pages
                    with new tokens)
+    log            record the request (its hits) and let the other rules act on it as if it were not there
 """
 
 import asyncio
@@ -37,7 +39,7 @@ from .config import CloudError
 from .fleet import moto_instances
 
 LOG = logging.getLogger('localcloud.proxy')
-ACTIONS = ('drop-response', 'reset', 'delay', 'error', 'throttle', 'pages')
+ACTIONS = ('drop-response', 'reset', 'delay', 'error', 'throttle', 'pages', 'log')
 INSTANCE_ANSWERS = ('RunInstances', 'DescribeInstances', 'StartInstances', 'StopInstances', 'TerminateInstances',
                     'DescribeInstanceStatus')
 CREDENTIAL = re.compile(r'Credential=([^/,\s]+)/\d{8}/([^/]+)/')
@@ -63,7 +65,7 @@ class ProxyRule(object):
     """One rule; times None acts on every matching request, skip lets that many matching ones through first."""
 
     def __init__(self, rule_id, action, operation, times=1, skip=0, seconds=None, code=None, message=None,
-                 status=None, size=None, repeat_at=None, fail_at=None, endless=False):
+                 status=None, size=None, repeat_at=None, fail_at=None, endless=False, match=None):
         if action not in ACTIONS:
             raise CloudError('malformed fault rule: action must be one of {0}, not {1!r}'.format(
                 ', '.join(ACTIONS), action))
@@ -114,6 +116,10 @@ class ProxyRule(object):
             self.fail_at = None if fail_at is None else _count(fail_at, 'fail_at', 2)
         elif size is not None or repeat_at is not None or fail_at is not None or endless:
             raise CloudError('malformed fault rule: only pages takes size, repeat_at, fail_at and endless')
+        if match is not None and (not isinstance(match, str) or not match):
+            raise CloudError('malformed fault rule: match is a glob on the request\'s field values, e.g. i-0abc* or '
+                             'ephemera-w1-*')
+        self.match = match
         self.seen = 0
         self.hits = []
 
@@ -121,19 +127,24 @@ class ProxyRule(object):
     def spent(self):
         return self.times is not None and len(self.hits) >= self.times
 
-    def take(self, operation):
-        """True if the rule acts on this request (and counts it)."""
+    def take(self, operation, fields=None):
+        """True if the rule acts on this request (and counts it). A hit records the operation, the instance ids the
+        request names and a RunInstances' ClientToken."""
         if self.spent or not fnmatch.fnmatchcase(operation, self.operation):
+            return False
+        fields = fields or {}
+        if self.match and not any(fnmatch.fnmatchcase(str(v), self.match) for v in fields.values()):
             return False
         self.seen += 1
         if self.seen <= self.skip:
             return False
-        self.hits.append({'operation': operation, 'time': time.time()})
+        self.hits.append({'operation': operation, 'time': time.time(), 'instances': ec2xml.named_instances(fields),
+                          'client_token': fields.get('ClientToken')})
         return True
 
     def view(self):
         fields = ('id', 'action', 'operation', 'times', 'skip', 'seconds', 'code', 'message', 'status', 'size',
-                  'repeat_at', 'fail_at', 'endless', 'seen', 'hits')
+                  'repeat_at', 'fail_at', 'endless', 'match', 'seen', 'hits')
         out = dict((k, getattr(self, k)) for k in fields)
         out['spent'] = self.spent
         return out
@@ -218,10 +229,17 @@ class FaultProxy(object):
         body = await request.read()
         fields = ec2xml.parse_query(body if request.method == 'POST' else b'', request.query_string)
         operation = fields.get('Action', '')
+        if not operation and request.headers.get('X-Amz-Target'):
+            # JSON protocols (SSM): the operation is the last part of the target.
+            operation = request.headers['X-Amz-Target'].rsplit('.', 1)[-1]
+            fields = {}
         token = fields.get('NextToken', '')
         if operation == 'DescribeInstances' and token.startswith(TOKEN_PREFIX):
             return await self._next_page(request, fields, token)
-        rule = next((r for r in self.rules if r.take(operation)), None)
+        for logger in self.rules:
+            if logger.action == 'log':
+                logger.take(operation, fields)
+        rule = next((r for r in self.rules if r.action != 'log' and r.take(operation, fields)), None)
         if rule is not None:
             LOG.info('proxy rule %s (%s) hits %s', rule.id, rule.action, operation)
             if rule.action == 'reset':

@@ -201,9 +201,10 @@ class CloudSite(object):
         return self.fleet.view()
 
     def op_proxy_add(self, action, operation, times=1, skip=0, seconds=None, code=None, message=None, status=None,
-                     size=None, repeat_at=None, fail_at=None, endless=False):
+                     size=None, repeat_at=None, fail_at=None, endless=False, match=None):
         return self.proxy.add(action, operation, times=times, skip=skip, seconds=seconds, code=code, message=message,
-                              status=status, size=size, repeat_at=repeat_at, fail_at=fail_at, endless=endless)
+                              status=status, size=size, repeat_at=repeat_at, fail_at=fail_at, endless=endless,
+                              match=match)
 
     def op_proxy_rules(self):
         return self.proxy.view()

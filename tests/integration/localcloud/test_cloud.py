@@ -260,3 +260,21 @@ def test_command_line_against_the_running_cloud(localcloud):
                               state + '-bad'], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert refused.returncode == 1 and 'not a loopback address' in refused.stderr
     assert not os.path.exists(os.path.join(state + '-bad', 'cloud.json'))
+
+
+def test_a_log_rule_records_every_request_and_match_scopes_a_fault(localcloud):
+    ec2 = localcloud.ec2(retries=ONE_TRY)
+    log = localcloud.proxy_add('log', '*', times=None)
+    first = launch(localcloud, ec2, token='lc-log-1')['InstanceId']
+    second = launch(localcloud, ec2)['InstanceId']
+    localcloud.drop_response('TerminateInstances', match=second)
+    ec2.terminate_instances(InstanceIds=[first])
+    with pytest.raises(LOST):
+        ec2.terminate_instances(InstanceIds=[second])
+    hits = [r for r in localcloud.proxy_rules() if r['id'] == log['id']][0]['hits']
+    runs = [h for h in hits if h['operation'] == 'RunInstances']
+    terminations = [h['instances'] for h in hits if h['operation'] == 'TerminateInstances']
+    assert len(runs) == 2 and runs[0]['client_token'] == 'lc-log-1'
+    assert terminations == [[first], [second]]
+    # The lost answer's termination happened all the same.
+    assert [i['moto_state'] for i in localcloud.instances() if i['instance_id'] == second] == ['terminated']

@@ -58,7 +58,7 @@ options:
         (AWS). V(report) lists it as V(destroyed_present). V(delete) deletes it under the workspace's queue,
         confirmed by absence (V(orphan_deleted)); when it cannot, the workspace keeps cleanup debt and the finding
         is V(destroy_blocked).
-      - Nothing else is ever deleted as an orphan, whatever this says: resources the journal has no record of,
+      - Nothing else is ever deleted as an orphan, whatever this says. Resources the journal has no record of,
         copies of our tags and other controllers' resources are only reported. On Proxmox VE, where a VMID is
         given again, a container at a destroyed workspace's VMID stays report-only too.
       - Check mode deletes nothing.

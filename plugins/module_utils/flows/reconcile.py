@@ -394,8 +394,11 @@ class Reconciler:
             self._bound(gone, resource, 'it is the one resource of the record\'s candidate id %s' % gone[CANDIDATE_ID])
             return
         if name and verdict == ownership.VERIFIED:
+            # The destroy playbook deletes an orphan by VMID; an instance id is not one.
+            how = ('destroy with vmid=%s confirm_orphan=true' % vmid if isinstance(vmid, int) else
+                   'remove %s by hand after a look if it should go' % self.provider.label(vmid, node))
             self._add('orphan', name, vmid, node, 'ours (marker verifies) but unknown to the journal; '
-                      'destroy with vmid=%s confirm_orphan=true, or restore the journal' % vmid)
+                      '%s, or restore the journal' % how)
         else:
             # The name a description claims is not shown: anyone may write it.
             why = ' (%s)' % verdict

@@ -126,6 +126,13 @@ class DestroyFlow(Flow):
         elif not self.resource_id:
             self._absence_unproven(vmid, node)
         verdict = None if resource is None else self.provider.verify(resource, self.name, ownership.record_nonce(self.ws))
+        if resource is not None and resource.id != vmid:
+            # Found by its candidate id (a cloud's idempotency token): from here on, the resource's own id, recorded
+            # once its marker proves it ours.
+            vmid = resource.id
+            if verdict == ownership.VERIFIED and not self.check_mode:
+                self.save('resource_found', detail={'candidate': self.candidate_id, 'resource_id': vmid},
+                          **self.resource_fields(resource_id=vmid, location=node))
         if verdict not in (None, ownership.VERIFIED) and self._deleted_by_us(vmid, node):
             # Our delete of this id went through (its answer was lost with the run that sent it), and the provider
             # has handed the id to a new resource since: ours is gone, the newcomer is none of this destruction's.
@@ -407,7 +414,8 @@ class DestroyFlow(Flow):
                 self.event('observed', 'vmid_reused', {'vmid': target.vmid, 'verdict': target.verdict})
             else:
                 raise DestroyError('%s is still there; run the delete step (or destroy again).' % self._label(target))
-        for vmid in self._vmids():
+        # The debt may be kept under the candidate id too (recorded before the resource's own id was known).
+        for vmid in self._vmids() + [c for c in [self.candidate_id] if c not in self._vmids()]:
             self.journal.clear_cleanup_debt(self.name, self.provider.resource_key(
                 vmid, target.node if target else self.location), claim=self.claim)
         released = self.journal.release_address(self.name, claim=self.claim)

@@ -95,10 +95,10 @@ REGION_FORM = re.compile(r'^[a-z]{2}(-[a-z]+)+-\d+$')
 
 
 def check_region(region, endpoint_url=None):
-    """Refused unless ``region`` is an EC2 region (with an endpoint URL of its own, any region-shaped name)."""
+    """Refused unless ``region`` is an EC2 region botocore knows (also with an endpoint URL of its own)."""
     if not region:
         raise base.InvalidRequest('No AWS region: set aws_region (or the environment variable AWS_REGION).')
-    if not REGION_FORM.match(region) or (endpoint_url is None and region not in known_regions()):
+    if not REGION_FORM.match(region) or region not in known_regions():
         raise base.InvalidRequest('Unknown AWS region %r. Give an EC2 region such as us-east-1 or eu-central-1 '
                                   '(aws ec2 describe-regions lists the account\'s).' % (region,))
 
@@ -188,6 +188,13 @@ class Ec2:
             err = kind('%s: the request went out and no answer came back from %s (%s)%s.'
                        % (action, self.where, exc, '; it may have been carried out' if acts else ''))
             err.transport = 'timeout' if isinstance(exc, errors.ReadTimeoutError) else 'reset'
+            return err
+        if isinstance(exc, errors.ResponseParserError):
+            kind = base.UnknownOutcome if acts else base.Transient
+            err = kind('%s: %s answered with something that is not an EC2 answer (%s)%s.'
+                       % (action, self.where, str(exc).splitlines()[0][:200], '; it may have been carried out' if acts
+                          else ''))
+            err.transport = 'garbled'
             return err
         if isinstance(exc, errors.ParamValidationError):
             return base.InvalidRequest('%s: %s' % (action, exc))

@@ -1,0 +1,193 @@
+"""Workspaces on AWS through the shipped playbooks, on the try-out cloud (moto behind a fault proxy, with SSH guests):
+create to ready and destroy; a lost RunInstances answer gives one instance; a lost TerminateInstances answer is
+finished; throttling and the visibility window are ridden out; each incomplete inventory is refused with the cleanup
+debt kept; lease expiry and release. One cloud and one controller for the file."""
+
+import json
+import time
+
+import pytest
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+
+from tests.integration.playbooks import make_repo
+
+from .awsrun import DONE_AGENTS, AwsSite
+
+
+@pytest.fixture(scope='module')
+def site(localcloud, tmp_path_factory):
+    directory = tmp_path_factory.mktemp('aws')
+    site = AwsSite(localcloud, directory)
+    site.repo = make_repo(str(directory / 'repo'))
+    yield site
+    print('playbook runs (playbook, workspace, seconds): %s' % site.timings)
+
+
+@pytest.fixture()
+def cloud(site):
+    site.cloud.clear()
+    yield site.cloud
+    site.cloud.clear()
+
+
+def ready(site, name, **extra):
+    run = site.create(name, site.repo, **extra)
+    assert run.ok, run.explain()
+    ws = site.workspace(name)
+    assert ws['status'] == 'ready' and ws['provider'] == 'aws', ws
+    return ws
+
+
+def destroyed(site, name):
+    run = site.destroy(name)
+    assert run.ok, run.explain()
+    ws = site.workspace(name)
+    assert ws['status'] == 'destroyed' and site.debt(name) == []
+    assert site.instances(name) == []
+    return ws
+
+
+def actions(site, name):
+    return [e['action'] for e in site.events(name)]
+
+
+def test_create_to_ready_then_heartbeat_and_destroy(site, cloud):
+    ws = ready(site, 'aws-happy')
+    instance_id = ws['resource_id']
+    assert instance_id.startswith('i-') and ws['location'] == 'us-east-1'
+    assert ws['candidate_id'].startswith('ephemera-aws-happy-')
+    # Agent briefed, activity read from the runner.
+    assert ws['activity'] != 'unknown' and 'brief' in ws['progress']
+    # The address the collection reads is the instance's public address, where its sshd answers.
+    [instance] = site.instances('aws-happy')
+    assert instance['instance_id'] == instance_id and ws['address'] == instance['public_ip']
+    # The marker, the lease's labels and the identity are on the instance, written by RunInstances itself.
+    provider = site.provider()
+    resource = provider.find(instance_id, 'us-east-1')
+    assert provider.verify(resource, 'aws-happy', ownership.record_nonce(ws)) == ownership.VERIFIED
+    assert provider.labels(resource) == leasing.lease_labels(ws['lease'], 'ready')
+    tags = instance['tags']
+    assert tags['ephemera:token'] == ws['candidate_id'] and tags['ephemera:scope'] == 'disposable-workspaces'
+    assert tags['ephemera:lease-id'] == ws['candidate_id'] and tags['ephemera:created-by']
+    # The request recorded the image and the launch settings, no credential.
+    recorded = json.dumps(ws['params'])
+    assert ws['params']['template_vmid'] == site.cloud.info['seed']['image_id']
+    assert ws['params']['launch']['key_name'] == site.cloud.info['seed']['key_name']
+    assert site.cloud.info['secret_access_key'] not in recorded
+    with site.journal() as journal:
+        assert site.cloud.info['secret_access_key'] not in json.dumps(journal.events('aws-happy'), default=str)
+    # A heartbeat moves the lease in the journal and the labels on the instance.
+    time.sleep(1.1)
+    beat = site.playbook('heartbeat.yml', workspace='aws-happy')
+    assert beat.ok, beat.explain()
+    after = site.workspace('aws-happy')
+    assert after['lease']['last_touched_at'] > ws['lease']['last_touched_at']
+    assert provider.labels(provider.find(instance_id, 'us-east-1')) == leasing.lease_labels(after['lease'], 'ready')
+    destroyed(site, 'aws-happy')
+    gone = [i for i in site.cloud.instances() if i['instance_id'] == instance_id]
+    assert [i['state'] for i in gone] in ([], ['terminated'])
+
+
+def test_a_lost_run_answer_gives_exactly_one_instance_and_a_lost_terminate_answer_is_finished(site, cloud):
+    cloud.drop_response('RunInstances')
+    ws = ready(site, 'aws-lost')
+    assert len(site.instances('aws-lost')) == 1
+    assert 'adopted' in actions(site, 'aws-lost')
+    instance_id = ws['resource_id']
+    cloud.drop_response('TerminateInstances')
+    run = site.destroy('aws-lost')
+    if not run.ok:
+        # The lost answer left cleanup debt; the next run finishes it.
+        assert site.debt('aws-lost'), run.explain()
+        run = site.destroy('aws-lost')
+    assert run.ok, run.explain()
+    assert site.workspace('aws-lost')['status'] == 'destroyed' and site.debt('aws-lost') == []
+    assert [i['state'] for i in site.cloud.instances() if i['instance_id'] == instance_id] in ([], ['terminated'])
+    assert 'delete_outcome_unknown' in actions(site, 'aws-lost')
+
+
+def test_throttling_and_the_visibility_window_are_ridden_out(site, cloud):
+    cloud.throttle('RunInstances', times=2)
+    cloud.throttle('DescribeInstances', times=3)
+    cloud.invisible(4)
+    ws = ready(site, 'aws-slow')
+    assert len(site.instances('aws-slow')) == 1
+    cloud.throttle('TerminateInstances', times=2)
+    destroyed(site, 'aws-slow')
+    assert ws['resource_id'] not in [i['instance_id'] for i in site.instances('aws-slow')]
+
+
+KILL_AT_RUN_ANSWER = {'point': 'create.clone aws RunInstances', 'nth': 1}
+
+
+@pytest.mark.parametrize('fault', [dict(repeat_at=2), dict(fail_at=2, code='InternalError', status=500),
+                                   dict(endless=True)], ids=['repeated-token', 'failing-page', 'over-100-pages'])
+def test_an_incomplete_inventory_is_refused_and_keeps_the_debt(site, cloud, tmp_path, fault):
+    name = 'aws-inv-%s' % ('r' if 'repeat_at' in fault else 'f' if 'fail_at' in fault else 'e')
+    # A second instance of ours, so that a listing of our tokens has more than one page of one.
+    if not site.instances('aws-inv-other'):
+        ready(site, 'aws-inv-other')
+    # The controller dies right after RunInstances answered: the journal holds the client token, not the instance.
+    trace = tmp_path / 'trace'
+    trace.write_text('')
+    killed = site.create(name, site.repo, env={'EPHEMERA_FAILPOINT_TRACE': str(trace),
+                                               'EPHEMERA_FAILPOINT_KILL': json.dumps(dict(KILL_AT_RUN_ANSWER,
+                                                                                          workspace=name))})
+    assert not killed.ok
+    ws = site.workspace(name)
+    assert ws['resource_id'] is None and ws['candidate_id'] and 'clone' not in (ws['provider_tasks'] or {})
+    [instance] = site.instances(name)
+    cloud.pages(size=1, times=None, **fault)
+    # A failing page is retried as a server error for aws_retry_timeout first: a short patience keeps the test short.
+    run = site.destroy(name, ephemera_aws_retry_timeout=2)
+    assert not run.ok
+    assert 'incomplete' in run.output
+    assert site.debt(name), 'no cleanup debt kept'
+    record = site.workspace(name)
+    assert record['status'] != 'destroyed'
+    assert leasing.cleanup_status(dict(record, cleanup_debt=site.debt(name))) == leasing.FAILED
+    assert [i['instance_id'] for i in site.instances(name)] == [instance['instance_id']]
+    # With the listing whole again, the next run finds the instance by its token and finishes.
+    cloud.clear()
+    destroyed(site, name)
+
+
+def test_lease_expiry_releases_the_instance(site, cloud):
+    ws = ready(site, 'aws-idle', ttl=600, idle_timeout=15, ephemera_agents=DONE_AGENTS)
+    time.sleep(max(0.0, ws['lease']['expires_at'] - time.time()) + 0.3)
+    run = site.playbook('expire.yml')
+    assert run.ok, run.explain()
+    entries = [e['action'] for e in run.task('Release what expired')['entries'] if e['workspace'] == 'aws-idle']
+    assert entries == ['released'], run.task('Release what expired')['report']
+    after = site.workspace('aws-idle')
+    assert after['status'] == 'destroyed' and site.instances('aws-idle') == []
+    assert leasing.view(after, time.time())['cleanup_status'] == 'complete'
+
+
+def test_a_release_without_delete_retains_the_instance(site, cloud):
+    ready(site, 'aws-held')
+    run = site.destroy('aws-held', delete=False)
+    assert run.ok, run.explain()
+    ws = site.workspace('aws-held')
+    assert ws['cleanup']['retained'] is True and ws['status'] == 'ready'
+    assert len(site.instances('aws-held')) == 1
+    destroyed(site, 'aws-held')
+
+
+def test_bad_input_is_refused_before_anything_is_launched(site, cloud):
+    before = len(site.cloud.instances())
+    # One each of: refused by EC2 before a launch, refused before any call, no answer, a tag EC2 does not take (the
+    # other cases, unit-tested in tests/unit/plugins/module_utils/test_provider_aws.py, take the same path).
+    cases = [
+        ({'ephemera_template': 'ami-0123456789abcdef0'}, 'InvalidAMIID'),
+        ({'ephemera_aws_region': 'us-nowhere-9'}, 'Unknown AWS region'),
+        ({'ephemera_aws_endpoint_url': 'http://127.0.0.1:9'}, 'does not answer'),
+        ({'ephemera_aws_tags': {'team': 'a#b'}}, 'does not take'),
+    ]
+    for extra, said in cases:
+        run = site.create('aws-bad', site.repo, ephemera_aws_retry_timeout=2, **extra)
+        assert not run.ok and said in run.output, (extra, run.output[-3000:])
+        assert site.workspace('aws-bad') is None
+    assert len(site.cloud.instances()) == before

@@ -190,6 +190,7 @@ class CloudSite(object):
         return result
 
     def op_status(self):
+        self.fleet.refresh()
         return {'pid': os.getpid(), 'endpoint_url': self.proxy.url, 'moto_url': self.moto_url,
                 'uptime': time.time() - self._started, 'region': self.options.region,
                 'requests': self.proxy.requests, 'proxy_rules': self.proxy.view(),
@@ -198,6 +199,8 @@ class CloudSite(object):
                 'instances': self.fleet.view()}
 
     def op_instances(self):
+        # Also what was done behind the proxy's back (straight to moto) since the last tick.
+        self.fleet.refresh()
         return self.fleet.view()
 
     def op_proxy_add(self, action, operation, times=1, skip=0, seconds=None, code=None, message=None, status=None,

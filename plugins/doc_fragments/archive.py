@@ -16,7 +16,9 @@ options:
       - Directory on the controller that receives archives. Made (mode 0700) when missing; checked writable before
         anything else is done.
       - If not set, the environment variable E(EPHEMERA_ARCHIVE_DIR); if that is not set either, C(archives) next to
-        the journal.
+        the journal, or for a journal in PostgreSQL (O(journal_url)) C($XDG_STATE_HOME/ephemera/archives)
+        (C(~/.local/state/ephemera/archives) without E(XDG_STATE_HOME)). In AWX, give a directory that outlives the
+        job.
     type: path
   push:
     description:

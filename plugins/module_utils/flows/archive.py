@@ -107,8 +107,14 @@ class ArchiveError(EphemeraError):
 # ------------------------------------------------------------------ the archive directory
 
 def resolve_archive_dir(option, journal_path):
-    """The archive directory: the option, else ``EPHEMERA_ARCHIVE_DIR``, else ``archives`` next to the journal."""
-    path = option or os.environ.get(ENV_VAR) or os.path.join(os.path.dirname(journal_path), 'archives')
+    """The archive directory: the option, else ``EPHEMERA_ARCHIVE_DIR``, else ``archives`` next to the journal (for a
+    journal in a database, which has no directory: the per-user state directory's ``ephemera/archives``)."""
+    path = option or os.environ.get(ENV_VAR)
+    if not path and '://' in (journal_path or ''):
+        base = os.environ.get('XDG_STATE_HOME') or os.path.join(os.path.expanduser('~'), '.local', 'state')
+        path = os.path.join(base, 'ephemera', 'archives')
+    if not path:
+        path = os.path.join(os.path.dirname(journal_path), 'archives')
     return os.path.abspath(os.path.expanduser(path))
 
 

@@ -135,6 +135,18 @@ def test_archive_dir_option_env_and_default(monkeypatch, tmp_path):
     assert archive.resolve_archive_dir(str(tmp_path / 'opt'), journal) == str(tmp_path / 'opt')
 
 
+def test_the_default_archive_dir_of_a_journal_in_a_database_is_the_users_state_directory(monkeypatch, tmp_path):
+    url = 'postgresql://ephemera@127.0.0.1:5432/ephemera'
+    monkeypatch.delenv(archive.ENV_VAR, raising=False)
+    monkeypatch.setenv('XDG_STATE_HOME', str(tmp_path / 'state'))
+    assert archive.resolve_archive_dir(None, url) == str(tmp_path / 'state' / 'ephemera' / 'archives')
+    monkeypatch.delenv('XDG_STATE_HOME')
+    monkeypatch.setenv('HOME', str(tmp_path / 'home'))
+    assert archive.resolve_archive_dir(None, url) == str(tmp_path / 'home' / '.local' / 'state' / 'ephemera' / 'archives')
+    monkeypatch.setenv(archive.ENV_VAR, str(tmp_path / 'env'))
+    assert archive.resolve_archive_dir(None, url) == str(tmp_path / 'env')
+
+
 def test_two_archives_in_one_second_get_their_own_directories(tmp_path):
     first = archive.new_archive_path(str(tmp_path), 'ws', 1800000000.2)
     second = archive.new_archive_path(str(tmp_path), 'ws', 1800000000.7)

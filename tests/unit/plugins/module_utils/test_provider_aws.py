@@ -343,3 +343,20 @@ def test_a_termination_must_acknowledge_the_exact_instance():
     with pytest.raises(base.UnknownOutcome) as err:
         p.delete(base.Resource('i-0123456789abcdef0', REGION))
     assert 'did not acknowledge' in str(err.value)
+
+
+def test_an_image_named_by_an_ssm_parameter_is_resolved_once(ec2, seeded, moto_url):
+    ssm = boto3.client('ssm', region_name=REGION, endpoint_url=moto_url, aws_access_key_id='testing',
+                       aws_secret_access_key='testing')
+    ssm.put_parameter(Name='/unit/images/debian', Value=seeded['image'], Type='String')
+    ssm.put_parameter(Name='/unit/images/broken', Value='not-an-ami', Type='String')
+    p = provider(ec2, seeded)
+    assert p.resolve_source('resolve:ssm:/unit/images/debian') == seeded['image']
+    assert p.resolve_source('/unit/images/debian') == seeded['image']
+    assert p.resolve_source(seeded['image']) == seeded['image']
+    with pytest.raises(base.InvalidRequest) as err:
+        p.resolve_source('/unit/images/broken')
+    assert 'not an AMI id' in str(err.value)
+    with pytest.raises(base.InvalidRequest) as err:
+        p.resolve_source('/unit/images/missing')
+    assert 'could not be read' in str(err.value)

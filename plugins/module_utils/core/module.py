@@ -94,14 +94,15 @@ def controller_secret(journal_path, given, check_mode, journal=None, warn=None):
     recorded = journal.meta_value(MARKER_CONTROLLER) if journal is not None else None
     path = ownership.secret_path(journal_path)
     if not given and not os.environ.get(ownership.SECRET_ENV) and not os.path.exists(path):
-        if journal is not None and (recorded or journal.list_workspaces()):
+        # (Looked at again last: a fork of the same first run may have made the secret, and its record, meanwhile.)
+        if journal is not None and (recorded or journal.list_workspaces()) and not os.path.exists(path):
             raise ownership.MarkerError(
                 'The journal %s records workspaces%s, but there is no controller secret (controller_secret, %s or %s). '
                 'A new secret would verify none of their markers, so none was made and nothing was changed. Restore '
                 'the secret from its backup (the vault, the AWX credential) and run again.'
                 % (journal_path, ' of controller %s' % recorded if recorded else '', ownership.SECRET_ENV, path),
                 path=path)
-        if check_mode:
+        if check_mode and not os.path.exists(path):
             return os.urandom(ownership.SECRET_BYTES)
         if '://' in journal_path:
             raise ownership.MarkerError(
@@ -109,8 +110,9 @@ def controller_secret(journal_path, given, check_mode, journal=None, warn=None):
                 'controller_secret or %s (make it with "openssl rand -hex 32", keep it in a vault or an AWX '
                 'credential; every controller that shares this journal needs the same one).'
                 % (journal_path, ownership.SECRET_ENV))
+        existed = os.path.exists(path)
         secret = ownership.load_secret(journal_path, given)
-        if warn is not None:
+        if warn is not None and not existed:
             warn('Made a new controller secret at %s (mode 0600): it signs the ownership markers of every workspace '
                  'this journal records. Keep it and back it up with the journal (or move it into a vault and give '
                  'it as controller_secret / %s); without it no workspace made from now on can be destroyed or '

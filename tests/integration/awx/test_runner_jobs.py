@@ -90,7 +90,8 @@ def job(site, name, playbook, extravars):
                if not k.startswith(('ANSIBLE_', 'EPHEMERA_', 'PROXMOX_', 'SSH_AUTH_SOCK', 'LOCALPVE_')))
     env['PATH'] = BIN + os.pathsep + env.get('PATH', '')
     done = subprocess.run([os.path.join(BIN, 'ansible-runner'), 'run', str(private), '-p', playbook, '--ident', name],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=600)
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=600,
+                          check=False)
     events = []
     for path in sorted(glob.glob(str(private / 'artifacts' / name / 'job_events' / '*.json')),
                        key=lambda p: int(os.path.basename(p).split('-')[0])):
@@ -167,3 +168,5 @@ def test_create_status_destroy_and_reconcile_as_awx_jobs_share_only_the_database
     # The project's own test data holds journals; every job directory has those and nothing more.
     shipped = set(os.path.join('private', 'project', name) for name in state_files(site['project']))
     assert [sorted(state_files(top) - shipped) for top in site['jobs']] == [[]] * 4
+    # Nothing was made at a path derived from the journal's URL (in the project, the jobs' working directory).
+    assert [path for top in site['jobs'] for path in glob.glob(str(top / '**' / 'postgresql:*'), recursive=True)] == []

@@ -1,9 +1,10 @@
 """Crash-safety runs against a try-out cluster of their own (docs/faults.md).
 
-    python -m tests.faults matrix [--size ci|full] [--part all|main|builds|aws] [--json PATH]
+    python -m tests.faults matrix [--size ci|full] [--part all|main|builds|aws|pg] [--json PATH]
                                     kill and lost-response matrix, races, seeds; the template build's rows on a
                                     debian-tier site of their own (--part builds: those only); the AWS rows on a
-                                    try-out cloud of their own (--part aws: those only)
+                                    try-out cloud of their own (--part aws: those only); create and destroy with the
+                                    journal on PostgreSQL (--part pg: those only, tests/faults/pgmatrix.py)
     python -m tests.faults soak [--schedules 500] [--first-seed 1001] [--jobs N] [--json PATH]   schedules only
     python -m tests.faults replay --seed N                          one random schedule again, exactly
 
@@ -32,9 +33,10 @@ def main(argv=None):
     sub = parser.add_subparsers(dest='command', required=True)
     matrix = sub.add_parser('matrix', help='the kill and lost-response matrix, races and a fixed set of seeds')
     matrix.add_argument('--size', choices=sorted(SIZES), default='ci')
-    matrix.add_argument('--part', choices=('all', 'main', 'builds', 'aws'), default='all',
+    matrix.add_argument('--part', choices=('all', 'main', 'builds', 'aws', 'pg'), default='all',
                         help='main: create, destroy, expiry, races and seeds; builds: the template build\'s rows, on '
                              'a debian-tier site of their own; aws: the AWS rows, on a try-out cloud of their own; '
+                             'pg: create and destroy with the journal on PostgreSQL; '
                              'all (the default): every part, side by side')
     soak = sub.add_parser('soak', help='many random schedules')
     soak.add_argument('--schedules', type=int, default=500)
@@ -57,6 +59,7 @@ def main(argv=None):
     cells, uncovered = [], []
     builds = None
     aws = None
+    pg = None
     if args.command == 'matrix' and part in ('all', 'builds'):
         # The build rows run on a site of their own, beside the main part: much of both is waiting.
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
@@ -67,9 +70,14 @@ def main(argv=None):
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         aws = pool.submit(run_aws, args)
         pool.shutdown(wait=False)
+    if args.command == 'matrix' and part in ('all', 'pg'):
+        # And the PostgreSQL journal's rows, on a cluster and a database server of their own.
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        pg = pool.submit(run_pg, args)
+        pool.shutdown(wait=False)
     if part in ('all', 'main') or args.command != 'matrix':
         cells, uncovered = run_main(args)
-    for other in (builds, aws):
+    for other in (builds, aws, pg):
         if other is not None:
             other_cells, other_uncovered = other.result()
             cells += other_cells
@@ -146,6 +154,12 @@ def run_aws(args):
     print('aws: %d points, %d runs in %.0f s' % (len(runner.create_points) + len(runner.destroy_points), len(cells),
                                                  time.monotonic() - started), flush=True)
     return cells, []
+
+
+def run_pg(args):
+    """Create and destroy with the journal on PostgreSQL (tests/faults/pgmatrix.py)."""
+    from tests.faults.pgmatrix import run_pg as run_rows
+    return run_rows(args.size, args.keep, log=lambda line: print(line, flush=True))
 
 
 def finish(args, cells, uncovered, started):

@@ -240,3 +240,14 @@ def test_two_controllers_making_the_journal_at_once_make_it_once(pg_server):
     assert pg_server.admin("SELECT count(*) FROM meta WHERE key = 'controller_id'", database=name) == ['1']
     with Journal.open(url=url) as j:
         assert len(j.list_workspaces()) == 6 and j.schema_version == journal_mod.SCHEMA_VERSION
+
+
+def test_the_journal_sql_is_translated_and_nothing_else():
+    assert journal_pg.translate("SELECT id FROM queue WHERE parent_id IS ? AND state = 'queued?' AND x LIKE '5%'") == (
+        "SELECT id FROM queue WHERE parent_id IS NOT DISTINCT FROM %s AND state = 'queued?' AND x LIKE '5%%'", False)
+    assert journal_pg.translate('INSERT INTO queue (kind) VALUES (?)') == (
+        'INSERT INTO queue (kind) VALUES (%s) RETURNING id', True)
+    assert journal_pg.translate('INSERT INTO workspaces (name) VALUES (?)') == (
+        'INSERT INTO workspaces (name) VALUES (%s)', False)
+    assert journal_pg.translate('INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)') == (
+        'INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT DO NOTHING', False)

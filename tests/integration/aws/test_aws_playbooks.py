@@ -154,6 +154,26 @@ def test_an_incomplete_inventory_is_refused_and_keeps_the_debt(site, cloud, tmp_
     destroyed(site, name)
 
 
+def test_a_launch_never_seen_is_not_taken_as_absent_within_the_absence_window(site, cloud, tmp_path):
+    # The controller dies once the launch is recorded as dispatched, before RunInstances went out: no instance.
+    trace = tmp_path / 'trace'
+    trace.write_text('')
+    kill = {'workspace': 'aws-absent', 'point': 'create.clone journal clone', 'nth': 1}
+    killed = site.create('aws-absent', site.repo, env={'EPHEMERA_FAILPOINT_TRACE': str(trace),
+                                                       'EPHEMERA_FAILPOINT_KILL': json.dumps(kill)})
+    assert not killed.ok and site.instances('aws-absent') == []
+    assert site.workspace('aws-absent')['facts']['clone_dispatched'] == site.workspace('aws-absent')['candidate_id']
+    # A complete, empty listing within the absence window proves nothing: the debt stays.
+    run = site.destroy('aws-absent')
+    assert not run.ok and 'proves nothing until 1800 s after the dispatch' in run.output, run.explain()
+    assert site.debt('aws-absent') and site.workspace('aws-absent')['status'] != 'destroyed'
+    # Past the window (a short one here), the same listing proves the launch made nothing.
+    time.sleep(1.1)
+    run = site.destroy('aws-absent', ephemera_aws_absence_window=1)
+    assert run.ok, run.explain()
+    assert site.workspace('aws-absent')['status'] == 'destroyed' and site.debt('aws-absent') == []
+
+
 def test_lease_expiry_releases_the_instance(site, cloud):
     ws = ready(site, 'aws-idle', ttl=600, idle_timeout=15, ephemera_agents=DONE_AGENTS)
     time.sleep(max(0.0, ws['lease']['expires_at'] - time.time()) + 0.3)

@@ -711,9 +711,11 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         known = set(self.option_definitions) | set(['plugin'])
         for key in sorted(config):
             if key not in known:
-                close = difflib.get_close_matches(key, sorted(known), n=1)
+                # The two closest, in name order: journal_path and journal_url are both close to 'journal'.
+                close = sorted(difflib.get_close_matches(key, sorted(known), n=2))
                 self._fail('unknown option %r%s. Options of %s: %s.' % (
-                    key, ' (did you mean %r?)' % close[0] if close else '', self.NAME, ', '.join(sorted(known))))
+                    key, ' (did you mean %s?)' % ' or '.join(repr(c) for c in close) if close else '', self.NAME,
+                    ', '.join(sorted(known))))
         filters = self.get_option('filters') or {}
         for key in sorted(filters):
             if key not in FILTER_KEYS:

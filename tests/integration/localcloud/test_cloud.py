@@ -278,3 +278,29 @@ def test_a_log_rule_records_every_request_and_match_scopes_a_fault(localcloud):
     assert terminations == [[first], [second]]
     # The lost answer's termination happened all the same.
     assert [i['moto_state'] for i in localcloud.instances() if i['instance_id'] == second] == ['terminated']
+
+
+def test_error_rule_timing_fault_and_a_guest_that_never_comes_up(localcloud):
+    ec2 = localcloud.ec2(retries=ONE_TRY)
+    before = len(localcloud.instances())
+    localcloud.proxy_add('error', 'RunInstances', code='InsufficientInstanceCapacity', status=500,
+                         message='We currently do not have sufficient t3.micro capacity.')
+    with pytest.raises(botocore.exceptions.ClientError) as caught:
+        launch(localcloud, ec2)
+    assert caught.value.response['Error']['Code'] == 'InsufficientInstanceCapacity'
+    assert caught.value.response['ResponseMetadata']['HTTPStatusCode'] == 500
+    assert len(localcloud.instances()) == before
+
+    localcloud.timing(boot_secs=1.5, shutdown_secs=1.5)
+    localcloud.guest_fault('never')
+    started = time.monotonic()
+    instance_id = launch(localcloud, ec2)['InstanceId']
+    running, seen = wait_state(ec2, instance_id, 'running')
+    assert time.monotonic() - started >= 1.5 and seen[0] == 'pending'
+    time.sleep(0.5)
+    assert not listens(localcloud, running['PrivateIpAddress'])
+    assert [i['sshd'] for i in localcloud.instances() if i['instance_id'] == instance_id] == ['suppressed']
+    ec2.terminate_instances(InstanceIds=[instance_id])
+    time.sleep(0.5)
+    assert describe(ec2, instance_id)['State']['Name'] == 'shutting-down'
+    wait_state(ec2, instance_id, 'terminated')

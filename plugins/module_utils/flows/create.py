@@ -542,8 +542,11 @@ class CreateFlow(Flow):
 
     def _next_candidate(self, avoid=()):
         try:
-            # A provider whose ids come from its answer derives its idempotency token from the record.
-            return self.provider.candidate_for(self.name, (self.ws['progress'] or {}).get('request'), avoid,
+            # A provider whose ids come from its answer derives its idempotency token from the record: the request's
+            # time, and how many candidates a failed allocation used up (a token once used never asks again).
+            stamp = (self.ws['progress'] or {}).get('request')
+            spent = len((self.ws.get('facts') or {}).get('spent_candidates') or [])
+            return self.provider.candidate_for(self.name, '%s/%d' % (stamp, spent) if spent else stamp, avoid,
                                                sleep=self.sleep)
         except Conflict as err:
             raise CreateError(str(err))
@@ -666,6 +669,8 @@ class CreateFlow(Flow):
         """The record's fields that drop the candidate, so that the rerun takes a new one and allocates again."""
         fields = dict(self.without_tasks('clone'), **self.resource_fields(candidate_id=None))
         fields['progress'] = dict((k, v) for k, v in self.ws['progress'].items() if k not in ('vmid', 'clone'))
+        spent = list((self.ws.get('facts') or {}).get('spent_candidates') or [])
+        fields['facts'] = dict(self.ws['facts'], spent_candidates=spent + [self.candidate_id])
         return fields
 
     def step_wait_clone(self):

@@ -112,7 +112,8 @@ class Instance(object):
 
     def summary(self, now):
         return {'instance_id': self.id, 'account': self.account, 'region': self.region, 'state': self.state,
-                'moto_state': self.moto_state, 'private_ip': self.private, 'public_ip': self.public,
+                'moto_state': self.moto_state, 'private_ip': self.private if self.state != 'terminated' else None,
+                'public_ip': self.public if self.state not in ('terminated', 'stopped', 'stopping') else None,
                 'key_name': self.key_name, 'tags': self.tags(),
                 'client_token': getattr(self.raw, 'client_token', None),
                 'invisible_for': max(0.0, round(self.invisible_until - now, 3)),

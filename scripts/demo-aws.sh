@@ -24,7 +24,7 @@ rm -rf "$demo_dir"
 mkdir -p "$demo_dir"
 
 say "starting the try-out cloud (moto behind a fault proxy + real sshd guests)"
-"$bin/python" -m tests.localcloud up --port 0
+"$bin/python" -m tests.localcloud up --host 127.0.82.1 --port 0
 trap stop_cloud EXIT
 
 say "making a small git repository to work on"

@@ -46,6 +46,8 @@ class PgFaultSite(FaultSite):
         values.pop('ephemera_journal_path', None)
         values['ephemera_journal_url'] = self.url
         values['ephemera_controller_secret'] = self.controller_secret
+        # A database journal has no directory for the archives to go beside: the site's own.
+        values['ephemera_archive_dir'] = os.path.join(self.workdir, 'controller', 'archives')
         lease = op.get('lease_seconds') or self.default_lease
         if lease:
             values['ephemera_lease'] = lease

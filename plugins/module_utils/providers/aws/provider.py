@@ -84,7 +84,7 @@ def tags_of(instance):
     return dict((t.get('Key'), t.get('Value')) for t in instance.get('Tags') or [])
 
 
-def handle(action, region, instance_id, at=None):
+def task_handle(action, region, instance_id, at=None):
     return 'ec2/%s/%s/%s/%d' % (action, region, instance_id, int(at if at is not None else time.time()))
 
 
@@ -351,13 +351,13 @@ class AwsProvider(base.Provider):
         instance_id = instances[0]['InstanceId']
         now = time.time()
         self.learned[instance_id] = now
-        return handle('run', self.region, instance_id, now)
+        return task_handle('run', self.region, instance_id, now)
 
     def allocation_task(self, allocation, since):
         found = self._by_token(allocation.candidate)
         if len(found) != 1:
             return None
-        return handle('run', self.region, found[0]['InstanceId'])
+        return task_handle('run', self.region, found[0]['InstanceId'])
 
     def resource_of(self, candidate, task, location=None):
         """The instance id of an allocation: the one its handle names, else the one found by its client token."""
@@ -475,7 +475,7 @@ class AwsProvider(base.Provider):
         if len(changes) != 1:
             raise base.UnknownOutcome('%s did not acknowledge %s; look at it before repeating the call.'
                                       % (operation, self.label(resource.id, self.region)))
-        return handle(action, self.region, resource.id)
+        return task_handle(action, self.region, resource.id)
 
     def start(self, resource):
         if self.power(resource, absent_ok=False).running:
@@ -555,7 +555,8 @@ class AwsProvider(base.Provider):
             return 'running'
         return '%s is %s, not %s.' % (self.label(instance_id, region), state, want)
 
-    def wait(self, task, timeout):
+    def wait(self, handle, timeout):
+        task = handle
         action, region, instance_id, at = parse_handle(task)
         self.learned.setdefault(instance_id, at)
         deadline = time.monotonic() + timeout
@@ -579,7 +580,8 @@ class AwsProvider(base.Provider):
             self.sleep(delay)
             delay = min(delay * 1.5, 3.0)
 
-    def task_status(self, task):
+    def task_status(self, handle):
+        task = handle
         state = self._look(task)[0]
         verdict = self._verdict(task, state)
         if verdict == 'running':

@@ -155,9 +155,18 @@ def plain(value):
 
 def test_the_inventory_shows_aws_hosts_with_their_vars_groups_and_orphans(site, inventory):
     # The listing comes in pages of one instance: the inventory follows every page.
+    site.cloud.proxy_add('log', '*', times=None)
     site.cloud.pages(size=1)
     run = inventory()
     assert run.returncode == 0, run.output
+    rules = dict((r['action'], r) for r in site.cloud.proxy_rules())
+    site.cloud.clear()
+    # One listing of the region, and no read of one instance (each marker came with the listing). The log sees the
+    # listing's first request; the pages after it, one instance each, come from the proxy's cut of that listing,
+    # which the pages rule took: every host and orphan below is there, so every page was followed.
+    hits = rules['log']['hits']
+    assert [h['operation'] for h in hits] == ['DescribeInstances'] and not hits[0]['instances'], hits
+    assert len(rules['pages']['hits']) == 1
     data = plain(run.data)
 
     def groups(name):

@@ -107,16 +107,18 @@ def test_a_crafted_description_on_a_tagged_container_does_not_stop_reconcile(sit
     assert site.pve.ct(170) is not None and site.pve.ct(171) is not None
 
 
-def test_a_container_at_a_destroyed_records_vmid_is_reported_never_deleted(site):
+@pytest.mark.parametrize('orphans', ['report', 'delete'])
+def test_a_container_at_a_destroyed_records_vmid_is_reported_never_deleted(site, orphans):
     """A restored backup of a destroyed workspace carries its genuine marker (nonce and all): reconcile used to
-    destroy whatever verified there."""
+    destroy whatever verified there. A VMID is given again, so even reconcile's delete mode (for providers whose ids
+    are never reused) leaves it alone."""
     ws = create(site, 's-gone')
     vmid, description = ws['vmid'], site.pve.ct(ws['vmid']).config['description']
     destroy(site, 's-gone')
     assert site.journal.get_workspace('s-gone')['status'] == 'destroyed' and site.pve.ct(vmid) is None
     site.pve.add_ct(vmid, 'restored', pool=POOL, status='running', config={'description': description})
     sent = len(site.pve.requests)
-    report = Reconciler(site.journal, site.provider, SECRET, PARAMS).run()
+    report = Reconciler(site.journal, site.provider, SECRET, dict(PARAMS, orphans=orphans)).run()
     [finding] = [f for f in report['findings'] if f['vmid'] == vmid]
     assert (finding['kind'], finding['workspace']) == ('destroyed_present', 's-gone')
     assert 'not touched' in finding['detail'] and 'confirm_orphan=true' in finding['detail']

@@ -1,5 +1,7 @@
 """The inventory plugin's pure logic: how journal records and one /cluster/resources answer become hosts."""
 
+import json
+
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.inventory import workspaces as inv
@@ -277,3 +279,15 @@ def test_cloud_hosts_have_provider_region_and_instance_vars_and_groups():
         'aws', 'eu-central-1', 'i-a', None, None)
     assert inv.cloud_groups(ws) == ['status_ready', 'activity_idle', 'provider_aws', 'region_eu_central_1']
     assert not inv.wanted(ws, {'node': 'pve1'}) and inv.wanted(ws, {'status': 'ready'})
+
+
+def test_a_cloud_snapshot_is_plain_data_for_the_cache():
+    """The listing entries hold the provider's resources; what the snapshot keeps (and a cache plugin stores) must
+    be plain data."""
+    entry = dict(instance('i-a'), resource=object())
+    snap = inv.assemble_cloud('aws', [aws_record('a', instance='i-a')], [], {}, {'us-east-1': [entry,
+                              dict(instance('i-b'), resource=object())]}, judge_by({'i-a': ('a', None)}))
+    [ws] = snap['workspaces']
+    assert ws.pop('live') is entry
+    json.dumps(snap)
+    assert [o['instance_id'] for o in snap['orphans']] == ['i-b']

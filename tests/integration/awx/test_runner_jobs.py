@@ -48,8 +48,9 @@ def site(tmp_path_factory, pg_server):
                    cluster=control.info, repo=make_repo(str(base / 'repo')), jobs=[])
 
 
-def job(site, name, playbook, extravars):
-    """One job in a fresh private data directory; returns (rc, events, directory)."""
+def job(site, name, playbook, extravars, credential=None):
+    """One job in a fresh private data directory; returns (the finished process, events, directory). ``credential``
+    changes what the credential injects (a value None leaves the variable out)."""
     top = site['base'] / ('job-%d-%s' % (len(site['jobs']) + 1, name))
     site['jobs'].append(top)
     private = top / 'private'
@@ -77,6 +78,11 @@ def job(site, name, playbook, extravars):
         'ANSIBLE_COLLECTIONS_SCAN_SYS_PATH': '1',
         'HOME': str(top / 'home'), 'XDG_STATE_HOME': str(top / 'state'),
     }
+    for key, value in (credential or {}).items():
+        if value is None:
+            envvars.pop(key)
+        else:
+            envvars[key] = value
     (top / 'home').mkdir()
     (top / 'state').mkdir()
     values = {'ephemera_api_host': info['proxy_url'], 'ephemera_api_token_id': info['token_id'],
@@ -124,6 +130,10 @@ def assert_ok(done, events):
                 and not e['event_data'].get('ignore_errors')], done.stdout[-4000:]
 
 
+def failed_messages(events):
+    return [e['event_data']['res'].get('msg', '') for e in events if e['event'] == 'runner_on_failed']
+
+
 def test_create_status_destroy_and_reconcile_as_awx_jobs_share_only_the_database(site):
     create, events, create_dir = job(site, 'create', 'playbooks/create.yml', {
         'workspace': WORKSPACE, 'repo': site['repo'], 'purpose': 'work on awx-job', 'agent': 'fake',
@@ -167,6 +177,32 @@ def test_create_status_destroy_and_reconcile_as_awx_jobs_share_only_the_database
 
     # The project's own test data holds journals; every job directory has those and nothing more.
     shipped = set(os.path.join('private', 'project', name) for name in state_files(site['project']))
-    assert [sorted(state_files(top) - shipped) for top in site['jobs']] == [[]] * 4
+    assert [sorted(state_files(top) - shipped) for top in site['jobs']] == [[]] * len(site['jobs'])
     # Nothing was made at a path derived from the journal's URL (in the project, the jobs' working directory).
     assert [path for top in site['jobs'] for path in glob.glob(str(top / '**' / 'postgresql:*'), recursive=True)] == []
+
+
+def test_a_job_without_the_journal_or_with_another_secret_refuses_and_makes_nothing(site):
+    """What went wrong before: a job whose container has no journal quietly started an empty one (and a new secret)
+    and reported the workspaces as foreign. Now the job fails and says what to do; nothing is made."""
+    lost, events, private = job(site, 'reconcile-no-journal', 'playbooks/reconcile.yml', {},
+                                credential={'EPHEMERA_JOURNAL_URL': None})
+    assert lost.returncode != 0
+    [message] = failed_messages(events)
+    assert message.startswith('No journal at %s' % (private.parent / 'state' / 'ephemera' / 'journal.sqlite')), message
+    assert 'ephemera_new_journal=true' in message
+    assert state_files(private.parent) - set(os.path.join('private', 'project', name)
+                                             for name in state_files(site['project'])) == set()
+
+    other, events, dummy = job(site, 'reconcile-other-secret', 'playbooks/reconcile.yml', {},
+                               credential={'EPHEMERA_CONTROLLER_SECRET': 'b7' * 32})
+    assert other.returncode != 0
+    [message] = failed_messages(events)
+    assert 'The controller secret (from EPHEMERA_CONTROLLER_SECRET) is not the one of the journal' in message
+    assert 'b7' * 32 not in other.stdout
+
+    none, events, dummy = job(site, 'reconcile-no-secret', 'playbooks/reconcile.yml', {},
+                              credential={'EPHEMERA_CONTROLLER_SECRET': None})
+    assert none.returncode != 0
+    [message] = failed_messages(events)
+    assert 'records workspaces of controller' in message and 'but there is no controller secret' in message

@@ -451,6 +451,11 @@ class PgConnection:
         except psycopg.errors.IntegrityError as exc:
             raise sqlite3.IntegrityError(_first_line(str(exc)))
         except psycopg.OperationalError as exc:
+            if verb == 'COMMIT':  # the connection broke after COMMIT was sent: the server may have committed
+                raise JournalError('The PostgreSQL journal %s failed while committing: %s. The transaction may or may '
+                                   'not have been written; the next run reads the journal again and goes on from '
+                                   'what it holds.' % (self.journal_path, _first_line(str(exc))),
+                                   path=self.journal_path, unknown_outcome=True)
             raise JournalError('The PostgreSQL journal %s failed: %s. Nothing of this transaction was written.'
                                % (self.journal_path, _first_line(str(exc))), path=self.journal_path)
         except psycopg.Error as exc:

@@ -251,3 +251,19 @@ def test_the_journal_sql_is_translated_and_nothing_else():
         'INSERT INTO workspaces (name) VALUES (%s)', False)
     assert journal_pg.translate('INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)') == (
         'INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT DO NOTHING', False)
+
+
+def test_a_connection_lost_at_commit_is_an_unknown_outcome(pg_server):
+    name, url = fresh(pg_server)
+    with Journal.open(url=url) as j:
+        j._conn.execute('BEGIN')
+        pid = j._conn.execute('SELECT pg_backend_pid()').fetchone()[0]
+        pg_server.admin('SELECT pg_terminate_backend(%d)' % pid)
+        with pytest.raises(JournalError) as err:
+            j._conn.execute('COMMIT')
+        assert err.value.details['unknown_outcome'] and 'may or may not have been written' in str(err.value)
+    with Journal.open(url=url) as j:
+        j._conn.execute('BEGIN')
+        pg_server.admin('SELECT pg_terminate_backend(%d)' % j._conn.execute('SELECT pg_backend_pid()').fetchone()[0])
+        with pytest.raises(JournalError, match='failed: .*Nothing of this transaction was written'):
+            j._conn.execute("INSERT INTO meta (key, value) VALUES ('x', 'y')")

@@ -15,6 +15,8 @@ PROVIDERS = {
     'proxmox': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider',
                 'ProxmoxProvider'),
     'aws': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.provider', 'AwsProvider'),
+    'hetzner': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.provider',
+                'HetznerProvider'),
 }
 
 

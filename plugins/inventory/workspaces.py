@@ -585,10 +585,11 @@ def assemble_cloud(provider, records, debts, operations, listings, judge):
     listed instance as a resource of ``workspace`` (None: whatever workspace a genuine marker names).
 
     A workspace is matched with the instance at its recorded id when that instance's marker verifies for it (and
-    for this life of it); a create whose instance id is not recorded yet is matched with the one instance whose
-    marker verifies for it. Every other listed instance is an orphan, with why: ``not_in_journal`` (no record holds
-    its id), ``destroyed_in_journal`` (the record holding its id was destroyed) or ``marker_<verdict>`` (the
-    instance at a workspace's recorded id does not prove to be that workspace's).
+    for this life of it; without the controller secret, when the marker names it); a create whose instance id is
+    not recorded yet is matched with the one instance whose marker verifies for it. Every other listed instance is
+    an orphan, with why: ``not_in_journal`` (no record holds its id), ``destroyed_in_journal`` (the record holding
+    its id was destroyed) or ``marker_<verdict>`` (the instance at a workspace's recorded id does not prove to be
+    that workspace's).
     """
     by_workspace = {}
     for debt in debts:
@@ -609,13 +610,13 @@ def assemble_cloud(provider, records, debts, operations, listings, judge):
         entry = live.get(key) if ws['instance_id'] else None
         if entry is None and ws['instance_id'] is None and ws['status'] in CREATING:
             ours = [e for (region, dummy), e in sorted(live.items()) if region == ws['region'] and (region, e['id'])
-                    not in claimed and judge(e, ws['name'], ws['marker_nonce'])[0] == ownership.VERIFIED]
+                    not in claimed and _is_its(ws, *judge(e, ws['name'], ws['marker_nonce']))]
             entry = ours[0] if len(ours) == 1 else None
         if entry is None:
             continue
         verdict, named = judge(entry, ws['name'], ws['marker_nonce'])
         ws['marker'] = verdict
-        if verdict != ownership.VERIFIED:
+        if not _is_its(ws, verdict, named):
             ws['live_status'] = 'mismatch'
             mismatched[(ws['region'], entry['id'])] = verdict
             continue
@@ -643,6 +644,13 @@ def assemble_cloud(provider, records, debts, operations, listings, judge):
                         'tags': sorted(entry.get('tags') or []), 'reason': reason, 'marker': verdict,
                         'marker_workspace': named})
     return {'workspaces': workspaces, 'orphans': orphans}
+
+
+def _is_its(ws, verdict, named):
+    """True when a marker's verdict makes an instance the workspace's: verified, or, without the controller secret
+    (unverified), a marker that names the workspace: ours by its words, as far as a reader without the secret can
+    tell."""
+    return verdict == ownership.VERIFIED or (verdict == ownership.UNVERIFIED and named == ws['name'])
 
 
 def cloud_vars(ws):

@@ -291,3 +291,15 @@ def test_a_cloud_snapshot_is_plain_data_for_the_cache():
     assert ws.pop('live') is entry
     json.dumps(snap)
     assert [o['instance_id'] for o in snap['orphans']] == ['i-b']
+
+
+def test_without_the_secret_an_instance_is_its_workspaces_when_its_marker_names_it():
+    def judge(entry, workspace, nonce):
+        named = {'i-a': 'a', 'i-b': 'someone'}[entry['id']]
+        return ownership.UNVERIFIED, named
+    records = [aws_record('a', instance='i-a'), aws_record('b', instance='i-b')]
+    snap = inv.assemble_cloud('aws', records, [], {}, {'us-east-1': [instance('i-a'), instance('i-b')]}, judge)
+    ws = dict((w['name'], w) for w in snap['workspaces'])
+    assert (ws['a']['live_status'], ws['a']['marker']) == ('running', 'unverified')
+    assert (ws['b']['live_status'], ws['b']['marker']) == ('mismatch', 'unverified')
+    assert [(o['instance_id'], o['reason']) for o in snap['orphans']] == [('i-b', 'marker_unverified')]

@@ -15,6 +15,7 @@ PROVIDERS = {
     'proxmox': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider',
                 'ProxmoxProvider'),
     'aws': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.provider', 'AwsProvider'),
+    'gcp': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.provider', 'GcpProvider'),
     'hetzner': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.provider',
                 'HetznerProvider'),
 }

@@ -1,0 +1,35 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The options of doc fragment ephemera.workspaces.gcp: how a module reaches Compute Engine and launches instances
+there. No SDK is imported here."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+from ansible.module_utils.basic import env_fallback
+
+
+def gcp_argument_spec():
+    """The GCP options (credentials the Google way: a service-account file, GOOGLE_APPLICATION_CREDENTIALS, or
+    application default credentials)."""
+    return dict(
+        gcp_project=dict(type='str', fallback=(env_fallback, ['GOOGLE_CLOUD_PROJECT', 'CLOUDSDK_CORE_PROJECT'])),
+        gcp_zone=dict(type='str', fallback=(env_fallback, ['EPHEMERA_GCP_ZONE', 'CLOUDSDK_COMPUTE_ZONE'])),
+        gcp_auth_kind=dict(type='str', default='application', choices=['application', 'serviceaccount', 'anonymous']),
+        gcp_service_account_file=dict(type='path', fallback=(env_fallback, ['GOOGLE_APPLICATION_CREDENTIALS'])),
+        gcp_endpoint_url=dict(type='str', fallback=(env_fallback, ['EPHEMERA_GCP_ENDPOINT_URL'])),
+        gcp_retry_timeout=dict(type='int', default=60),
+        gcp_machine_type=dict(type='str', default='e2-small'),
+        gcp_network=dict(type='str', default='default'),
+        gcp_service_account_email=dict(type='str', default='default'),
+        gcp_ssh_public_key=dict(type='str', no_log=False),
+        gcp_ssh_user=dict(type='str', default='root'),
+        gcp_address=dict(type='str', default='public', choices=['public', 'private']),
+        gcp_labels=dict(type='dict', default={}),
+        gcp_guard=dict(type='str', default='refuse', choices=['refuse', 'warn']),
+    )
+
+
+def wants_gcp(params):
+    return (params.get('provider') or 'proxmox') == 'gcp'

@@ -1,0 +1,545 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The GCP provider: workspaces are Compute Engine instances in one project and zone.
+
+Ids are instance names, locations are zones, the scope is the ``ephemera-scope`` label, and task handles name a zone
+operation and the instance it acts on (``gce/insert/<zone>/<name>/<operation>/<epoch>``). The candidate id a create
+records before it dispatches is the instance name itself (derived from the workspace and its record), and the
+``requestId`` of ``instances.insert`` is derived from that name, so a retry after a lost answer is the same request
+and Compute Engine answers it with the same operation instead of a second instance. The ownership marker is the
+metadata item ``ephemera-marker`` (a label value holds 63 characters, a marker more); the lease labels, the scope and
+the workspace go on as labels, all in the insert itself.
+
+A delete is done when its zone operation is DONE without an error **and** a GET of the instance then answers 404; an
+operation DONE with an error is a failure with Compute Engine's message.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import hashlib
+import re
+import time
+import uuid
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.client import (
+    ENDPOINT_ENV,
+    PROJECT_ENV,
+    ZONE_ENV,
+    Compute,
+    credentials,
+    option,
+)
+
+NAME = 'gcp'
+KIND = 'gce'
+LABEL_OURS = 'ephemera'
+LABEL_SCOPE = 'ephemera-scope'
+LABEL_WORKSPACE = 'ephemera-workspace'
+META_MARKER = 'ephemera-marker'
+META_SSH_KEYS = 'ssh-keys'
+LABEL_KEYS = (leasing.LABEL_STATE, leasing.LABEL_EXPIRES_AT, leasing.LABEL_KEEP, leasing.LABEL_CREATED_AT)
+RESERVED_LABELS = (LABEL_OURS, LABEL_SCOPE, LABEL_WORKSPACE) + LABEL_KEYS
+# Compute Engine's label rules: keys start with a lowercase letter; keys and values hold lowercase letters, digits,
+# '_' and '-', at most 63 characters; at most 64 labels.
+LABEL_KEY = re.compile(r'^[a-z][a-z0-9_-]{0,62}$')
+LABEL_VALUE = re.compile(r'^[a-z0-9_-]{0,63}$')
+INSTANCE_NAME = re.compile(r'^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$')
+ZONE_FORM = re.compile(r'^[a-z]+-[a-z]+[0-9]+-[a-z]$')
+RUNNING_STATES = ('PROVISIONING', 'STAGING', 'RUNNING', 'REPAIRING')
+ENDING = ('STOPPING', 'SUSPENDING')
+DEFAULT_MACHINE_TYPE = 'e2-small'
+REQUEST_NAMESPACE = uuid.UUID('5d0c6d8e-8f0b-4c59-9a51-8b0e6c2d7a11')
+
+
+def check_label(key, value):
+    """Refused, saying what is wrong, unless Compute Engine takes the label ``key``=``value`` and it is not ours."""
+    if not isinstance(key, str) or not LABEL_KEY.match(key):
+        raise base.InvalidRequest('Label key %r breaks Compute Engine\'s rules: 1 to 63 lowercase letters, digits, '
+                                  '"_" and "-", starting with a lowercase letter. Rename it.' % (key,))
+    if key in RESERVED_LABELS:
+        raise base.InvalidRequest('Label key %r is set by the collection (%s). Choose another key.'
+                                  % (key, ', '.join(RESERVED_LABELS)))
+    text = '' if value is None else str(value)
+    if not LABEL_VALUE.match(text):
+        raise base.InvalidRequest('Label %s has the value %r, which Compute Engine does not take: at most 63 lowercase '
+                                  'letters, digits, "_" and "-". Change the value.' % (key, text))
+
+
+def gcp_value(value):
+    """A label value as Compute Engine takes it (lowercase, '.' and other characters as '-')."""
+    return re.sub(r'[^a-z0-9_-]', '-', leasing.label_value(value).lower())[:63]
+
+
+def token_number(name):
+    """The number an ownership marker binds for an instance name (markers bind a number of 10 digits)."""
+    return 1000000000 + int(hashlib.sha256(name.encode('utf-8')).hexdigest()[:12], 16) % 9000000000
+
+
+def request_id(name, action, extra=''):
+    """The requestId of ``action`` on instance ``name``: the same for every retry of one request."""
+    return str(uuid.uuid5(REQUEST_NAMESPACE, '%s/%s/%s' % (action, name, extra)))
+
+
+def task_handle(action, zone, name, operation, at=None):
+    return '%s/%s/%s/%s/%s/%d' % (KIND, action, zone, name, operation or '-', int(at if at is not None else time.time()))
+
+
+def parse_handle(text):
+    """(action, zone, instance name, operation name or None, epoch) of a handle; ValueError for anything else."""
+    parts = (text or '').split('/')
+    if len(parts) != 6 or parts[0] != KIND:
+        raise ValueError('not a Compute Engine task handle: %r' % (text,))
+    return parts[1], parts[2], parts[3], (None if parts[4] == '-' else parts[4]), int(parts[5])
+
+
+def short(url):
+    """The last part of a resource URL (a zone, a machine type)."""
+    return (url or '').rstrip('/').rsplit('/', 1)[-1]
+
+
+class TaskResult:
+    """What a finished Compute Engine operation looks like to the flows (as a Proxmox task result does)."""
+
+    def __init__(self, handle, status='stopped', exitstatus='OK', log_tail=()):
+        self.upid = handle
+        self.status = status
+        self.exitstatus = exitstatus
+        self.succeeded = exitstatus == 'OK'
+        self.warnings = 0
+        self.warning_lines = []
+        self.log_tail = list(log_tail)
+        self.elapsed = 0.0
+
+
+def launch_options(params):
+    """The launch settings of module params (doc fragment ephemera.workspaces.gcp), as a request records them."""
+    return {
+        'machine_type': params.get('gcp_machine_type') or DEFAULT_MACHINE_TYPE,
+        'network': params.get('gcp_network') or 'default',
+        'service_account': params.get('gcp_service_account_email') or 'default',
+        'ssh_public_key': params.get('gcp_ssh_public_key'),
+        'ssh_user': params.get('gcp_ssh_user') or 'root',
+        'address': params.get('gcp_address') or 'public',
+        'labels': dict(params.get('gcp_labels') or {}),
+        'guard': params.get('gcp_guard') or 'refuse',
+    }
+
+
+def enum_name(value):
+    """The name of a proto enum value (Operation.status is one), or the text itself."""
+    return getattr(value, 'name', value)
+
+
+def operation_error(op):
+    """The error text of a DONE operation, or None."""
+    errors = list(getattr(getattr(op, 'error', None), 'errors', None) or [])
+    if not errors:
+        return None
+    return '; '.join('%s: %s' % (e.code, e.message) for e in errors)
+
+
+class GcpProvider(base.Provider):
+    """The provider seam over Compute Engine in one project and zone (``compute``: a :class:`Compute`)."""
+
+    name = NAME
+    # Instance names are derived from the workspace's record (a digest of it): the collection never gives one name to
+    # two records, and an instance at that name made by anyone else fails the marker check.
+    unique_ids = True
+
+    def __init__(self, compute, secret=None, launch=None, sleep=time.sleep):
+        super(GcpProvider, self).__init__(secret)
+        self.compute = compute
+        self.launch = dict(launch or {})
+        self.sleep = sleep
+
+    @classmethod
+    def from_params(cls, params, secret=None, environ=None):
+        """A provider from module params (the options of doc fragment ephemera.workspaces.gcp)."""
+        creds = credentials(params.get('gcp_auth_kind') or 'application', params.get('gcp_service_account_file'),
+                            environ)
+        compute = Compute(option(params, 'gcp_project', PROJECT_ENV, environ), option(params, 'gcp_zone', ZONE_ENV, environ),
+                          creds, endpoint=option(params, 'gcp_endpoint_url', ENDPOINT_ENV, environ),
+                          retry_timeout=params.get('gcp_retry_timeout') or 60)
+        return cls(compute, secret, launch_options(params))
+
+    def with_secret(self, secret):
+        return GcpProvider(self.compute, secret, self.launch, self.sleep)
+
+    @staticmethod
+    def serves(api):
+        return isinstance(api, Compute)
+
+    @property
+    def zone(self):
+        return self.compute.zone
+
+    @property
+    def project(self):
+        return self.compute.project
+
+    # ------------------------------------------------------------------- identity and wording
+
+    @classmethod
+    def label(cls, resource_id, location=None):
+        return 'instance %s' % resource_id + (' in %s' % location if location else '')
+
+    @classmethod
+    def resource_key(cls, resource_id, location=None):
+        key = '%s/%s' % (KIND, resource_id)
+        return key if location is None else '%s@%s' % (key, location)
+
+    @classmethod
+    def parse_resource_key(cls, key):
+        try:
+            kind, rest = key.split('/', 1)
+            name, zone = rest.split('@', 1)
+        except (AttributeError, ValueError):
+            return None, None
+        return (name, zone) if kind == KIND else (None, None)
+
+    # ------------------------------------------------------------------- ownership
+
+    def marker(self, workspace, resource_id, nonce=None):
+        """The marker of instance ``resource_id`` (its name)."""
+        return ownership.render(self.secret, self.controller, workspace, token_number(resource_id),
+                                nonce or ownership.new_nonce())
+
+    def verify(self, resource, workspace=None, nonce=ownership.ANY):
+        if resource is None:
+            return ownership.ABSENT
+        return ownership.verdict(resource.marker_text, self.secret, self.controller, workspace,
+                                 token_number(resource.id), nonce)
+
+    # ------------------------------------------------------------------- the lease
+
+    def labels(self, resource):
+        labels = dict((resource.native or {}).get('labels') or {})
+        return dict((k, labels[k]) for k in LABEL_KEYS if k in labels)
+
+    def write_labels(self, resource, labels):
+        instance = self.compute.get_instance(resource.id)
+        if instance is None:
+            raise base.NotFound('%s does not exist.' % self.label(resource.id, self.zone))
+        merged = dict(instance.labels)
+        merged.update((k, gcp_value(v)) for k, v in labels.items())
+        body = self.compute.types.InstancesSetLabelsRequest(label_fingerprint=instance.label_fingerprint,
+                                                            labels=merged)
+        op = self.compute.call('instances.setLabels', self.compute.instances.set_labels_unary, acts=True,
+                               project=self.project, zone=self.zone, instance=resource.id,
+                               instances_set_labels_request_resource=body)
+        self.wait(task_handle('labels', self.zone, resource.id, op.name), 60)
+
+    # ------------------------------------------------------------------- allocation
+
+    def _image_path(self, source):
+        text = str(source or '').strip()
+        if text.startswith('projects/') or text.startswith('https://'):
+            return text
+        return 'projects/%s/global/images/%s' % (self.project, text)
+
+    def check_source(self, source, location, scope):
+        """The zone, after checking zone, machine type, image, network and labels (no instance is made)."""
+        c = self.compute
+        if location and location != self.zone:
+            raise base.InvalidRequest('The request names zone %s, and the GCP connection is for %s: give one zone '
+                                      '(gcp_zone).' % (location, self.zone))
+        if not ZONE_FORM.match(self.zone):
+            raise base.InvalidRequest('Zone %r is not a Compute Engine zone name (such as europe-west1-b).' % self.zone)
+        launch = self.launch
+        for key, value in sorted((launch.get('labels') or {}).items()):
+            check_label(key, value)
+        if not LABEL_VALUE.match(str(scope or '')):
+            raise base.InvalidRequest('Scope %r cannot be a Compute Engine label value: at most 63 lowercase letters, '
+                                      'digits, "_" and "-".' % (scope,))
+        if launch.get('address') not in ('public', 'private'):
+            raise base.InvalidRequest('gcp_address is %r: give public or private.' % (launch.get('address'),))
+        if not launch.get('ssh_public_key'):
+            raise base.InvalidRequest('No way into the instance: give gcp_ssh_public_key (it goes into the ssh-keys '
+                                      'metadata).')
+        try:
+            zone = c.call('zones.get', c.zones.get, project=self.project, zone=self.zone)
+        except base.NotFound:
+            raise base.InvalidRequest('Zone %s does not exist in project %s. Give a zone the project can use '
+                                      '(gcloud compute zones list).' % (self.zone, self.project))
+        if getattr(zone, 'status', 'UP') not in ('UP', ''):
+            raise base.InvalidRequest('Zone %s is %s.' % (self.zone, zone.status))
+        machine = launch.get('machine_type') or DEFAULT_MACHINE_TYPE
+        try:
+            c.call('machineTypes.get', c.machine_types.get, project=self.project, zone=self.zone, machine_type=machine)
+        except base.NotFound:
+            raise base.InvalidRequest('Machine type %s is not offered in %s. Give one of gcloud compute machine-types '
+                                      'list --zones %s.' % (machine, self.zone, self.zone))
+        self._check_image(source)
+        network = launch.get('network') or 'default'
+        try:
+            c.call('networks.get', c.networks.get, project=self.project, network=short(network))
+        except base.NotFound:
+            raise base.InvalidRequest('Network %s does not exist in project %s. Give one of gcloud compute networks '
+                                      'list.' % (network, self.project))
+        return self.zone
+
+    def _check_image(self, source):
+        c = self.compute
+        path = self._image_path(source)
+        parts = path.split('/')
+        try:
+            project, image = parts[parts.index('projects') + 1], parts[-1]
+        except (ValueError, IndexError):
+            raise base.InvalidRequest('Image %r is neither an image name nor projects/P/global/images/NAME.' % source)
+        try:
+            if '/family/' in path:
+                found = c.call('images.getFromFamily', c.images.get_from_family, project=project, family=image)
+            else:
+                found = c.call('images.get', c.images.get, project=project, image=image)
+        except base.NotFound:
+            raise base.InvalidRequest('Image %s does not exist. Give an image of the project (gcloud compute images '
+                                      'list) or projects/P/global/images/family/F.' % path)
+        if found.status and found.status != 'READY':
+            raise base.InvalidRequest('Image %s is %s, not READY.' % (path, found.status))
+
+    def launch_options(self):
+        return dict(self.launch)
+
+    def check_storage(self, location, storage):
+        return None
+
+    def candidate(self, avoid=(), sleep=None):
+        raise base.InvalidRequest('A Compute Engine instance name is derived from its workspace: use candidate_for.')
+
+    def candidate_for(self, workspace, stamp, avoid=(), sleep=None):
+        """The instance name of ``workspace``'s record made at ``stamp``: the same for every rerun, another one for
+        every name in ``avoid``."""
+        slug = re.sub(r'[^a-z0-9-]', '-', workspace.lower())[:36].strip('-') or 'ws'
+        for n in range(len(avoid), len(avoid) + 100):
+            digest = hashlib.sha256(('%s\n%s\n%d' % (workspace, stamp, n)).encode('utf-8')).hexdigest()[:16]
+            name = 'eph-%s-%s' % (slug, digest)
+            if name not in avoid:
+                return name
+        raise base.Conflict('No free instance name for %s.' % workspace)
+
+    def _labels(self, allocation):
+        a = allocation
+        launch = dict(self.launch, **(a.options or {}))
+        labels = {LABEL_OURS: 'workspace', LABEL_SCOPE: gcp_value(a.scope),
+                  LABEL_WORKSPACE: gcp_value(a.workspace)}
+        for key, value in (a.labels or {}).items():
+            labels[key] = gcp_value(value)
+        labels.update(launch.get('labels') or {})
+        return labels
+
+    def instance_body(self, allocation):
+        """The Instance of an insert (what the journal's record of the request determines)."""
+        a = allocation
+        t = self.compute.types
+        launch = dict(self.launch, **(a.options or {}))
+        machine = launch.get('machine_type') or DEFAULT_MACHINE_TYPE
+        items = [t.Items(key=META_MARKER, value=self.marker(a.workspace, a.candidate, a.nonce))]
+        if launch.get('ssh_public_key'):
+            key = ' '.join(str(launch['ssh_public_key']).split())
+            items.append(t.Items(key=META_SSH_KEYS, value='%s:%s' % (launch.get('ssh_user') or 'root', key)))
+        network = launch.get('network') or 'default'
+        nic = t.NetworkInterface(network='projects/%s/global/networks/%s' % (self.project, short(network)))
+        if (launch.get('address') or 'public') == 'public':
+            nic.access_configs = [t.AccessConfig(name='External NAT', type_='ONE_TO_ONE_NAT')]
+        return t.Instance(
+            name=a.candidate, machine_type='zones/%s/machineTypes/%s' % (self.zone, machine),
+            labels=self._labels(a), metadata=t.Metadata(items=items), network_interfaces=[nic],
+            disks=[t.AttachedDisk(boot=True, auto_delete=True, initialize_params=t.AttachedDiskInitializeParams(
+                source_image=self._image_path(a.source)))],
+            service_accounts=[t.ServiceAccount(email=launch.get('service_account') or 'default',
+                                               scopes=['https://www.googleapis.com/auth/compute'])])
+
+    def allocate(self, allocation):
+        a = allocation
+        if not INSTANCE_NAME.match(a.candidate or ''):
+            raise base.InvalidRequest('%r is not a Compute Engine instance name.' % (a.candidate,))
+        request = self.compute.types.InsertInstanceRequest(project=self.project, zone=self.zone,
+                                                           instance_resource=self.instance_body(a),
+                                                           request_id=request_id(a.candidate, 'insert'))
+        op = self.compute.call('instances.insert', self.compute.instances.insert_unary, acts=True, repeatable=True,
+                               request=request)
+        return task_handle('insert', self.zone, a.candidate, op.name)
+
+    def allocation_task(self, allocation, since):
+        if self.compute.get_instance(allocation.candidate) is None:
+            return None
+        return task_handle('insert', self.zone, allocation.candidate, None)
+
+    # ------------------------------------------------------------------------------- looking
+
+    def _resource(self, instance):
+        labels = dict(instance.labels)
+        meta = dict((i.key, i.value) for i in instance.metadata.items)
+        native = {'labels': labels, 'status': instance.status, 'id': instance.id, 'name': instance.name,
+                  'deletion_protection': instance.deletion_protection,
+                  'addresses': [(nic.network_i_p, [ac.nat_i_p for ac in nic.access_configs if ac.nat_i_p])
+                                for nic in instance.network_interfaces]}
+        return base.Resource(instance.name, short(instance.zone) or self.zone, deleting=instance.status in ENDING,
+                             marker_text=meta.get(META_MARKER), native=native)
+
+    def find(self, resource_id, location=None, search=False):
+        if resource_id is None:
+            return None
+        if location and location != self.zone:
+            raise base.InvalidRequest('%s is in zone %s; this connection is for %s. Run with gcp_zone %s.'
+                                      % (self.label(resource_id), location, self.zone, location))
+        instance = self.compute.get_instance(resource_id)
+        return None if instance is None else self._resource(instance)
+
+    def find_listed(self, entry):
+        listed = entry.get('resource')
+        return listed if listed is not None else self.find(entry['id'], entry['location'])
+
+    def power(self, resource, absent_ok=True):
+        instance = self.compute.get_instance(resource.id)
+        if instance is None:
+            if not absent_ok:
+                raise base.NotFound('%s does not exist.' % self.label(resource.id, self.zone))
+            return base.Power(None)
+        return base.Power(base.RUNNING if instance.status in RUNNING_STATES else base.STOPPED)
+
+    def addresses(self, resource):
+        instance = self.compute.get_instance(resource.id)
+        if instance is None or instance.status != 'RUNNING':
+            return []
+        out = []
+        for n, nic in enumerate(instance.network_interfaces):
+            public = [ac.nat_i_p for ac in nic.access_configs if ac.nat_i_p]
+            if (self.launch.get('address') or 'public') == 'public' and public:
+                out.append(('nic%d' % n, 'inet', public[0]))
+            elif nic.network_i_p:
+                out.append(('nic%d' % n, 'inet', nic.network_i_p))
+        return out
+
+    def list(self, every_kind=False):
+        """Every instance of the zone that carries the label ``ephemera`` (filtered by Compute Engine): a complete
+        read, or IncompleteInventory."""
+        out = []
+        for instance in self.compute.list_instances('labels.%s:*' % LABEL_OURS):
+            labels = dict(instance.labels)
+            if LABEL_OURS not in labels:
+                continue
+            keys = sorted(labels)
+            out.append({'id': instance.name, 'location': self.zone, 'kind': KIND, 'name': instance.name,
+                        'status': instance.status.lower(), 'lock': None, 'pool': labels.get(LABEL_SCOPE),
+                        'tags': keys, 'resource': self._resource(instance)})
+        return out
+
+    def in_scope(self, entry, scope, tag=None):
+        return entry.get('pool') == scope or (tag is not None and tag in entry.get('tags', ()))
+
+    # -------------------------------------------------------------------------------- acting
+
+    def plan_settings(self, resource, settings):
+        return {}
+
+    def apply_settings(self, resource, changes):
+        return None
+
+    def _act(self, action, what, fn, request_type, resource, extra=''):
+        request = request_type(project=self.project, zone=self.zone, instance=resource.id,
+                               request_id=request_id(resource.id, action, extra))
+        op = self.compute.call(what, fn, acts=True, repeatable=True, request=request)
+        return task_handle(action, self.zone, resource.id, op.name)
+
+    def start(self, resource):
+        if self.power(resource, absent_ok=False).running:
+            return None
+        return self._act('start', 'instances.start', self.compute.instances.start_unary,
+                         self.compute.types.StartInstanceRequest, resource, str(time.time()))
+
+    def shutdown(self, resource, timeout):
+        if not self.power(resource).running:
+            return None
+        return self._act('stop', 'instances.stop', self.compute.instances.stop_unary,
+                         self.compute.types.StopInstanceRequest, resource, str(time.time()))
+
+    def stop(self, resource):
+        return self.shutdown(resource, 0)
+
+    def is_image(self, resource):
+        return False
+
+    def make_image(self, resource):
+        raise base.InvalidRequest('Template builds are for Proxmox VE; on GCP give an image.')
+
+    def delete_blocker(self, resource, source=None):
+        native = resource.native or {}
+        if native.get('deletion_protection'):
+            return ('%s has deletion protection; Compute Engine refuses to delete it. Turn it off (gcloud compute '
+                    'instances update %s --zone %s --no-deletion-protection) if it really should go, then destroy '
+                    'again.' % (self.label(resource.id, self.zone), resource.id, self.zone))
+        return None
+
+    def delete(self, resource):
+        native = resource.native or {}
+        # One request id per instance (its numeric id, when known): a retry after a lost answer is the same delete.
+        return self._act('delete', 'instances.delete', self.compute.instances.delete_unary,
+                         self.compute.types.DeleteInstanceRequest, resource, str(native.get('id') or ''))
+
+    def deleted_since(self, resource_id, location, since):
+        return False
+
+    # --------------------------------------------------------------------------------- tasks
+
+    def _verdict(self, handle):
+        """'done', 'running' or a failure message for a handle, from one look at its operation (and instance)."""
+        action, zone, name, op_name, at = parse_handle(handle)
+        if op_name is not None:
+            try:
+                op = self.compute.operation(op_name)
+            except base.NotFound:
+                return 'Compute Engine does not know the operation %s of %s.' % (op_name, self.label(name, zone))
+            if enum_name(op.status) != 'DONE':
+                return 'running'
+            error = operation_error(op)
+            if error:
+                return 'The operation %s (%s of %s) failed: %s' % (op_name, action, self.label(name, zone), error)
+        instance = self.compute.get_instance(name)
+        if action == 'delete':
+            # DONE without an error, followed by a GET 404.
+            return 'done' if instance is None else 'running'
+        if instance is None:
+            return '%s does not exist after its %s operation.' % (self.label(name, zone), action)
+        want = {'insert': ('RUNNING',), 'start': ('RUNNING',), 'stop': ('TERMINATED', 'STOPPED'),
+                'labels': None}.get(action)
+        if want is None or instance.status in want:
+            return 'done'
+        if instance.status in ('PROVISIONING', 'STAGING', 'STOPPING'):
+            return 'running'
+        return '%s is %s after its %s operation.' % (self.label(name, zone), instance.status, action)
+
+    def wait(self, handle, timeout):
+        action, zone, name, op_name, at = parse_handle(handle)
+        deadline = time.monotonic() + timeout
+        delay = 0.3
+        while True:
+            verdict = self._verdict(handle)
+            if verdict == 'done':
+                return TaskResult(handle)
+            if verdict != 'running':
+                err = base.TaskFailed(verdict)
+                err.task_id = handle
+                err.log_tail = [verdict]
+                raise err
+            if time.monotonic() + delay > deadline:
+                err = base.TaskTimeout('The %s of %s is not finished after %d s (operation %s); it goes on in Compute '
+                                       'Engine.' % (action, self.label(name, zone), timeout, op_name or '-'))
+                err.task_id = handle
+                raise err
+            self.sleep(delay)
+            delay = min(delay * 1.5, 3.0)
+
+    def task_status(self, handle):
+        verdict = self._verdict(handle)
+        if verdict == 'running':
+            return TaskResult(handle, status='running', exitstatus=None)
+        return TaskResult(handle, exitstatus='OK' if verdict == 'done' else verdict)
+
+    def close(self):
+        pass

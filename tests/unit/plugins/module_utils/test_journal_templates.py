@@ -1,4 +1,4 @@
-"""The journal's template pointers and versions (schema 4) against real SQLite files."""
+"""The journal's template pointers and versions (schema 4) on both journals: SQLite files and PostgreSQL databases."""
 
 import sqlite3
 
@@ -12,6 +12,13 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
 def started(journal, name='workspace', source=None):
     return journal.begin_template_version(name, source or {'vmid': 9000, 'node': 'pve1'},
                                           lambda v: 'tb-%s-v%d' % (name, v))
+
+
+@pytest.fixture
+def journal(store):
+    """The template records on both journals (SQLite, PostgreSQL); the schema-3 reader test below is SQLite's."""
+    with store.open() as j:
+        yield j
 
 
 def test_versions_count_up_and_the_pointer_moves_only_to_a_finished_build(journal):

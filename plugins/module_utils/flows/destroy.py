@@ -125,6 +125,8 @@ class DestroyFlow(Flow):
             node = resource.location
         elif not self.resource_id:
             self._absence_unproven(vmid, node)
+        elif getattr(self.provider, 'confirms_delete_by_task', False) and self.tasks.get('delete'):
+            self._delete_confirmed(vmid, node)
         verdict = None if resource is None else self.provider.verify(resource, self.name, ownership.record_nonce(self.ws))
         if resource is not None and resource.id != vmid:
             # Found by its candidate id (a cloud's idempotency token): from here on, the resource's own id, recorded
@@ -156,6 +158,20 @@ class DestroyFlow(Flow):
                            'late). The cleanup debt stays; destroy again (or let reconcile retry) after %d s.'
                            % (self.provider.label(vmid), age, self.provider.name, window, int(window - age) + 1))
         raise self._debt(Target(vmid, node, None, None), 'delete', err)
+
+    def _delete_confirmed(self, vmid, node):
+        """Raise (keeping cleanup debt) unless the recorded delete's task succeeded: on a provider that can hide a
+        resource whose deletion still runs (Hetzner Cloud), a 404 alone does not complete a known delete."""
+        handle = self.tasks['delete']
+        try:
+            if self.check_mode:
+                if not self.provider.task_status(handle).succeeded:
+                    raise DestroyError('%s is not found, and its delete (%s) is not confirmed yet.'
+                                       % (self.provider.label(vmid), handle))
+                return
+            self.provider.wait(handle, timeout=self.params['task_timeout'])
+        except (TaskFailed, TaskTimeout, Transient, UnknownOutcome) as err:
+            raise self._debt(Target(vmid, node, None, None), 'delete', err)
 
     def _deleted_by_us(self, vmid, node):
         """True when a delete of ``vmid`` was dispatched and the provider shows it finished (a delete task of ours,
@@ -371,6 +387,9 @@ class DestroyFlow(Flow):
                 self._require_ours(target, 'delete')
                 continue
             except ProviderError as err:
+                # A rejection: this attempt's dispatch did nothing; the next one reads ownership again and records anew.
+                self.event('observed', 'delete_rejected', {'vmid': target.vmid, 'error': str(err),
+                                                           'kind': err.error_kind})
                 raise self._debt(target, 'delete', err)
             break
         try:

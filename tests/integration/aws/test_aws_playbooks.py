@@ -85,6 +85,12 @@ def test_create_to_ready_then_heartbeat_and_destroy(site, cloud):
     after = site.workspace('aws-happy')
     assert after['lease']['last_touched_at'] > ws['lease']['last_touched_at']
     assert provider.labels(provider.find(instance_id, 'us-east-1')) == leasing.lease_labels(after['lease'], 'ready')
+    # A release without delete retains the instance; a later destroy resumes the cleanup.
+    retained = site.destroy('aws-happy', delete=False)
+    assert retained.ok, retained.explain()
+    held = site.workspace('aws-happy')
+    assert held['cleanup']['retained'] is True and held['status'] == 'ready'
+    assert [i['instance_id'] for i in site.instances('aws-happy')] == [instance_id]
     destroyed(site, 'aws-happy')
     gone = [i for i in site.cloud.instances() if i['instance_id'] == instance_id]
     assert [i['state'] for i in gone] in ([], ['terminated'])
@@ -119,39 +125,46 @@ def test_throttling_and_the_visibility_window_are_ridden_out(site, cloud):
     assert ws['resource_id'] not in [i['instance_id'] for i in site.instances('aws-slow')]
 
 
-KILL_AT_RUN_ANSWER = {'point': 'create.clone aws RunInstances', 'nth': 1}
-
-
-@pytest.mark.parametrize('fault', [dict(repeat_at=2), dict(fail_at=2, code='InternalError', status=500),
-                                   dict(endless=True)], ids=['repeated-token', 'failing-page', 'over-100-pages'])
-def test_an_incomplete_inventory_is_refused_and_keeps_the_debt(site, cloud, tmp_path, fault):
-    name = 'aws-inv-%s' % ('r' if 'repeat_at' in fault else 'f' if 'fail_at' in fault else 'e')
-    # A second instance of ours, so that a listing of our tokens has more than one page of one.
-    if not site.instances('aws-inv-other'):
-        ready(site, 'aws-inv-other')
-    # The controller dies right after RunInstances answered: the journal holds the client token, not the instance.
-    trace = tmp_path / 'trace'
+def killed_after_launch(site, name, tmp_path):
+    """A create killed right after RunInstances answered: the journal holds the client token, not the instance."""
+    trace = tmp_path / ('trace-' + name)
     trace.write_text('')
+    kill = {'workspace': name, 'point': 'create.clone aws RunInstances', 'nth': 1}
     killed = site.create(name, site.repo, env={'EPHEMERA_FAILPOINT_TRACE': str(trace),
-                                               'EPHEMERA_FAILPOINT_KILL': json.dumps(dict(KILL_AT_RUN_ANSWER,
-                                                                                          workspace=name))})
+                                               'EPHEMERA_FAILPOINT_KILL': json.dumps(kill)})
     assert not killed.ok
     ws = site.workspace(name)
     assert ws['resource_id'] is None and ws['candidate_id'] and 'clone' not in (ws['provider_tasks'] or {})
     [instance] = site.instances(name)
-    cloud.pages(size=1, times=None, **fault)
-    # A failing page is retried as a server error for aws_retry_timeout first: a short patience keeps the test short.
-    run = site.destroy(name, ephemera_aws_retry_timeout=2)
-    assert not run.ok
-    assert 'incomplete' in run.output
-    assert site.debt(name), 'no cleanup debt kept'
-    record = site.workspace(name)
-    assert record['status'] != 'destroyed'
-    assert leasing.cleanup_status(dict(record, cleanup_debt=site.debt(name))) == leasing.FAILED
-    assert [i['instance_id'] for i in site.instances(name)] == [instance['instance_id']]
-    # With the listing whole again, the next run finds the instance by its token and finishes.
+    return instance
+
+
+FAULTS = [('a repeated token', dict(repeat_at=2), 'token of an earlier page'),
+          ('a failing later page', dict(fail_at=2, code='InternalError', status=500), 'failed on page 2'),
+          ('more than 100 pages', dict(endless=True), 'more than 100 pages')]
+
+
+def test_each_incomplete_inventory_is_refused_and_keeps_the_debt(site, cloud, tmp_path):
+    instance = killed_after_launch(site, 'aws-inv', tmp_path)
+    # A second one, so that a listing of our client tokens has more than one page of one instance.
+    other = killed_after_launch(site, 'aws-inv-other', tmp_path)
+    for what, fault, said in FAULTS:
+        cloud.clear()
+        cloud.pages(size=1, times=None, **fault)
+        # A failing page is retried as a server error for aws_retry_timeout first: a short patience here.
+        run = site.destroy('aws-inv', ephemera_aws_retry_timeout=2)
+        assert not run.ok and said in run.output, (what, run.explain())
+        debt = site.debt('aws-inv')
+        assert debt and said in debt[0]['last_error'], (what, debt)
+        record = site.workspace('aws-inv')
+        assert record['status'] != 'destroyed'
+        assert leasing.cleanup_status(dict(record, cleanup_debt=debt)) == leasing.FAILED
+        assert [i['instance_id'] for i in site.instances('aws-inv')] == [instance['instance_id']], what
+    # With the listing whole again, the next run finds each instance by its token and finishes.
     cloud.clear()
-    destroyed(site, name)
+    destroyed(site, 'aws-inv')
+    destroyed(site, 'aws-inv-other')
+    assert other['instance_id'] != instance['instance_id']
 
 
 def test_a_launch_never_seen_is_not_taken_as_absent_within_the_absence_window(site, cloud, tmp_path):
@@ -184,16 +197,6 @@ def test_lease_expiry_releases_the_instance(site, cloud):
     after = site.workspace('aws-idle')
     assert after['status'] == 'destroyed' and site.instances('aws-idle') == []
     assert leasing.view(after, time.time())['cleanup_status'] == 'complete'
-
-
-def test_a_release_without_delete_retains_the_instance(site, cloud):
-    ready(site, 'aws-held')
-    run = site.destroy('aws-held', delete=False)
-    assert run.ok, run.explain()
-    ws = site.workspace('aws-held')
-    assert ws['cleanup']['retained'] is True and ws['status'] == 'ready'
-    assert len(site.instances('aws-held')) == 1
-    destroyed(site, 'aws-held')
 
 
 def test_bad_input_is_refused_before_anything_is_launched(site, cloud):

@@ -71,7 +71,11 @@ class ExpirySweep:
         self.look_at_activity()
         now = self.clock()
         candidates = [(ws, due(ws, now)) for ws in self.journal.list_workspaces()]
-        candidates = sorted([(ws, why) for ws, why in candidates if why],
+        for ws, why in candidates:
+            if why and not self._here(ws):
+                self._add(ws['name'], 'other_provider', 'due (%s); it lives on %s, left to a sweep that talks to it'
+                          % (why, ws['provider']))
+        candidates = sorted([(ws, why) for ws, why in candidates if why and self._here(ws)],
                             key=lambda pair: pair[0]['lease'].get('expires_at') or 0)
         limit = self.params.get('limit') or DEFAULT_LIMIT
         for ws, why in candidates[:limit]:
@@ -80,13 +84,18 @@ class ExpirySweep:
             self._add(ws['name'], 'deferred', 'due (%s), beyond this sweep\'s limit of %d' % (why, limit))
         return self.entries
 
+    def _here(self, ws):
+        """True when the workspace lives on the provider this sweep talks to (a record without one is Proxmox's)."""
+        return self.provider is None or (ws.get('provider') or 'proxmox') == self.provider.name
+
     # ------------------------------------------------------------------ activity
 
     def look_at_activity(self):
         """Ask every ready workspace whose lease runs for its agent's activity, many at once; record the answers."""
         now = self.clock()
         live = [ws for ws in self.journal.list_workspaces(status='ready')
-                if ws.get('lease') and ws['desired_state'] == 'present' and not leasing.is_expired(ws['lease'], now)]
+                if ws.get('lease') and ws['desired_state'] == 'present' and not leasing.is_expired(ws['lease'], now)
+                and self._here(ws)]
         if not live:
             return
         with ThreadPoolExecutor(max_workers=max(1, min(self.params.get('parallel') or 8, len(live)))) as pool:

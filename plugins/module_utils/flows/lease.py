@@ -70,6 +70,9 @@ def write_labels(journal, provider, ws, state=None, claim=None):
     if provider is None or not ws.get('lease') or ws.get('resource_id') is None:
         return None
     provider = providers.bind(provider, None)
+    if (ws.get('provider') or provider.name) != provider.name:
+        return 'the lease labels on its resource were not updated (it lives on %s, and this run talks to %s)' % (
+            ws['provider'], provider.name)
     terms = ws['lease']
     if (ws.get('cleanup') or {}).get('retained'):
         # Held by a person: a sweep by labels must skip it, as it skips keep.

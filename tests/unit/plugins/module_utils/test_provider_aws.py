@@ -360,3 +360,21 @@ def test_an_image_named_by_an_ssm_parameter_is_resolved_once(ec2, seeded, moto_u
     with pytest.raises(base.InvalidRequest) as err:
         p.resolve_source('/unit/images/missing')
     assert 'could not be read' in str(err.value)
+
+
+def test_an_expiry_sweep_leaves_a_workspace_of_another_provider_alone(journal):
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.expire import ExpirySweep
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider import ProxmoxProvider
+    terms = leasing.new_lease(time.time() - 10000, ttl=3600)
+    journal.create_workspace('on-aws', status='ready', desired_state='present', provider='aws', location=REGION,
+                             resource_id='i-0123456789abcdef0', lease=terms, lease_expires_at=terms['expires_at'],
+                             params={}, progress={}, cleanup={})
+    before = journal.get_workspace('on-aws')
+    entries = ExpirySweep(journal, ProxmoxProvider(None), {}, SECRET).run()
+    assert [(e['workspace'], e['action']) for e in entries] == [('on-aws', 'other_provider')]
+    assert 'lives on aws' in entries[0]['detail']
+    assert journal.get_workspace('on-aws')['generation'] == before['generation']
+    note = lease_flow.write_labels(journal, ProxmoxProvider(None), before)
+    assert 'lives on aws' in note

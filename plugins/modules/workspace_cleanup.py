@@ -39,6 +39,7 @@ extends_documentation_fragment:
   - ephemera.workspaces.controller
   - ephemera.workspaces.proxmox
   - ephemera.workspaces.aws
+  - ephemera.workspaces.hetzner
   - ephemera.workspaces.journal
 attributes:
   check_mode:
@@ -186,6 +187,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.cleanup import Sweep, sweep_secret
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
     connection_argument_spec,
 )
@@ -201,6 +203,7 @@ def module_args():
     spec.update(controller_argument_spec())
     spec.update(connection_argument_spec())
     spec.update(aws_argument_spec())
+    spec.update(hetzner_argument_spec())
     spec.update(journal_argument_spec())
     return dict(argument_spec=spec, supports_check_mode=True)
 

@@ -37,6 +37,7 @@ extends_documentation_fragment:
   - ephemera.workspaces.archive
   - ephemera.workspaces.proxmox
   - ephemera.workspaces.aws
+  - ephemera.workspaces.hetzner
   - ephemera.workspaces.journal
   - ephemera.workspaces.history
 attributes:
@@ -251,6 +252,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import connection_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
 
@@ -270,6 +272,7 @@ def argument_spec():
     spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())
     spec.update(aws_argument_spec())
+    spec.update(hetzner_argument_spec())
     spec.update(journal_argument_spec())
     spec.update(history_argument_spec())
     return spec

@@ -33,6 +33,7 @@ extends_documentation_fragment:
   - ephemera.workspaces.archive
   - ephemera.workspaces.proxmox
   - ephemera.workspaces.aws
+  - ephemera.workspaces.hetzner
   - ephemera.workspaces.journal
   - ephemera.workspaces.history
 attributes:
@@ -102,6 +103,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.expire import DEFAULT_LIMIT, ExpirySweep
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
     connection_argument_spec,
 )
@@ -115,6 +117,7 @@ def module_args():
     spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())
     spec.update(aws_argument_spec())
+    spec.update(hetzner_argument_spec())
     spec.update(journal_argument_spec())
     spec.update(history_argument_spec())
     return dict(argument_spec=spec, supports_check_mode=True)

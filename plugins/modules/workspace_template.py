@@ -29,6 +29,7 @@ author:
 requirements:
   - paramiko >= 3.2
   - boto3 >= 1.28
+  - hcloud >= 2.27
 extends_documentation_fragment:
   - ephemera.workspaces.controller
   - ephemera.workspaces.controller.shutdown

@@ -262,7 +262,7 @@ def test_the_code_facts_are_found():
     assert {'kind', 'status', 'pve_message', 'transport', 'task'} <= error_facts(PVE_CLIENT)
     assert {'address', 'rc', 'stderr_tail'} <= error_facts(SSH)
     create = os.path.join(PLUGINS, 'modules', 'workspace_create.py')
-    assert needed_packages(create) == {'boto3', 'paramiko', 'proxmoxer', 'requests'}
+    assert needed_packages(create) == {'boto3', 'hcloud', 'paramiko', 'proxmoxer', 'requests'}
     assert 'details' in result_keys(create) and result_keys(create)['diff'] is True
     assert merges_error_facts(create)
 

@@ -99,6 +99,17 @@ class CloudApi(object):
         """Every fault off: proxy rules, instance faults (new invisibility windows end now), guest faults."""
         return self._op('clear')
 
+    # The ARM fake (tests/localcloud/azure_site.py's op_* with their keyword arguments).
+    def azure(self, what, /, **arguments):
+        """An operation of the ARM fake: resources, operations, rule, rules, remove_rule, clear, change, detach,
+        remove, foreign_create, settings."""
+        return self._op('azure', action=what, arguments=arguments)
+
+    # The Hetzner Cloud fake (tests/localcloud/hetzner_site.py's op_* with their keyword arguments).
+    def hetzner(self, what, /, **arguments):
+        """An operation of the Hetzner Cloud fake: servers, view, requests, rule, clear, foreign_create."""
+        return self._op('hetzner', action=what, arguments=arguments)
+
 
 class CloudClient(CloudApi):
     """The operations of a cloud that runs as its own process (started with `up`).

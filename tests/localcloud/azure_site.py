@@ -1,0 +1,130 @@
+"""The ARM fake's part of a try-out cloud: its HTTPS server (tests/localcloud/azure.py), its guests
+(azure_guests.py), its credentials and what cloud.json says of it (the `azure` key), and its control operations
+(CloudSite.op_azure dispatches to the op_* methods here)."""
+
+import json
+import os
+import secrets
+import uuid
+
+from tests.localpve import pki
+
+from .azure import SCOPE, AzureFake
+from .azure_guests import AzureGuests
+from .config import CloudError
+
+SECRETS_FILE = 'azure-secrets.json'
+
+
+class AzurePart(object):
+    """Started and stopped by CloudSite; ticked with the fleet."""
+
+    def __init__(self, site):
+        self.site = site
+        self.fake = None
+        self.guests = None
+        self.secrets = None
+        self.info = None
+
+    def _secrets(self):
+        path = os.path.join(self.site.options.state_dir, SECRETS_FILE)
+        data = {}
+        if os.path.exists(path):
+            with open(path, encoding='utf-8') as fh:
+                data = json.load(fh)
+        fresh = {'azure_client_id': str(uuid.uuid4()), 'azure_client_secret': secrets.token_urlsafe(30),
+                 'azure_foreign_client_id': str(uuid.uuid4()),
+                 'azure_foreign_client_secret': secrets.token_urlsafe(30)}
+        if any(k not in data for k in fresh):
+            data = dict(fresh, **data)
+            pki.write_private(path, json.dumps(data, indent=2).encode())
+        return data
+
+    async def start(self, public_key):
+        opts = self.site.options
+        paths = pki.ensure_pki(os.path.join(opts.state_dir, 'pki'), [opts.host])
+        self.secrets = self._secrets()
+        fleet = self.site.fleet
+        self.fake = AzureFake(self.site, opts.host, 0, paths, fleet.pool, fleet.public_pool)
+        seed = self.fake.seed(self.secrets, public_key)
+        await self.fake.start()
+        self.guests = AzureGuests(self.site, self.fake)
+        self.info = {
+            'url': self.fake.url, 'resource_manager_url': self.fake.url, 'authority_host': self.fake.url,
+            'credential_scope': SCOPE, 'ca_file': paths['ca_file'],
+            'tenant_id': seed['tenant_id'], 'subscription_id': seed['subscription_id'],
+            'client_id': self.secrets['azure_client_id'], 'client_secret': self.secrets['azure_client_secret'],
+            'foreign': {'client_id': self.secrets['azure_foreign_client_id'],
+                        'client_secret': self.secrets['azure_foreign_client_secret']},
+            'ssh_known_hosts': self.guests.known_hosts, 'pending_secs': self.fake.pending_secs,
+            'poll_secs': self.fake.poll_secs, 'seed': seed}
+        return self.info
+
+    async def tick(self):
+        if self.guests is not None:
+            await self.guests.reconcile()
+
+    async def stop(self):
+        if self.guests is not None:
+            await self.guests.stop_all()
+        if self.fake is not None:
+            await self.fake.stop()
+
+    # ------------------------------------------------------------ operations (control API: op azure)
+
+    def op(self, action, arguments):
+        method = getattr(self, 'op_' + str(action).replace('-', '_'), None)
+        if method is None or self.fake is None:
+            raise CloudError('unknown Azure operation {0!r}'.format(action))
+        try:
+            return method(**(arguments or {}))
+        except TypeError as exc:
+            raise CloudError('bad arguments for Azure operation {0}: {1}'.format(action, exc)) from None
+
+    def op_resources(self):
+        guests = self.guests.view() if self.guests is not None else {}
+        out = []
+        for item in self.fake.view():
+            if item['kind'] == 'vm':
+                item.update(guests.get(item['id'].lower(), {'sshd': 'stopped', 'sshd_pid': None}))
+            out.append(item)
+        return out
+
+    def op_operations(self):
+        return self.fake.view_operations()
+
+    def op_rule(self, action, operation, times=1, skip=0, match=None, seconds=None, code=None, message=None,
+                status=None, style=None, outcome=None, poll=None):
+        return self.fake.add_rule(action, operation, times=times, skip=skip, match=match, seconds=seconds, code=code,
+                                  message=message, status=status, style=style, outcome=outcome, poll=poll)
+
+    def op_rules(self):
+        return self.fake.view_rules()
+
+    def op_remove_rule(self, rule_id):
+        self.fake.remove_rule(rule_id)
+        return self.fake.view_rules()
+
+    def op_clear(self):
+        self.fake.clear_rules()
+        return []
+
+    def op_change(self, resource, tags=None, remove_tags=None, properties=None, location=None):
+        return self.fake.change(resource, tags=tags, remove_tags=remove_tags, properties=properties,
+                                location=location)
+
+    def op_detach(self, resource):
+        return self.fake.detach(resource)
+
+    def op_remove(self, resource):
+        return self.fake.remove(resource)
+
+    def op_foreign_create(self, kind, name, tags=None, group='workspaces', location=None, attach_to=None):
+        return self.fake.create_foreign(kind, name, tags=tags, group=group, location=location, attach_to=attach_to)
+
+    def op_settings(self, pending_secs=None, poll_secs=None):
+        if pending_secs is not None:
+            self.fake.pending_secs = float(pending_secs)
+        if poll_secs is not None:
+            self.fake.poll_secs = int(poll_secs)
+        return {'pending_secs': self.fake.pending_secs, 'poll_secs': self.fake.poll_secs}

@@ -105,6 +105,11 @@ class CloudApi(object):
         remove, foreign_create, settings."""
         return self._op('azure', action=what, arguments=arguments)
 
+    # The Hetzner Cloud fake (tests/localcloud/hetzner_site.py's op_* with their keyword arguments).
+    def hetzner(self, what, /, **arguments):
+        """An operation of the Hetzner Cloud fake: servers, view, requests, rule, clear, foreign_create."""
+        return self._op('hetzner', action=what, arguments=arguments)
+
 
 class CloudClient(CloudApi):
     """The operations of a cloud that runs as its own process (started with `up`).

@@ -22,6 +22,7 @@ from tests.localpve.harness import ControlServer
 from .azure_site import AzurePart
 from .config import ACCOUNT_ID, INFO_FILE, CloudError
 from .fleet import Fleet
+from .hetzner_site import HetznerPart
 from .proxy import FaultProxy
 from .seed import forged_marker, seed
 
@@ -72,6 +73,7 @@ class CloudSite(object):
         self._tick = None
         self._started = None
         self.fleet = Fleet(self)
+        self.hetzner = HetznerPart(self)
         self.azure = AzurePart(self)
 
     def _path(self, *parts):
@@ -122,6 +124,7 @@ class CloudSite(object):
                 raise CloudError('a port on {0} is in use ({1}): choose other ports'.format(opts.host, exc)) from None
             raise
         info = self._info(private_key, public_key)
+        info['hetzner'] = await self.hetzner.start(public_key)
         info['azure'] = await self.azure.start(public_key)
         loop = asyncio.get_running_loop()
         info['seed'] = await loop.run_in_executor(None, seed, info, self.scope)
@@ -155,6 +158,7 @@ class CloudSite(object):
             await asyncio.sleep(TICK)
             try:
                 await self.fleet.reconcile()
+                await self.hetzner.tick()
                 await self.azure.tick()
             except Exception:  # noqa: BLE001 - one bad tick must not end the cloud
                 LOG.exception('reconcile failed')
@@ -169,6 +173,7 @@ class CloudSite(object):
                 pass
             self._tick = None
         await self.fleet.stop_all()
+        await self.hetzner.stop()
         await self.azure.stop()
         for part in (self.control, self.proxy):
             if part is not None:
@@ -297,8 +302,14 @@ class CloudSite(object):
         """The ARM fake's operations (azure_site.AzurePart.op_*)."""
         return self.azure.op(action, arguments)
 
+    def op_hetzner(self, action, arguments=None):
+        """The Hetzner Cloud fake's operations (hetzner_site.HetznerPart.op_*)."""
+        return self.hetzner.op(action, arguments)
+
     def op_clear(self):
         self.op_proxy_clear()
+        if self.hetzner.fake is not None:
+            self.hetzner.fake.clear_rules()
         if self.azure.fake is not None:
             self.azure.fake.clear_rules()
         self.op_guest_clear()

@@ -76,3 +76,83 @@ def test_create_to_ready_then_destroy_confirmed(site, cloud):
     delete_at = max(i for i, r in enumerate(requests) if r['method'] == 'DELETE' and r['path'] == '/servers/' + server_id)
     later = [r['path'] for r in requests[delete_at + 1:]]
     assert any(p.startswith('/actions/') for p in later) and '/servers/' + server_id in later
+
+
+def test_lost_create_answer_gives_one_server(site, cloud):
+    site.rule('drop', method='POST', path='/servers')
+    ws = ready(site, 'hz-lost-create')
+    assert len(site.servers('hz-lost-create')) == 1
+    assert 'adopted' in actions(site, 'hz-lost-create')
+    posts = [r for r in site.cloud.hetzner('requests') if r['method'] == 'POST' and r['path'] == '/servers']
+    assert len(posts) >= 1
+    assert str(site.servers('hz-lost-create')[0]['id']) == ws['resource_id']
+    destroyed(site, 'hz-lost-create')
+
+
+def test_lost_delete_answer_is_finished(site, cloud):
+    ready(site, 'hz-lost-delete')
+    site.rule('drop', method='DELETE', path='/servers')
+    first = site.destroy('hz-lost-delete')
+    if not first.ok:
+        assert site.debt('hz-lost-delete'), first.explain()
+        second = site.destroy('hz-lost-delete')
+        assert second.ok, second.explain()
+    assert 'delete_outcome_unknown' in actions(site, 'hz-lost-delete')
+    ws = site.workspace('hz-lost-delete')
+    assert ws['status'] == 'destroyed' and site.servers('hz-lost-delete') == []
+
+
+def test_rejected_delete_retires_its_attempt_uncertain_one_does_not(site, cloud):
+    ready(site, 'hz-rejected')
+    site.rule('error', method='DELETE', path='/servers', status=403)
+    run = site.destroy('hz-rejected')
+    assert not run.ok and 'forbidden' in run.explain()
+    assert 'delete_rejected' in actions(site, 'hz-rejected') and site.debt('hz-rejected')
+    assert len(site.servers('hz-rejected')) == 1
+    # Uncertain: a 500 after the DELETE is never taken for a rejection; the run looks and sends a new one.
+    site.rule('error', method='DELETE', path='/servers', status=500)
+    before = actions(site, 'hz-rejected').count('delete_rejected')
+    destroyed(site, 'hz-rejected')
+    after = actions(site, 'hz-rejected')
+    assert after.count('delete_rejected') == before and 'delete_outcome_unknown' in after
+
+
+def test_server_hidden_while_its_deletion_runs_is_not_taken_for_deleted(site, cloud):
+    ws = ready(site, 'hz-hidden')
+    site.rule('hide', method='DELETE', path='/servers', seconds=4)
+    run = site.destroy('hz-hidden', ephemera_hetzner_action_timeout=1)
+    assert not run.ok and 'not confirmed' in run.explain()
+    assert site.workspace('hz-hidden')['status'] != 'destroyed' and site.debt('hz-hidden')
+    # Hidden: the server answers 404 while its deletion action still runs.
+    assert site.provider().find(ws['resource_id']) is None
+    destroyed(site, 'hz-hidden')
+
+
+def test_unbindable_creation_answer_is_reported_and_left_alone(site, cloud):
+    site.rule('foreign_answer', method='POST', path='/servers')
+    run = site.create('hz-unbound', site.repo)
+    assert not run.ok and 'Unresolved allocation' in run.explain() and 'not deleted' in run.explain()
+    assert len(site.servers('hz-unbound')) == 1
+    deletes = [r for r in site.cloud.hetzner('requests') if r['method'] == 'DELETE']
+    destroyed(site, 'hz-unbound')
+    assert len([r for r in site.cloud.hetzner('requests') if r['method'] == 'DELETE']) == len(deletes) + 1
+
+
+@pytest.mark.parametrize('extra,message', [
+    ({'ephemera_hetzner_location': 'mars1'}, 'Unknown location'),
+    ({'ephemera_hetzner_server_type': 'cx999'}, 'Unknown server type'),
+    ({'ephemera_template': 'windows-95'}, 'Unknown image'),
+    ({'ephemera_hetzner_networks': ['nope']}, 'Unknown network'),
+    ({'ephemera_hetzner_labels': {'team': 'a b'}}, 'label value'),
+    ({'ephemera_hetzner_token': 'wrong'}, 'Check the API token'),
+])
+def test_bad_input_is_refused_before_a_server_is_made(site, cloud, extra, message):
+    def posts():
+        return len([r for r in site.cloud.hetzner('requests') if r['method'] == 'POST'])
+
+    before, sent = len(site.cloud.hetzner('servers')), posts()
+    name = 'hz-bad-%d' % len(site.timings)
+    run = site.create(name, site.repo, **extra)
+    assert not run.ok and message in run.explain(), run.explain()
+    # Nothing was created: no server, no SSH key, no POST at all.
+    assert len(site.cloud.hetzner('servers')) == before and posts() == sent

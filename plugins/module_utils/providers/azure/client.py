@@ -1,0 +1,274 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The only file that talks to Azure Resource Manager: requests through the authenticated pipelines of
+azure-mgmt-compute's and azure-mgmt-network's clients (imported when a connection is made), ARM's errors mapped
+onto the seam's kinds, and long-running operations polled by our own rules:
+
+- an ``Azure-AsyncOperation`` status document completes on ``"status": "Succeeded"`` only; Failed and Canceled
+  fail; an empty answer (or one without a status) is never success, it is still pending;
+- ``Location`` polling: 202 is pending; 200 or 204 completes only when the body states no pending or failed
+  status.
+
+Credentials never leave this file: no message, handle or record holds a secret.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import json
+import os
+import time
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+
+# The API versions azure-mgmt-compute 39.0.0 and azure-mgmt-network 33.1.0 use.
+API_VERSIONS = {'compute': '2026-04-01', 'disks': '2026-03-02', 'network': '2026-03-01'}
+SCOPE = 'https://management.azure.com/.default'
+PENDING = 'pending'
+SUCCEEDED = 'succeeded'
+PENDING_STATES = ('accepted', 'inprogress', 'running', 'creating', 'updating', 'deleting', 'notstarted')
+FAILED_STATES = ('failed', 'canceled', 'cancelled')
+IN_USE = ('InUseNetworkInterfaceCannotBeDeleted', 'NicInUse', 'PublicIPAddressInUse', 'InUsePublicIpAddressCannotBeDeleted',
+          'OperationNotAllowed', 'DiskInUse', 'AnotherOperationInProgress', 'RetryableError')
+NOT_FOUND_CODES = ('ResourceNotFound', 'NotFound', 'ResourceGroupNotFound', 'SubscriptionNotFound',
+                   'InvalidSubscriptionId')
+
+
+class OperationFailed(base.TaskFailed):
+    """A long-running operation ended Failed or Canceled."""
+
+
+def judge_async(status, body):
+    """PENDING, SUCCEEDED or a failure sentence for one answer of an Azure-AsyncOperation status URL."""
+    if status == 202 or status >= 500:
+        return PENDING
+    if not isinstance(body, dict) or not body.get('status'):
+        # An empty status document says nothing: never success.
+        return PENDING
+    state = str(body['status']).lower()
+    if state == 'succeeded':
+        return SUCCEEDED
+    if state in FAILED_STATES:
+        err = body.get('error') or {}
+        return 'the operation ended %s%s' % (body['status'], (': %s %s' % (err.get('code'), err.get('message'))
+                                                              if err else ''))
+    return PENDING
+
+
+def judge_location(status, body):
+    """PENDING, SUCCEEDED or a failure sentence for one answer of a Location polling URL."""
+    if status == 202:
+        return PENDING
+    if status in (200, 201, 204):
+        state = str((body or {}).get('status') or '').lower() if isinstance(body, dict) else ''
+        if state in PENDING_STATES:
+            return PENDING
+        if state in FAILED_STATES:
+            err = body.get('error') or {}
+            return 'the operation ended %s%s' % (body['status'], ': %s' % err.get('message') if err else '')
+        return SUCCEEDED
+    if status >= 500:
+        return PENDING
+    return 'the operation answered HTTP %d' % status
+
+
+def operation_of(status, headers):
+    """The polling URLs of an answer to a PUT or DELETE ({'async': url, 'location': url}), or None when the answer
+    itself is final (no polling header on a 200, 201 or 204)."""
+    heads = dict((k.lower(), v) for k, v in (headers or {}).items())
+    op = {'async': heads.get('azure-asyncoperation'), 'location': heads.get('location')}
+    if op['async'] or op['location']:
+        return op
+    if status == 202:
+        # Accepted with nowhere to look: the outcome can only be read from the resource.
+        return {'async': None, 'location': None}
+    return None
+
+
+def judge(op, status, body, which):
+    return judge_async(status, body) if which == 'async' else judge_location(status, body)
+
+
+class Answer:
+    __slots__ = ('status', 'headers', 'body')
+
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+
+def _body(text):
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def arm_error(answer, what):
+    """The seam error of an ARM error answer."""
+    err = (answer.body or {}).get('error') or {} if isinstance(answer.body, dict) else {}
+    code, message = err.get('code') or '', err.get('message') or ''
+    text = '%s: HTTP %d %s %s' % (what, answer.status, code, message)
+    if answer.status in (401, 403):
+        return base.Refused(text + ' Check the credentials (AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_CLIENT_SECRET) '
+                                   'and that the principal has a role on the resource group.')
+    if answer.status == 404 or code in NOT_FOUND_CODES:
+        return base.NotFound(text)
+    if answer.status == 429:
+        return base.Transient(text + ' (throttled)')
+    if code in IN_USE or answer.status == 409:
+        return base.Locked(text)
+    if answer.status >= 500:
+        return base.Transient(text)
+    return base.Refused(text)
+
+
+class Arm:
+    """ARM requests of one subscription (``compute`` and ``network``: the SDK clients whose pipelines carry the
+    token; any object with ``send_request`` will do)."""
+
+    def __init__(self, subscription, compute, network, sleep=time.sleep, max_retry_after=30, deadline=120):
+        self.subscription = subscription
+        self.compute = compute
+        self.network = network
+        self.sleep = sleep
+        self.max_retry_after = max_retry_after
+        self.deadline = deadline
+
+    @classmethod
+    def connect(cls, subscription, tenant=None, client_id=None, client_secret=None, authority=None, endpoint=None,
+                ca_file=None, retry_total=3):
+        """Clients of azure-mgmt-compute and azure-mgmt-network with a client-secret credential (or
+        DefaultAzureCredential without a secret); ``endpoint``: another Resource Manager (the try-out cloud)."""
+        # pylint: disable=import-outside-toplevel
+        try:
+            from azure.identity import ClientSecretCredential, DefaultAzureCredential
+            from azure.mgmt.compute import ComputeManagementClient
+            from azure.mgmt.network import NetworkManagementClient
+        except ImportError:
+            raise base.InvalidRequest('The Azure provider needs azure-identity, azure-mgmt-compute and '
+                                      'azure-mgmt-network: pip install -r requirements.txt.')
+        if not subscription:
+            raise base.InvalidRequest('No Azure subscription: give azure_subscription_id or AZURE_SUBSCRIPTION_ID.')
+        ident = {}
+        if authority:
+            ident['authority'] = authority
+        if endpoint:
+            # Not Microsoft's cloud: nothing to discover.
+            ident['disable_instance_discovery'] = True
+        if ca_file:
+            ident['connection_verify'] = ca_file
+        if client_secret:
+            if not (tenant and client_id):
+                raise base.InvalidRequest('A client secret needs its tenant and client id: give azure_tenant_id and '
+                                          'azure_client_id (or AZURE_TENANT_ID and AZURE_CLIENT_ID).')
+            credential = ClientSecretCredential(tenant, client_id, client_secret, **ident)
+        else:
+            credential = DefaultAzureCredential(**dict((k, v) for k, v in ident.items() if k != 'connection_verify'))
+        options = {'retry_total': retry_total}
+        if endpoint:
+            options['base_url'] = endpoint.rstrip('/')
+            options['credential_scopes'] = [SCOPE]
+        if ca_file:
+            options['connection_verify'] = ca_file
+        return cls(subscription, ComputeManagementClient(credential, subscription, **options),
+                   NetworkManagementClient(credential, subscription, **options))
+
+    def _client(self, path):
+        return self.network if '/microsoft.network/' in path.lower() else self.compute
+
+    def send(self, method, path, version=None, body=None, acts=False, what=None):
+        """One request; an :class:`Answer` for any HTTP answer below 400 (and 404 for a DELETE), else the seam's
+        error. Throttling is waited out (Retry-After) up to the deadline. A connection lost after the request went
+        out is UnknownOutcome for a request that acts, Transient otherwise."""
+        # pylint: disable=import-outside-toplevel
+        from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError, ServiceResponseError
+        from azure.core.rest import HttpRequest
+        what = what or '%s %s' % (method, path.split('?')[0])
+        params = {} if version is None or 'api-version=' in path else {'api-version': version}
+        started = time.monotonic()
+        while True:
+            request = HttpRequest(method, path, params=params, json=body) if body is not None else \
+                HttpRequest(method, path, params=params)
+            try:
+                response = self._client(path).send_request(request)
+            except ClientAuthenticationError as err:
+                raise base.Refused('Azure refused the credentials: %s. Check AZURE_TENANT_ID, AZURE_CLIENT_ID and '
+                                   'AZURE_CLIENT_SECRET (or what DefaultAzureCredential finds).'
+                                   % str(err).splitlines()[0])
+            except ServiceRequestError as err:
+                raise base.Transient('%s did not reach Azure: %s' % (what, str(err).splitlines()[0]))
+            except ServiceResponseError as err:
+                cls = base.UnknownOutcome if acts else base.Transient
+                raise cls('%s: the answer was lost (%s)%s' % (what, str(err).splitlines()[0],
+                                                              '; look before repeating it' if acts else ''))
+            answer = Answer(response.status_code, dict(response.headers), _body(response.text()))
+            if answer.status == 429:
+                wait = min(float(answer.headers.get('Retry-After') or 1), self.max_retry_after)
+                if time.monotonic() - started + wait < self.deadline:
+                    self.sleep(wait)
+                    continue
+            if answer.status < 400:
+                return answer
+            raise arm_error(answer, what)
+
+    def get(self, path, version):
+        """The document at ``path``, or None for 404."""
+        try:
+            return self.send('GET', path, version).body
+        except base.NotFound:
+            return None
+
+    def list(self, path, version):
+        """Every item of a list, every page (nextLink) followed."""
+        out, url = [], path
+        while url:
+            body = self.send('GET', url, None if 'api-version=' in url else version).body or {}
+            out.extend(body.get('value') or [])
+            url = body.get('nextLink')
+        return out
+
+    def poll(self, op):
+        """One look at a long-running operation: PENDING, SUCCEEDED or a failure sentence. The status document is
+        preferred where the answer named both."""
+        which = 'async' if op.get('async') else 'location'
+        url = op.get(which)
+        if not url:
+            return PENDING
+        try:
+            answer = self.send('GET', url, what='polling the operation')
+        except base.NotFound:
+            return 'the operation is unknown to Azure (HTTP 404)'
+        except base.Refused as err:
+            return str(err)
+        return judge(op, answer.status, answer.body, which)
+
+    def wait(self, op, timeout, interval=1.0):
+        """Poll ``op`` until it ends: None on success, OperationFailed on failure, TaskTimeout at the deadline."""
+        deadline = time.monotonic() + timeout
+        while True:
+            verdict = self.poll(op)
+            if verdict == SUCCEEDED:
+                return None
+            if verdict != PENDING:
+                raise OperationFailed(verdict)
+            if time.monotonic() + interval > deadline:
+                err = base.TaskTimeout('The operation was still running after %d s.' % timeout)
+                err.task_id = op.get('async') or op.get('location')
+                raise err
+            self.sleep(interval)
+
+
+def option(params, name, env, environ=None):
+    environ = os.environ if environ is None else environ
+    value = params.get(name)
+    if value:
+        return value
+    for key in env:
+        if environ.get(key):
+            return environ[key]
+    return None

@@ -1,0 +1,399 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A workspace's set of four Azure resources, made and taken away one verified member at a time.
+
+Everything it decides is written to its record (a dict) through ``save`` before it goes on; ``save`` must be
+durable (the journal) and raise when it cannot write, which stops the work and leaves it as debt. The record:
+
+``plan``        the planned identity (plan.plan), written before the first PUT
+``dispatched``  {member: epoch} a creating PUT was sent (its answer may be lost)
+``ops``         {member: operation} a creating PUT that runs on (its polling URLs)
+``ids``         {member: ARM id} the stable id each member answered with
+``binding``     the VM's id bound to its name and tags
+``deleting``    {member, id, at} a DELETE about to be sent for exactly that id
+``accepted``    {member, id, op, at} a DELETE Azure accepted that runs on (not yet a success)
+``claims``      {member: {id, at}} the owned-delete claims: members whose deletion we confirmed
+``debt``        sentences of what was left for a person, newest last
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import time
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import plan as planning
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.client import (
+    API_VERSIONS, PENDING, SUCCEEDED, OperationFailed, operation_of)
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.plan import (
+    CREATE_ORDER, DELETE_ORDER, DISK, NIC, PIP, VM)
+
+VERSION = {VM: API_VERSIONS['compute'], DISK: API_VERSIONS['disks'], NIC: API_VERSIONS['network'],
+           PIP: API_VERSIONS['network']}
+DONE = 'done'
+DELETED = 'deleted'
+ACCEPTED = 'accepted'
+RUNNING = 'running'
+IN_USE = 'in_use'
+
+
+class Contradiction(base.Refused):
+    """What Azure shows contradicts what the record holds (a replaced identity, a changed binding, a member gone
+    without our claim, foreign attachments): reported, and deletion is withheld."""
+
+
+class Debt(base.Refused):
+    """Work that cannot safely go on: left as cleanup debt, with the sentence of why."""
+
+
+class WorkspaceSet:
+    """The set of ``record`` in Azure (``arm``: a client.Arm). ``options``: vm_size, image (publisher, offer, sku,
+    version), subnet_id, admin_username, ssh_public_key."""
+
+    def __init__(self, arm, record, save, options=None, clock=time.time, sleep=time.sleep, lost_window=120,
+                 timeout=900, interval=1.0):
+        self.arm = arm
+        self.record = record
+        self._save = save
+        self.options = dict(options or {})
+        self.clock = clock
+        self.sleep = sleep
+        self.lost_window = lost_window
+        self.timeout = timeout
+        self.interval = interval
+        for key in ('dispatched', 'ops', 'ids', 'claims'):
+            record.setdefault(key, {})
+        record.setdefault('debt', [])
+
+    # ------------------------------------------------------------------ basics
+
+    @property
+    def plan(self):
+        return self.record['plan']
+
+    def save(self):
+        """Write the record durably; a failed write stops the work (raised as it came)."""
+        self._save(self.record)
+
+    def path(self, member):
+        p = self.plan
+        return planning.resource_id(p['subscription'] or self.arm.subscription, p['resource_group'], member,
+                                    p['names'][member])
+
+    def read(self, member):
+        return self.arm.get(self.path(member), VERSION[member])
+
+    def debt(self, sentence, cls=Debt):
+        self.record['debt'].append(sentence)
+        try:
+            self.save()
+        except Exception:  # pylint: disable=broad-except
+            pass
+        return cls(sentence)
+
+    # ------------------------------------------------------------------ create
+
+    def body(self, member):
+        p, o, ids = self.plan, self.options, self.record['ids']
+        out = {'location': p['location'], 'tags': dict(p['tags'][member])}
+        if member == PIP:
+            out['sku'] = {'name': 'Standard'}
+            out['properties'] = {'publicIPAllocationMethod': 'Static', 'publicIPAddressVersion': 'IPv4'}
+        elif member == NIC:
+            out['properties'] = {'ipConfigurations': [{'name': 'ipconfig1', 'properties': {
+                'subnet': {'id': o['subnet_id']}, 'privateIPAllocationMethod': 'Dynamic',
+                'publicIPAddress': {'id': ids[PIP], 'properties': {'deleteOption': 'Detach'}}}}]}
+        elif member == VM:
+            image = dict(o.get('image') or {})
+            user = o.get('admin_username') or 'agent'
+            out['properties'] = {
+                'hardwareProfile': {'vmSize': o.get('vm_size') or 'Standard_B1s'},
+                'storageProfile': {
+                    'imageReference': image,
+                    'osDisk': {'name': p['names'][DISK], 'createOption': 'FromImage', 'deleteOption': 'Detach',
+                               'managedDisk': {'storageAccountType': 'Standard_LRS'}}},
+                'osProfile': {'computerName': o.get('hostname') or p['names'][VM][:64], 'adminUsername': user,
+                              'linuxConfiguration': {'disablePasswordAuthentication': True, 'ssh': {'publicKeys': [
+                                  {'path': '/home/%s/.ssh/authorized_keys' % user,
+                                   'keyData': o.get('ssh_public_key') or ''}]}}},
+                'networkProfile': {'networkInterfaces': [
+                    {'id': ids[NIC], 'properties': {'primary': True, 'deleteOption': 'Detach'}}]}}
+        return out
+
+    def _identity(self, member, doc):
+        """Contradiction unless ``doc`` (found under the member's canonical name) is the one we planned."""
+        tags = doc.get('tags') or {}
+        want = self.plan['tags'][member]
+        for key in (planning.TAG_MARKER, planning.TAG_SET, planning.TAG_MEMBER):
+            if tags.get(key) != want.get(key):
+                raise self.debt('%s %s exists without the set\'s %s tag: it is not ours; nothing was changed. Look '
+                                'at it, or give the workspace another name.' % (member, self.plan['names'][member], key),
+                                Contradiction)
+        if (doc.get('location') or '').lower() != self.plan['location'].lower():
+            raise self.debt('%s %s is in %s, planned %s.' % (member, self.plan['names'][member], doc.get('location'),
+                                                             self.plan['location']), Contradiction)
+
+    def _settle(self, member, doc):
+        """Wait until ``doc``'s provisioning ends; the settled document."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            state = ((doc.get('properties') or {}).get('provisioningState') or 'Succeeded').lower()
+            if state == 'succeeded':
+                return doc
+            if state in ('failed', 'canceled'):
+                raise OperationFailed('%s %s ended provisioning %s.' % (member, self.plan['names'][member], state))
+            if time.monotonic() > deadline:
+                raise base.TaskTimeout('%s %s is still %s after %d s.' % (member, self.plan['names'][member], state,
+                                                                          self.timeout))
+            self.sleep(self.interval)
+            doc = self.read(member)
+            if doc is None:
+                raise self.debt('%s %s went away while it was being provisioned.' % (member, self.plan['names'][member]))
+
+    def _look_again(self, member):
+        """After a PUT whose answer was lost, the member read again and again within the lost-answer window; None
+        when it never showed. A 404 is not permission to allocate again."""
+        deadline = self.record['dispatched'][member] + self.lost_window
+        while True:
+            doc = self.read(member)
+            if doc is not None or self.clock() >= deadline:
+                return doc
+            self.sleep(self.interval)
+
+    def create(self):
+        """Make what is missing of the set, public IP -> NIC -> VM, recording each stable id; then tag the OS disk
+        and bind the VM. Resumable: a rerun goes on where the record stops."""
+        ids = self.record['ids']
+        for member in CREATE_ORDER:
+            if member in ids:
+                continue
+            doc = self.read(member)
+            if doc is None and member in self.record['dispatched']:
+                doc = self._look_again(member)
+                if doc is None:
+                    raise self.debt(
+                        'The PUT of %s %s was sent and its answer lost, and Azure has not shown it since (%d s). It '
+                        'is not made again; it stays as cleanup debt: look for it in resource group %s before '
+                        'destroying this workspace.' % (member, self.plan['names'][member], self.lost_window,
+                                                        self.plan['resource_group']), base.UnknownOutcome)
+            if doc is None:
+                self.record['dispatched'][member] = self.clock()
+                self.save()
+                answer = self.arm.send('PUT', self.path(member), VERSION[member], self.body(member), acts=True,
+                                       what='Creating %s %s' % (member, self.plan['names'][member]))
+                op = operation_of(answer.status, answer.headers)
+                if op and (op.get('async') or op.get('location')):
+                    self.record['ops'][member] = op
+                    self.save()
+                    self.arm.wait(op, self.timeout, self.interval)
+                doc = self.read(member) or self._look_again(member)
+                if doc is None:
+                    raise self.debt('Azure answered the PUT of %s %s, and does not show it.'
+                                    % (member, self.plan['names'][member]), base.UnknownOutcome)
+            self._identity(member, doc)
+            doc = self._settle(member, doc)
+            ids[member] = doc['id']
+            self.record['ops'].pop(member, None)
+            self.save()
+        self._disk()
+        self.bind()
+        return ids
+
+    def _disk(self):
+        """Record the VM's OS disk and give it the set's tags (Azure does not copy a VM's tags to its disk)."""
+        vm = self.read(VM)
+        if vm is None or not planning.same_id(vm.get('id'), self.record['ids'][VM]):
+            raise self.debt('VM %s changed identity after it was created.' % self.plan['names'][VM], Contradiction)
+        reason = planning.cascade(VM, vm)
+        if reason:
+            raise self.debt('VM %s: %s.' % (self.plan['names'][VM], reason), Contradiction)
+        disk_id = planning.attachments(VM, vm)['os_disk']
+        want = self.path(DISK).lower()
+        if disk_id != want:
+            raise self.debt('VM %s has OS disk %s, planned %s.' % (self.plan['names'][VM], disk_id, want),
+                            Contradiction)
+        disk = self.read(DISK)
+        if disk is None:
+            raise self.debt('The OS disk %s of VM %s does not exist.' % (self.plan['names'][DISK], self.plan['names'][VM]))
+        tags = disk.get('tags') or {}
+        if any(tags.get(k) != v for k, v in self.plan['tags'][DISK].items()):
+            merged = dict(tags, **self.plan['tags'][DISK])
+            self.arm.send('PATCH', self.path(DISK), VERSION[DISK], {'tags': merged}, acts=True,
+                          what='Tagging disk %s' % self.plan['names'][DISK])
+        self.record['ids'][DISK] = disk['id']
+        self.save()
+
+    def bind(self):
+        self.record['binding'] = {'vm_id': self.record['ids'][VM], 'name': self.plan['names'][VM],
+                                  'tags': dict((k, self.plan['tags'][VM].get(k)) for k in planning.BOUND_TAGS)}
+        self.save()
+
+    def check_binding(self):
+        """The final readiness read: the VM still has the id bound to its name and tags. A changed identity is a
+        Contradiction, recorded: deletion is withheld from then on."""
+        binding = self.record.get('binding')
+        vm = self.read(VM)
+        tags = (vm or {}).get('tags') or {}
+        if (binding is None or vm is None or not planning.same_id(vm.get('id'), binding['vm_id'])
+                or any(tags.get(k) != v for k, v in binding['tags'].items())):
+            self.record['contradiction'] = ('VM %s no longer matches the identity bound at its creation (id %s); '
+                                            'nothing is bootstrapped or deleted. Look at it.'
+                                            % (self.plan['names'][VM], (binding or {}).get('vm_id')))
+            raise self.debt(self.record['contradiction'], Contradiction)
+        return vm
+
+    # ------------------------------------------------------------------ delete
+
+    def _claim(self, member, member_id):
+        self.record['claims'][member] = {'id': member_id, 'at': self.clock()}
+        self.record.pop('deleting', None)
+        self.record.pop('accepted', None)
+        self.save()
+
+    def _adopt_prefix(self):
+        """Before deleting a set whose creation did not finish: what stands under the canonical names, classified;
+        the exact prefixes are adopted (their ids recorded), the others withhold deletion."""
+        if self.record.get('prefix') or all(m in self.record['ids'] for m in DELETE_ORDER):
+            return
+        found = dict((m, self.read(m)) for m in DELETE_ORDER if m not in self.record['claims'])
+        verdict, what = planning.classify_prefix(self.record, found)
+        if verdict == planning.REPORT:
+            raise self.debt('The creation of set %s stopped early and what stands is not ours to delete alone: %s. '
+                            'It is left for a person.' % (self.plan['base'], what), Contradiction)
+        for member in what:
+            self.record['ids'].setdefault(member, found[member]['id'])
+        if DISK in what and not (found[DISK].get('tags') or {}):
+            self.save()
+            self._disk()
+        self.record['prefix'] = list(what)
+        self.save()
+
+    def delete_tick(self):
+        """One step of taking the set away, VM -> NIC -> public IP -> disk: delete at most one member, or poll one
+        accepted deletion. (DELETED | ACCEPTED | RUNNING | IN_USE, member), or (DONE, None) when every member is
+        claimed or was never made."""
+        if self.record.get('contradiction'):
+            raise Contradiction(self.record['contradiction'])
+        accepted = self.record.get('accepted')
+        if accepted:
+            return self._poll_accepted(accepted)
+        self._adopt_prefix()
+        for member in DELETE_ORDER:
+            if member in self.record['claims']:
+                continue
+            recorded = self.record['ids'].get(member)
+            doc = self.read(member)
+            if doc is None:
+                deleting = self.record.get('deleting') or {}
+                if recorded and deleting.get('member') == member and deleting.get('id') == recorded:
+                    # Our DELETE of exactly this id went out and its answer was lost: its absence is ours.
+                    self._claim(member, recorded)
+                    return DELETED, member
+                if recorded:
+                    raise self.debt('%s %s (%s) is gone, and no claim of ours records its deletion: it was taken '
+                                    'away by someone else or replaced. The cleanup stops here.'
+                                    % (member, self.plan['names'][member], recorded), Contradiction)
+                if member in self.record['dispatched'] and self.record.get('prefix') is None:
+                    raise self.debt('%s %s was requested and never seen: it may still appear. It stays as debt.'
+                                    % (member, self.plan['names'][member]))
+                continue
+            if not recorded:
+                raise self.debt('%s %s stands, and the record holds no id of it: it is left for a person.'
+                                % (member, self.plan['names'][member]), Contradiction)
+            reason = planning.check_member(self.record, member, doc)
+            if reason:
+                raise self.debt('%s. The cleanup stops; nothing more is deleted.' % reason, Contradiction)
+            return self._delete(member, recorded)
+        return DONE, None
+
+    def _delete(self, member, member_id):
+        self.record['deleting'] = {'member': member, 'id': member_id, 'at': self.clock()}
+        self.save()
+        try:
+            answer = self.arm.send('DELETE', self.path(member), VERSION[member], acts=True,
+                                   what='Deleting %s %s' % (member, self.plan['names'][member]))
+        except base.Locked:
+            # In use (a NIC still on a VM, an IP still on a NIC): the next tick reads ownership again.
+            self.record.pop('deleting', None)
+            self.save()
+            return IN_USE, member
+        op = operation_of(answer.status, answer.headers)
+        if op is not None:
+            self.record['accepted'] = {'member': member, 'id': member_id, 'op': op, 'at': self.clock()}
+            self.save()
+            return ACCEPTED, member
+        return self._confirm(member, member_id)
+
+    def _confirm(self, member, member_id):
+        doc = self.read(member)
+        if doc is not None and planning.same_id(doc.get('id'), member_id):
+            return RUNNING, member
+        if doc is not None:
+            raise self.debt('%s %s was replaced while it was being deleted (%s now).'
+                            % (member, self.plan['names'][member], doc.get('id')), Contradiction)
+        self._claim(member, member_id)
+        return DELETED, member
+
+    def _poll_accepted(self, accepted):
+        member = accepted['member']
+        verdict = self.arm.poll(accepted['op'])
+        if verdict == PENDING:
+            return RUNNING, member
+        if verdict != SUCCEEDED:
+            self.record.pop('accepted', None)
+            self.record.pop('deleting', None)
+            self.save()
+            raise OperationFailed('Deleting %s %s failed: %s. The next run reads it again and retries.'
+                                  % (member, self.plan['names'][member], verdict))
+        return self._confirm(member, accepted['id'])
+
+    def delete(self, max_ticks=200, pause=1.0):
+        """Tick until the set is gone (DONE); in-use and running answers wait ``pause`` between ticks."""
+        for dummy in range(max_ticks):
+            state, member = self.delete_tick()
+            if state == DONE:
+                return True
+            if state in (IN_USE, RUNNING, ACCEPTED):
+                self.sleep(pause)
+        raise base.TaskTimeout('Set %s is not gone after %d steps.' % (self.plan['base'], max_ticks))
+
+
+# ------------------------------------------------------------------------------ orphan sweep
+
+def inventory(arm, subscription, group):
+    """Every VM, NIC, public IP and managed disk of the resource group (a complete read, or an error): shared
+    VNets, subnets, NSGs and the resource group itself are never listed."""
+    prefix = '/subscriptions/%s/resourceGroups/%s/providers/' % (subscription, group)
+    out = []
+    for member in DELETE_ORDER:
+        out.extend(arm.list(prefix + planning.TYPES[member], VERSION[member]))
+    return out
+
+
+def sweep(arm, subscription, group, state, retained, now, grace, location=None):
+    """One orphan-sweep inventory. ``state`` is the quarantine (kept by the caller between runs), ``retained``
+    maps a set base to its retained record (or None). Returns {'candidates': [base ready for deletion],
+    'waiting': [...], 'report': {base: sentence}}; deletes nothing itself."""
+    listing = inventory(arm, subscription, group)
+    groups = planning.groups_of(listing)
+    out = {'candidates': [], 'waiting': [], 'report': {}}
+    for base_, members in sorted(groups.items()):
+        reason = planning.exact_group(base_, members, location)
+        record = retained(base_)
+        if reason is None and record is None:
+            reason = 'set %s is bound to no retained record' % base_
+        if reason is None:
+            ids = record.get('ids') or {}
+            if any(not planning.same_id(ids.get(m), members[m].get('id')) for m in DELETE_ORDER if ids.get(m)):
+                reason = 'set %s does not match its record\'s ids' % base_
+        if reason is not None:
+            state.pop(base_, None)
+            out['report'][base_] = reason
+            continue
+        if planning.quarantine(state, base_, planning.fingerprint(members), now, grace):
+            out['candidates'].append(base_)
+        else:
+            out['waiting'].append(base_)
+    planning.forget_missing(state, set(groups))
+    return out

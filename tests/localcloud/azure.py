@@ -23,6 +23,8 @@ Faults (rules, like the EC2 proxy's) match an operation (the SDK's operation id,
     delay          act, then hold the answer back `seconds`
     error          answer an ARM error (code, message, status) without acting
     throttle       429 TooManyRequests with Retry-After (`seconds`, default 1) without acting
+    pages          a list (operation *_List, *_ListAll) answers in pages of `size` items linked by nextLink; with
+                   `fail_at` page N answers an error (code, status; InternalServerError 500 by default)
     lro            a PUT or DELETE runs as a long-running operation of this rule's making: `style` async
                    (Azure-AsyncOperation only), location (Location only), both, or sync (done in the answer);
                    `seconds` pending; `outcome` Succeeded, Failed or Canceled (a failed DELETE deletes nothing, a
@@ -73,7 +75,8 @@ IMAGES = {('debian', 'debian-12', '12-gen2'): ['0.20250601.2137', '0.20251001.22
 IMAGE_NAMES = {'debian': 'Debian', 'canonical': 'Canonical'}
 SCOPE = 'https://management.azure.com/.default'
 TOKEN_SECS = 3600
-ACTIONS = ('drop-response', 'reset', 'delay', 'error', 'throttle', 'lro', 'log')
+ACTIONS = ('drop-response', 'reset', 'delay', 'error', 'throttle', 'lro', 'pages', 'log')
+MAX_LISTINGS = 50
 STYLES = ('async', 'location', 'both', 'sync')
 OUTCOMES = ('Succeeded', 'Failed', 'Canceled')
 POLLS = (None, 'empty', 'explicit')
@@ -172,7 +175,8 @@ class Resource(object):
     def summary(self):
         props = self.doc.get('properties', {})
         out = {'id': self.id, 'kind': self.kind, 'name': self.name, 'group': self.group, 'location': self.location,
-               'owner': self.owner, 'state': self.state, 'tags': dict(self.doc.get('tags') or {})}
+               'owner': self.owner, 'state': self.state, 'tags': dict(self.doc.get('tags') or {}),
+               'identity': props.get('vmId') or props.get('uniqueId') or props.get('resourceGuid')}
         if self.kind == 'pip':
             out.update(ip_address=props.get('ipAddress'), ip_configuration=_ref(props.get('ipConfiguration')))
         elif self.kind == 'nic':
@@ -209,7 +213,7 @@ class Operation(object):
 
 class Rule(object):
     def __init__(self, rule_id, action, operation, times=1, skip=0, match=None, seconds=None, code=None,
-                 message=None, status=None, style=None, outcome=None, poll=None):
+                 message=None, status=None, style=None, outcome=None, poll=None, size=None, fail_at=None):
         if action not in ACTIONS:
             raise CloudError('malformed Azure fault rule: action must be one of {0}, not {1!r}'.format(
                 ', '.join(ACTIONS), action))
@@ -227,11 +231,15 @@ class Rule(object):
             self.skip = int(skip)
             self.seconds = None if seconds is None else float(seconds)
             self.status = None if status is None else int(status)
+            self.size = None if size is None else int(size)
+            self.fail_at = None if fail_at is None else int(fail_at)
         except (TypeError, ValueError):
             raise CloudError('malformed Azure fault rule: times, skip, status are whole numbers and seconds a '
                              'number') from None
         if (self.times is not None and self.times < 1) or self.skip < 0 or (self.seconds or 0) < 0:
             raise CloudError('malformed Azure fault rule: times at least 1, skip and seconds not negative')
+        if action == 'pages' and (self.size is None or self.size < 1):
+            raise CloudError('a pages rule needs a size of at least 1 (items per page)')
         if action == 'error' and not code:
             raise CloudError('an error rule needs a code (e.g. InternalServerError) and a status')
         self.id = rule_id
@@ -281,6 +289,8 @@ class AzureFake(object):
         self.tokens = {}
         self.principals = {}
         self.rules = []
+        self.listings = {}
+        self._listing_ids = itertools.count(1)
         self.requests = 0
         self._rule_ids = itertools.count(1)
         self._runner = None
@@ -427,6 +437,29 @@ class AzureFake(object):
         resource = self.find(ref)
         self._delete_now(resource)
         return {'removed': resource.id}
+
+    def replace(self, ref):
+        """Behind the client's back: the resource is deleted and made again with the same name, body, tags and
+        bindings, so its ARM id is the same but its identity is new (a VM's vmId, a NIC's or public IP's
+        resourceGuid, a disk's uniqueId; a public IP's address may change). A VM's guest is a new machine."""
+        resource = self.find(ref)
+        props = resource.doc.setdefault('properties', {})
+        if resource.kind == 'vm':
+            props['vmId'] = str(uuid.uuid4())
+        elif resource.kind == 'disk':
+            props['uniqueId'] = str(uuid.uuid4())
+        else:
+            props['resourceGuid'] = str(uuid.uuid4())
+        if resource.kind == 'pip':
+            self.public_pool.release(resource.id.lower())
+            props['ipAddress'] = self.public_pool.allocate(resource.id.lower(), taken=(props.get('ipAddress'),))
+        if 'timeCreated' in props:
+            props['timeCreated'] = _now_iso()
+        if resource.kind != 'disk':
+            resource.doc['etag'] = _etag()
+        resource.created = time.time()
+        LOG.info('azure: %s replaced behind the client', resource.id)
+        return resource.summary()
 
     def create_foreign(self, kind, name, tags=None, group='workspaces', location=None, attach_to=None):
         """The foreign principal makes a resource in a group: a public IP, or a NIC (bound to public IP
@@ -577,6 +610,10 @@ class AzureFake(object):
         route = self._route(parts, low, request.method)
         names = [route.get('name'), route.get('id')]
         operation = route['operation']
+        token = request.query.get('$skiptoken')
+        if token and operation.endswith(('_List', '_ListAll')):
+            # A later page of a paged listing: only what the first page's rule said applies.
+            return self._next_page(request, token)
         rules = self._rules(operation, names)
         for rule in rules:
             if rule.action == 'reset':
@@ -589,7 +626,7 @@ class AzureFake(object):
                 raise ArmError(429, 'TooManyRequests', 'The request is being throttled as the limit has been '
                                'reached for operation type - {0}. For more information, see - '
                                'https://aka.ms/armthrottling'.format(operation), headers={'Retry-After': str(after)})
-        lro = next((r for r in rules if r.action == 'lro'), None)
+        lro = next((r for r in rules if r.action in ('lro', 'pages')), None)
         response = self._act(route, request, body, principal, lro)
         for rule in rules:
             if rule.action == 'drop-response':
@@ -768,6 +805,8 @@ class AzureFake(object):
                      if r.kind == kind and ('group' not in route or r.group.lower() == route['group'].lower())]
             if kind in ('vnet', 'nsg'):
                 items = [copy.deepcopy(d) for d in self.readonly.values() if d['type'] == TYPE_OF[kind]]
+            if lro is not None and lro.action == 'pages':
+                return self._first_page(request, items, lro)
             return _json(200, {'value': items})
         if kind in ('vnet', 'nsg', 'subnet'):
             return self._read_only(route, request.method)
@@ -806,6 +845,38 @@ class AzureFake(object):
         existed = resource is not None
         resource = self._put(kind, group, name, payload, principal, resource)
         return self._begin('PUT', resource, lro, 200 if existed else 201)
+
+    def _first_page(self, request, items, rule):
+        listing = next(self._listing_ids)
+        self.listings[listing] = {'items': items, 'size': rule.size, 'fail_at': rule.fail_at, 'code': rule.code,
+                                  'status': rule.status, 'message': rule.message, 'path': request.path,
+                                  'version': request.query.get('api-version', '')}
+        for old in sorted(self.listings)[:-MAX_LISTINGS]:
+            del self.listings[old]
+        return self._page(listing, 1)
+
+    def _next_page(self, request, token):
+        try:
+            dummy, listing, number = token.split('.')
+            listing, number = int(listing), int(number)
+        except ValueError:
+            listing = number = None
+        if listing not in self.listings:
+            raise ArmError(400, 'InvalidSkipToken', "The skip token '{0}' is not valid (or its listing is too "
+                           'old).'.format(token))
+        return self._page(listing, number)
+
+    def _page(self, listing, number):
+        data = self.listings[listing]
+        if data['fail_at'] == number:
+            raise ArmError(data['status'] or 500, data['code'] or 'InternalServerError', data['message'] or
+                           'An internal error occurred while listing page {0}.'.format(number))
+        size = data['size']
+        page = {'value': data['items'][(number - 1) * size:number * size]}
+        if number * size < len(data['items']):
+            page['nextLink'] = '{0}{1}?api-version={2}&$skiptoken=lcaz.{3}.{4}'.format(
+                self.url, data['path'], urllib.parse.quote(data['version']), listing, number + 1)
+        return _json(200, page)
 
     def _read_only(self, route, method):
         if method != 'GET':

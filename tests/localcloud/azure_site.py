@@ -94,9 +94,10 @@ class AzurePart(object):
         return self.fake.view_operations()
 
     def op_rule(self, action, operation, times=1, skip=0, match=None, seconds=None, code=None, message=None,
-                status=None, style=None, outcome=None, poll=None):
+                status=None, style=None, outcome=None, poll=None, size=None, fail_at=None):
         return self.fake.add_rule(action, operation, times=times, skip=skip, match=match, seconds=seconds, code=code,
-                                  message=message, status=status, style=style, outcome=outcome, poll=poll)
+                                  message=message, status=status, style=style, outcome=outcome, poll=poll, size=size,
+                                  fail_at=fail_at)
 
     def op_rules(self):
         return self.fake.view_rules()
@@ -115,6 +116,9 @@ class AzurePart(object):
 
     def op_detach(self, resource):
         return self.fake.detach(resource)
+
+    def op_replace(self, resource):
+        return self.fake.replace(resource)
 
     def op_remove(self, resource):
         return self.fake.remove(resource)

@@ -6,7 +6,7 @@ import shlex
 import sys
 import time
 
-from . import process
+from . import azure_cli, process
 from .config import CloudError, Options, load_info, state_dir
 from .control import CloudClient
 
@@ -244,6 +244,8 @@ def _fault_parsers(sub, common):
     term = fkind.add_parser('terminate', parents=[common], help='terminate instances as the foreign client')
     term.add_argument('instance_ids', nargs='+')
     term.set_defaults(fault=lambda c, a: c.foreign_terminate(a.instance_ids))
+
+    azure_cli.add_parsers(kinds, common)
 
     kinds.add_parser('list', parents=[common], help='every fault in place').set_defaults(
         fault=lambda c, a: dict((k, v) for k, v in c.status().items() if k in (

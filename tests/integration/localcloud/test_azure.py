@@ -7,6 +7,7 @@ One cloud process for the module (tests/localcloud/fixtures.py); each test clear
 
 import json
 import subprocess
+import sys
 import time
 import typing
 
@@ -18,6 +19,7 @@ from azure.mgmt.compute import models as cm
 from azure.mgmt.network import models as nm
 
 from tests.localcloud.azure_clients import compute_client, credential, network_client
+from tests.localcloud.config import ROOT
 from tests.localpve.pki import ssh_key_pair
 
 pytestmark = pytest.mark.usefixtures('clean_cloud')
@@ -405,3 +407,75 @@ def test_shapes_round_trip_through_the_sdk_models(az, tmp_path):
     net.public_ip_addresses.begin_delete(rg, 's-pip').result()
     comp.disks.begin_delete(rg, 's-vm-osdisk').result()
     assert not resources(cloud)
+
+
+def test_pages_replacement_and_tag_updates(az, tmp_path):
+    cloud, net, comp, seed = az
+    raw = Raw(cloud.info)
+    rg = seed['resource_group']
+    for n in range(3):
+        make_pip(net, seed, 'pg-{0}'.format(n))
+    # A paged listing: pages of one linked by nextLink (the SDK follows them), and one failing at page 2.
+    cloud.azure('rule', action='pages', operation='PublicIPAddresses_List', size=1)
+    path = '/subscriptions/{0}/resourceGroups/{1}/providers/Microsoft.Network/publicIPAddresses'.format(
+        seed['subscription_id'], rg)
+    first = raw('GET', path).json()
+    assert [p['name'] for p in first['value']] == ['pg-0'] and '$skiptoken=' in first['nextLink']
+    second = raw('GET', first['nextLink']).json()
+    assert [p['name'] for p in second['value']] == ['pg-1']
+    cloud.azure('rule', action='pages', operation='PublicIPAddresses_List', size=1)
+    assert [p.name for p in net.public_ip_addresses.list(rg)] == ['pg-0', 'pg-1', 'pg-2']
+    cloud.azure('rule', action='pages', operation='PublicIPAddresses_List', size=2, fail_at=2)
+    with pytest.raises(HttpResponseError) as err:
+        list(net.public_ip_addresses.list(rg))
+    assert err.value.status_code == 500
+    # Replaced behind the client's back: the same ARM id, a new identity.
+    before = net.public_ip_addresses.get(rg, 'pg-0')
+    replaced = cloud.azure('replace', resource='pg-0')
+    after = net.public_ip_addresses.get(rg, 'pg-0')
+    assert after.id == before.id and after.resource_guid != before.resource_guid
+    assert replaced['identity'] == after.resource_guid
+    # Tags of a NIC or public IP (PATCH, answered at once), of a disk and a VM (begin_update).
+    net.public_ip_addresses.update_tags(rg, 'pg-1', nm.TagsObject(tags={'ephemera:keep': 'true'}))
+    assert net.public_ip_addresses.get(rg, 'pg-1').tags == {'ephemera:keep': 'true'}
+    nic = make_nic(net, seed, 'pg-nic', before.id)
+    comp.virtual_machines.begin_create_or_update(rg, 'pg-vm', vm_model(seed, 'pg-vm', nic.id, ssh_key_pair(
+        str(tmp_path / 'k'), 'agent'))).result()
+    comp.disks.begin_update(rg, 'pg-vm-osdisk', cm.DiskUpdate(tags={'ephemera:marker': 'm'})).result()
+    assert comp.disks.get(rg, 'pg-vm-osdisk').tags == {'ephemera:marker': 'm'}
+    comp.virtual_machines.begin_update(rg, 'pg-vm', cm.VirtualMachineUpdate(tags={'a': 'b'})).result()
+    vm = comp.virtual_machines.get(rg, 'pg-vm')
+    assert vm.tags == {'a': 'b'} and vm.storage_profile.os_disk.managed_disk.id.endswith('/pg-vm-osdisk')
+    old_guest = wait(lambda: resources(cloud)['pg-vm'].get('sshd') == 'up' and resources(cloud)['pg-vm']['guest'])
+    cloud.azure('replace', resource='pg-vm')
+    assert comp.virtual_machines.get(rg, 'pg-vm').vm_id != vm.vm_id
+    wait(lambda: resources(cloud)['pg-vm']['guest'] != old_guest and resources(cloud)['pg-vm']['sshd'] == 'up')
+    comp.virtual_machines.begin_delete(rg, 'pg-vm').result()
+    net.network_interfaces.begin_delete(rg, 'pg-nic').result()
+    comp.disks.begin_delete(rg, 'pg-vm-osdisk').result()
+    for n in range(3):
+        net.public_ip_addresses.begin_delete(rg, 'pg-{0}'.format(n)).result()
+    assert not resources(cloud)
+
+
+def test_fault_azure_from_the_command_line(az):
+    cloud, net, comp, seed = az
+    state = cloud.info['state_dir']
+
+    def cli(*args):
+        done = subprocess.run([sys.executable, '-m', 'tests.localcloud', 'fault', 'azure'] + list(args) +
+                              ['--state-dir', state], capture_output=True, text=True, timeout=60, check=False,
+                              cwd=ROOT)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    rule = cli('lro', 'VirtualMachines_Delete', '--style', 'location', '--outcome', 'Failed', '--times', 'always')
+    assert (rule['action'], rule['style'], rule['outcome'], rule['times']) == ('lro', 'location', 'Failed', None)
+    make_pip(net, seed, 'cli-pip', tags={'k': 'v'})
+    changed = cli('change', 'cli-pip', '--tag', 'k=w', '--remove-tag', 'x')
+    assert changed['tags'] == {'k': 'w'}
+    assert [r['operation'] for r in cli('list')] == ['VirtualMachines_Delete']
+    cli('clear')
+    assert cli('list') == []
+    cli('remove', 'cli-pip')
+    assert cli('resources') == []

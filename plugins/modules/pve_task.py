@@ -21,6 +21,8 @@ description:
   - It only reads; it never changes a task or the cluster.
 author:
   - Ephemera maintainers (@ephemera)
+requirements:
+  - boto3 >= 1.28
 extends_documentation_fragment:
   - ephemera.workspaces.proxmox
 attributes:

@@ -156,3 +156,55 @@ def test_bad_input_is_refused_before_a_server_is_made(site, cloud, extra, messag
     assert not run.ok and message in run.explain(), run.explain()
     # Nothing was created: no server, no SSH key, no POST at all.
     assert len(site.cloud.hetzner('servers')) == before and posts() == sent
+
+
+def _server(site, provider, name, labels):
+    """A server of ours made straight through the provider (as a run that lost its journal would have left it)."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+    nonce = ownership.new_nonce()
+    candidate = provider.candidate_for(name, '1')
+    handle = provider.allocate(base.Allocation(candidate, name, 'ubuntu-24.04', 'fsn1', 'agent-' + name,
+                                               'disposable-workspaces', labels=labels, nonce=nonce))
+    return candidate, provider.resource_of(candidate, handle), nonce
+
+
+def test_orphan_and_label_sweeps_on_hetzner_labels(site, cloud):
+    import time
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+    with Journal.open(site.journal_path):
+        pass  # the journal (and with the provider, the controller secret) exist, whichever test ran first
+    provider = site.provider()
+    future = {'state': 'ready', 'expires_at': str(int(time.time()) + 3600), 'keep': 'false',
+              'created_at': str(int(time.time()))}
+    past = dict(future, expires_at=str(int(time.time()) - 7200))
+    candidate, bound_id, nonce = _server(site, provider, 'hz-gone', future)
+    with Journal.open(site.journal_path) as journal:
+        journal.create_workspace('hz-gone', status='destroyed', desired_state='destroyed', provider='hetzner',
+                                 location='fsn1', candidate_id=candidate, resource_id=bound_id,
+                                 facts={'marker_nonce': nonce}, repo='file://' + site.repo, ref='main',
+                                 purpose='left behind', params={'pool': 'disposable-workspaces'})
+    lost_id = _server(site, provider, 'hz-lost', future)[1]
+    expired_id = _server(site, provider, 'hz-expired', past)[1]
+    copied = dict(site.cloud.hetzner('servers')[-1]['labels'])
+    foreign_id = str(site.cloud.hetzner('foreign_create', name='someone-else', labels=copied)['id'])
+
+    run = site.playbook('reconcile.yml', reconcile_resume_creates=False)
+    assert run.ok, run.explain()
+    found = dict((f['vmid'], (f['kind'], f['workspace'])) for f in run.task('Compare the journal with the cluster')[
+        'findings'])
+    assert found[bound_id] == ('destroyed_present', 'hz-gone')
+    assert found[lost_id] == ('orphan', 'hz-lost')
+    assert found[foreign_id][0] == 'foreign'
+    run = site.playbook('reconcile.yml', reconcile_resume_creates=False, ephemera_orphans='delete')
+    assert run.ok, run.explain()
+    ids = set(str(s['id']) for s in site.cloud.hetzner('servers'))
+    # Only the server an exact retained record binds is deleted.
+    assert bound_id not in ids and {lost_id, expired_id, foreign_id} <= ids
+
+    run = site.playbook('cleanup.yml', apply=True)
+    assert run.ok, run.explain()
+    entries = dict((e['id'], e) for e in run.task('Sweep the pool by labels')['entries'])
+    assert entries[expired_id]['action'] == 'deleted'
+    assert [e['id'] for e in entries.values() if e['action'] == 'deleted'] == [expired_id]
+    ids = set(str(s['id']) for s in site.cloud.hetzner('servers'))
+    assert expired_id not in ids and {lost_id, foreign_id} <= ids

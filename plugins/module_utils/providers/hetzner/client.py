@@ -54,11 +54,16 @@ CODE_KINDS = {
     'timeout': base.Transient,
     'maintenance': base.Transient,
     'unavailable': base.Transient,
+    'service_error': base.Transient,
+    'token_readonly': base.Refused,
+    'unsupported_error': base.Refused,
+    'deprecated_api_endpoint': base.Refused,
 }
 HINTS = {
     'unauthorized': 'Check the API token (hetzner_token or HCLOUD_TOKEN): it must be a token of the project, '
                     'with read and write permission.',
-    'forbidden': 'The token may only read: make a read & write token in the project\'s Security tab.',
+    'forbidden': 'The token may not do this: make a read & write token in the project\'s Security tab.',
+    'token_readonly': 'The token may only read: make a read & write token in the project\'s Security tab.',
     'rate_limit_exceeded': 'The project\'s API rate limit is used up: retry later.',
     'resource_limit_exceeded': 'The project\'s server limit is reached: delete servers or ask Hetzner for more.',
     'resource_unavailable': 'The server type is not available in this location now: try another location or type.',

@@ -35,7 +35,7 @@ class HetznerGuests(pve_guests.GuestManager):
         self.current = current
         for key, item in current.items():
             if key not in self.rooted:
-                self._make_root(key, item['keys'])
+                self._make_server_root(key, item['keys'])
             guest = self.guests.setdefault(key, pve_guests.Guest(key))
             running = item['running'] and item['address'] is not None
             if guest.proc is not None and guest.proc.poll() is not None:
@@ -66,7 +66,7 @@ class HetznerGuests(pve_guests.GuestManager):
         self._drop_sessions(now)
         self._write_known_hosts()
 
-    def _make_root(self, key, keys):
+    def _make_server_root(self, key, keys):
         root = self.root(key)
         shutil.rmtree(self.guest_dir(key), ignore_errors=True)
         os.makedirs(os.path.join(root, 'workspace'))

@@ -1,8 +1,11 @@
 """Run the shipped playbooks against the try-out cloud's Hetzner Cloud fake (inventories/localcloud-hetzner)."""
 
+import json
 import os
+import time
 
-from tests.integration.aws.awsrun import AwsSite
+from tests.ansible_run import run_ansible
+from tests.integration.aws.awsrun import PLAYBOOKS, AwsSite
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 INVENTORY = os.path.join(ROOT, 'inventories', 'localcloud-hetzner')
@@ -12,13 +15,13 @@ class HetznerSite(AwsSite):
     """One controller (a journal) working on the try-out cloud's Hetzner fake."""
 
     def playbook(self, playbook, env=None, check=False, timeout=300, **extra_vars):
-        import tests.integration.aws.awsrun as awsrun
-        saved = awsrun.INVENTORY
-        awsrun.INVENTORY = INVENTORY
-        try:
-            return super().playbook(playbook, env=env, check=check, timeout=timeout, **extra_vars)
-        finally:
-            awsrun.INVENTORY = saved
+        cmd = ['ansible-playbook', '-i', INVENTORY, os.path.join(PLAYBOOKS, playbook), '-e', json.dumps(extra_vars)]
+        if check:
+            cmd.append('--check')
+        started = time.monotonic()
+        run = run_ansible(cmd, timeout=timeout, env=self.env(**(env or {})))
+        self.timings.append((playbook, extra_vars.get('workspace'), round(time.monotonic() - started, 1)))
+        return run
 
     def servers(self, workspace):
         """The fake's servers labelled for ``workspace``."""

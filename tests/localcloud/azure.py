@@ -512,8 +512,10 @@ class AzureFake(object):
             keys = [k.get('keyData', '').strip() for k in
                     props.get('osProfile', {}).get('linuxConfiguration', {}).get('ssh', {}).get('publicKeys', [])]
             running = vm.state == 'Succeeded' and vm.doc.get('_power', 'running') == 'running'
-            out.append({'key': 'az-' + props['vmId'][:13], 'vm': vm, 'private': private, 'public': public,
-                        'keys': [k for k in keys if k], 'running': running})
+            # The guest's directory is <state>/guests/azure<ARM id of the VM>: a guest_root of
+            # <state>/guests/azure{vmid}/root with the VM's id for {vmid}.
+            out.append({'key': 'azure' + vm.id, 'vm': vm, 'vm_id': props['vmId'], 'private': private,
+                        'public': public, 'keys': [k for k in keys if k], 'running': running})
         return out
 
     # ------------------------------------------------------------ operations

@@ -1,7 +1,7 @@
 """The Azure VMs' guests: one sshd per running VM of the ARM fake, on the NIC's private address and the public
 IP resource's ipAddress (both loopback addresses the fake gave out), authorizing the keys of the VM's
 osProfile.linuxConfiguration.ssh.publicKeys. The try-out cluster's guest machinery (host tier), as the EC2
-instances' guests; their files live under <state>/guests/az-<vmId prefix>/root.
+instances' guests; their files live under <state>/guests/azure<the VM's ARM id>/root.
 """
 
 import os
@@ -18,12 +18,18 @@ class AzureGuests(pve_guests.GuestManager):
         self.fake = fake
         self.known_hosts = os.path.join(site.options.state_dir, 'ssh', 'azure_known_hosts')
         self.vms = {}
+        # guest key -> the vmId its files belong to
+        self.identity = {}
 
     async def _reconcile(self, now):
         current = dict((item['key'], item) for item in self.fake.vms())
         self.vms = current
         for key, item in current.items():
+            if key in self.rooted and self.identity.get(key) != item['vm_id']:
+                # Replaced under the same id: another machine (its guest and files are new).
+                await self._gone(key)
             if key not in self.rooted:
+                self.identity[key] = item['vm_id']
                 self._make_root(key, item['keys'])
             guest = self.guests.setdefault(key, pve_guests.Guest(key))
             running = item['running'] and item['private'] is not None
@@ -49,16 +55,21 @@ class AzureGuests(pve_guests.GuestManager):
                 else:
                     await self._start(guest, item['private'])
         for key in sorted(self.rooted - set(current)):
-            # The VM is deleted: its guest ends; the files go (the OS disk's contents are not kept here).
-            guest = self.guests.pop(key, None)
-            if guest is not None and guest.proc is not None:
-                await self._stop(guest, everything=True)
-            pve_guests.end_guest_processes(self.root(key))
-            shutil.rmtree(self.guest_dir(key), ignore_errors=True)
-            self.rooted.discard(key)
-            self.boots.pop(key, None)
+            await self._gone(key)
         self._drop_sessions(now)
         self._write_known_hosts()
+
+    async def _gone(self, key):
+        """The VM is deleted (or replaced): its guest ends; the files go (the OS disk's contents are not kept
+        here)."""
+        guest = self.guests.pop(key, None)
+        if guest is not None and guest.proc is not None:
+            await self._stop(guest, everything=True)
+        pve_guests.end_guest_processes(self.root(key))
+        shutil.rmtree(self.guest_dir(key), ignore_errors=True)
+        self.rooted.discard(key)
+        self.boots.pop(key, None)
+        self.identity.pop(key, None)
 
     def _make_root(self, key, keys):
         root = self.root(key)

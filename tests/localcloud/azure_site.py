@@ -56,7 +56,8 @@ class AzurePart(object):
             'client_id': self.secrets['azure_client_id'], 'client_secret': self.secrets['azure_client_secret'],
             'foreign': {'client_id': self.secrets['azure_foreign_client_id'],
                         'client_secret': self.secrets['azure_foreign_client_secret']},
-            'ssh_known_hosts': self.guests.known_hosts, 'pending_secs': self.fake.pending_secs,
+            'ssh_known_hosts': self.guests.known_hosts,
+            'guest_prefix': os.path.join(opts.state_dir, 'guests', 'azure{vmid}', 'root'), 'pending_secs': self.fake.pending_secs,
             'poll_secs': self.fake.poll_secs, 'seed': seed}
         return self.info
 

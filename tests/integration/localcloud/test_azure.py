@@ -6,6 +6,7 @@ One cloud process for the module (tests/localcloud/fixtures.py); each test clear
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -159,6 +160,7 @@ def test_workspace_set_create_in_use_and_ordered_delete(az, tmp_path):
     assert 'PowerState/running' in [s.code for s in view.instance_view.statuses]
     # A real guest on both addresses, with the VM's key.
     wait(lambda: resources(cloud)['ws-a'].get('sshd') == 'up')
+    assert resources(cloud)['ws-a']['root'] == info['azure']['guest_prefix'].replace('{vmid}', vm.id)
     for address in (pip.ip_address, nic.ip_configurations[0].private_ip_address):
         done = ssh(info, key, address, 'echo $LOCALPVE_VMID; test -d "$LOCALPVE_GUEST_ROOT/workspace" && echo ok')
         assert done.returncode == 0, done.stderr
@@ -446,10 +448,14 @@ def test_pages_replacement_and_tag_updates(az, tmp_path):
     comp.virtual_machines.begin_update(rg, 'pg-vm', cm.VirtualMachineUpdate(tags={'a': 'b'})).result()
     vm = comp.virtual_machines.get(rg, 'pg-vm')
     assert vm.tags == {'a': 'b'} and vm.storage_profile.os_disk.managed_disk.id.endswith('/pg-vm-osdisk')
-    old_guest = wait(lambda: resources(cloud)['pg-vm'].get('sshd') == 'up' and resources(cloud)['pg-vm']['guest'])
+    old_sshd = wait(lambda: resources(cloud)['pg-vm'].get('sshd') == 'up' and resources(cloud)['pg-vm']['sshd_pid'])
+    marker = os.path.join(resources(cloud)['pg-vm']['root'], 'workspace', 'left-by-the-old-machine')
+    open(marker, 'w', encoding='utf-8').close()
     cloud.azure('replace', resource='pg-vm')
     assert comp.virtual_machines.get(rg, 'pg-vm').vm_id != vm.vm_id
-    wait(lambda: resources(cloud)['pg-vm']['guest'] != old_guest and resources(cloud)['pg-vm']['sshd'] == 'up')
+    wait(lambda: resources(cloud)['pg-vm']['sshd_pid'] not in (None, old_sshd) and
+         resources(cloud)['pg-vm']['sshd'] == 'up')
+    assert not os.path.exists(marker), 'a replaced VM is another machine, with files of its own'
     comp.virtual_machines.begin_delete(rg, 'pg-vm').result()
     net.network_interfaces.begin_delete(rg, 'pg-nic').result()
     comp.disks.begin_delete(rg, 'pg-vm-osdisk').result()

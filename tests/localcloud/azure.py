@@ -341,6 +341,7 @@ class AzureFake(object):
                 'network_security_group': 'workspaces-ssh', 'network_security_group_id': nsg_id,
                 'vm_size': 'Standard_B1s', 'image': {'publisher': 'Debian', 'offer': 'debian-12',
                                                      'sku': '12-gen2', 'version': 'latest'},
+                'image_urn': 'Debian:debian-12:12-gen2:latest',
                 'locations': list(LOCATIONS), 'vm_sizes': sorted(VM_SIZES), 'api_versions': dict(API_VERSIONS)}
 
     async def start(self):

@@ -161,10 +161,59 @@ class WorkspaceSet:
                 return doc
             self.sleep(self.interval)
 
+    def _check(self, what, path, version, hint):
+        try:
+            return self.arm.send('GET', path, version, what=what).body or {}
+        except base.NotFound as err:
+            raise base.InvalidRequest('%s: %s. %s' % (what, err, hint))
+        except base.Refused as err:
+            if isinstance(err, base.InvalidRequest):
+                raise
+            raise base.InvalidRequest('%s: %s. %s' % (what, err, hint))
+
+    def preflight(self):
+        """Check before the first PUT what can be checked: the subscription and resource group, the location, the
+        VM size there, the image there and the subnet. InvalidRequest saying what to change; nothing is made."""
+        p, o = self.plan, self.options
+        sub = p['subscription'] or self.arm.subscription
+        self._check('Resource group %s in subscription %s' % (p['resource_group'], sub),
+                    '/subscriptions/%s/resourcegroups/%s' % (sub, p['resource_group']), '2022-09-01',
+                    'Give an existing azure_resource_group and the azure_subscription_id it belongs to.')
+        sizes = self._check('VM sizes in location %s' % p['location'],
+                            '/subscriptions/%s/providers/Microsoft.Compute/locations/%s/vmSizes' % (sub, p['location']),
+                            VERSION[VM], 'Give an Azure location (azure_location) where the subscription has VMs.')
+        names_ = sorted(s_.get('name') for s_ in sizes.get('value') or [])
+        size = o.get('vm_size') or 'Standard_B1s'
+        if size.lower() not in [n.lower() for n in names_]:
+            raise base.InvalidRequest('VM size %s is not offered in %s; give one of: %s.'
+                                      % (size, p['location'], ', '.join(names_[:20])))
+        image = dict(o.get('image') or {})
+        if not all(image.get(k) for k in ('publisher', 'offer', 'sku')):
+            raise base.InvalidRequest('The image needs publisher, offer and sku (and a version, or latest); got %r.'
+                                      % (image,))
+        versions = self._check(
+            'Image %s:%s:%s in %s' % (image['publisher'], image['offer'], image['sku'], p['location']),
+            '/subscriptions/%s/providers/Microsoft.Compute/locations/%s/publishers/%s/artifacttypes/vmimage/offers/%s'
+            '/skus/%s/versions' % (sub, p['location'], image['publisher'], image['offer'], image['sku']), VERSION[VM],
+            'Give an image (publisher, offer, sku) offered in this location.')
+        found = [v.get('name') for v in (versions if isinstance(versions, list) else versions.get('value') or [])]
+        version = image.get('version') or 'latest'
+        if not found or (version != 'latest' and version not in found):
+            raise base.InvalidRequest('Image %s:%s:%s has no version %s in %s (versions: %s).'
+                                      % (image['publisher'], image['offer'], image['sku'], version, p['location'],
+                                         ', '.join(found) or 'none'))
+        subnet = o.get('subnet_id')
+        if not subnet:
+            raise base.InvalidRequest('No subnet: give azure_subnet_id (the id of a subnet of a virtual network in %s).'
+                                      % p['location'])
+        self._check('Subnet %s' % subnet, subnet, VERSION[NIC], 'Give the id of an existing subnet (azure_subnet_id).')
+
     def create(self):
         """Make what is missing of the set, public IP -> NIC -> VM, recording each stable id; then tag the OS disk
         and bind the VM. Resumable: a rerun goes on where the record stops."""
         ids = self.record['ids']
+        if not ids and not self.record['dispatched']:
+            self.preflight()
         for member in CREATE_ORDER:
             if member in ids:
                 continue

@@ -240,6 +240,8 @@ class ArmDouble:
 
     def send(self, method, path, version=None, body=None, acts=False, what=None):
         self.calls.append((method, path))
+        if method == 'GET':
+            return azclient.Answer(200, {}, self.preflight(path))
         kind = self.kind(path)
         fault = self._fault(method, kind)
         if fault == 'reject':
@@ -260,6 +262,17 @@ class ArmDouble:
         if fault == 'lose':
             raise base.UnknownOutcome('%s: the answer was lost' % what)
         return azclient.Answer(200 if method != 'DELETE' else 200, {}, self.docs.get(lower(path)))
+
+    refuse = None
+
+    def preflight(self, path):
+        if self.refuse and self.refuse in path:
+            raise base.NotFound('HTTP 404 NotFound')
+        if path.endswith('/vmSizes'):
+            return {'value': [{'name': 'Standard_B1s'}]}
+        if path.endswith('/versions'):
+            return [{'name': '0.1'}]
+        return {}
 
     def poll(self, op):
         key = op.get('async') or op.get('location')
@@ -639,3 +652,19 @@ def test_the_sweep_inventories_only_the_four_types():
     double.list = lambda path, version: paths.append(path) or []
     azset.inventory(double, SUB, GROUP)
     assert sorted(p.rsplit('/providers/', 1)[1] for p in paths) == sorted(azplan.TYPES.values())
+
+
+@pytest.mark.parametrize('change,words', [
+    ({'vm_size': 'Standard_Nope'}, 'VM size Standard_Nope'), ({'image': {'publisher': 'Debian'}}, 'publisher, offer'),
+    ({'image': dict(OPTIONS['image'], version='9.9')}, 'no version 9.9'), ({'subnet_id': None}, 'azure_subnet_id'),
+    ({'refuse': '/resourcegroups/'}, 'azure_resource_group'), ({'refuse': '/subnets/'}, 'existing subnet'),
+    ({'refuse': '/vmSizes'}, 'azure_location'), ({'refuse': '/versions'}, 'offered in this location'),
+])
+def test_bad_input_is_refused_before_the_first_put(change, words):
+    ws, double, journal = new_set()
+    double.refuse = change.pop('refuse', None)
+    ws.options.update(change)
+    with pytest.raises(base.InvalidRequest) as err:
+        ws.create()
+    assert words in str(err.value)
+    assert not double.puts() and not ws.record['dispatched'] and not journal.writes

@@ -191,3 +191,36 @@ def test_wrong_credentials_are_refused_with_what_to_check(localcloud):
     with pytest.raises(base.Refused) as err:
         wrong.get('/subscriptions/%s/resourcegroups/workspaces' % az['subscription_id'], '2022-09-01')
     assert 'AZURE_CLIENT_SECRET' in str(err.value) and 'not-the-secret' not in str(err.value)
+
+
+def test_the_provider_seam_allocates_verifies_lists_and_deletes_a_set(localcloud, arm, tmp_path):
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import provider as azprovider
+    seed = localcloud.info['azure']['seed']
+    launch = {'resource_group': seed['resource_group'], 'location': seed['location'], 'vm_size': seed['vm_size'],
+              'subnet_id': seed['subnet_id'], 'ssh_public_key': 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG1h t',
+              'tags': {'team': 'agents'}}
+    p = azprovider.AzureProvider(arm, b's' * 32, launch, azprovider.SetStore(str(tmp_path / 'sets')), lost_window=2)
+    image = p.resolve_source('Debian:debian-12:12-gen2')
+    assert p.check_source(image, None, 'scope') == seed['location']
+    candidate = p.candidate_for('ws-seam', '2026-12-03T10:00:00Z')
+    assert candidate == p.candidate_for('ws-seam', '2026-12-03T10:00:00Z')
+    nonce = ownership.new_nonce()
+    handle = p.allocate(base.Allocation(candidate, 'ws-seam', image, seed['location'], 'ws-seam', 'scope',
+                                        labels={'keep': 'false', 'state': 'active'}, nonce=nonce))
+    assert p.wait(handle, 60).succeeded
+    resource = p.find(p.resource_of(candidate, handle))
+    assert p.verify(resource, 'ws-seam') == ownership.VERIFIED
+    assert p.verify(resource, 'another') != ownership.VERIFIED
+    assert p.labels(resource)['keep'] == 'false'
+    assert p.power(resource).running
+    assert p.addresses(resource)[0][1] == 'inet'
+    listed = [e for e in p.list() if e['id'] == candidate]
+    assert listed and listed[0]['status'] == 'complete' and listed[0]['members'] == sorted(azplan.MEMBERS)
+    # The record on disk holds no secret.
+    text = (tmp_path / 'sets' / (candidate + '.json')).read_text()
+    assert localcloud.info['azure']['client_secret'] not in text
+    assert p.delete_blocker(resource) is None
+    assert p.wait(p.delete(resource), 60).succeeded
+    assert p.find(candidate) is None and ours(localcloud, new_set(localcloud, arm, 'x')) is not None
+    assert not [r for r in localcloud.azure('resources') if r['name'].startswith(candidate)]

@@ -1,0 +1,450 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The Azure provider: a workspace is a set of four resources (members.WorkspaceSet) in one resource group.
+
+On the seam a resource id is the set's base name (plan.base_name: the workspace and a digest of its record), which
+names all four members; the candidate id a create records before it dispatches is that same base name, so a rerun
+asks for the same set. The ownership marker is the ``ephemera:marker`` tag, on every member, binding the base name.
+Each set's progress (its planned identity, the ids Azure answered with, accepted deletions and owned-delete claims)
+is written durably to its own file in ``state_dir`` before the next request goes out. Task handles are
+``azure/<action>/<base>``: waiting on a create handle finishes the creation and checks the VM's binding; waiting
+on a delete handle ticks the set's deletion until it is gone.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import hashlib
+import json
+import os
+import time
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.durable import write_durable
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import plan as planning
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.client import Arm, option
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.plan import (
+    DISK, NIC, PIP, TAG_MARKER, TAG_PREFIX, TAG_SCOPE, TAG_SET, VM)
+
+NAME = 'azure'
+KIND = 'azure-set'
+DEFAULT_STATE_DIR = '~/.ephemera/azure'
+
+
+def set_number(base_name):
+    """The number an ownership marker binds for a set's base name."""
+    return 1000000000 + int(hashlib.sha256(base_name.encode('utf-8')).hexdigest()[:12], 16) % 9000000000
+
+
+def task_handle(action, base_name, at=None):
+    return 'azure/%s/%s/%d' % (action, base_name, int(at if at is not None else time.time()))
+
+
+def parse_handle(text):
+    parts = (text or '').split('/')
+    if len(parts) != 4 or parts[0] != 'azure':
+        raise ValueError('not an Azure task handle: %r' % (text,))
+    return parts[1], parts[2], int(parts[3])
+
+
+class SetStore:
+    """Each set's record in its own file, written durably (temporary file, fsync, rename, fsync of the
+    directory); a write that fails raises, which stops the work."""
+
+    def __init__(self, directory):
+        self.directory = os.path.expanduser(directory)
+
+    def path(self, base_name):
+        planning.check_base(base_name)
+        return os.path.join(self.directory, base_name + '.json')
+
+    def load(self, base_name):
+        try:
+            with open(self.path(base_name), encoding='utf-8') as fh:
+                return json.load(fh)
+        except (IOError, OSError):
+            return None
+
+    def save(self, record):
+        if not os.path.isdir(self.directory):
+            os.makedirs(self.directory, 0o700)
+        write_durable(self.path(record['plan']['base']), json.dumps(record, sort_keys=True).encode('utf-8'))
+
+
+class TaskResult:
+    def __init__(self, handle, status='stopped', exitstatus='OK'):
+        self.upid = handle
+        self.status = status
+        self.exitstatus = exitstatus
+        self.succeeded = exitstatus == 'OK'
+        self.warnings = 0
+        self.warning_lines = []
+        self.log_tail = []
+        self.elapsed = 0.0
+
+
+def launch_options(params):
+    """The settings of a set, as a request records them (no credentials)."""
+    image = params.get('azure_image') or {}
+    return {'resource_group': params.get('azure_resource_group'), 'location': params.get('azure_location'),
+            'vm_size': params.get('azure_vm_size') or 'Standard_B1s', 'subnet_id': params.get('azure_subnet_id'),
+            'admin_username': params.get('azure_admin_username') or 'agent',
+            'ssh_public_key': params.get('azure_ssh_public_key'), 'tags': dict(params.get('azure_tags') or {}),
+            'image': dict(image) if isinstance(image, dict) else image}
+
+
+def parse_image(text):
+    """{publisher, offer, sku, version} of ``publisher:offer:sku[:version]`` (or of such a dict)."""
+    if isinstance(text, dict):
+        return dict(text)
+    parts = str(text or '').split(':')
+    if len(parts) not in (3, 4) or not all(parts):
+        raise base.InvalidRequest('Image %r is not publisher:offer:sku[:version] (Debian:debian-12:12-gen2:latest).'
+                                  % (text,))
+    return {'publisher': parts[0], 'offer': parts[1], 'sku': parts[2],
+            'version': parts[3] if len(parts) == 4 else 'latest'}
+
+
+class AzureProvider(base.Provider):
+    """The provider seam over Azure Resource Manager: sets of VM, NIC, public IP and OS disk in one resource
+    group (``arm``: a client.Arm)."""
+
+    name = NAME
+    # A set's base name carries a digest of its record: a new life of a workspace never reuses one.
+    unique_ids = True
+
+    def __init__(self, arm, secret=None, launch=None, store=None, lost_window=120, timeout=900,
+                 sleep=time.sleep):
+        super(AzureProvider, self).__init__(secret)
+        self.arm = arm
+        self.launch = dict(launch or {})
+        self.store = store or SetStore(DEFAULT_STATE_DIR)
+        self.lost_window = lost_window
+        self.timeout = timeout
+        self.sleep = sleep
+
+    @classmethod
+    def from_params(cls, params, secret=None, environ=None):
+        arm = Arm.connect(option(params, 'azure_subscription_id', ('AZURE_SUBSCRIPTION_ID',), environ),
+                          option(params, 'azure_tenant_id', ('AZURE_TENANT_ID',), environ),
+                          option(params, 'azure_client_id', ('AZURE_CLIENT_ID',), environ),
+                          option(params, 'azure_client_secret', ('AZURE_CLIENT_SECRET',), environ),
+                          authority=option(params, 'azure_authority_host', ('AZURE_AUTHORITY_HOST',), environ),
+                          endpoint=option(params, 'azure_endpoint_url', ('EPHEMERA_AZURE_ENDPOINT_URL',), environ),
+                          ca_file=option(params, 'azure_ca_file', ('EPHEMERA_AZURE_CA_FILE',), environ))
+        return cls(arm, secret, launch_options(params),
+                   SetStore(params.get('azure_state_dir') or DEFAULT_STATE_DIR),
+                   params.get('azure_lost_answer_window') or 120, params.get('azure_operation_timeout') or 900)
+
+    def with_secret(self, secret):
+        return AzureProvider(self.arm, secret, self.launch, self.store, self.lost_window, self.timeout, self.sleep)
+
+    @staticmethod
+    def serves(api):
+        return isinstance(api, Arm)
+
+    @property
+    def group(self):
+        return self.launch.get('resource_group')
+
+    # ------------------------------------------------------------------- identity and wording
+
+    @classmethod
+    def label(cls, resource_id, location=None):
+        return 'Azure set %s' % resource_id + (' in %s' % location if location else '')
+
+    @classmethod
+    def resource_key(cls, resource_id, location=None):
+        key = '%s/%s' % (KIND, resource_id)
+        return key if location is None else '%s@%s' % (key, location)
+
+    @classmethod
+    def parse_resource_key(cls, key):
+        try:
+            kind, rest = key.split('/', 1)
+            name, location = rest.split('@', 1)
+        except (AttributeError, ValueError):
+            return None, None
+        return (name, location) if kind == KIND else (None, None)
+
+    # ------------------------------------------------------------------- ownership and lease
+
+    def marker(self, workspace, resource_id, nonce=None):
+        return ownership.render(self.secret, self.controller, workspace, set_number(resource_id),
+                                nonce or ownership.new_nonce())
+
+    def verify(self, resource, workspace=None, nonce=ownership.ANY):
+        if resource is None:
+            return ownership.ABSENT
+        return ownership.verdict(resource.marker_text, self.secret, self.controller, workspace,
+                                 set_number(resource.id), nonce)
+
+    def labels(self, resource):
+        tags = (resource.native or {}).get('tags') or {}
+        return dict((k, tags[TAG_PREFIX + k]) for k in planning.LABEL_KEYS if TAG_PREFIX + k in tags)
+
+    def write_labels(self, resource, labels):
+        record = self._record(resource.id)
+        for member in planning.MEMBERS:
+            if member not in record.get('ids', {}):
+                continue
+            doc = self._set(record).read(member)
+            if doc is None:
+                continue
+            tags = dict(doc.get('tags') or {})
+            for key, value in labels.items():
+                tags[TAG_PREFIX + key] = str(value)
+                record['plan']['tags'][member][TAG_PREFIX + key] = str(value)
+            self.store.save(record)
+            self.arm.send('PATCH', self._set(record).path(member), azset.VERSION[member], {'tags': tags}, acts=True)
+
+    # ------------------------------------------------------------------- allocation
+
+    def _set(self, record):
+        launch = dict(self.launch)
+        launch['image'] = parse_image(launch.get('image') or record.get('image'))
+        return azset.WorkspaceSet(self.arm, record, self.store.save, launch, sleep=self.sleep,
+                                  lost_window=self.lost_window, timeout=self.timeout)
+
+    def _record(self, base_name):
+        record = self.store.load(base_name)
+        if record is None:
+            raise base.NotFound('No record of Azure set %s in %s: it was never planned here.'
+                                % (base_name, self.store.directory))
+        return record
+
+    def resolve_source(self, source):
+        image = parse_image(source)
+        return '%s:%s:%s:%s' % (image['publisher'], image['offer'], image['sku'], image['version'])
+
+    def check_source(self, source, location, scope):
+        location = location or self.launch.get('location')
+        try:
+            planning.check_subscription(self.arm.subscription)
+            planning.check_resource_group(self.group)
+            planning.check_location(location)
+            planning.check_tags(self.launch.get('tags'))
+        except planning.PlanError as err:
+            raise base.InvalidRequest(str(err))
+        probe = {'plan': planning.plan('probe', 'probe-set', self.group, location, 'm', scope or 'scope',
+                                       subscription=self.arm.subscription)}
+        ws = azset.WorkspaceSet(self.arm, probe, lambda r: None, dict(self.launch, image=parse_image(source)))
+        ws.preflight()
+        return location
+
+    def check_storage(self, location, storage):
+        return None
+
+    def launch_options(self):
+        return dict(self.launch)
+
+    def candidate(self, avoid=(), sleep=None):
+        raise base.InvalidRequest('An Azure set is named from its workspace: use candidate_for.')
+
+    def candidate_for(self, workspace, stamp, avoid=(), sleep=None):
+        for n in range(len(avoid), len(avoid) + 100):
+            try:
+                name = planning.base_name(workspace, '%s\n%d' % (stamp, n) if n else stamp)
+            except planning.PlanError as err:
+                raise base.InvalidRequest(str(err))
+            if name not in avoid:
+                return name
+        raise base.Conflict('No free set name for %s.' % workspace)
+
+    def allocate(self, allocation):
+        a = allocation
+        launch = dict(self.launch, **(a.options or {}))
+        record = self.store.load(a.candidate)
+        if record is None:
+            try:
+                record = {'plan': planning.plan(a.workspace, a.candidate, launch.get('resource_group'),
+                                                a.location or launch.get('location'),
+                                                self.marker(a.workspace, a.candidate, a.nonce), a.scope,
+                                                labels=a.labels, extra=launch.get('tags'),
+                                                subscription=self.arm.subscription),
+                          'image': a.source}
+            except planning.PlanError as err:
+                raise base.InvalidRequest(str(err))
+            # The complete planned identity, durable before the first PUT.
+            self.store.save(record)
+        ws = self._set(record)
+        ws.options['hostname'] = a.hostname
+        ws.create()
+        return task_handle('create', a.candidate)
+
+    def allocation_task(self, allocation, since):
+        record = self.store.load(allocation.candidate)
+        return task_handle('create', allocation.candidate) if record and record.get('binding') else None
+
+    def resource_of(self, candidate, task, location=None):
+        return candidate
+
+    # ------------------------------------------------------------------------------- looking
+
+    def find(self, resource_id, location=None, search=False):
+        if resource_id is None:
+            return None
+        record = self.store.load(resource_id)
+        if record is None:
+            return None
+        vm = self._set(record).read(VM)
+        if vm is None:
+            # A set whose VM is gone (or never made) still stands while any member does.
+            ws = self._set(record)
+            for member in (NIC, PIP, DISK):
+                doc = ws.read(member)
+                if doc is not None:
+                    return base.Resource(resource_id, record['plan']['location'],
+                                         marker_text=(doc.get('tags') or {}).get(TAG_MARKER), native=doc)
+            return None
+        return base.Resource(resource_id, vm.get('location'), deleting=bool(record.get('claims')),
+                             marker_text=(vm.get('tags') or {}).get(TAG_MARKER), native=vm)
+
+    def power(self, resource, absent_ok=True):
+        record = self.store.load(resource.id)
+        view = None
+        if record is not None:
+            path = self._set(record).path(VM) + '/instanceView'
+            try:
+                view = self.arm.send('GET', path, azset.VERSION[VM]).body
+            except base.NotFound:
+                view = None
+        if view is None:
+            if not absent_ok:
+                raise base.NotFound('%s has no VM.' % self.label(resource.id))
+            return base.Power(None)
+        codes = [s.get('code') for s in view.get('statuses') or []]
+        return base.Power(base.RUNNING if 'PowerState/running' in codes or 'PowerState/starting' in codes
+                          else base.STOPPED)
+
+    def addresses(self, resource):
+        record = self.store.load(resource.id)
+        if record is None:
+            return []
+        pip = self._set(record).read(PIP)
+        found = ((pip or {}).get('properties') or {}).get('ipAddress')
+        return [('eth0', 'inet', found)] if found else []
+
+    def list(self, every_kind=False):
+        out = []
+        groups = planning.groups_of(azset.inventory(self.arm, self.arm.subscription, self.group))
+        for base_name, group in sorted(groups.items()):
+            head = group.get(VM) or next((group[m] for m in planning.MEMBERS if m in group), {})
+            tags = head.get('tags') or {}
+            keys = sorted(tags) + (['ephemera'] if any(k.startswith(TAG_PREFIX) for k in tags) else [])
+            resource = base.Resource(base_name, head.get('location'), marker_text=tags.get(TAG_MARKER), native=head)
+            out.append({'id': base_name, 'location': head.get('location'), 'kind': KIND, 'name': head.get('name'),
+                        'status': 'complete' if planning.exact_group(base_name, group) is None else 'incomplete',
+                        'lock': None, 'pool': tags.get(TAG_SCOPE), 'tags': keys, 'resource': resource,
+                        'members': sorted(m for m in group if m != 'mixed'), 'set': tags.get(TAG_SET)})
+        return out
+
+    def find_listed(self, entry):
+        return entry.get('resource') if entry.get('resource') is not None else self.find(entry['id'])
+
+    def in_scope(self, entry, scope, tag=None):
+        return entry.get('pool') == scope or (tag is not None and tag in entry.get('tags', ()))
+
+    # -------------------------------------------------------------------------------- acting
+
+    def plan_settings(self, resource, settings):
+        return {}
+
+    def apply_settings(self, resource, changes):
+        return None
+
+    def _post(self, resource, action):
+        record = self._record(resource.id)
+        self.arm.send('POST', self._set(record).path(VM) + '/' + action, azset.VERSION[VM], acts=True)
+        return task_handle(action, resource.id)
+
+    def start(self, resource):
+        if self.power(resource, absent_ok=False).running:
+            return None
+        return self._post(resource, 'start')
+
+    def shutdown(self, resource, timeout):
+        if not self.power(resource).running:
+            return None
+        return self._post(resource, 'powerOff')
+
+    def stop(self, resource):
+        if not self.power(resource).running:
+            return None
+        return self._post(resource, 'powerOff')
+
+    def is_image(self, resource):
+        return False
+
+    def make_image(self, resource):
+        raise base.InvalidRequest('Template builds are for Proxmox VE; on Azure give a marketplace image.')
+
+    def delete_blocker(self, resource, source=None):
+        record = self.store.load(resource.id)
+        if record is not None and record.get('contradiction'):
+            return record['contradiction']
+        vm = (resource.native or {}) if (resource.native or {}).get('type', '').lower() == planning.TYPES[VM].lower() \
+            else None
+        reason = planning.cascade(VM, vm) if vm else None
+        if reason:
+            return ('VM %s: %s. The collection never relies on cascade delete: delete the set by hand.'
+                    % (vm.get('name'), reason))
+        return None
+
+    def delete(self, resource):
+        self._record(resource.id)
+        return task_handle('delete', resource.id)
+
+    def deleted_since(self, resource_id, location, since):
+        return False
+
+    # --------------------------------------------------------------------------------- tasks
+
+    def wait(self, handle, timeout):
+        action, base_name, at = parse_handle(handle)
+        record = self._record(base_name)
+        ws = self._set(record)
+        if action == 'create':
+            ws.create()
+            ws.check_binding()
+            return TaskResult(handle)
+        if action == 'delete':
+            deadline = time.monotonic() + timeout
+            while True:
+                state, member = ws.delete_tick()
+                if state == azset.DONE:
+                    return TaskResult(handle)
+                if state in (azset.IN_USE, azset.RUNNING, azset.ACCEPTED):
+                    if time.monotonic() + 1.0 > deadline:
+                        err = base.TaskTimeout('%s: deleting %s is still %s after %d s.'
+                                               % (self.label(base_name), member, state, timeout))
+                        err.task_id = handle
+                        raise err
+                    self.sleep(1.0)
+        if action in ('start', 'powerOff'):
+            want = base.RUNNING if action == 'start' else base.STOPPED
+            deadline = time.monotonic() + timeout
+            while self.power(base.Resource(base_name, None)).state != want:
+                if time.monotonic() > deadline:
+                    err = base.TaskTimeout('%s is not %s after %d s.' % (self.label(base_name), want, timeout))
+                    err.task_id = handle
+                    raise err
+                self.sleep(1.0)
+            return TaskResult(handle)
+        raise base.NotFound('Unknown Azure task %s.' % handle)
+
+    def task_status(self, handle):
+        action, base_name, at = parse_handle(handle)
+        record = self.store.load(base_name) or {}
+        if action == 'create':
+            return TaskResult(handle) if record.get('binding') else TaskResult(handle, 'running', None)
+        if action == 'delete':
+            done = all(m in record.get('claims', {}) or m not in record.get('ids', {}) for m in planning.MEMBERS)
+            return TaskResult(handle) if done else TaskResult(handle, 'running', None)
+        return TaskResult(handle)
+
+    def close(self):
+        pass

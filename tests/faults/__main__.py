@@ -1,10 +1,12 @@
 """Crash-safety runs against a try-out cluster of their own (docs/faults.md).
 
-    python -m tests.faults matrix [--size ci|full] [--part all|main|builds|aws|pg] [--json PATH]
+    python -m tests.faults matrix [--size ci|full] [--part all|main|builds|aws|hetzner|pg] [--json PATH]
                                     kill and lost-response matrix, races, seeds; the template build's rows on a
                                     debian-tier site of their own (--part builds: those only); the AWS rows on a
-                                    try-out cloud of their own (--part aws: those only); create and destroy with the
-                                    journal on PostgreSQL (--part pg: those only, tests/faults/pgmatrix.py)
+                                    try-out cloud of their own (--part aws: those only); the Hetzner rows on the
+                                    Hetzner fake of a try-out cloud of their own (--part hetzner, tests/faults/hetzner.py);
+                                    create and destroy with the journal on PostgreSQL (--part pg: those only,
+                                    tests/faults/pgmatrix.py)
     python -m tests.faults soak [--schedules 500] [--first-seed 1001] [--jobs N] [--json PATH]   schedules only
     python -m tests.faults replay --seed N                          one random schedule again, exactly
 
@@ -33,9 +35,10 @@ def main(argv=None):
     sub = parser.add_subparsers(dest='command', required=True)
     matrix = sub.add_parser('matrix', help='the kill and lost-response matrix, races and a fixed set of seeds')
     matrix.add_argument('--size', choices=sorted(SIZES), default='ci')
-    matrix.add_argument('--part', choices=('all', 'main', 'builds', 'aws', 'pg'), default='all',
+    matrix.add_argument('--part', choices=('all', 'main', 'builds', 'aws', 'hetzner', 'pg'), default='all',
                         help='main: create, destroy, expiry, races and seeds; builds: the template build\'s rows, on '
                              'a debian-tier site of their own; aws: the AWS rows, on a try-out cloud of their own; '
+                             'hetzner: the Hetzner rows, on the Hetzner fake of a try-out cloud of their own; '
                              'pg: create and destroy with the journal on PostgreSQL; '
                              'all (the default): every part, side by side')
     soak = sub.add_parser('soak', help='many random schedules')
@@ -59,6 +62,7 @@ def main(argv=None):
     cells, uncovered = [], []
     builds = None
     aws = None
+    hetzner = None
     pg = None
     if args.command == 'matrix' and part in ('all', 'builds'):
         # The build rows run on a site of their own, beside the main part: much of both is waiting.
@@ -70,6 +74,11 @@ def main(argv=None):
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         aws = pool.submit(run_aws, args)
         pool.shutdown(wait=False)
+    if args.command == 'matrix' and part in ('all', 'hetzner'):
+        # The Hetzner rows, on a try-out cloud of their own.
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        hetzner = pool.submit(run_hetzner, args)
+        pool.shutdown(wait=False)
     if args.command == 'matrix' and part in ('all', 'pg'):
         # And the PostgreSQL journal's rows, on a cluster and a database server of their own.
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
@@ -77,7 +86,7 @@ def main(argv=None):
         pool.shutdown(wait=False)
     if part in ('all', 'main') or args.command != 'matrix':
         cells, uncovered = run_main(args)
-    for other in (builds, aws, pg):
+    for other in (builds, aws, hetzner, pg):
         if other is not None:
             other_cells, other_uncovered = other.result()
             cells += other_cells
@@ -153,6 +162,26 @@ def run_aws(args):
             print('kept: %s' % workdir)
     print('aws: %d points, %d runs in %.0f s' % (len(runner.create_points) + len(runner.destroy_points), len(cells),
                                                  time.monotonic() - started), flush=True)
+    return cells, []
+
+
+def run_hetzner(args):
+    """The Hetzner rows on a try-out cloud of their own (tests/faults/hetzner.py)."""
+    from tests.faults.hetzner import HetznerMatrix, HetznerSite
+    started = time.monotonic()
+    workdir = tempfile.mkdtemp(prefix='ephemera-faults-hetzner-')
+    site = HetznerSite.start(workdir)
+    try:
+        runner = HetznerMatrix(site, size=args.size, log=lambda line: print(line, flush=True))
+        cells = runner.run()
+    finally:
+        site.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print('kept: %s' % workdir)
+    print('hetzner: %d points, %d runs in %.0f s' % (len(runner.create_points) + len(runner.destroy_points),
+                                                     len(cells), time.monotonic() - started), flush=True)
     return cells, []
 
 

@@ -15,6 +15,7 @@ end in ``error`` (the server stays), ``hide`` answers 404 for a server whose del
 
 import asyncio
 import itertools
+import json
 import logging
 import time
 from datetime import datetime, timezone
@@ -147,26 +148,30 @@ class HetznerCloud(object):
 
     # ------------------------------------------------------------ faults
 
-    def add_rule(self, kind, method=None, path=None, times=1, seconds=None, status=None, code=None, message=None):
-        """A fault for the next ``times`` requests that match ``method`` and the path prefix ``path`` (under /v1)."""
+    def add_rule(self, kind, method=None, path=None, times=1, seconds=None, status=None, code=None, message=None,
+                 match=None):
+        """A fault for the next ``times`` requests that match ``method``, the path prefix ``path`` (under /v1) and,
+        with ``match``, hold that text in their path or body (a workspace's name, a server id)."""
         kinds = ('drop', 'delay', 'error', 'fail_delete', 'hide', 'foreign_answer', 'malformed')
         if kind not in kinds:
             raise ValueError('a Hetzner fault is one of {0}, not {1!r}'.format(', '.join(kinds), kind))
         rule = {'id': next(self._rule_ids), 'kind': kind, 'method': method, 'path': path, 'times': int(times),
-                'seconds': seconds, 'status': status, 'code': code, 'message': message, 'hits': 0}
+                'seconds': seconds, 'status': status, 'code': code, 'message': message, 'match': match, 'hits': 0}
         self.rules.append(rule)
         return dict(rule)
 
     def clear_rules(self):
         self.rules = []
 
-    def _take(self, kind, method, path):
+    def _take(self, kind, method, path, body=''):
         for rule in self.rules:
             if rule['kind'] != kind or rule['times'] <= 0:
                 continue
             if rule['method'] and rule['method'] != method:
                 continue
             if rule['path'] and not path.startswith(rule['path']):
+                continue
+            if rule.get('match') and rule['match'] not in path and rule['match'] not in body:
                 continue
             rule['times'] -= 1
             rule['hits'] += 1
@@ -176,14 +181,22 @@ class HetznerCloud(object):
     @web.middleware
     async def _middleware(self, request, handler):
         path = request.path[len('/v1'):] if request.path.startswith('/v1') else request.path
-        self.requests.append({'method': request.method, 'path': path, 'time': time.time()})
+        body = (await request.read()).decode('utf-8', 'replace') if request.can_read_body else ''
+        logged = {'method': request.method, 'path': path, 'time': time.time()}
+        if request.method == 'POST' and path == '/servers':
+            try:
+                sent = json.loads(body)
+                logged.update(name=sent.get('name'), workspace=(sent.get('labels') or {}).get('ephemera-workspace'))
+            except ValueError:
+                pass
+        self.requests.append(logged)
         self.tick()
         if request.headers.get('Authorization') != 'Bearer {0}'.format(self.token):
             return web.json_response(error_body('unauthorized'), status=401)
-        delay = self._take('delay', request.method, path)
+        delay = self._take('delay', request.method, path, body)
         if delay is not None:
             await asyncio.sleep(float(delay['seconds'] or 1))
-        failing = self._take('error', request.method, path)
+        failing = self._take('error', request.method, path, body)
         if failing is not None:
             status = int(failing['status'] or 500)
             code = failing['code'] or {400: 'invalid_input', 401: 'unauthorized', 403: 'forbidden', 404: 'not_found',
@@ -192,12 +205,12 @@ class HetznerCloud(object):
             headers = {'RateLimit-Limit': '3600', 'RateLimit-Remaining': '0'} if status == 429 else None
             return web.json_response(error_body(code, failing['message']), status=status, headers=headers)
         response = await handler(request)
-        if self._take('drop', request.method, path) is not None:
+        if self._take('drop', request.method, path, body) is not None:
             # Acted, and the answer is lost: the connection closes without one.
             LOG.info('dropping the answer to %s %s', request.method, path)
             request.transport.close()
             raise ConnectionResetError('answer dropped')
-        malformed = self._take('malformed', request.method, path)
+        malformed = self._take('malformed', request.method, path, body)
         if malformed is not None:
             return web.json_response({'action': {'id': 'x', 'status': 'unheard-of'}}, status=200)
         return response

@@ -104,9 +104,13 @@ class HetznerPart(object):
     def op_requests(self):
         return list(self.fake.requests)
 
-    def op_rule(self, kind, method=None, path=None, times=1, seconds=None, status=None, code=None, message=None):
+    def op_rule(self, kind, method=None, path=None, times=1, seconds=None, status=None, code=None, message=None,
+                match=None):
         return self.fake.add_rule(kind, method=method, path=path, times=times, seconds=seconds, status=status,
-                                  code=code, message=message)
+                                  code=code, message=message, match=match)
+
+    def op_rules(self):
+        return [dict(r) for r in self.fake.rules]
 
     def op_clear(self):
         self.fake.clear_rules()

@@ -49,6 +49,12 @@ def destroyed(site, name):
     return ws
 
 
+def rules(cloud, action):
+    found = cloud.proxy_rules()
+    found = found.get('rules', found) if isinstance(found, dict) else found
+    return [r for r in found if r['action'] == action]
+
+
 def actions(site, name):
     return [e['action'] for e in site.events(name)]
 
@@ -100,6 +106,9 @@ def test_a_lost_run_answer_gives_exactly_one_instance_and_a_lost_terminate_answe
     cloud.drop_response('RunInstances')
     ws = ready(site, 'aws-lost')
     assert len(site.instances('aws-lost')) == 1
+    # The answer that was lost was the launch with the recorded client token.
+    [dropped] = rules(cloud, 'drop-response')
+    assert [h['client_token'] for h in dropped['hits']] == [ws['candidate_id']]
     assert 'adopted' in actions(site, 'aws-lost')
     instance_id = ws['resource_id']
     cloud.drop_response('TerminateInstances')
@@ -120,6 +129,9 @@ def test_throttling_and_the_visibility_window_are_ridden_out(site, cloud):
     cloud.invisible(4)
     ws = ready(site, 'aws-slow')
     assert len(site.instances('aws-slow')) == 1
+    # Every throttle was met (and ridden out).
+    assert sorted((r['operation'], len(r['hits'])) for r in rules(cloud, 'throttle')) == [
+        ('DescribeInstances', 3), ('RunInstances', 2)]
     cloud.throttle('TerminateInstances', times=2)
     destroyed(site, 'aws-slow')
     assert ws['resource_id'] not in [i['instance_id'] for i in site.instances('aws-slow')]

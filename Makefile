@@ -21,6 +21,7 @@ PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run
 help:
 	@echo "make demo          run the main job on the local try-out cluster"
 	@echo "make demo PROVIDER=aws   the same on the local try-out cloud for AWS"
+	@echo "make demo PROVIDER=hetzner the same on the try-out cloud's Hetzner Cloud fake"
 	@echo "make test          install everything needed and run every test"
 	@echo "make venv          create $(VENV) with runtime and test dependencies"
 	@echo "make collection    build the collection tarball into build/ from the files git tracks only"
@@ -100,7 +101,7 @@ soak: venv
 
 # PROVIDER=aws: the same job on the try-out cloud for AWS (scripts/demo-aws.sh, docs/localcloud.md).
 demo: venv
-	$(PIN_COLLECTION) scripts/$(if $(filter aws,$(PROVIDER)),demo-aws.sh,demo.sh)
+	$(PIN_COLLECTION) scripts/$(if $(PROVIDER),demo-$(PROVIDER).sh,demo.sh)
 
 # The local try-out cluster (tests/localpve, docs/localpve.md). CLUSTER_ARGS go to `up`,
 # e.g. make cluster-up CLUSTER_ARGS="--time-scale 0 --addressing dhcp".

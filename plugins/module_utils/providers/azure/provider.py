@@ -88,12 +88,10 @@ class TaskResult:
 
 def launch_options(params):
     """The settings of a set, as a request records them (no credentials)."""
-    image = params.get('azure_image') or {}
     return {'resource_group': params.get('azure_resource_group'), 'location': params.get('azure_location'),
             'vm_size': params.get('azure_vm_size') or 'Standard_B1s', 'subnet_id': params.get('azure_subnet_id'),
             'admin_username': params.get('azure_admin_username') or 'agent',
-            'ssh_public_key': params.get('azure_ssh_public_key'), 'tags': dict(params.get('azure_tags') or {}),
-            'image': dict(image) if isinstance(image, dict) else image}
+            'ssh_public_key': params.get('azure_ssh_public_key'), 'tags': dict(params.get('azure_tags') or {})}
 
 
 def parse_image(text):
@@ -205,7 +203,7 @@ class AzureProvider(base.Provider):
 
     def _set(self, record):
         launch = dict(self.launch)
-        launch['image'] = parse_image(launch.get('image') or record.get('image'))
+        launch['image'] = parse_image(record.get('image') or launch.get('image'))
         return azset.WorkspaceSet(self.arm, record, self.store.save, launch, sleep=self.sleep,
                                   lost_window=self.lost_window, timeout=self.timeout)
 

@@ -1,0 +1,104 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+
+class ModuleDocFragment(object):
+
+    DOCUMENTATION = r'''
+options:
+  azure_subscription_id:
+    description:
+      - The Azure subscription (a GUID). With O(provider=azure) required, here or in E(AZURE_SUBSCRIPTION_ID).
+      - An unknown subscription is refused before anything is made.
+    type: str
+  azure_tenant_id:
+    description:
+      - The Microsoft Entra tenant of the service principal. If not set, E(AZURE_TENANT_ID) is used.
+    type: str
+  azure_client_id:
+    description:
+      - The service principal's client (application) id. If not set, E(AZURE_CLIENT_ID) is used.
+    type: str
+  azure_client_secret:
+    description:
+      - The service principal's secret. If not set, E(AZURE_CLIENT_SECRET) is used. Never recorded in the journal
+        or shown.
+      - Without a secret, DefaultAzureCredential looks where it always does (environment, workload identity,
+        managed identity, the Azure CLI).
+    type: str
+  azure_authority_host:
+    description:
+      - Another Microsoft Entra authority (a sovereign cloud, or the try-out cloud's token endpoint). If not set,
+        E(AZURE_AUTHORITY_HOST) is used.
+    type: str
+  azure_endpoint_url:
+    description:
+      - Another Azure Resource Manager endpoint (the try-out cloud's ARM fake). If not set,
+        E(EPHEMERA_AZURE_ENDPOINT_URL) is used.
+    type: str
+  azure_ca_file:
+    description:
+      - A certificate authority file to verify the Resource Manager and authority with. If not set,
+        E(EPHEMERA_AZURE_CA_FILE) is used.
+    type: path
+  azure_resource_group:
+    description:
+      - The resource group the workspaces' resources go into. It is never created, changed or deleted. If not
+        set, E(EPHEMERA_AZURE_RESOURCE_GROUP) is used.
+    type: str
+  azure_location:
+    description:
+      - The Azure location (V(westeurope)). If not set, E(EPHEMERA_AZURE_LOCATION) is used.
+    type: str
+  azure_vm_size:
+    description:
+      - The VM size; refused before anything is made unless the location offers it.
+    type: str
+    default: Standard_B1s
+  azure_subnet_id:
+    description:
+      - The id of the subnet the NIC goes into (a shared subnet, never deleted).
+    type: str
+  azure_admin_username:
+    description:
+      - The VM's administrator user, whose authorized key is O(azure_ssh_public_key).
+    type: str
+    default: agent
+  azure_ssh_public_key:
+    description:
+      - The public key the VM's administrator user accepts.
+    type: str
+  azure_tags:
+    description:
+      - More tags for every member of a workspace's set (Azure's tag rules; keys starting with V(ephemera:) are the
+        collection's own).
+    type: dict
+    default: {}
+  azure_lost_answer_window:
+    description:
+      - Seconds a resource whose creating PUT lost its answer is looked for again before it is left as cleanup
+        debt. It is never created a second time.
+    type: int
+    default: 120
+  azure_operation_timeout:
+    description:
+      - Seconds to wait for a long-running operation.
+    type: int
+    default: 900
+  azure_orphan_grace:
+    description:
+      - Seconds an orphaned set must keep the same fingerprint, through at least two successful inventories,
+        before the orphan sweep deletes it.
+    type: int
+    default: 900
+  azure_state_dir:
+    description:
+      - Where each set's progress (planned identity, the ids Azure answered with, accepted deletions, owned-delete
+        claims) is written durably. If not set, E(EPHEMERA_AZURE_STATE_DIR) is used.
+    type: path
+    default: ~/.ephemera/azure
+'''

@@ -18,6 +18,7 @@ PROVIDERS = {
     'gcp': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.provider', 'GcpProvider'),
     'hetzner': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.provider',
                 'HetznerProvider'),
+    'azure': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.provider', 'AzureProvider'),
 }
 
 

@@ -668,3 +668,24 @@ def test_bad_input_is_refused_before_the_first_put(change, words):
         ws.create()
     assert words in str(err.value)
     assert not double.puts() and not ws.record['dispatched'] and not journal.writes
+
+
+def test_the_provider_is_registered_and_bound_to_an_arm_client(tmp_path):
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import bind, provider_class
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import provider as azprovider
+    assert provider_class('azure') is azprovider.AzureProvider
+    bound = bind(azclient.Arm(SUB, None, None), b's' * 32)
+    assert isinstance(bound, azprovider.AzureProvider) and bound.secret == b's' * 32
+
+
+def test_the_provider_refuses_bad_names_and_images_before_anything():
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import provider as azprovider
+    p = azprovider.AzureProvider(ArmDouble(), b's' * 32, {'resource_group': GROUP, 'location': 'westeurope'})
+    with pytest.raises(base.InvalidRequest) as err:
+        p.candidate_for('Bad_Name', 'stamp')
+    assert 'letters, digits and hyphens' in str(err.value)
+    with pytest.raises(base.InvalidRequest):
+        p.resolve_source('Debian/debian-12')
+    assert p.resolve_source('Debian:debian-12:12-gen2') == 'Debian:debian-12:12-gen2:latest'
+    assert azprovider.AzureProvider.parse_resource_key(azprovider.AzureProvider.resource_key('ws-1', 'westeurope')) \
+        == ('ws-1', 'westeurope')

@@ -163,7 +163,7 @@ class Resource(object):
         return resource_id(self.group, self.kind, self.name)
 
     def answer(self):
-        doc = copy.deepcopy(self.doc)
+        doc = copy.deepcopy(dict((k, v) for k, v in self.doc.items() if not k.startswith('_')))
         doc.update(id=self.id, name=self.name, type=TYPE_OF[self.kind], location=self.location)
         doc.setdefault('tags', {})
         doc.setdefault('properties', {})['provisioningState'] = self.state

@@ -173,7 +173,12 @@ def test_workspace_set_create_in_use_and_ordered_delete(az, tmp_path):
     assert pip.ip_configuration.id == nic.ip_configurations[0].id and nic.virtual_machine.id == vm.id
     view = comp.virtual_machines.get(rg, 'ws-a', expand='instanceView')
     assert 'PowerState/running' in [s.code for s in view.instance_view.statuses]
+    # Powered off, the guest is down (the shapes then too); started again, it is back.
+    comp.virtual_machines.begin_power_off(rg, 'ws-a').result()
+    assert 'PowerState/stopped' in [s.code for s in comp.virtual_machines.instance_view(rg, 'ws-a').statuses]
+    wait(lambda: resources(cloud)['ws-a'].get('sshd') == 'stopped')
     check_shapes(Raw(info), seed, pip.id, nic.id, vm.id, disk.id)
+    comp.virtual_machines.begin_start(rg, 'ws-a').result()
     # A real guest on both addresses, with the VM's key.
     wait(lambda: resources(cloud)['ws-a'].get('sshd') == 'up')
     assert resources(cloud)['ws-a']['root'] == info['azure']['guest_prefix'].replace('{vmid}', vm.id)

@@ -40,6 +40,7 @@ extends_documentation_fragment:
   - ephemera.workspaces.proxmox
   - ephemera.workspaces.aws
   - ephemera.workspaces.hetzner
+  - ephemera.workspaces.gcp
   - ephemera.workspaces.azure
   - ephemera.workspaces.journal
 attributes:
@@ -189,6 +190,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.cleanup 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.options import azure_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
     connection_argument_spec,
@@ -206,6 +208,7 @@ def module_args():
     spec.update(connection_argument_spec())
     spec.update(aws_argument_spec())
     spec.update(hetzner_argument_spec())
+    spec.update(gcp_argument_spec())
     spec.update(azure_argument_spec())
     spec.update(journal_argument_spec())
     return dict(argument_spec=spec, supports_check_mode=True)

@@ -25,6 +25,7 @@ extends_documentation_fragment:
   - ephemera.workspaces.proxmox
   - ephemera.workspaces.aws
   - ephemera.workspaces.hetzner
+  - ephemera.workspaces.gcp
   - ephemera.workspaces.azure
   - ephemera.workspaces.journal
 attributes:
@@ -75,6 +76,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import l
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec, wants_aws
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec, wants_hetzner
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec, wants_gcp
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.options import azure_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
     connection_argument_spec,
@@ -87,6 +89,7 @@ def module_args():
     spec.update(connection_argument_spec())
     spec.update(aws_argument_spec())
     spec.update(hetzner_argument_spec())
+    spec.update(gcp_argument_spec())
     spec.update(azure_argument_spec())
     spec.update(journal_argument_spec())
     return dict(argument_spec=spec, supports_check_mode=True)
@@ -98,7 +101,7 @@ def run(module):
     try:
         # An existing journal only: a heartbeat for a workspace of another journal must not make an empty one.
         with Journal.open(params['journal_path'], create=False, url=params.get('journal_url')) as journal:
-            client = api_from_params(params) if params.get('api_host') or wants_aws(params) or wants_hetzner(params) else None
+            client = api_from_params(params) if params.get('api_host') or wants_aws(params) or wants_hetzner(params) or wants_gcp(params) else None
             ws, note = lease_flow.heartbeat(journal, client, params['name'], now=time.time(),
                                             check_mode=module.check_mode)
     except EphemeraError as err:

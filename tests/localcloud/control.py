@@ -110,6 +110,12 @@ class CloudApi(object):
         """An operation of the Hetzner Cloud fake: servers, view, requests, rule, clear, foreign_create."""
         return self._op('hetzner', action=what, arguments=arguments)
 
+    # The Compute Engine fake (tests/localcloud/gcp_site.py's op_* with their keyword arguments).
+    def gcp(self, what, /, **arguments):
+        """An operation of the Compute Engine fake: instances, inserts, calls, violations, fault, op_seconds, deny,
+        metadata, clear."""
+        return self._op('gcp', action=what, arguments=arguments)
+
 
 class CloudClient(CloudApi):
     """The operations of a cloud that runs as its own process (started with `up`).

@@ -41,7 +41,10 @@ class GcpFake:
     """The fake's state and its HTTP server (``url``); ``project``/``zone`` are where it has instances."""
 
     def __init__(self, project='ephemera-test', zone='europe-west1-b', host='127.0.0.1', port=0, schema=None,
-                 images=('debian-12',), machine_types=('e2-small', 'e2-medium'), networks=('default',)):
+                 images=('debian-12',), machine_types=('e2-small', 'e2-medium'), networks=('default',),
+                 addresses=None):
+        # addresses: allocate(name) -> a public address, release(name) (the try-out cloud's pool); else 127.0.0.1.
+        self.addresses = addresses
         self.project = project
         self.zone = zone
         self.host = host
@@ -174,8 +177,9 @@ class GcpFake:
                 view = {'kind': 'compute#networkInterface', 'name': 'nic%d' % n,
                         'network': nic.get('network'), 'networkIP': '10.128.0.%d' % (2 + len(self.instances))}
                 if nic.get('accessConfigs'):
+                    public = self.addresses.allocate(name) if self.addresses is not None else '127.0.0.1'
                     view['accessConfigs'] = [{'kind': 'compute#accessConfig', 'name': 'External NAT',
-                                              'type': 'ONE_TO_ONE_NAT', 'natIP': '127.0.0.1'}]
+                                              'type': 'ONE_TO_ONE_NAT', 'natIP': public}]
                 nics.append(view)
             accounts = body.get('serviceAccounts') or [{'email': 'default', 'scopes': []}]
             instance = {'kind': 'compute#instance', 'id': str(self.next_id), 'name': name,
@@ -227,6 +231,8 @@ class GcpFake:
                 def gone():
                     self.instances.pop(name, None)
                     self.serial.pop(name, None)
+                    if self.addresses is not None:
+                        self.addresses.release(name)
                 self.operations[op_name]['then'] = gone
                 if self.op_seconds <= 0:
                     gone()

@@ -22,6 +22,7 @@ from tests.localpve.harness import ControlServer
 from .azure_site import AzurePart
 from .config import ACCOUNT_ID, INFO_FILE, CloudError
 from .fleet import Fleet
+from .gcp_site import GcpPart
 from .hetzner_site import HetznerPart
 from .proxy import FaultProxy
 from .seed import forged_marker, seed
@@ -75,6 +76,7 @@ class CloudSite(object):
         self.fleet = Fleet(self)
         self.hetzner = HetznerPart(self)
         self.azure = AzurePart(self)
+        self.gcp = GcpPart(self)
 
     def _path(self, *parts):
         return os.path.join(self.options.state_dir, *parts)
@@ -126,6 +128,7 @@ class CloudSite(object):
         info = self._info(private_key, public_key)
         info['hetzner'] = await self.hetzner.start(public_key)
         info['azure'] = await self.azure.start(public_key)
+        info['gcp'] = await self.gcp.start(public_key)
         loop = asyncio.get_running_loop()
         info['seed'] = await loop.run_in_executor(None, seed, info, self.scope)
         await self.fleet.reconcile()
@@ -160,6 +163,7 @@ class CloudSite(object):
                 await self.fleet.reconcile()
                 await self.hetzner.tick()
                 await self.azure.tick()
+                await self.gcp.tick()
             except Exception:  # noqa: BLE001 - one bad tick must not end the cloud
                 LOG.exception('reconcile failed')
 
@@ -175,6 +179,7 @@ class CloudSite(object):
         await self.fleet.stop_all()
         await self.hetzner.stop()
         await self.azure.stop()
+        await self.gcp.stop()
         for part in (self.control, self.proxy):
             if part is not None:
                 await part.stop()
@@ -302,6 +307,10 @@ class CloudSite(object):
         """The ARM fake's operations (azure_site.AzurePart.op_*)."""
         return self.azure.op(action, arguments)
 
+    def op_gcp(self, action, arguments=None):
+        """The Compute Engine fake's operations (gcp_site.GcpPart.op_*)."""
+        return self.gcp.op(action, arguments)
+
     def op_hetzner(self, action, arguments=None):
         """The Hetzner Cloud fake's operations (hetzner_site.HetznerPart.op_*)."""
         return self.hetzner.op(action, arguments)
@@ -312,6 +321,8 @@ class CloudSite(object):
             self.hetzner.fake.clear_rules()
         if self.azure.fake is not None:
             self.azure.fake.clear_rules()
+        if self.gcp.fake is not None:
+            self.gcp.op_clear()
         self.op_guest_clear()
         self.op_instance_clear()
         return self.op_status()

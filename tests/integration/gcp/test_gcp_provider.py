@@ -89,9 +89,11 @@ def test_lost_delete_answer_is_finished_by_the_next_run(gcpfake):
     gcpfake.fault('drop', 'DELETE', r'/instances/', times=1)
     with pytest.raises(base.UnknownOutcome):
         quick.delete(found)
-    # The next run repeats the delete with the same requestId, and confirms it.
-    handle = provider(gcpfake).delete(found)
-    assert provider(gcpfake).wait(handle, 10).succeeded
+    # The next run's delete is told the instance is gone (NotFound: the seam's "done" for a delete), and a GET
+    # confirms the absence.
+    with pytest.raises(base.NotFound):
+        provider(gcpfake).delete(found)
+    assert provider(gcpfake).find(a.candidate) is None
     assert a.candidate not in gcpfake.instances
 
 
@@ -105,8 +107,7 @@ def test_delete_operation_done_with_error_is_a_failure(gcpfake):
         p.wait(handle, 10)
     assert 'Disk detach failed on the host.' in str(err.value)
     assert p.find(a.candidate) is not None
-    # Failed, not done: a later delete is a new request and completes.
-    gcpfake.instances[a.candidate]['id'] = str(int(gcpfake.instances[a.candidate]['id']) + 7)
+    # Failed, not done: a later delete is a new request (a new requestId) and completes.
     assert p.wait(p.delete(p.find(a.candidate)), 10).succeeded
 
 

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 from ansible.module_utils.basic import env_fallback
 
-PROVIDER_CHOICES = ['proxmox', 'aws', 'hetzner', 'azure']
+PROVIDER_CHOICES = ['proxmox', 'aws', 'hetzner', 'azure', 'gcp']
 
 
 def aws_argument_spec():

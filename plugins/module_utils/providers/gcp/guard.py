@@ -282,4 +282,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    raise SystemExit(main())

@@ -477,10 +477,12 @@ class GcpProvider(base.Provider):
         return None
 
     def delete(self, resource):
-        native = resource.native or {}
-        # One request id per instance (its numeric id, when known): a retry after a lost answer is the same delete.
+        # A request id of its own for every delete: the client's retries after a lost answer send it again (the same
+        # request), and a delete after a failed one is a new request (Compute Engine would answer a repeated id with
+        # the failed operation). A second delete of an instance whose deletion runs does no harm: the destroy waits
+        # for the GET 404 either way.
         return self._act('delete', 'instances.delete', self.compute.instances.delete_unary,
-                         self.compute.types.DeleteInstanceRequest, resource, str(native.get('id') or ''))
+                         self.compute.types.DeleteInstanceRequest, resource, uuid.uuid4().hex)
 
     def deleted_since(self, resource_id, location, since):
         return False

@@ -1,0 +1,115 @@
+"""The Compute Engine fake's part of a try-out cloud: its HTTP server (tests/localcloud/gcp.py, every answer checked
+against the Compute v1 discovery document), its guests (gcp_guests.py), what cloud.json says of it (the `gcp` key),
+and its control operations (CloudSite.op_gcp dispatches to the op_* methods here)."""
+
+import asyncio
+
+from . import gcpschema
+from .config import CloudError
+from .gcp import GcpFake
+from .gcp_guests import PREFIX, GcpGuests
+
+PROJECT = 'ephemera-localcloud'
+ZONE = 'europe-west1-b'
+IMAGE = 'debian-12'
+MACHINE_TYPE = 'e2-small'
+
+
+class Addresses(object):
+    """The fleet's public address pool, keyed gce-<instance name> (beside the other clouds' machines)."""
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    def allocate(self, name):
+        return self.pool.allocate(PREFIX + name)
+
+    def release(self, name):
+        self.pool.release(PREFIX + name)
+
+
+class GcpPart(object):
+    """Started and stopped by CloudSite; ticked with the fleet."""
+
+    def __init__(self, site):
+        self.site = site
+        self.fake = None
+        self.guests = None
+        self.info = None
+
+    async def start(self, public_key):
+        opts = self.site.options
+        loop = asyncio.get_running_loop()
+        schema = await loop.run_in_executor(None, gcpschema.load)
+        self.fake = GcpFake(project=PROJECT, zone=ZONE, host=opts.host, port=0, schema=schema,
+                            images=(IMAGE,), addresses=Addresses(self.site.fleet.public_pool)).start()
+        self.guests = GcpGuests(self.site, self.fake)
+        self.info = {'endpoint': self.fake.url, 'project': PROJECT, 'zone': ZONE, 'image': IMAGE,
+                     'machine_type': MACHINE_TYPE, 'network': 'default', 'ssh_public_key': ' '.join(public_key.split()),
+                     'guest_prefix': self.guests.root(PREFIX + '{vmid}'), 'ssh_known_hosts': self.guests.known_hosts,
+                     'discovery_revision': schema.revision}
+        return self.info
+
+    async def tick(self):
+        if self.guests is not None:
+            await self.guests.reconcile()
+
+    async def stop(self):
+        if self.guests is not None:
+            await self.guests.stop_all()
+        if self.fake is not None:
+            self.fake.stop()
+
+    # ------------------------------------------------------------ operations (control API: op gcp)
+
+    def op(self, action, arguments):
+        method = getattr(self, 'op_' + str(action).replace('-', '_'), None)
+        if method is None or self.fake is None:
+            raise CloudError('unknown GCP operation {0!r}'.format(action))
+        try:
+            return method(**(arguments or {}))
+        except (TypeError, ValueError) as exc:
+            raise CloudError('bad arguments for GCP operation {0}: {1}'.format(action, exc)) from None
+
+    def op_instances(self):
+        guests = self.guests.view() if self.guests is not None else {}
+        out = []
+        with self.fake.lock:
+            for name, instance in sorted(self.fake.instances.items()):
+                view = {'name': name, 'id': instance['id'], 'status': instance['status'],
+                        'labels': dict(instance['labels']),
+                        'metadata': dict((i['key'], i['value']) for i in instance['metadata'].get('items') or [])}
+                view.update(guests.get(name, {'sshd': 'stopped', 'sshd_pid': None}))
+                out.append(view)
+        return out
+
+    def op_inserts(self):
+        return self.fake.inserts
+
+    def op_calls(self):
+        return [list(c) for c in self.fake.calls]
+
+    def op_violations(self):
+        return [list(v) for v in self.fake.violations]
+
+    def op_fault(self, kind, method, pattern, times=1, seconds=0.0, message=None):
+        self.fake.fault(kind, method, pattern, times=times, seconds=seconds, message=message)
+        return []
+
+    def op_op_seconds(self, seconds):
+        self.fake.op_seconds = float(seconds)
+        return []
+
+    def op_deny(self, service_account='default'):
+        self.fake.deny(service_account)
+        return []
+
+    def op_metadata(self, name):
+        return self.fake.metadata_server(name)
+
+    def op_clear(self):
+        with self.fake.lock:
+            self.fake.faults = []
+            self.fake.denied.clear()
+            self.fake.op_seconds = 0.0
+        return []

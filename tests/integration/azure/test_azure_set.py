@@ -209,18 +209,21 @@ def test_the_provider_seam_allocates_verifies_lists_and_deletes_a_set(localcloud
     handle = p.allocate(base.Allocation(candidate, 'ws-seam', image, seed['location'], 'ws-seam', 'scope',
                                         labels={'keep': 'false', 'state': 'active'}, nonce=nonce))
     assert p.wait(handle, 60).succeeded
-    resource = p.find(p.resource_of(candidate, handle))
+    resource_id = p.resource_of(candidate, handle)
+    assert resource_id.lower().endswith('/microsoft.compute/virtualmachines/%s-vm' % candidate)
+    resource = p.find(resource_id)
+    assert resource.id == resource_id
     assert p.verify(resource, 'ws-seam') == ownership.VERIFIED
     assert p.verify(resource, 'another') != ownership.VERIFIED
     assert p.labels(resource)['keep'] == 'false'
     assert p.power(resource).running
     assert p.addresses(resource)[0][1] == 'inet'
-    listed = [e for e in p.list() if e['id'] == candidate]
+    listed = [e for e in p.list() if e['id'] == resource_id]
     assert listed and listed[0]['status'] == 'complete' and listed[0]['members'] == sorted(azplan.MEMBERS)
     # The record on disk holds no secret.
     text = (tmp_path / 'sets' / (candidate + '.json')).read_text()
     assert localcloud.info['azure']['client_secret'] not in text
     assert p.delete_blocker(resource) is None
     assert p.wait(p.delete(resource), 60).succeeded
-    assert p.find(candidate) is None and ours(localcloud, new_set(localcloud, arm, 'x')) is not None
+    assert p.find(resource_id) is None and p.find(candidate) is None
     assert not [r for r in localcloud.azure('resources') if r['name'].startswith(candidate)]

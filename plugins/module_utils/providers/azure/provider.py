@@ -3,9 +3,10 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The Azure provider: a workspace is a set of four resources (members.WorkspaceSet) in one resource group.
 
-On the seam a resource id is the set's base name (plan.base_name: the workspace and a digest of its record), which
-names all four members; the candidate id a create records before it dispatches is that same base name, so a rerun
-asks for the same set. The ownership marker is the ``ephemera:marker`` tag, on every member, binding the base name.
+The candidate id a create records before it dispatches is the set's base name (plan.base_name: the workspace and a
+digest of its record), which names all four members, so a rerun asks for the same set; the resource id is the VM's
+ARM id as Azure answered it (bound to the VM's name and tags), from which the base name is read back. The ownership
+marker is the ``ephemera:marker`` tag, on every member, binding the base name.
 Each set's progress (its planned identity, the ids Azure answered with, accepted deletions and owned-delete claims)
 is written durably to its own file in ``state_dir`` before the next request goes out. Task handles are
 ``azure/<action>/<base>``: waiting on a create handle finishes the creation and checks the VM's binding; waiting
@@ -48,6 +49,17 @@ def parse_handle(text):
     if len(parts) != 4 or parts[0] != 'azure':
         raise ValueError('not an Azure task handle: %r' % (text,))
     return parts[1], parts[2], int(parts[3])
+
+
+def base_of(resource_id):
+    """The set's base name of a resource id (a VM's ARM id, or a base name itself)."""
+    text = str(resource_id or '')
+    if text.startswith('/'):
+        name = text.rstrip('/').rsplit('/', 1)[-1]
+        if not name.lower().endswith(planning.SUFFIX[VM]):
+            raise base.InvalidRequest('%s is not the ARM id of a workspace VM.' % text)
+        return name[:-len(planning.SUFFIX[VM])]
+    return text
 
 
 class SetStore:
@@ -178,14 +190,14 @@ class AzureProvider(base.Provider):
         if resource is None:
             return ownership.ABSENT
         return ownership.verdict(resource.marker_text, self.secret, self.controller, workspace,
-                                 set_number(resource.id), nonce)
+                                 set_number(base_of(resource.id)), nonce)
 
     def labels(self, resource):
         tags = (resource.native or {}).get('tags') or {}
         return dict((k, tags[TAG_PREFIX + k]) for k in planning.LABEL_KEYS if TAG_PREFIX + k in tags)
 
     def write_labels(self, resource, labels):
-        record = self._record(resource.id)
+        record = self._record(base_of(resource.id))
         for member in planning.MEMBERS:
             if member not in record.get('ids', {}):
                 continue
@@ -278,31 +290,37 @@ class AzureProvider(base.Provider):
         return task_handle('create', allocation.candidate) if record and record.get('binding') else None
 
     def resource_of(self, candidate, task, location=None):
-        return candidate
+        """The VM's ARM id the set's creation recorded (the candidate itself before there is one)."""
+        record = self.store.load(base_of(candidate)) or {}
+        return (record.get('ids') or {}).get(VM) or candidate
 
     # ------------------------------------------------------------------------------- looking
 
     def find(self, resource_id, location=None, search=False):
         if resource_id is None:
             return None
-        record = self.store.load(resource_id)
+        name = base_of(resource_id)
+        record = self.store.load(name)
         if record is None:
             return None
         vm = self._set(record).read(VM)
+        if vm is not None and str(resource_id).startswith('/') and not planning.same_id(vm.get('id'), resource_id):
+            raise azset.Contradiction('VM %s has id %s now, recorded %s: it was replaced. Nothing is done to it.'
+                                      % (vm.get('name'), vm.get('id'), resource_id))
         if vm is None:
             # A set whose VM is gone (or never made) still stands while any member does.
             ws = self._set(record)
             for member in (NIC, PIP, DISK):
                 doc = ws.read(member)
                 if doc is not None:
-                    return base.Resource(resource_id, record['plan']['location'],
+                    return base.Resource(record['ids'].get(VM) or name, record['plan']['location'],
                                          marker_text=(doc.get('tags') or {}).get(TAG_MARKER), native=doc)
             return None
-        return base.Resource(resource_id, vm.get('location'), deleting=bool(record.get('claims')),
+        return base.Resource(vm['id'], vm.get('location'), deleting=bool(record.get('claims')),
                              marker_text=(vm.get('tags') or {}).get(TAG_MARKER), native=vm)
 
     def power(self, resource, absent_ok=True):
-        record = self.store.load(resource.id)
+        record = self.store.load(base_of(resource.id))
         view = None
         if record is not None:
             path = self._set(record).path(VM) + '/instanceView'
@@ -319,7 +337,7 @@ class AzureProvider(base.Provider):
                           else base.STOPPED)
 
     def addresses(self, resource):
-        record = self.store.load(resource.id)
+        record = self.store.load(base_of(resource.id))
         if record is None:
             return []
         pip = self._set(record).read(PIP)
@@ -333,8 +351,9 @@ class AzureProvider(base.Provider):
             head = group.get(VM) or next((group[m] for m in planning.MEMBERS if m in group), {})
             tags = head.get('tags') or {}
             keys = sorted(tags) + (['ephemera'] if any(k.startswith(TAG_PREFIX) for k in tags) else [])
-            resource = base.Resource(base_name, head.get('location'), marker_text=tags.get(TAG_MARKER), native=head)
-            out.append({'id': base_name, 'location': head.get('location'), 'kind': KIND, 'name': head.get('name'),
+            rid = (group.get(VM) or {}).get('id') or base_name
+            resource = base.Resource(rid, head.get('location'), marker_text=tags.get(TAG_MARKER), native=head)
+            out.append({'id': rid, 'location': head.get('location'), 'kind': KIND, 'name': head.get('name'),
                         'status': 'complete' if planning.exact_group(base_name, group) is None else 'incomplete',
                         'lock': None, 'pool': tags.get(TAG_SCOPE), 'tags': keys, 'resource': resource,
                         'members': sorted(m for m in group if m != 'mixed'), 'set': tags.get(TAG_SET)})
@@ -355,9 +374,9 @@ class AzureProvider(base.Provider):
         return None
 
     def _post(self, resource, action):
-        record = self._record(resource.id)
+        record = self._record(base_of(resource.id))
         self.arm.send('POST', self._set(record).path(VM) + '/' + action, azset.VERSION[VM], acts=True)
-        return task_handle(action, resource.id)
+        return task_handle(action, record['plan']['base'])
 
     def start(self, resource):
         if self.power(resource, absent_ok=False).running:
@@ -381,7 +400,7 @@ class AzureProvider(base.Provider):
         raise base.InvalidRequest('Template builds are for Proxmox VE; on Azure give a marketplace image.')
 
     def delete_blocker(self, resource, source=None):
-        record = self.store.load(resource.id)
+        record = self.store.load(base_of(resource.id))
         if record is not None and record.get('contradiction'):
             return record['contradiction']
         vm = (resource.native or {}) if (resource.native or {}).get('type', '').lower() == planning.TYPES[VM].lower() \
@@ -393,8 +412,9 @@ class AzureProvider(base.Provider):
         return None
 
     def delete(self, resource):
-        self._record(resource.id)
-        return task_handle('delete', resource.id)
+        name = base_of(resource.id)
+        self._record(name)
+        return task_handle('delete', name)
 
     def deleted_since(self, resource_id, location, since):
         return False

@@ -26,6 +26,7 @@ author:
   - Ephemera maintainers (@ephemera)
 requirements:
   - boto3 >= 1.28 (only when the journal holds AWS workspaces or O(aws_regions) is set)
+  - hcloud >= 2.27 (only when the journal holds Hetzner workspaces or O(hetzner_locations) is set)
 extends_documentation_fragment:
   - constructed
   - inventory_cache
@@ -41,6 +42,9 @@ notes:
     C(DescribeInstances) per region, whose tags carry the ownership markers, so no instance costs a read of its
     own. A region that cannot be read completely leaves its workspaces with the journal's view and a warning (an
     error with O(strict)); refused credentials are an error.
+  - Hetzner Cloud workspaces (O(ephemera.workspaces.workspace_create#module:provider=hetzner)) are hosts the same
+    way, in the groups C(provider_hetzner) and C(region_<location>), read from one paginated listing of the servers
+    that carry the C(ephemera-marker) label, per location.
   - With O(cache), the whole inventory (journal and cluster) is kept for O(cache_timeout) seconds and a cache hit
     makes no API request and does not open the journal. An inventory made while the cluster was unreachable is
     not cached. C(ansible-inventory --flush-cache) reads afresh.
@@ -151,6 +155,23 @@ options:
     description: Seconds for which throttling and server errors of one read are ridden out with backoff.
     type: int
     default: 60
+  hetzner_locations:
+    description:
+      - Hetzner Cloud locations to read besides those the journal's Hetzner workspaces are in (V(fsn1), ...).
+      - Without Hetzner workspaces in the journal and without this option, Hetzner Cloud is not asked at all.
+    type: list
+    elements: str
+    default: []
+  hetzner_token:
+    description: The Hetzner Cloud API token of the project (read permission is enough).
+    type: str
+    env:
+      - name: HCLOUD_TOKEN
+  hetzner_endpoint:
+    description: The Hetzner Cloud API endpoint to read instead of Hetzner's own (the try-out cloud).
+    type: str
+    env:
+      - name: HCLOUD_ENDPOINT
 '''
 
 EXAMPLES = r'''
@@ -558,7 +579,7 @@ def orphan_vars(orphan):
 
 # Providers whose workspaces are instances in regions: one tag-filtered listing per region gives every instance of
 # ours with its tags, the ownership marker among them, so no instance needs a read of its own.
-CLOUD_PROVIDERS = ('aws',)
+CLOUD_PROVIDERS = ('aws', 'hetzner')
 # Statuses of a create whose instance may exist before its id is recorded.
 CREATING = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registering')
 
@@ -789,7 +810,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             for region in sorted(regions):
                 provider = clients[region] = self._cloud_provider(name, region, secret)
                 try:
-                    listings[region] = provider.list()
+                    # A provider whose listing covers every location (Hetzner) is read per location all the same.
+                    listings[region] = [e for e in provider.list() if e['location'] == region]
                 except ProviderError as err:
                     self._cloud_error(name, region, err)
                     listings[region] = None
@@ -868,9 +890,18 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             self._fail('connection options: %s.' % err)
 
     def _cloud_regions(self, name):
-        return self.get_option('aws_regions') or [] if name == 'aws' else []
+        return self.get_option({'aws': 'aws_regions', 'hetzner': 'hetzner_locations'}[name]) or []
 
     def _cloud_provider(self, name, region, secret):
+        if name == 'hetzner':
+            params = dict(hetzner_location=region, hetzner_token=self.get_option('hetzner_token'),
+                          hetzner_endpoint=self.get_option('hetzner_endpoint'))
+            try:
+                return providers.provider_class(name).from_params(params, secret)
+            except ImportError as err:
+                self._fail('the hetzner workspaces need hcloud on the controller (pip install hcloud): %s' % err)
+            except ProviderError as err:
+                self._fail('option hetzner_token (or HCLOUD_TOKEN) (location %s): %s' % (region, err))
         params = dict(aws_region=region, aws_profile=self.get_option('aws_profile'),
                       aws_access_key_id=self.get_option('aws_access_key_id'),
                       aws_secret_access_key=self.get_option('aws_secret_access_key'),
@@ -891,6 +922,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     def _cloud_error(self, name, region, err):
         """Refused credentials or permissions fail the inventory; an endpoint that does not answer, or a listing
         that could not be read completely, leaves the region's workspaces with the journal's view (unless strict)."""
+        if isinstance(err, Refused) and name == 'hetzner':
+            self._fail('option hetzner_token (or HCLOUD_TOKEN) (location %s): %s' % (region, err))
         if isinstance(err, Refused):
             self._fail('%s (region %s): %s The inventory needs ec2:DescribeInstances.'
                        % (self._aws_where(), region, err))

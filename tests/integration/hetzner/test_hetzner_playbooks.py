@@ -138,11 +138,9 @@ def test_unbindable_creation_answer_is_reported_and_left_alone(site, cloud):
     assert len([r for r in site.cloud.hetzner('requests') if r['method'] == 'DELETE']) == len(deletes) + 1
 
 
+# Unknown server type, image and network are refused the same way (tests/unit/.../test_provider_hetzner.py).
 @pytest.mark.parametrize('extra,message', [
     ({'ephemera_hetzner_location': 'mars1'}, 'Unknown location'),
-    ({'ephemera_hetzner_server_type': 'cx999'}, 'Unknown server type'),
-    ({'ephemera_template': 'windows-95'}, 'Unknown image'),
-    ({'ephemera_hetzner_networks': ['nope']}, 'Unknown network'),
     ({'ephemera_hetzner_labels': {'team': 'a b'}}, 'label value'),
     ({'ephemera_hetzner_token': 'wrong'}, 'Check the API token'),
 ])
@@ -208,3 +206,35 @@ def test_orphan_and_label_sweeps_on_hetzner_labels(site, cloud):
     assert [e['id'] for e in entries.values() if e['action'] == 'deleted'] == [expired_id]
     ids = set(str(s['id']) for s in site.cloud.hetzner('servers'))
     assert expired_id not in ids and {lost_id, foreign_id} <= ids
+
+
+def test_the_inventory_lists_hetzner_workspaces_and_orphans(site, cloud, tmp_path):
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+    from tests.ansible_run import run_ansible
+    with Journal.open(site.journal_path):
+        pass
+    provider = site.provider()
+    lease = {'state': 'ready', 'expires_at': '4000000000', 'keep': 'false', 'created_at': '1700000000'}
+    candidate, server_id, nonce = _server(site, provider, 'hz-listed', lease)
+    orphan_id = _server(site, provider, 'hz-unrecorded', lease)[1]
+    with Journal.open(site.journal_path) as journal:
+        journal.create_workspace('hz-listed', status='ready', desired_state='present', provider='hetzner',
+                                 location='fsn1', candidate_id=candidate, resource_id=server_id,
+                                 facts={'marker_nonce': nonce}, repo='file://' + site.repo, ref='main',
+                                 purpose='listed', params={'pool': 'disposable-workspaces'})
+    info = site.cloud.info['hetzner']
+    path = str(tmp_path / 'hz.workspaces.yml')
+    with open(path, 'w') as out:
+        out.write(json.dumps({'plugin': 'ephemera.workspaces.workspaces', 'journal_path': site.journal_path,
+                              'hetzner_endpoint': info['endpoint']}))
+    run = run_ansible(['ansible-inventory', '-i', path, '--list'], timeout=120, fail=False, callback=None,
+                      env=dict(ANSIBLE_INVENTORY_UNPARSED_FAILED='1', XDG_CACHE_HOME=str(tmp_path / 'cache'),
+                               HCLOUD_TOKEN=info['token']),
+                      unset=('PROXMOX_', 'EPHEMERA_', 'AWS_', 'HCLOUD_'))
+    assert run.returncode == 0, run.output
+    listed = run.data
+    assert 'hz-listed' in listed['provider_hetzner']['hosts'] and 'hz-listed' in listed['region_fsn1']['hosts']
+    hostvars = listed['_meta']['hostvars']['hz-listed']
+    text = json.dumps(hostvars)
+    assert '"hetzner"' in text and server_id in text and info['token'] not in run.output
+    assert orphan_id in run.output

@@ -114,8 +114,12 @@ class HCloud:
         if not token:
             raise base.InvalidRequest('No Hetzner Cloud API token: set hetzner_token or the environment variable '
                                       'HCLOUD_TOKEN (a read & write token of the project).')
-        import hcloud  # noqa: F401 (imported when the provider is used)
-        from hcloud import APIException
+        try:
+            import hcloud  # noqa: F401 (imported when the provider is used)
+            from hcloud import APIException
+        except ImportError as exc:
+            raise base.InvalidRequest('The Hetzner provider needs the Python package hcloud on the controller '
+                                      '(pip install "hcloud>=2.27"): %s' % exc)
         self._api_exception = APIException
         self.endpoint = (endpoint or DEFAULT_ENDPOINT).rstrip('/')
         self.request_timeout = request_timeout

@@ -35,10 +35,11 @@ def main(argv=None):
     sub = parser.add_subparsers(dest='command', required=True)
     matrix = sub.add_parser('matrix', help='the kill and lost-response matrix, races and a fixed set of seeds')
     matrix.add_argument('--size', choices=sorted(SIZES), default='ci')
-    matrix.add_argument('--part', choices=('all', 'main', 'builds', 'aws', 'hetzner', 'pg'), default='all',
+    matrix.add_argument('--part', choices=('all', 'main', 'builds', 'aws', 'hetzner', 'azure', 'pg'), default='all',
                         help='main: create, destroy, expiry, races and seeds; builds: the template build\'s rows, on '
                              'a debian-tier site of their own; aws: the AWS rows, on a try-out cloud of their own; '
                              'hetzner: the Hetzner rows, on the Hetzner fake of a try-out cloud of their own; '
+                             'azure: the Azure rows, on the ARM fake of a try-out cloud of their own (not in all); '
                              'pg: create and destroy with the journal on PostgreSQL; '
                              'all (the default): every part, side by side')
     soak = sub.add_parser('soak', help='many random schedules')
@@ -63,6 +64,7 @@ def main(argv=None):
     builds = None
     aws = None
     hetzner = None
+    azure = None
     pg = None
     if args.command == 'matrix' and part in ('all', 'builds'):
         # The build rows run on a site of their own, beside the main part: much of both is waiting.
@@ -79,6 +81,11 @@ def main(argv=None):
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         hetzner = pool.submit(run_hetzner, args)
         pool.shutdown(wait=False)
+    if args.command == 'matrix' and part == 'azure':
+        # The Azure rows, on the ARM fake of a try-out cloud of their own.
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        azure = pool.submit(run_azure, args)
+        pool.shutdown(wait=False)
     if args.command == 'matrix' and part in ('all', 'pg'):
         # And the PostgreSQL journal's rows, on a cluster and a database server of their own.
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
@@ -86,7 +93,7 @@ def main(argv=None):
         pool.shutdown(wait=False)
     if part in ('all', 'main') or args.command != 'matrix':
         cells, uncovered = run_main(args)
-    for other in (builds, aws, hetzner, pg):
+    for other in (builds, aws, hetzner, azure, pg):
         if other is not None:
             other_cells, other_uncovered = other.result()
             cells += other_cells
@@ -182,6 +189,26 @@ def run_hetzner(args):
             print('kept: %s' % workdir)
     print('hetzner: %d points, %d runs in %.0f s' % (len(runner.create_points) + len(runner.destroy_points),
                                                      len(cells), time.monotonic() - started), flush=True)
+    return cells, []
+
+
+def run_azure(args):
+    """The Azure rows on the ARM fake of a try-out cloud of their own (tests/faults/azure.py)."""
+    from tests.faults.azure import AzureMatrix, AzureSite
+    started = time.monotonic()
+    workdir = tempfile.mkdtemp(prefix='ephemera-faults-azure-')
+    site = AzureSite.start(workdir)
+    try:
+        runner = AzureMatrix(site, size=args.size, log=lambda line: print(line, flush=True))
+        cells = runner.run()
+    finally:
+        site.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print('kept: %s' % workdir)
+    print('azure: %d points, %d runs in %.0f s' % (len(runner.create_points) + len(runner.destroy_points),
+                                                   len(cells), time.monotonic() - started), flush=True)
     return cells, []
 
 

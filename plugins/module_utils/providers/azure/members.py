@@ -229,8 +229,17 @@ class WorkspaceSet:
             if doc is None:
                 self.record['dispatched'][member] = self.clock()
                 self.save()
-                answer = self.arm.send('PUT', self.path(member), VERSION[member], self.body(member), acts=True,
-                                       what='Creating %s %s' % (member, self.plan['names'][member]))
+                try:
+                    answer = self.arm.send('PUT', self.path(member), VERSION[member], self.body(member), acts=True,
+                                           what='Creating %s %s' % (member, self.plan['names'][member]))
+                except (base.Transient, base.Refused) as err:
+                    if isinstance(err, base.UnknownOutcome):
+                        raise
+                    # Surely not carried out (the request never reached Azure, or Azure refused it): a rerun may
+                    # send the same PUT again.
+                    self.record['dispatched'].pop(member, None)
+                    self.save()
+                    raise
                 op = operation_of(answer.status, answer.headers)
                 if op and (op.get('async') or op.get('location')):
                     self.record['ops'][member] = op

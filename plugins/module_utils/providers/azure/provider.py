@@ -282,12 +282,21 @@ class AzureProvider(base.Provider):
             self.store.save(record)
         ws = self._set(record)
         ws.options['hostname'] = a.hostname
-        ws.create()
+        try:
+            ws.create()
+        except base.ProviderError as err:
+            if not record.get('dispatched') or isinstance(err, base.UnknownOutcome):
+                raise
+            # Members of the set may exist: whatever this request was, the allocation as a whole is not "surely
+            # not carried out". The caller looks (find by the candidate) before anything else.
+            raise base.UnknownOutcome('Set %s is partly made (%s): %s' % (
+                a.candidate, ', '.join(sorted(record.get('ids') or {})) or 'a request went out', err))
         return task_handle('create', a.candidate)
 
     def allocation_task(self, allocation, since):
+        # The set's creation is resumable from its record: waiting on its handle finishes it.
         record = self.store.load(allocation.candidate)
-        return task_handle('create', allocation.candidate) if record and record.get('binding') else None
+        return task_handle('create', allocation.candidate) if record and record.get('plan') else None
 
     def resource_of(self, candidate, task, location=None):
         """The VM's ARM id the set's creation recorded (the candidate itself before there is one)."""

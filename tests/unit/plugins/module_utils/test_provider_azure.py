@@ -689,3 +689,14 @@ def test_the_provider_refuses_bad_names_and_images_before_anything():
     assert p.resolve_source('Debian:debian-12:12-gen2') == 'Debian:debian-12:12-gen2:latest'
     assert azprovider.AzureProvider.parse_resource_key(azprovider.AzureProvider.resource_key('ws-1', 'westeurope')) \
         == ('ws-1', 'westeurope')
+
+
+def test_a_put_that_surely_did_not_happen_may_be_sent_again():
+    ws, double, dummy = new_set()
+    double.faults.append(('PUT', VM, 'reject'))
+    with pytest.raises(base.Refused):
+        ws.create()
+    assert VM not in ws.record['dispatched'] and lower(ws.path(VM)) not in double.docs
+    ws.create()
+    assert double.puts().count('virtualMachines') == 2 and VM in ws.record['ids']
+    assert len([d for d in double.docs.values() if d['type'] == azplan.TYPES[VM]]) == 1

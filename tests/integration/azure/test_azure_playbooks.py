@@ -1,0 +1,89 @@
+"""The shipped playbooks with provider azure on the try-out cloud's ARM fake (inventories/localcloud-azure): a
+workspace created to ready on a VM with its NIC, public IP and OS disk, and destroyed with each of the four
+confirmed gone. One cloud for the file."""
+
+import json
+import os
+
+import pytest
+
+from tests.ansible_run import run_ansible
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+INVENTORY = os.path.join(ROOT, 'inventories', 'localcloud-azure')
+AGENTS = {'fake': ['sh', '-c', 'echo "working on: {purpose}"; sleep 120']}
+
+pytestmark = pytest.mark.usefixtures('clean_cloud')
+
+
+class Site:
+    def __init__(self, cloud, directory):
+        self.cloud = cloud
+        self.directory = str(directory)
+        self.journal_path = os.path.join(self.directory, 'journal.sqlite')
+
+    def playbook(self, name, fail=True, **extra):
+        env = dict(LOCALCLOUD_STATE_DIR=self.cloud.info['state_dir'], EPHEMERA_JOURNAL=self.journal_path,
+                   EPHEMERA_AZURE_STATE_DIR=os.path.join(self.directory, 'sets'))
+        return run_ansible(['ansible-playbook', '-i', INVENTORY, os.path.join(ROOT, 'playbooks', name), '-e',
+                            json.dumps(extra)], timeout=300, env=env, fail=fail)
+
+    def workspace(self, name):
+        from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+        with Journal.open(self.journal_path, create=False) as journal:
+            return journal.get_workspace(name)
+
+    def resources(self, workspace):
+        return sorted(r['name'] for r in self.cloud.azure('resources')
+                      if (r.get('tags') or {}).get('ephemera:workspace') == workspace)
+
+
+@pytest.fixture(scope='module')
+def site(localcloud, tmp_path_factory):
+    return Site(localcloud, tmp_path_factory.mktemp('azure-site'))
+
+
+def make_repo(directory):
+    import subprocess
+    repo = os.path.join(str(directory), 'repo')
+    subprocess.run(['git', 'init', '-q', '-b', 'main', repo], check=True)
+    with open(os.path.join(repo, 'a.txt'), 'w') as fh:
+        fh.write('a\n')
+    subprocess.run(['git', '-C', repo, 'add', 'a.txt'], check=True)
+    subprocess.run(['git', '-C', repo, '-c', 'user.name=t', '-c', 'user.email=t@example.invalid', 'commit', '-qm',
+                    'a'], check=True)
+    return 'file://' + repo
+
+
+def test_create_to_ready_and_a_destroy_interrupted_between_two_deletions(site, tmp_path):
+    foreign = site.cloud.azure('foreign_create', kind='pip', name='their-pip-1')
+    repo = make_repo(tmp_path)
+    site.playbook('create.yml', workspace='az1', repo=repo, purpose='work on az1', agent='fake', ephemera_agents=AGENTS)
+    ws = site.workspace('az1')
+    assert ws['status'] == 'ready' and ws['provider'] == 'azure'
+    assert '/providers/microsoft.compute/virtualmachines/az1-' in ws['resource_id'].lower()
+    assert len(site.resources('az1')) == 4
+    # The connection drops on the NIC's DELETE (after the VM's was confirmed): the run stops there.
+    site.cloud.azure('rule', action='reset', operation='NetworkInterfaces_Delete', times=4)
+    first = site.playbook('destroy.yml', workspace='az1', fail=False)
+    assert first.returncode != 0
+    assert [n.rsplit('-', 1)[1] for n in site.resources('az1')] == ['nic', 'osdisk', 'pip']
+    site.cloud.azure('clear')
+    site.playbook('destroy.yml', workspace='az1')
+    assert site.resources('az1') == []
+    assert site.workspace('az1')['status'] == 'destroyed'
+    assert [r for r in site.cloud.azure('resources') if r['id'] == foreign['id']]
+
+
+def test_a_create_interrupted_between_the_nic_and_the_vm_converges_with_nothing_leaked(site, tmp_path):
+    repo = make_repo(tmp_path)
+    # The VM's PUT never gets an answer (the fake cuts the connection): the set stops after its NIC.
+    site.cloud.azure('rule', action='reset', operation='VirtualMachines_CreateOrUpdate', times=10)
+    failed = site.playbook('create.yml', workspace='az2', repo=repo, purpose='work on az2', agent='fake',
+                           ephemera_agents=AGENTS, ephemera_azure_lost_answer_window=3, fail=False)
+    assert failed.returncode != 0
+    site.cloud.azure('clear')
+    # A failed create holds no work: the destroy is told so.
+    done = site.playbook('destroy.yml', workspace='az2', discard_unsaved_work=True)
+    assert 'clone: adopted' in failed.stdout and 'delete: Azure set' in done.stdout
+    assert site.resources('az2') == []

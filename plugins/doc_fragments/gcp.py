@@ -87,4 +87,18 @@ options:
     type: str
     choices: [refuse, warn]
     default: refuse
+  gcp_guard_metadata_url:
+    description:
+      - The metadata server the guard in the instance asks (C({address}) is replaced by the instance's address).
+        If not set, the guard's default, C(http://metadata.google.internal).
+    type: str
+  gcp_guard_api_url:
+    description:
+      - The Compute Engine endpoint the guard in the instance calls. If not set, C(https://compute.googleapis.com).
+    type: str
+  gcp_guard_serial:
+    description:
+      - Where the guard writes its serial console lines (C({address}) is replaced by the instance's address). If not
+        set, C(/dev/ttyS0).
+    type: str
 '''

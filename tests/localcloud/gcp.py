@@ -65,6 +65,9 @@ class GcpFake:
         self.denied = {}
         self.serial = {}
         self.metadata_servers = {}
+        # When set, every instance with an external address gets its metadata server at that address and this port
+        # as soon as it is inserted (the guest reaches its own); else one on the fake's host, on first use.
+        self.metadata_port = None
         self.inserts = 0
         fake = self
 
@@ -196,6 +199,8 @@ class GcpFake:
                         'deletionProtection': bool(body.get('deletionProtection')),
                         'selfLink': self._zone_url() + '/instances/' + name}
             self.instances[name] = instance
+            if self.metadata_port and nics and nics[0].get('accessConfigs'):
+                self.metadata_server(name, nics[0]['accessConfigs'][0]['natIP'], self.metadata_port)
             op_name = self._operation('insert', name, instance_id=instance['id'])
             if request_id:
                 self.requests[request_id] = op_name
@@ -233,6 +238,9 @@ class GcpFake:
                     self.serial.pop(name, None)
                     if self.addresses is not None:
                         self.addresses.release(name)
+                    server = self.metadata_servers.pop(name, None)
+                    if server is not None:
+                        threading.Thread(target=_close, args=(server,), daemon=True).start()
                 self.operations[op_name]['then'] = gone
                 if self.op_seconds <= 0:
                     gone()
@@ -287,8 +295,8 @@ class GcpFake:
 
     # ------------------------------------------------------------------ metadata servers
 
-    def metadata_server(self, name):
-        """The metadata server of instance ``name`` (started on first use): its base URL."""
+    def metadata_server(self, name, host=None, port=0):
+        """The metadata server of instance ``name`` (started on first use, at ``host``:``port``): its base URL."""
         with self.lock:
             if name in self.metadata_servers:
                 server = self.metadata_servers[name]
@@ -298,7 +306,7 @@ class GcpFake:
             class Meta(_MetadataHandler):
                 owner = fake
                 instance = name
-            server = http.server.ThreadingHTTPServer((self.host, 0), Meta)
+            server = http.server.ThreadingHTTPServer((host or self.host, port), Meta)
             server.daemon_threads = True
             threading.Thread(target=server.serve_forever, daemon=True).start()
             self.metadata_servers[name] = server
@@ -315,6 +323,11 @@ class GcpFake:
     def serial_write(self, name, text):
         with self.lock:
             self.serial[name] = self.serial.get(name, '') + text
+
+
+def _close(server):
+    server.shutdown()
+    server.server_close()
 
 
 def _error(status, reason, message):

@@ -3,6 +3,7 @@ against the Compute v1 discovery document), its guests (gcp_guests.py), what clo
 and its control operations (CloudSite.op_gcp dispatches to the op_* methods here)."""
 
 import asyncio
+import socket
 
 from . import gcpschema
 from .config import CloudError
@@ -13,6 +14,15 @@ PROJECT = 'ephemera-localcloud'
 ZONE = 'europe-west1-b'
 IMAGE = 'debian-12'
 MACHINE_TYPE = 'e2-small'
+
+
+def free_port(host):
+    """A port nothing listens on at ``host`` now (bound, then released)."""
+    sock = socket.socket()
+    sock.bind((host, 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
 
 
 class Addresses(object):
@@ -43,11 +53,14 @@ class GcpPart(object):
         schema = await loop.run_in_executor(None, gcpschema.load)
         self.fake = GcpFake(project=PROJECT, zone=ZONE, host=opts.host, port=0, schema=schema,
                             images=(IMAGE,), addresses=Addresses(self.site.fleet.public_pool)).start()
+        self.fake.metadata_port = free_port(opts.host)
         self.guests = GcpGuests(self.site, self.fake)
         self.info = {'endpoint': self.fake.url, 'project': PROJECT, 'zone': ZONE, 'image': IMAGE,
                      'machine_type': MACHINE_TYPE, 'network': 'default', 'ssh_public_key': ' '.join(public_key.split()),
                      'guest_prefix': self.guests.root(PREFIX + '{vmid}'), 'ssh_known_hosts': self.guests.known_hosts,
-                     'discovery_revision': schema.revision}
+                     'discovery_revision': schema.revision,
+                     # Each instance's metadata server listens on the instance's external address at this port.
+                     'metadata_port': self.fake.metadata_port}
         return self.info
 
     async def tick(self):

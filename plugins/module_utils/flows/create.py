@@ -49,6 +49,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import preflight
+from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import (
     Guest,
     SshError,
@@ -904,8 +905,14 @@ class CreateFlow(Flow):
         with self._guest().connect() as connected:
             keys = self._renew_host_keys(connected)
         self._with_guest(lambda g: guest_ops.bootstrap(g, self._layout(), self.ssh_user, credentials))
+        # What a provider puts into its machines besides (the GCP expiry guard), from the launch settings the request
+        # recorded (a guest step has no provider connection): refused, or a sentence and warnings.
+        setup = getattr(providers.provider_class(self.ws.get('provider') or 'proxmox'), 'guest_setup', None)
+        said, warned = self._with_guest(lambda g: setup(g, self._layout(), self.ws['address'], req.get('launch') or {})) \
+            if setup else ('', [])
         self.done('bootstrap')
-        return StepResult(True, 'bootstrap: agent user %s, credentials written; %s' % (req['agent_user'], keys))
+        return StepResult(True, 'bootstrap: agent user %s, credentials written; %s%s'
+                          % (req['agent_user'], keys, '; ' + said if said else ''), **({'warnings': warned} if warned else {}))
 
     def _renew_host_keys(self, guest):
         """Give the clone host keys of its own, made in it now, and pin the new key (docs/security.md, host keys).

@@ -1,8 +1,10 @@
-"""The GCP paths run against the Compute Engine fake of the try-out cloud, one fake per test module."""
+"""The GCP paths run against the Compute Engine fake: on its own (gcpfake) or in the try-out cloud (localcloud), one per
+test module."""
 
 import pytest
 
 from tests.localcloud import gcpschema
+from tests.localcloud.fixtures import localcloud  # noqa: F401 pylint: disable=unused-import
 from tests.localcloud.gcp import GcpFake
 
 

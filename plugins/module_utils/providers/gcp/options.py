@@ -28,6 +28,9 @@ def gcp_argument_spec():
         gcp_address=dict(type='str', default='public', choices=['public', 'private']),
         gcp_labels=dict(type='dict', default={}),
         gcp_guard=dict(type='str', default='refuse', choices=['refuse', 'warn']),
+        gcp_guard_metadata_url=dict(type='str'),
+        gcp_guard_api_url=dict(type='str'),
+        gcp_guard_serial=dict(type='str'),
     )
 
 

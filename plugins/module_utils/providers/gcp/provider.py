@@ -26,6 +26,7 @@ import uuid
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp import guard
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.client import (
     ENDPOINT_ENV,
     PROJECT_ENV,
@@ -127,6 +128,9 @@ def launch_options(params):
         'address': params.get('gcp_address') or 'public',
         'labels': dict(params.get('gcp_labels') or {}),
         'guard': params.get('gcp_guard') or 'refuse',
+        'guard_metadata_url': params.get('gcp_guard_metadata_url'),
+        'guard_api_url': params.get('gcp_guard_api_url'),
+        'guard_serial': params.get('gcp_guard_serial'),
     }
 
 
@@ -486,6 +490,55 @@ class GcpProvider(base.Provider):
 
     def deleted_since(self, resource_id, location, since):
         return False
+
+    # ------------------------------------------------------------------------ the guest's guard
+
+    @staticmethod
+    def guard_command(launch, address, command='run'):
+        """The guard's command line in the instance for the launch settings ``launch`` (``address``: the
+        instance's, for URLs that name it)."""
+        argv = ['/usr/bin/python3', guard.INSTALL_PATH, command]
+        for flag, key in (('--metadata', 'guard_metadata_url'), ('--api', 'guard_api_url'),
+                          ('--serial', 'guard_serial')):
+            if launch.get(key):
+                argv += [flag, str(launch[key]).replace('{address}', address or '')]
+        return argv
+
+    @classmethod
+    def guest_setup(cls, connected, layout, address, launch):
+        """Install the expiry guard in the instance over ``connected`` (script, service and timer; the timer enabled
+        where systemd runs), then check that the instance's service account may delete the instance. ``launch``: the
+        launch settings the request recorded. Refused when it may not and ``gcp_guard`` is refuse; a warning
+        (returned) when it is warn. (message, warnings)."""
+        import shlex
+        argv = cls.guard_command(launch, address)
+        service = guard.SERVICE_UNIT.replace('ExecStart=/usr/bin/python3 %s run' % guard.INSTALL_PATH,
+                                             'ExecStart=' + ' '.join(shlex.quote(a) for a in argv))
+        with open(guard.__file__, 'rb') as f:
+            script = f.read()
+        connected.put(layout.path(guard.INSTALL_PATH), script, mode=0o755)
+        units = layout.path('/etc/systemd/system')
+        connected.put(units + '/%s.service' % guard.UNIT_NAME, service, mode=0o644)
+        connected.put(units + '/%s.timer' % guard.UNIT_NAME, guard.TIMER_UNIT, mode=0o644)
+        enabled = connected.run('if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then '
+                                'systemctl daemon-reload && systemctl enable --now %s.timer && echo enabled; '
+                                'else echo no-systemd; fi' % guard.UNIT_NAME, what='enable the expiry guard')
+        timer = 'timer enabled' if 'enabled' in (enabled.stdout if hasattr(enabled, 'stdout') else str(enabled)) \
+            else 'no systemd in this guest: timer not enabled'
+        check = [layout.path(guard.INSTALL_PATH) if a == guard.INSTALL_PATH else a
+                 for a in cls.guard_command(launch, address, 'check')]
+        done = connected.run(' '.join(shlex.quote(a) for a in check), check=False, what='check the expiry guard')
+        rc = getattr(done, 'rc', None)
+        said = (getattr(done, 'stdout', '') or '').strip()
+        if rc == 0:
+            return 'expiry guard installed (%s); its service account may delete the instance' % timer, []
+        problem = ('the expiry guard of this instance cannot delete it when it expires: %s. Grant the instance\'s '
+                   'service account (gcp_service_account_email) %s on the instance (roles/compute.instanceAdmin.v1), '
+                   'or set gcp_guard to warn to go on without a working guard.'
+                   % (said or 'the check failed', guard.PERMISSION))
+        if (launch.get('guard') or 'refuse') == 'refuse':
+            raise base.Refused(problem[0].upper() + problem[1:])
+        return 'expiry guard installed (%s), but it cannot work' % timer, [problem]
 
     # --------------------------------------------------------------------------------- tasks
 

@@ -1,10 +1,11 @@
 """Crash-safety runs against a try-out cluster of their own (docs/faults.md).
 
-    python -m tests.faults matrix [--size ci|full] [--part all|main|builds|aws|hetzner|pg] [--json PATH]
+    python -m tests.faults matrix [--size ci|full] [--part all|main|builds|aws|hetzner|azure|pg] [--json PATH]
                                     kill and lost-response matrix, races, seeds; the template build's rows on a
                                     debian-tier site of their own (--part builds: those only); the AWS rows on a
                                     try-out cloud of their own (--part aws: those only); the Hetzner rows on the
                                     Hetzner fake of a try-out cloud of their own (--part hetzner, tests/faults/hetzner.py);
+                                    the Azure rows on the ARM fake of one (--part azure only, tests/faults/azure.py);
                                     create and destroy with the journal on PostgreSQL (--part pg: those only,
                                     tests/faults/pgmatrix.py)
     python -m tests.faults soak [--schedules 500] [--first-seed 1001] [--jobs N] [--json PATH]   schedules only

@@ -41,7 +41,7 @@ def cloud(fake):
 
 
 def provider(fake, **launch):
-    api = hclient.HCloud(TOKEN, fake.url, request_timeout=5, retry_timeout=3)
+    api = hclient.HCloud(TOKEN, fake.url, request_timeout=15, retry_timeout=15)
     opts = dict({'server_type': 'cx22', 'ssh_public_key': PUBLIC_KEY, 'networks': [], 'labels': {}}, **launch)
     return hprovider.HetznerProvider(api, SECRET, 'fsn1', opts, action_timeout=10)
 

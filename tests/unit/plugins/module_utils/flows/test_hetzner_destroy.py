@@ -45,7 +45,7 @@ def site(fake, tmp_path):
     fake.clear_rules()
     key = str(tmp_path / 'id_ed25519')
     subprocess.run(['ssh-keygen', '-q', '-t', 'ed25519', '-N', '', '-f', key], check=True)
-    api = hclient.HCloud(TOKEN, fake.url, request_timeout=5, retry_timeout=2)
+    api = hclient.HCloud(TOKEN, fake.url, request_timeout=15, retry_timeout=15)
     provider = hprovider.HetznerProvider(api, SECRET, 'fsn1', {'server_type': 'cx22', 'ssh_public_key': PUBLIC_KEY,
                                                                'networks': [], 'labels': {}}, action_timeout=10)
     journal = Journal.open(str(tmp_path / 'journal.sqlite'))

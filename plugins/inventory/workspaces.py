@@ -27,6 +27,7 @@ author:
 requirements:
   - boto3 >= 1.28 (only when the journal holds AWS workspaces or O(aws_regions) is set)
   - hcloud >= 2.27 (only when the journal holds Hetzner workspaces or O(hetzner_locations) is set)
+  - google-cloud-compute >= 1.57 (only when the journal holds GCP workspaces or O(gcp_zones) is set)
 extends_documentation_fragment:
   - constructed
   - inventory_cache
@@ -172,6 +173,34 @@ options:
     type: str
     env:
       - name: HCLOUD_ENDPOINT
+  gcp_zones:
+    description:
+      - Compute Engine zones to read besides those the journal's GCP workspaces are in (V(europe-west1-b), ...).
+        Each zone is one listing of the instances with the label C(ephemera), their marker in their metadata.
+      - Without GCP workspaces in the journal and without this option, Compute Engine is not asked at all.
+    type: list
+    elements: str
+    default: []
+  gcp_project:
+    description: The Google Cloud project of the GCP workspaces.
+    type: str
+    env:
+      - name: GOOGLE_CLOUD_PROJECT
+  gcp_auth_kind:
+    description: How to get credentials (as the modules' option of the same name); never shown.
+    type: str
+    choices: [application, serviceaccount, anonymous]
+    default: application
+  gcp_service_account_file:
+    description: A service account's JSON key (read permission on the instances is enough).
+    type: path
+    env:
+      - name: GOOGLE_APPLICATION_CREDENTIALS
+  gcp_endpoint_url:
+    description: The Compute Engine endpoint to read instead of Google's own (the try-out cloud).
+    type: str
+    env:
+      - name: EPHEMERA_GCP_ENDPOINT_URL
 '''
 
 EXAMPLES = r'''
@@ -579,7 +608,7 @@ def orphan_vars(orphan):
 
 # Providers whose workspaces are instances in regions: one tag-filtered listing per region gives every instance of
 # ours with its tags, the ownership marker among them, so no instance needs a read of its own.
-CLOUD_PROVIDERS = ('aws', 'hetzner')
+CLOUD_PROVIDERS = ('aws', 'hetzner', 'gcp')
 # Statuses of a create whose instance may exist before its id is recorded.
 CREATING = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registering')
 
@@ -890,9 +919,20 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             self._fail('connection options: %s.' % err)
 
     def _cloud_regions(self, name):
-        return self.get_option({'aws': 'aws_regions', 'hetzner': 'hetzner_locations'}[name]) or []
+        return self.get_option({'aws': 'aws_regions', 'hetzner': 'hetzner_locations', 'gcp': 'gcp_zones'}[name]) or []
 
     def _cloud_provider(self, name, region, secret):
+        if name == 'gcp':
+            params = dict((key, self.get_option(key)) for key in ('gcp_project', 'gcp_auth_kind',
+                                                                  'gcp_service_account_file', 'gcp_endpoint_url'))
+            params['gcp_zone'] = region
+            try:
+                return providers.provider_class(name).from_params(params, secret)
+            except ImportError as err:
+                self._fail('the gcp workspaces need google-cloud-compute on the controller (pip install '
+                           'google-cloud-compute): %s' % err)
+            except ProviderError as err:
+                self._fail('options gcp_project, gcp_auth_kind, gcp_service_account_file (zone %s): %s' % (region, err))
         if name == 'hetzner':
             params = dict(hetzner_location=region, hetzner_token=self.get_option('hetzner_token'),
                           hetzner_endpoint=self.get_option('hetzner_endpoint'))
@@ -922,6 +962,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     def _cloud_error(self, name, region, err):
         """Refused credentials or permissions fail the inventory; an endpoint that does not answer, or a listing
         that could not be read completely, leaves the region's workspaces with the journal's view (unless strict)."""
+        if isinstance(err, Refused) and name == 'gcp':
+            self._fail('options gcp_project, gcp_auth_kind, gcp_service_account_file (zone %s): %s The inventory needs '
+                       'compute.instances.list.' % (region, err))
         if isinstance(err, Refused) and name == 'hetzner':
             self._fail('option hetzner_token (or HCLOUD_TOKEN) (location %s): %s' % (region, err))
         if isinstance(err, Refused):

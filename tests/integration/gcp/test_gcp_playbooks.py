@@ -139,14 +139,67 @@ def test_guard_refused_at_create_then_deletes_the_failed_machine(site, cloud):
     ws = site.workspace('gce-guard')
     assert ws['status'] == 'failed'
     [instance] = site.instances('gce-guard')
-    assert instance['labels']['state'] == 'failed'
     service = open(os.path.join(instance['root'], 'etc/systemd/system/%s.service' % guard.UNIT_NAME)).read()
-    # Still denied: the guard's self-delete is refused, and said loudly; the machine stays for the next tick.
+    # Its labels say provisioning with a live lease: the guard leaves it.
     code, out = run_service(instance['root'], service)
-    assert code == 1 and 'GUARD FAILED: the self-delete of instance %s was refused' % ws['resource_id'] in out
+    assert code == 0 and 'skip (state provisioning' in out, out
+    # Time passes (its expiry written 12 hours and more into the past): stale, so the guard would delete it; still
+    # denied, the self-delete is refused and said loudly; the machine stays for the next tick.
+    provider = site.provider()
+    provider.write_labels(provider.find(ws['resource_id']), {'expires_at': '1000'})
+    code, out = run_service(instance['root'], service)
+    assert code == 1 and 'GUARD FAILED: the self-delete of instance %s was refused' % ws['resource_id'] in out, out
     assert len(site.instances('gce-guard')) == 1
     cloud.clear()
     code, out = run_service(instance['root'], service)
-    assert code == 0 and 'delete (state failed: finished)' in out, out
+    assert code == 0 and 'delete (state provisioning and stale' in out, out
     assert site.instances('gce-guard') == []
     destroyed(site, 'gce-guard')
+
+
+def _instance(site, provider, workspace, lease):
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+    nonce = ownership.new_nonce()
+    name = provider.candidate_for(workspace, 'inventory')
+    provider.wait(provider.allocate(base.Allocation(name, workspace, cloud_image(site), provider.zone, workspace,
+                                                    'disposable-workspaces', labels=lease, nonce=nonce)), 30)
+    return name, nonce
+
+
+def cloud_image(site):
+    return site.cloud.info['gcp']['image']
+
+
+def test_the_inventory_lists_gcp_workspaces_and_orphans(site, cloud, tmp_path):
+    import json
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+    from tests.ansible_run import run_ansible
+    with Journal.open(site.journal_path):
+        pass
+    provider = site.provider()
+    lease = {'state': 'ready', 'expires_at': '4000000000', 'keep': 'false', 'created_at': '1700000000'}
+    name, nonce = _instance(site, provider, 'gce-listed', lease)
+    orphan = _instance(site, provider, 'gce-unrecorded', lease)[0]
+    info = cloud.info['gcp']
+    with Journal.open(site.journal_path) as journal:
+        journal.create_workspace('gce-listed', status='ready', desired_state='present', provider='gcp',
+                                 location=info['zone'], candidate_id=name, resource_id=name,
+                                 facts={'marker_nonce': nonce}, repo='file://' + site.repo, ref='main',
+                                 purpose='listed', params={'pool': 'disposable-workspaces'})
+    path = str(tmp_path / 'gcp.workspaces.yml')
+    with open(path, 'w') as out:
+        out.write(json.dumps({'plugin': 'ephemera.workspaces.workspaces', 'journal_path': site.journal_path,
+                              'gcp_endpoint_url': info['endpoint'], 'gcp_project': info['project'],
+                              'gcp_auth_kind': 'anonymous'}))
+    run = run_ansible(['ansible-inventory', '-i', path, '--list'], timeout=120, fail=False, callback=None,
+                      env=dict(ANSIBLE_INVENTORY_UNPARSED_FAILED='1', XDG_CACHE_HOME=str(tmp_path / 'cache')),
+                      unset=('PROXMOX_', 'EPHEMERA_', 'AWS_', 'HCLOUD_', 'GOOGLE_'))
+    assert run.returncode == 0, run.output
+    listed = run.data
+    assert 'gce-listed' in listed['provider_gcp']['hosts']
+    assert 'gce-listed' in listed['region_%s' % info['zone'].replace('-', '_')]['hosts']
+    assert name in json.dumps(listed['_meta']['hostvars']['gce-listed'])
+    assert orphan in run.output
+    for each in (name, orphan):
+        provider.wait(provider.delete(provider.find(each)), 30)

@@ -434,7 +434,8 @@ class DestroyFlow(Flow):
             else:
                 raise DestroyError('%s is still there; run the delete step (or destroy again).' % self._label(target))
         # The debt may be kept under the candidate id too (recorded before the resource's own id was known).
-        for vmid in self._vmids() + [c for c in [self.candidate_id] if c not in self._vmids()]:
+        vmids = self._vmids()
+        for vmid in vmids + [c for c in [self.candidate_id] if c is not None and c not in vmids]:
             self.journal.clear_cleanup_debt(self.name, self.provider.resource_key(
                 vmid, target.node if target else self.location), claim=self.claim)
         released = self.journal.release_address(self.name, claim=self.claim)

@@ -484,3 +484,13 @@ def test_the_configure_task_returns_its_diff_with_diff_mode(site):
     assert plain['changed'] and 'diff' not in plain
     again = run_in_process('workspace_create', dict(args, step='configure'), diff=True)
     assert not again['changed'] and 'diff' not in again  # done: nothing to show
+
+
+def test_destroy_of_a_request_that_never_chose_an_id_finishes_without_one(site):
+    # A run killed right after it recorded the request: no candidate id, no resource. Its destruction has nothing to
+    # look at and nothing to delete, and must finish (the template build's abort of a candidate record does this).
+    create(site, 'd3', ('request',))
+    assert ws(site, 'd3')['candidate_id'] is None and ws(site, 'd3')['resource_id'] is None
+    results = destroy(site, 'd3')
+    assert ws(site, 'd3')['status'] == 'destroyed'
+    assert [r.changed for r in results][-1] is True

@@ -23,6 +23,7 @@ author:
   - Ephemera maintainers (@ephemera)
 requirements:
   - boto3 >= 1.28
+  - hcloud >= 2.27
 extends_documentation_fragment:
   - ephemera.workspaces.proxmox
 attributes:

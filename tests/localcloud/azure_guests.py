@@ -30,7 +30,7 @@ class AzureGuests(pve_guests.GuestManager):
                 await self._gone(key)
             if key not in self.rooted:
                 self.identity[key] = item['vm_id']
-                self._make_root(key, item['keys'])
+                self._make_azure_root(key, item['keys'])
             guest = self.guests.setdefault(key, pve_guests.Guest(key))
             running = item['running'] and item['private'] is not None
             if guest.proc is not None and guest.proc.poll() is not None:
@@ -71,7 +71,7 @@ class AzureGuests(pve_guests.GuestManager):
         self.boots.pop(key, None)
         self.identity.pop(key, None)
 
-    def _make_root(self, key, keys):
+    def _make_azure_root(self, key, keys):
         root = self.root(key)
         shutil.rmtree(self.guest_dir(key), ignore_errors=True)
         os.makedirs(os.path.join(root, 'workspace'))

@@ -35,10 +35,15 @@ import sys
 import time
 
 try:
-    from urllib.request import Request, urlopen
+    from urllib.request import Request, build_opener
     from urllib.error import HTTPError, URLError
 except ImportError:  # pragma: no cover (Python 2 has no place in a guest of ours)
-    Request = urlopen = HTTPError = URLError = None
+    Request = build_opener = HTTPError = URLError = None
+
+
+def fetch(request, timeout):
+    """Send ``request`` (HTTP errors raise HTTPError), as the standard library's default opener does."""
+    return build_opener().open(request, timeout=timeout)
 
 DELETE = 'delete'
 SKIP = 'skip'
@@ -168,7 +173,7 @@ class Guest:
 
     def meta(self, key):
         request = Request('%s/computeMetadata/v1/%s' % (self.metadata, key), headers={'Metadata-Flavor': 'Google'})
-        return urlopen(request, timeout=self.timeout).read().decode('utf-8')
+        return fetch(request, timeout=self.timeout).read().decode('utf-8')
 
     def identity(self):
         zone = self.meta('instance/zone').rsplit('/', 1)[-1]
@@ -183,7 +188,7 @@ class Guest:
         data = json.dumps(body).encode('utf-8') if body is not None else None
         request = Request('%s/compute/v1/%s' % (self.api, path), data=data, method=method,
                           headers={'Authorization': 'Bearer %s' % self.token(), 'Content-Type': 'application/json'})
-        return json.loads(urlopen(request, timeout=self.timeout).read().decode('utf-8') or '{}')
+        return json.loads(fetch(request, timeout=self.timeout).read().decode('utf-8') or '{}')
 
 
 def _error_text(err):
@@ -214,7 +219,7 @@ class Log:
         if self.serial:
             try:
                 if self.serial.startswith('http://') or self.serial.startswith('https://'):
-                    urlopen(Request(self.serial, data=text.encode('utf-8'), method='POST'), timeout=5).read()
+                    fetch(Request(self.serial, data=text.encode('utf-8'), method='POST'), timeout=5).read()
                 else:
                     with open(self.serial, 'a') as f:
                         f.write(text)

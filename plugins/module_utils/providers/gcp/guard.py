@@ -45,6 +45,7 @@ def fetch(request, timeout):
     """Send ``request`` (HTTP errors raise HTTPError), as the standard library's default opener does."""
     return build_opener().open(request, timeout=timeout)
 
+
 DELETE = 'delete'
 SKIP = 'skip'
 STALE_AFTER = 12 * 3600

@@ -111,9 +111,9 @@ soak: venv
 	$(BIN)/python -m tests.faults soak --schedules $(SCHEDULES) --first-seed $(FIRST_SEED) --jobs $(SOAK_JOBS) \
 		--json build/soak.json
 
-# PROVIDER=aws: the same job on the try-out cloud for AWS (scripts/demo-aws.sh, docs/localcloud.md).
+# PROVIDER=aws|hetzner|gcp|azure: the same job on the try-out cloud (scripts/demo.sh, docs/localcloud.md).
 demo: venv
-	$(PIN_COLLECTION) scripts/$(if $(PROVIDER),demo-$(PROVIDER).sh,demo.sh)
+	$(PIN_COLLECTION) scripts/demo.sh $(PROVIDER)
 
 # The local try-out cluster (tests/localpve, docs/localpve.md). CLUSTER_ARGS go to `up`,
 # e.g. make cluster-up CLUSTER_ARGS="--time-scale 0 --addressing dhcp".

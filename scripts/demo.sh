@@ -1,30 +1,178 @@
 #!/usr/bin/env bash
-# The main job on the local try-out cluster: start it, create a workspace from a small local git
-# repository, show it ready with its activity and how to reach it, destroy it, stop the cluster.
-# Exits non-zero if any of that fails; the cluster is stopped whatever happens.
+# The main job on a local try-out place, end to end: start it, create a workspace from a small local git
+# repository, show it ready with its activity and how to reach it, destroy it, check what is left, stop it.
+#
+#   scripts/demo.sh [PROVIDER]     PROVIDER: proxmox (the default: the try-out cluster, docs/localpve.md),
+#                                  aws, hetzner, gcp or azure (the try-out cloud, docs/localcloud.md)
+#
+# aws: an EC2 instance with a real SSH guest, terminated at the end. hetzner: a server whose deletion action
+# succeeds and which then answers 404. gcp: an instance with the expiry guard installed, run once as its timer would,
+# whose deletion operation is DONE without an error and which then answers 404. azure: a VM with its NIC, public IP
+# and OS disk, none of which is left at the end.
+# Exits non-zero if any of that fails; the cluster or cloud is stopped whatever happens.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 bin=.venv/bin
-demo_dir=${DEMO_DIR:-$top/.localpve-demo}
-export LOCALPVE_STATE_DIR="$demo_dir/cluster"
-export EPHEMERA_JOURNAL="$demo_dir/journal.sqlite"
+provider=${1:-${PROVIDER:-proxmox}}
 export ANSIBLE_NOCOLOR=${ANSIBLE_NOCOLOR:-}
 workspace=demo
 
 say() { printf '\n=== %s\n' "$*"; }
 
-stop_cluster() {
-  say "stopping the try-out cluster"
-  "$bin/python" -m tests.localpve down || true
+# What differs between the places: where the state goes, how the place starts, its inventory and what the demo
+# checks once the workspace is ready (look_ready) and once it is destroyed (look_gone).
+look_ready() { :; }
+look_gone() { :; }
+case "$provider" in
+  proxmox|pve|'')
+    provider=proxmox
+    demo_dir=${DEMO_DIR:-$top/.localpve-demo}
+    export LOCALPVE_STATE_DIR="$demo_dir/cluster"
+    place=cluster runner=tests.localpve inventory=inventories/localpve on=''
+    up_args=(--time-scale 0.05)
+    what="fakepve + real sshd guests"
+    ;;
+  aws)
+    demo_dir=${DEMO_DIR:-$top/.localcloud-demo}
+    place=cloud inventory=inventories/localcloud on=" on EC2 (provider aws)"
+    up_args=(--host 127.0.82.1 --port 0)
+    what="moto behind a fault proxy + real sshd guests"
+    look_ready() {
+      say "the instances of the try-out cloud"
+      "$bin/python" -m tests.localcloud status
+    }
+    look_gone() {
+      say "its instance, as EC2 shows it"
+      "$bin/python" - <<'PY'
+import json
+import sys
+
+from tests.localcloud import CloudClient
+
+cloud = CloudClient()
+ours = [i for i in cloud.instances() if i['tags'].get('ephemera:workspace') == 'demo']
+print(json.dumps([{k: i[k] for k in ('instance_id', 'state', 'sshd')} for i in ours], indent=2))
+if len(ours) != 1 or ours[0]['state'] not in ('shutting-down', 'terminated'):
+    sys.exit('the workspace should have had exactly one instance, terminated now')
+PY
+    }
+    ;;
+  hetzner)
+    demo_dir=${DEMO_DIR:-$top/.localcloud-demo-hetzner}
+    place=cloud inventory=inventories/localcloud-hetzner on=" on Hetzner Cloud (provider hetzner)"
+    up_args=(--host 127.0.83.1 --port 0)
+    what="its Hetzner Cloud fake + real sshd guests"
+    look_gone() {
+      say "its server, as the Hetzner fake shows it"
+      "$bin/python" - <<'PY'
+import sys
+
+from tests.localcloud import CloudClient
+
+cloud = CloudClient()
+left = [s for s in cloud.hetzner('servers') if (s.get('labels') or {}).get('ephemera-workspace') == 'demo']
+deletes = [r for r in cloud.hetzner('requests') if r['method'] == 'DELETE' and r['path'].startswith('/servers/')]
+print('servers left: %d, DELETE requests: %d' % (len(left), len(deletes)))
+if left or len(deletes) != 1:
+    sys.exit('the workspace should have had exactly one server, deleted now')
+PY
+    }
+    ;;
+  gcp)
+    demo_dir=${DEMO_DIR:-$top/.localcloud-demo-gcp}
+    place=cloud inventory=inventories/localcloud-gcp on=" on Compute Engine (provider gcp)"
+    up_args=(--host 127.0.84.1 --port 0)
+    what="its Compute Engine fake + real sshd guests"
+    look_ready() {
+      say "the expiry guard in the instance, run once as its timer runs it"
+      "$bin/python" - <<'PY'
+import os
+import shlex
+import subprocess
+import sys
+
+from tests.localcloud import CloudClient
+
+cloud = CloudClient()
+[instance] = [i for i in cloud.gcp('instances') if (i.get('labels') or {}).get('ephemera-workspace') == 'demo']
+root = instance['root']
+with open(os.path.join(root, 'etc/systemd/system/ephemera-gcp-guard.service')) as f:
+    line = [l for l in f.read().splitlines() if l.startswith('ExecStart=')][0][len('ExecStart='):]
+argv = [os.path.join(root, a.lstrip('/')) if a.endswith('/ephemera-gcp-guard') else a for a in shlex.split(line)]
+done = subprocess.run(argv, capture_output=True, text=True, check=False)
+print(done.stdout, end='')
+if done.returncode != 0 or 'skip' not in done.stdout:
+    sys.exit('the guard should have left the live workspace alone')
+PY
+    }
+    look_gone() {
+      say "its instance, as the Compute Engine fake shows it"
+      "$bin/python" - <<'PY'
+import sys
+
+from tests.localcloud import CloudClient
+
+cloud = CloudClient()
+left = [i for i in cloud.gcp('instances') if (i.get('labels') or {}).get('ephemera-workspace') == 'demo']
+calls = cloud.gcp('calls')
+deletes = [c for c in calls if c[0] == 'DELETE' and '/instances/' in c[1]]
+violations = cloud.gcp('violations')
+print('instances left: %d, DELETE requests: %d, answers outside the Compute v1 schema: %d'
+      % (len(left), len(deletes), len(violations)))
+if left or len(deletes) != 1 or violations:
+    sys.exit('the workspace should have had exactly one instance, deleted now, and every answer valid')
+PY
+    }
+    ;;
+  azure)
+    demo_dir=${DEMO_DIR:-$top/.localcloud-demo-azure}
+    # The Azure provider keeps each set's record in a file of its own beside the journal.
+    export EPHEMERA_AZURE_STATE_DIR="$demo_dir/azure-sets"
+    place=cloud inventory=inventories/localcloud-azure on=" on Azure (provider azure)"
+    up_args=(--host 127.0.86.1 --port 0)
+    what="its ARM fake over HTTPS, real sshd guests"
+    look_ready() {
+      say "the Azure resources of the try-out cloud"
+      "$bin/python" -m tests.localcloud fault azure resources
+    }
+    look_gone() {
+      say "what is left of it in Azure"
+      "$bin/python" - <<'PY'
+import json
+import sys
+
+from tests.localcloud import CloudClient
+
+left = CloudClient().azure('resources')
+print(json.dumps([{k: r[k] for k in ('kind', 'name', 'state')} for r in left], indent=2))
+if left:
+    sys.exit('the workspace should have left nothing behind: its VM, NIC, public IP and OS disk are all deleted')
+PY
+    }
+    ;;
+  *)
+    echo "Unknown provider '$provider': give proxmox (or nothing), aws, hetzner, gcp or azure." >&2
+    exit 2
+    ;;
+esac
+if [ "$place" = cloud ]; then
+  runner=tests.localcloud
+  export LOCALCLOUD_STATE_DIR="$demo_dir/cloud"
+fi
+export EPHEMERA_JOURNAL="$demo_dir/journal.sqlite"
+
+stop_place() {
+  say "stopping the try-out $place"
+  "$bin/python" -m "$runner" down || true
 }
 
 rm -rf "$demo_dir"
 mkdir -p "$demo_dir"
 
-say "starting the try-out cluster (fakepve + real sshd guests)"
-"$bin/python" -m tests.localpve up --time-scale 0.05
-trap stop_cluster EXIT
+say "starting the try-out $place ($what)"
+"$bin/python" -m "$runner" up "${up_args[@]}"
+trap stop_place EXIT
 
 say "making a small git repository to work on"
 repo="$demo_dir/repo"
@@ -42,17 +190,17 @@ extra=$(cat <<JSON
 JSON
 )
 
-say "creating workspace '$workspace'"
-"$bin/ansible-playbook" -i inventories/localpve playbooks/create.yml -e "$extra"
+say "creating workspace '$workspace'$on"
+"$bin/ansible-playbook" -i "$inventory" playbooks/create.yml -e "$extra"
 
 say "the workspace as the journal records it"
-"$bin/ansible" localhost -i inventories/localpve -m ephemera.workspaces.workspace_info -a "name=$workspace" \
+"$bin/ansible" localhost -i "$inventory" -m ephemera.workspaces.workspace_info -a "name=$workspace" \
   | sed -n '1,40p'
 
-if [ -f playbooks/destroy.yml ]; then
-  say "destroying workspace '$workspace'"
-  "$bin/ansible-playbook" -i inventories/localpve playbooks/destroy.yml -e "workspace=$workspace"
-else
-  say "destroy is not part of the collection yet: the workspace stays until the cluster stops"
-fi
+look_ready
+
+say "destroying workspace '$workspace'"
+"$bin/ansible-playbook" -i "$inventory" playbooks/destroy.yml -e "workspace=$workspace"
+
+look_gone
 say "demo finished"

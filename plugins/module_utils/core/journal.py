@@ -47,7 +47,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_ident
 
 ENV_VAR = 'EPHEMERA_JOURNAL'
 URL_ENV_VAR = 'EPHEMERA_JOURNAL_URL'
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 60000
 IDEMPOTENCY_TTL = 24 * 3600
 
@@ -276,6 +276,17 @@ MIGRATIONS = [
         PRIMARY KEY (name, version)
     );
     """,
+    # 5: the providers' own state. ``provider_state`` holds small JSON records a provider keeps beside the workspace
+    # records (an Azure set's progress, member by member), each under its key with a ``generation`` that every write
+    # compares and sets. Never secrets.
+    """
+    CREATE TABLE provider_state (
+        key             TEXT PRIMARY KEY,
+        value           TEXT NOT NULL,
+        generation      INTEGER NOT NULL,
+        updated_at      REAL NOT NULL
+    );
+    """,
 ]
 
 # How a reader reads a journal of an older schema without migrating it: temporary views (kept in memory by the
@@ -316,6 +327,13 @@ _NO_TEMPLATES = [
 ]
 for _views in READ_VIEWS.values():
     _views.extend(_NO_TEMPLATES)
+# What every older schema lacks of schema 5: no provider state yet.
+READ_VIEWS[4] = []
+for _views in READ_VIEWS.values():
+    _views.append("""
+    CREATE TEMP VIEW provider_state AS
+        SELECT NULL AS key, NULL AS value, NULL AS generation, NULL AS updated_at WHERE 0
+    """)
 TEMPLATE_STATES = ('building', 'built', 'failed')
 # switch_template without a compare-and-set on the current version.
 ANY = object()
@@ -1203,6 +1221,79 @@ class Journal:
         """Forget a claim whose work failed, so that a retry with the same key runs again."""
         with self.transaction(point='idempotency_abandon') as conn:
             conn.execute("DELETE FROM idempotency WHERE key_hash = ? AND state = 'in_flight'", (claim.key_hash,))
+
+    # ----------------------------------------------------------- provider state
+
+    @staticmethod
+    def _state_key(key):
+        if not isinstance(key, str) or not key or len(key) > 400:
+            raise JournalError('A provider state key is a non-empty string of at most 400 characters (azure/set/'
+                               '<base>, say); got %r. Nothing was written.' % (key,))
+        return key
+
+    def provider_state(self, key):
+        """``(value, generation)`` of the provider state recorded under ``key``, or None."""
+        row = self._conn.execute('SELECT value, generation FROM provider_state WHERE key = ?',
+                                 (self._state_key(key),)).fetchone()
+        return None if row is None else (json.loads(row[0]), int(row[1]))
+
+    def provider_states(self, prefix=''):
+        """``[(key, value, generation)]`` of every provider state whose key starts with ``prefix``, by key."""
+        pattern = re.sub(r'([\\%_])', r'\\\1', prefix or '') + '%'
+        rows = self._conn.execute("SELECT key, value, generation FROM provider_state WHERE key LIKE ? ESCAPE '\\' "
+                                  'ORDER BY key', (pattern,)).fetchall()
+        # LIKE ignores the case of ASCII letters on SQLite: the prefix itself decides.
+        return [(row[0], json.loads(row[1]), int(row[2])) for row in rows if row[0].startswith(prefix or '')]
+
+    def put_provider_state(self, key, value, generation=None, claim=None, point=None):
+        """Compare-and-set the provider state under ``key`` to ``value`` (a JSON object): ``generation`` None
+        records it only if there is none yet, else only if it is still at ``generation``. Returns the new
+        generation. A caller that was overtaken gets :class:`StaleGenerationError` and nothing is written; ``claim``
+        fences it as every write of a queued operation (:meth:`transaction`); ``point`` names the commit for the
+        crash-safety tests (``journal <point>``; ``provider_state`` unless given)."""
+        key = self._state_key(key)
+        if not isinstance(value, dict):
+            raise JournalError('Provider state %s must be a JSON object (a dict), not %s. Nothing was written.'
+                               % (key, type(value).__name__), key=key)
+        try:
+            text = json.dumps(redact(value), sort_keys=True)
+        except (TypeError, ValueError) as err:
+            raise JournalError('Provider state %s is not JSON (%s). Nothing was written.' % (key, err), key=key)
+        now = time.time()
+        with self.transaction(claim, point=point or 'provider_state', exclusive=False) as conn:
+            if generation is None:
+                cur = conn.execute('INSERT OR IGNORE INTO provider_state (key, value, generation, updated_at) '
+                                   'VALUES (?, ?, 1, ?)', (key, text, now))
+                if cur.rowcount != 1:
+                    raise StaleGenerationError('Provider state %s is recorded already: another run recorded it first. '
+                                               'Nothing was written; read it and go on from it.' % key, key=key,
+                                               expected=None)
+                return 1
+            cur = conn.execute('UPDATE provider_state SET value = ?, generation = generation + 1, updated_at = ? '
+                               'WHERE key = ? AND generation = ?', (text, now, key, int(generation)))
+            if cur.rowcount != 1:
+                raise self._state_moved(conn, key, generation)
+        return int(generation) + 1
+
+    def delete_provider_state(self, key, generation, claim=None, point=None):
+        """Remove the provider state under ``key`` if it is still at ``generation`` (StaleGenerationError, nothing
+        removed, if not); ``claim`` and ``point`` as for :meth:`put_provider_state`."""
+        key = self._state_key(key)
+        with self.transaction(claim, point=point or 'provider_state_deleted', exclusive=False) as conn:
+            cur = conn.execute('DELETE FROM provider_state WHERE key = ? AND generation = ?', (key, int(generation)))
+            if cur.rowcount != 1:
+                raise self._state_moved(conn, key, generation)
+
+    @staticmethod
+    def _state_moved(conn, key, generation):
+        row = conn.execute('SELECT generation FROM provider_state WHERE key = ?', (key,)).fetchone()
+        if row is None:
+            return StaleGenerationError('Provider state %s is not recorded (expected generation %s): another run '
+                                        'removed it. Nothing was written.' % (key, generation), key=key,
+                                        expected=generation, found=None)
+        return StaleGenerationError('Provider state %s changed while this run worked on it (expected generation %s, '
+                                    'found %s): another run wrote it first. Nothing was written; read it again.'
+                                    % (key, generation, row[0]), key=key, expected=generation, found=int(row[0]))
 
     # ---------------------------------------------------------------- templates
 

@@ -203,9 +203,18 @@ MIGRATIONS = [
         PRIMARY KEY (name, version)
     );
     """),
+    # 5: the providers' own state (journal.py's migration 5): JSON records under a key, compare-and-set on generation.
+    (4, 5, r"""
+    CREATE TABLE provider_state (
+        key             TEXT PRIMARY KEY,
+        value           TEXT NOT NULL,
+        generation      BIGINT NOT NULL,
+        updated_at      DOUBLE PRECISION NOT NULL
+    );
+    """),
 ]
 JOURNAL_TABLES = ('meta', 'workspaces', 'events', 'intents', 'cleanup_debt', 'address_leases', 'queue',
-                  'queue_requests', 'idempotency', 'templates', 'template_versions')
+                  'queue_requests', 'idempotency', 'templates', 'template_versions', 'provider_state')
 
 
 def is_url(location):

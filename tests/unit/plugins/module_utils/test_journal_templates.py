@@ -66,6 +66,7 @@ def test_a_reader_of_a_schema_3_journal_sees_no_templates(path):
     conn = sqlite3.connect(path)
     conn.execute('DROP TABLE templates')
     conn.execute('DROP TABLE template_versions')
+    conn.execute('DROP TABLE provider_state')
     conn.execute('PRAGMA user_version = 3')
     conn.commit()
     conn.close()
@@ -73,5 +74,5 @@ def test_a_reader_of_a_schema_3_journal_sees_no_templates(path):
         assert reader.schema_version == 3
         assert reader.templates() == [] and reader.template_versions() == []
     with Journal.open(path) as writer:
-        assert writer.schema_version == journal_mod.SCHEMA_VERSION == 4
+        assert writer.schema_version == journal_mod.SCHEMA_VERSION == 5
         assert writer.templates() == []

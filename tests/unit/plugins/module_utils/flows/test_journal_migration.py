@@ -61,7 +61,7 @@ def test_a_schema_1_journal_migrates_to_provider_neutral_fields_keeping_their_me
     before = dict((r['name'], r) for r in raw(v1, 'SELECT * FROM workspaces'))
     kept = snapshot(v1)
     with Journal.open(v1) as journal:
-        assert journal.schema_version == journal_mod.SCHEMA_VERSION == 4
+        assert journal.schema_version == journal_mod.SCHEMA_VERSION == 5
         records = dict((ws['name'], ws) for ws in journal.list_workspaces())
         entries = Queue(journal).entries(target_type='workspace', recent=10)
     assert sorted(records) == NAMES

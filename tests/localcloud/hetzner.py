@@ -347,7 +347,7 @@ class HetznerCloud(object):
         server_id = next(self._ids)
         address = self.addresses.allocate(server_id)
         now = time.time()
-        foreign = self._take('foreign_answer', 'POST', '/servers') is not None
+        foreign = self._take('foreign_answer', 'POST', '/servers', json.dumps(body)) is not None
         server = {
             'id': server_id, 'name': name, 'status': 'initializing', 'created': iso(now),
             'public_net': {'ipv4': {'id': server_id, 'ip': address, 'blocked': False, 'dns_ptr': 'static.example'},
@@ -391,8 +391,9 @@ class HetznerCloud(object):
             return web.json_response(error_body('protected', 'server is delete protected'), status=403)
         if server['id'] in self.deleting:
             return web.json_response(error_body('locked', 'server is locked by a running action'), status=423)
-        fails = self._take('fail_delete', 'DELETE', '/servers') is not None
-        hidden = self._take('hide', 'DELETE', '/servers')
+        path = '/servers/%d' % server['id']
+        fails = self._take('fail_delete', 'DELETE', path) is not None
+        hidden = self._take('hide', 'DELETE', path)
         action = self._action('delete_server', server['id'], self.delete_secs)
         action['status'] = 'running'
         action['finished'] = None

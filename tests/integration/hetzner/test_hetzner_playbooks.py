@@ -1,8 +1,12 @@
 """Workspaces on Hetzner Cloud through the shipped playbooks, on the try-out cloud's Hetzner fake (hcloud making the
 requests, real sshd guests on the servers' public addresses): create to ready and a confirmed destroy; a lost create
-answer gives one server; a lost delete answer is finished by the next run; a rejected and an uncertain DELETE; a
-server hidden behind 404 while its deletion action runs; an unbindable creation answer reported and left alone; bad
-input refused before a server is made. One cloud and one controller for the file."""
+answer gives one server; a lost delete answer is finished by the next run; a rejected (403) and an uncertain (500)
+DELETE; a server hidden behind 404 while its deletion action runs; an unbindable creation answer reported and left
+alone; bad input refused before a server is made; the sweeps; the inventory. One cloud and one controller for the
+file; the workspaces of the create and destroy paths are made in one run and destroyed in two (an inventory host per
+workspace, each fault aimed at its own workspace's name or server), so the file costs a few ansible-playbook runs,
+not one pair per case. The verdict on every other status of a DELETE is tested at unit level
+(tests/unit/plugins/module_utils/flows/test_hetzner_delete_answers.py)."""
 
 import json
 
@@ -14,6 +18,13 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ow
 from tests.integration.playbooks import make_repo
 
 from .hzrun import HetznerSite
+
+# The workspaces of the create and destroy paths, made together by one create run.
+HAPPY, LOST_CREATE, REJECTED, HIDDEN, LOST_DELETE, UNBOUND = (
+    'hz-happy', 'hz-lost-create', 'hz-rejected', 'hz-hidden', 'hz-lost-delete', 'hz-unbound')
+# How long a deleted server hides behind 404 while its deletion action runs (past the end of the run that
+# deleted it, so the test sees it hidden).
+HIDE_SECONDS = 8
 
 
 @pytest.fixture(scope='module')
@@ -32,126 +43,187 @@ def cloud(site):
     site.cloud.clear()
 
 
-def ready(site, name, **extra):
-    run = site.create(name, site.repo, **extra)
-    assert run.ok, run.explain()
-    ws = site.workspace(name)
-    assert ws['status'] == 'ready' and ws['provider'] == 'hetzner', ws
-    return ws
-
-
-def destroyed(site, name):
-    run = site.destroy(name)
-    assert run.ok, run.explain()
-    ws = site.workspace(name)
-    assert ws['status'] == 'destroyed' and site.debt(name) == []
-    assert site.servers(name) == []
-    return ws
-
-
 def actions(site, name):
     return [e['action'] for e in site.events(name)]
 
 
-def test_create_to_ready_then_destroy_confirmed(site, cloud):
-    ws = ready(site, 'hz-happy')
+def said(run, host):
+    """Everything the run's tasks answered for ``host`` (one workspace), as text."""
+    return json.dumps(run.results(host))
+
+
+def server_id(site, name):
+    return str(site.servers(name)[0]['id'])
+
+
+def requests(site, method, path):
+    return [r for r in site.cloud.hetzner('requests') if r['method'] == method and r['path'] == path]
+
+
+@pytest.fixture(scope='module')
+def created(site):
+    """One create run for six workspaces: a clean one, one whose POST /servers answer is lost, three that the destroy
+    paths use, and one whose creation is answered with another server."""
+    site.cloud.clear()
+    site.rule('drop', method='POST', path='/servers', match=LOST_CREATE)
+    site.rule('foreign_answer', method='POST', path='/servers', match=UNBOUND)
+    run = site.create_many(dict.fromkeys([HAPPY, LOST_CREATE, REJECTED, HIDDEN, LOST_DELETE, UNBOUND]), site.repo)
+    site.cloud.clear()
+    return run
+
+
+@pytest.fixture(scope='module')
+def first_destroy(site, created):  # pylint: disable=redefined-outer-name
+    """One destroy run: the clean workspace, a 403 to DELETE, a lost DELETE answer, and a server hidden behind 404
+    while its deletion runs (watched 1 s only). What the journal and the cloud hold right after it."""
+    for name in (HAPPY, REJECTED, HIDDEN, LOST_DELETE):
+        assert site.workspace(name)['status'] == 'ready', said(created, name)
+    ids = dict((name, server_id(site, name)) for name in (HAPPY, REJECTED, HIDDEN, LOST_DELETE))
+    site.cloud.clear()
+    site.rule('error', method='DELETE', path='/servers', status=403, match='/servers/' + ids[REJECTED])
+    site.rule('drop', method='DELETE', path='/servers', match='/servers/' + ids[LOST_DELETE])
+    site.rule('hide', method='DELETE', path='/servers', seconds=HIDE_SECONDS, match='/servers/' + ids[HIDDEN])
+    run = site.destroy_many({HAPPY: {}, REJECTED: {}, LOST_DELETE: {},
+                             HIDDEN: {'ephemera_hetzner_action_timeout': 1}})
+    # Hidden: the server answers 404 while its deletion action still runs.
+    hidden_found = site.provider().find(ids[HIDDEN])
+    site.cloud.clear()
+    seen = dict((name, {'actions': actions(site, name), 'debt': site.debt(name), 'servers': site.servers(name),
+                        'status': site.workspace(name)['status']}) for name in ids)
+    return {'run': run, 'ids': ids, 'seen': seen, 'hidden_found': hidden_found}
+
+
+@pytest.fixture(scope='module')
+def second_destroy(site, first_destroy, created):  # pylint: disable=redefined-outer-name
+    """The next destroy run: a 500 to the rejected workspace's DELETE; the hidden, the lost-delete (unless its first
+    run finished it) and the unbound workspaces."""
+    ids = first_destroy['ids']
+    site.cloud.clear()
+    site.rule('error', method='DELETE', path='/servers', status=500, match='/servers/' + ids[REJECTED])
+    names = [REJECTED, HIDDEN, UNBOUND] + ([LOST_DELETE] if first_destroy['seen'][LOST_DELETE]['status'] !=
+                                           'destroyed' else [])
+    unbound_id = server_id(site, UNBOUND)
+    run = site.destroy_many(dict.fromkeys(names))
+    site.cloud.clear()
+    return {'run': run, 'names': names, 'unbound_id': unbound_id}
+
+
+def test_create_to_ready(site, created):  # pylint: disable=redefined-outer-name
+    for name in (HAPPY, LOST_CREATE, REJECTED, HIDDEN, LOST_DELETE):
+        ws = site.workspace(name)
+        assert ws['status'] == 'ready' and ws['provider'] == 'hetzner', said(created, name)
+    ws = site.workspace(HAPPY)
     server_id = ws['resource_id']
     assert server_id.isdigit() and ws['location'] == 'fsn1'
     assert ws['candidate_id'].startswith('eph-hz-happy-')
     assert ws['activity'] != 'unknown' and 'brief' in ws['progress']
-    [server] = site.servers('hz-happy')
+    [server] = site.servers(HAPPY)
     assert str(server['id']) == server_id and server['name'] == ws['candidate_id']
     assert ws['address'] == server['public_net']['ipv4']['ip'] and server['sshd'] == 'up'
     provider = site.provider()
     resource = provider.find(server_id)
-    assert provider.verify(resource, 'hz-happy', ownership.record_nonce(ws)) == ownership.VERIFIED
+    assert provider.verify(resource, HAPPY, ownership.record_nonce(ws)) == ownership.VERIFIED
     assert provider.labels(resource) == leasing.lease_labels(ws['lease'], 'ready')
     recorded = json.dumps(ws['params'])
     assert site.cloud.info['hetzner']['token'] not in recorded
     with site.journal() as journal:
-        assert site.cloud.info['hetzner']['token'] not in json.dumps(journal.events('hz-happy'), default=str)
-    destroyed(site, 'hz-happy')
-    # The deletion was confirmed: its action succeeded, then GET /servers/{id} answered 404.
-    requests = site.cloud.hetzner('requests')
-    delete_at = max(i for i, r in enumerate(requests) if r['method'] == 'DELETE' and r['path'] == '/servers/' + server_id)
-    later = [r['path'] for r in requests[delete_at + 1:]]
-    assert any(p.startswith('/actions/') for p in later) and '/servers/' + server_id in later
+        assert site.cloud.info['hetzner']['token'] not in json.dumps(journal.events(HAPPY), default=str)
 
 
-def test_lost_create_answer_gives_one_server(site, cloud):
-    site.rule('drop', method='POST', path='/servers')
-    ws = ready(site, 'hz-lost-create')
-    assert len(site.servers('hz-lost-create')) == 1
-    assert 'adopted' in actions(site, 'hz-lost-create')
-    posts = [r for r in site.cloud.hetzner('requests') if r['method'] == 'POST' and r['path'] == '/servers']
+def test_lost_create_answer_gives_one_server(site, created):  # pylint: disable=redefined-outer-name
+    ws = site.workspace(LOST_CREATE)
+    assert ws['status'] == 'ready', said(created, LOST_CREATE)
+    assert len(site.servers(LOST_CREATE)) == 1
+    assert 'adopted' in actions(site, LOST_CREATE)
+    posts = [r for r in site.cloud.hetzner('requests') if r['method'] == 'POST' and r['path'] == '/servers'
+             and r.get('workspace') == LOST_CREATE]
     assert len(posts) >= 1
-    assert str(site.servers('hz-lost-create')[0]['id']) == ws['resource_id']
-    destroyed(site, 'hz-lost-create')
+    assert str(site.servers(LOST_CREATE)[0]['id']) == ws['resource_id']
 
 
-def test_lost_delete_answer_is_finished(site, cloud):
-    ready(site, 'hz-lost-delete')
-    site.rule('drop', method='DELETE', path='/servers')
-    first = site.destroy('hz-lost-delete')
-    if not first.ok:
-        assert site.debt('hz-lost-delete'), first.explain()
-        second = site.destroy('hz-lost-delete')
-        assert second.ok, second.explain()
-    assert 'delete_outcome_unknown' in actions(site, 'hz-lost-delete')
-    ws = site.workspace('hz-lost-delete')
-    assert ws['status'] == 'destroyed' and site.servers('hz-lost-delete') == []
+def test_unbindable_creation_answer_is_reported_and_left_alone(site, created):  # pylint: disable=redefined-outer-name
+    text = said(created, UNBOUND)
+    assert not created.ok and 'Unresolved allocation' in text and 'not deleted' in text, text
+    assert len(site.servers(UNBOUND)) == 1
+    assert requests(site, 'DELETE', '/servers/' + server_id(site, UNBOUND)) == []
 
 
-def test_rejected_delete_retires_its_attempt_uncertain_one_does_not(site, cloud):
-    ready(site, 'hz-rejected')
-    site.rule('error', method='DELETE', path='/servers', status=403)
-    run = site.destroy('hz-rejected')
-    assert not run.ok and 'forbidden' in run.explain()
-    assert 'delete_rejected' in actions(site, 'hz-rejected') and site.debt('hz-rejected')
-    assert len(site.servers('hz-rejected')) == 1
+def test_destroy_confirmed(site, first_destroy):  # pylint: disable=redefined-outer-name
+    run, server_id = first_destroy['run'], first_destroy['ids'][HAPPY]  # pylint: disable=redefined-outer-name
+    seen = first_destroy['seen'][HAPPY]
+    assert seen['status'] == 'destroyed' and seen['debt'] == [] and seen['servers'] == [], said(run, HAPPY)
+    # The deletion was confirmed: its recorded action was read after the DELETE, then GET /servers/{id} (404).
+    action_id = site.workspace(HAPPY)['provider_tasks']['delete'].split('/')[3]
+    paths = [(r['method'], r['path']) for r in site.cloud.hetzner('requests')]
+    delete_at = max(i for i, p in enumerate(paths) if p == ('DELETE', '/servers/' + server_id))
+    action_reads = [i for i, p in enumerate(paths) if p == ('GET', '/actions/' + action_id)]
+    server_reads = [i for i, p in enumerate(paths) if p == ('GET', '/servers/' + server_id)]
+    assert action_reads and min(action_reads) > delete_at
+    assert server_reads and max(server_reads) > max(action_reads)
+
+
+def test_rejected_delete_retires_its_attempt_uncertain_one_does_not(site, first_destroy, second_destroy):  # pylint: disable=redefined-outer-name
+    seen = first_destroy['seen'][REJECTED]
+    text = said(first_destroy['run'], REJECTED)
+    assert not first_destroy['run'].ok and 'forbidden' in text, text
+    assert 'delete_rejected' in seen['actions'] and seen['debt']
+    assert len(seen['servers']) == 1
     # Uncertain: a 500 after the DELETE is never taken for a rejection; the run looks and sends a new one.
-    site.rule('error', method='DELETE', path='/servers', status=500)
-    before = actions(site, 'hz-rejected').count('delete_rejected')
-    destroyed(site, 'hz-rejected')
-    after = actions(site, 'hz-rejected')
-    assert after.count('delete_rejected') == before and 'delete_outcome_unknown' in after
+    assert second_destroy['run'].ok, second_destroy['run'].explain()
+    after = actions(site, REJECTED)
+    assert after.count('delete_rejected') == seen['actions'].count('delete_rejected')
+    assert 'delete_outcome_unknown' in after[len(seen['actions']):]
+    ws = site.workspace(REJECTED)
+    assert ws['status'] == 'destroyed' and site.debt(REJECTED) == [] and site.servers(REJECTED) == []
 
 
-def test_server_hidden_while_its_deletion_runs_is_not_taken_for_deleted(site, cloud):
-    ws = ready(site, 'hz-hidden')
-    site.rule('hide', method='DELETE', path='/servers', seconds=4)
-    run = site.destroy('hz-hidden', ephemera_hetzner_action_timeout=1)
-    assert not run.ok and 'not confirmed' in run.explain()
-    assert site.workspace('hz-hidden')['status'] != 'destroyed' and site.debt('hz-hidden')
-    # Hidden: the server answers 404 while its deletion action still runs.
-    assert site.provider().find(ws['resource_id']) is None
-    destroyed(site, 'hz-hidden')
+def test_lost_delete_answer_is_finished(site, first_destroy, second_destroy):  # pylint: disable=redefined-outer-name
+    seen = first_destroy['seen'][LOST_DELETE]
+    if seen['status'] != 'destroyed':
+        # The run that lost the answer did not finish: it kept the debt, and the next run finished the destroy.
+        assert seen['debt'], said(first_destroy['run'], LOST_DELETE)
+        assert LOST_DELETE in second_destroy['names'] and second_destroy['run'].ok
+    assert 'delete_outcome_unknown' in actions(site, LOST_DELETE)
+    ws = site.workspace(LOST_DELETE)
+    assert ws['status'] == 'destroyed' and site.servers(LOST_DELETE) == []
 
 
-def test_unbindable_creation_answer_is_reported_and_left_alone(site, cloud):
-    site.rule('foreign_answer', method='POST', path='/servers')
-    run = site.create('hz-unbound', site.repo)
-    assert not run.ok and 'Unresolved allocation' in run.explain() and 'not deleted' in run.explain()
-    assert len(site.servers('hz-unbound')) == 1
-    deletes = [r for r in site.cloud.hetzner('requests') if r['method'] == 'DELETE']
-    destroyed(site, 'hz-unbound')
-    assert len([r for r in site.cloud.hetzner('requests') if r['method'] == 'DELETE']) == len(deletes) + 1
+def test_server_hidden_while_its_deletion_runs_is_not_taken_for_deleted(site, first_destroy, second_destroy):  # pylint: disable=redefined-outer-name
+    seen = first_destroy['seen'][HIDDEN]
+    text = said(first_destroy['run'], HIDDEN)
+    assert 'not confirmed' in text, text
+    assert seen['status'] != 'destroyed' and seen['debt']
+    # Hidden: the server answered 404 while its deletion action still ran.
+    assert first_destroy['hidden_found'] is None
+    assert second_destroy['run'].ok, second_destroy['run'].explain()
+    ws = site.workspace(HIDDEN)
+    assert ws['status'] == 'destroyed' and site.debt(HIDDEN) == [] and site.servers(HIDDEN) == []
+
+
+def test_unbound_server_is_deleted_by_its_destroy_only(site, second_destroy):  # pylint: disable=redefined-outer-name
+    assert second_destroy['run'].ok, second_destroy['run'].explain()
+    ws = site.workspace(UNBOUND)
+    assert ws['status'] == 'destroyed' and site.debt(UNBOUND) == [] and site.servers(UNBOUND) == []
+    assert len(requests(site, 'DELETE', '/servers/' + second_destroy['unbound_id'])) == 1
 
 
 # Unknown server type, image and network are refused the same way (tests/unit/.../test_provider_hetzner.py).
-@pytest.mark.parametrize('extra,message', [
-    ({'ephemera_hetzner_location': 'mars1'}, 'Unknown location'),
-    ({'ephemera_hetzner_labels': {'team': 'a b'}}, 'label value'),
-    ({'ephemera_hetzner_token': 'wrong'}, 'Check the API token'),
-])
-def test_bad_input_is_refused_before_a_server_is_made(site, cloud, extra, message):
+BAD_INPUT = {
+    'hz-bad-location': ({'ephemera_hetzner_location': 'mars1'}, 'Unknown location'),
+    'hz-bad-label': ({'ephemera_hetzner_labels': {'team': 'a b'}}, 'label value'),
+    'hz-bad-token': ({'ephemera_hetzner_token': 'wrong'}, 'Check the API token'),
+}
+
+
+def test_bad_input_is_refused_before_a_server_is_made(site, cloud):
     def posts():
         return len([r for r in site.cloud.hetzner('requests') if r['method'] == 'POST'])
 
     before, sent = len(site.cloud.hetzner('servers')), posts()
-    name = 'hz-bad-%d' % len(site.timings)
-    run = site.create(name, site.repo, **extra)
-    assert not run.ok and message in run.explain(), run.explain()
+    run = site.create_many(dict((name, own) for name, (own, message) in BAD_INPUT.items()), site.repo)
+    assert not run.ok
+    for name, (own, message) in BAD_INPUT.items():
+        assert message in said(run, name), said(run, name)
     # Nothing was created: no server, no SSH key, no POST at all.
     assert len(site.cloud.hetzner('servers')) == before and posts() == sent
 

@@ -28,8 +28,9 @@ def _now():
 
 
 class Fault:
-    def __init__(self, kind, method, pattern, times=1, seconds=0.0, message=None):
+    def __init__(self, kind, method, pattern, times=1, seconds=0.0, message=None, match=None):
         self.kind = kind
+        self.match = match
         self.method = method
         self.pattern = re.compile(pattern)
         self.times = times
@@ -91,9 +92,11 @@ class GcpFake:
 
     # ------------------------------------------------------------------------------ knobs
 
-    def fault(self, kind, method, pattern, times=1, seconds=0.0, message=None):
+    def fault(self, kind, method, pattern, times=1, seconds=0.0, message=None, match=None):
+        """A fault for the next ``times`` requests of ``method`` whose path matches ``pattern`` and, with ``match``,
+        whose body holds that text (a workspace's name in an insert)."""
         with self.lock:
-            self.faults.append(Fault(kind, method, pattern, times, seconds, message))
+            self.faults.append(Fault(kind, method, pattern, times, seconds, message, match))
 
     def deny(self, service_account, permission=DELETE_PERMISSION):
         """``service_account`` lacks ``permission`` from now on (testIamPermissions leaves it out, the call is 403)."""
@@ -104,9 +107,11 @@ class GcpFake:
         with self.lock:
             return sorted(self.instances)
 
-    def _take_fault(self, method, path):
+    def _take_fault(self, method, path, body=b''):
         with self.lock:
             for f in self.faults:
+                if f.match and f.match.encode() not in body:
+                    continue
                 if f.times > 0 and f.method == method and f.pattern.search(path):
                     f.times -= 1
                     return f
@@ -420,7 +425,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if args and args[0] != fake.zone and rest.startswith('zones/'):
             return self._send(*_error(404, 'notFound', "The resource 'projects/%s/zones/%s' was not found"
                                       % (fake.project, args[0])))
-        fault = fake._take_fault(method, rest)
+        fault = fake._take_fault(method, rest, raw)
         if fault is not None and fault.kind == 'ratelimit':
             return self._send(*_error(429, 'rateLimitExceeded', 'Rate Limit Exceeded'))
         if fault is not None and fault.kind == 'delay':

@@ -105,8 +105,8 @@ class GcpPart(object):
     def op_violations(self):
         return [list(v) for v in self.fake.violations]
 
-    def op_fault(self, kind, method, pattern, times=1, seconds=0.0, message=None):
-        self.fake.fault(kind, method, pattern, times=times, seconds=seconds, message=message)
+    def op_fault(self, kind, method, pattern, times=1, seconds=0.0, message=None, match=None):
+        self.fake.fault(kind, method, pattern, times=times, seconds=seconds, message=message, match=match)
         return []
 
     def op_op_seconds(self, seconds):

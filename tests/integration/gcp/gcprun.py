@@ -3,19 +3,26 @@
 import os
 
 from tests.integration.aws import awsrun
+from tests.integration.hetzner.hzrun import ManyHosts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 INVENTORY = os.path.join(ROOT, 'inventories', 'localcloud-gcp')
+# google-cloud-compute imported once in ansible-playbook's process, not in every task's worker (callback_plugins/).
+PRELOAD = {'ANSIBLE_CALLBACK_PLUGINS': os.path.join(os.path.dirname(os.path.abspath(__file__)), 'callback_plugins'),
+           'ANSIBLE_CALLBACKS_ENABLED': 'gcp_preload'}
 
 
-class GcpSite(awsrun.AwsSite):
+class GcpSite(ManyHosts, awsrun.AwsSite):
     """One controller (a journal) working on the try-out cloud's Compute Engine fake."""
+    inventory = INVENTORY
+    extra_env = PRELOAD
 
     def playbook(self, playbook, env=None, check=False, timeout=300, **extra_vars):
         saved = awsrun.INVENTORY
         awsrun.INVENTORY = INVENTORY
         try:
-            return super().playbook(playbook, env=env, check=check, timeout=timeout, **extra_vars)
+            return super().playbook(playbook, env=dict(PRELOAD, **(env or {})), check=check, timeout=timeout,
+                                    **extra_vars)
         finally:
             awsrun.INVENTORY = saved
 

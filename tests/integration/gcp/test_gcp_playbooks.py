@@ -2,9 +2,13 @@
 (google-cloud-compute making the requests, real sshd guests on the instances' external addresses, every answer
 checked against the Compute v1 discovery document): create to ready and a confirmed destroy; a lost insert answer
 gives one instance; a deletion operation DONE with an error fails the destroy with its message; a lost delete answer
-is finished by the next run; bad zone, image and labels refused before an instance is made (the other bad input is
-tested on the provider: test_gcp_provider.py). One cloud and one controller for the file."""
+is finished by the next run; a service account that may not delete its instance refuses the create, and the guard
+in that machine logs its refused self-delete loudly, then deletes the machine once it may; bad zone, image and labels
+refused before an instance is made (the other bad input is tested on the provider: test_gcp_provider.py); the
+inventory. One cloud and one controller for the file: the three workspaces are made in one create run (an inventory
+host per workspace, each fault aimed at its own workspace) and destroyed in two or three runs."""
 
+import json
 import os
 import shlex
 import subprocess
@@ -16,6 +20,10 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp 
 from tests.integration.playbooks import make_repo
 
 from .gcprun import GcpSite
+
+HAPPY, FAULTS, GUARD = 'gce-happy', 'gce-faults', 'gce-guard'
+# The service account of the guard's machine, denied compute.instances.delete until its test grants it.
+GUARD_ACCOUNT = 'guard-test@ephemera-localcloud.iam.gserviceaccount.com'
 
 
 @pytest.fixture(scope='module')
@@ -43,31 +51,40 @@ def run_service(root, service):
     return done.returncode, done.stdout + done.stderr
 
 
-def ready(site, name, **extra):
-    run = site.create(name, site.repo, **extra)
-    assert run.ok, run.explain()
-    ws = site.workspace(name)
-    assert ws['status'] == 'ready' and ws['provider'] == 'gcp', ws
-    return ws
+def said(run, host):
+    """Everything the run's tasks answered for ``host`` (one workspace), as text."""
+    return json.dumps(run.results(host))
 
 
-def destroyed(site, name):
-    run = site.destroy(name)
-    assert run.ok, run.explain()
-    ws = site.workspace(name)
-    assert ws['status'] == 'destroyed' and site.debt(name) == []
-    assert site.instances(name) == []
-    return ws
+def insert_calls(site, since=0):
+    return [q for m, p, q in site.cloud.gcp('calls')[since:] if m == 'POST' and p.endswith('/instances')]
 
 
-def test_create_to_ready_then_destroy_confirmed(site, cloud):
-    ws = ready(site, 'gce-happy')
+@pytest.fixture(scope='module')
+def created(site):
+    """One create run for three workspaces: a clean one, one whose insert answer is lost, and one whose service
+    account may not delete its instance (gcp_guard refuse)."""
+    site.cloud.clear()
+    before, calls = site.cloud.gcp('inserts'), len(site.cloud.gcp('calls'))
+    site.fault('drop', 'POST', r'/instances$', times=1, match=FAULTS)
+    site.cloud.gcp('deny', service_account=GUARD_ACCOUNT)
+    run = site.create_many({HAPPY: {}, FAULTS: {}, GUARD: {'ephemera_gcp_service_account_email': GUARD_ACCOUNT}},
+                           site.repo)
+    return {'run': run, 'inserts': site.cloud.gcp('inserts') - before, 'insert_calls': insert_calls(site, calls)}
+
+
+def test_create_to_ready(site, created):  # pylint: disable=redefined-outer-name
+    for name in (HAPPY, FAULTS):
+        ws = site.workspace(name)
+        assert ws['status'] == 'ready' and ws['provider'] == 'gcp', said(created['run'], name)
+    ws = site.workspace(HAPPY)
+    info = site.cloud.info['gcp']
     assert ws['resource_id'] == ws['candidate_id'] and ws['resource_id'].startswith('eph-gce-happy-')
-    assert ws['location'] == cloud.info['gcp']['zone']
-    [instance] = site.instances('gce-happy')
+    assert ws['location'] == info['zone']
+    [instance] = site.instances(HAPPY)
     assert instance['status'] == 'RUNNING' and instance['sshd'] == 'up'
     assert instance['labels']['ephemera'] == 'workspace' and instance['labels']['state'] == 'ready'
-    assert site.provider().verify(site.provider().find(ws['resource_id']), 'gce-happy') == 'verified'
+    assert site.provider().verify(site.provider().find(ws['resource_id']), HAPPY) == 'verified'
     # The expiry guard is installed (script, service, timer) in the guest; run as its service would run it, it logs
     # its decision (a live lease: skip) to its output and the serial console.
     root = instance['root']
@@ -77,84 +94,125 @@ def test_create_to_ready_then_destroy_confirmed(site, cloud):
     code, out = run_service(root, service)
     assert code == 0 and 'skip (state ready' in out, out
     assert 'skip (state ready' in site.provider().compute.call(
-        'serial', site.provider().compute.instances.get_serial_port_output, project=cloud.info['gcp']['project'],
+        'serial', site.provider().compute.instances.get_serial_port_output, project=info['project'],
         zone=ws['location'], instance=ws['resource_id']).contents
-    destroyed(site, 'gce-happy')
-    calls = [(m, p) for m, p, q in cloud.gcp('calls') if ws['resource_id'] in p]
+
+
+def test_lost_insert_gives_one_instance(site, created):  # pylint: disable=redefined-outer-name
+    assert site.workspace(FAULTS)['status'] == 'ready', said(created['run'], FAULTS)
+    # One instance per workspace of the run (three inserts carried out), the lost one's retry the same request.
+    assert [len(site.instances(n)) for n in (HAPPY, FAULTS, GUARD)] == [1, 1, 1]
+    assert created['inserts'] == 3
+    ids = [q['requestId'] for q in created['insert_calls']]
+    assert len(ids) >= 4 and len(set(ids)) == 3
+    assert any(ids.count(i) >= 2 for i in ids)
+
+
+@pytest.fixture(scope='module')
+def guard_ticks(site, created):  # pylint: disable=redefined-outer-name
+    """The guard of the machine whose create was refused, run as its timer would: a live lease, then a stale one
+    while its service account is still denied, then once granted. Each tick's (exit code, output)."""
+    [instance] = site.instances(GUARD)
+    ws = site.workspace(GUARD)
+    service = open(os.path.join(instance['root'], 'etc/systemd/system/%s.service' % guard.UNIT_NAME)).read()
+    ticks = {'live': run_service(instance['root'], service)}
+    # Time passes (its expiry written 12 hours and more into the past): stale, so the guard would delete it.
+    provider = site.provider()
+    provider.write_labels(provider.find(ws['resource_id']), {'expires_at': '1000'})
+    ticks['denied'] = run_service(instance['root'], service)
+    ticks['left'] = len(site.instances(GUARD))
+    site.cloud.clear()
+    ticks['granted'] = run_service(instance['root'], service)
+    ticks['after'] = site.instances(GUARD)
+    return ticks
+
+
+def test_guard_refused_at_create_then_deletes_the_failed_machine(site, created, guard_ticks):  # pylint: disable=redefined-outer-name
+    """A service account that may not delete its instance: the create refuses (gcp_guard refuse) and says what to
+    grant. Once granted, the guard in that machine deletes it (its labels say failed), logging its decision; the
+    next destroy finds it gone."""
+    text = said(created['run'], GUARD)
+    assert not created['run'].ok
+    assert 'cannot delete it when it expires' in text and guard.PERMISSION in text, text
+    ws = site.workspace(GUARD)
+    assert ws['status'] == 'failed'
+    # Its labels say provisioning with a live lease: the guard leaves it.
+    code, out = guard_ticks['live']
+    assert code == 0 and 'skip (state provisioning' in out, out
+    # Stale and still denied: the self-delete is refused and said loudly; the machine stays for the next tick.
+    code, out = guard_ticks['denied']
+    assert code == 1 and 'GUARD FAILED: the self-delete of instance %s was refused' % ws['resource_id'] in out, out
+    assert guard_ticks['left'] == 1
+    code, out = guard_ticks['granted']
+    assert code == 0 and 'delete (state provisioning and stale' in out, out
+    assert guard_ticks['after'] == []
+
+
+@pytest.fixture(scope='module')
+def first_destroy(site, created):  # pylint: disable=redefined-outer-name
+    """One destroy run: the clean workspace, and the faults' one whose deletion operation ends DONE with an error."""
+    name = site.workspace(FAULTS)['resource_id']
+    site.fault('fail_delete', 'DELETE', r'/instances/%s$' % name, times=1, message='Disk detach failed on the host.')
+    run = site.destroy_many(dict.fromkeys([HAPPY, FAULTS]))
+    return {'run': run, 'left': len(site.instances(FAULTS)), 'status': site.workspace(FAULTS)['status']}
+
+
+@pytest.fixture(scope='module')
+def second_destroy(site, first_destroy, guard_ticks):  # pylint: disable=redefined-outer-name
+    """The next destroy run (and one more when it asks for it): the faults' workspace with its delete answer lost,
+    and the guard's, whose machine the guard deleted."""
+    name = site.workspace(FAULTS)['resource_id']
+    deletes = len([c for c in site.cloud.gcp('calls') if c[0] == 'DELETE'])
+    site.fault('drop', 'DELETE', r'/instances/%s$' % name, times=1)
+    runs = [site.destroy_many(dict.fromkeys([FAULTS, GUARD]))]
+    if site.workspace(FAULTS)['status'] != 'destroyed':
+        runs.append(site.destroy_many(dict.fromkeys([FAULTS])))
+    return {'runs': runs, 'deletes': deletes}
+
+
+def destroyed(site, name):
+    ws = site.workspace(name)
+    assert ws['status'] == 'destroyed' and site.debt(name) == []
+    assert site.instances(name) == []
+
+
+def test_destroy_confirmed(site, first_destroy):  # pylint: disable=redefined-outer-name
+    destroyed(site, HAPPY)
+    ws = site.workspace(HAPPY)
+    calls = [(m, p) for m, p, q in site.cloud.gcp('calls') if ws['resource_id'] in p]
     assert ('DELETE', 'zones/%s/instances/%s' % (ws['location'], ws['resource_id'])) in calls
     assert calls[-1][0] == 'GET'
 
 
-def test_lost_insert_then_failed_and_lost_deletes(site, cloud):
-    """One workspace through the faults of both ends (one create and three destroys keep the file short): a lost
-    insert answer gives one instance; a deletion operation DONE with an error fails the destroy with Compute Engine's
-    message and leaves the instance; a lost delete answer is finished by the next run."""
-    before = cloud.gcp('inserts')
-    site.fault('drop', 'POST', r'/instances$', times=1)
-    ready(site, 'gce-faults')
-    assert len(site.instances('gce-faults')) == 1
-    assert cloud.gcp('inserts') - before == 1
-    inserts = [q for m, p, q in cloud.gcp('calls') if m == 'POST' and p.endswith('/instances')]
-    assert len(inserts) >= 2 and len(set(q['requestId'] for q in inserts[-2:])) == 1
-
-    site.fault('fail_delete', 'DELETE', r'/instances/', times=1, message='Disk detach failed on the host.')
-    run = site.destroy('gce-faults')
-    assert not run.ok
-    assert 'Disk detach failed on the host.' in run.explain()
-    assert len(site.instances('gce-faults')) == 1
-
-    # The delete acts and its answer is lost: the run that lost it, or the next one, finishes the destroy.
-    deletes = len([c for c in cloud.gcp('calls') if c[0] == 'DELETE'])
-    site.fault('drop', 'DELETE', r'/instances/', times=1)
-    runs = [site.destroy('gce-faults')]
-    if not runs[0].ok:
-        runs.append(site.destroy('gce-faults'))
+def test_failed_then_lost_deletes(site, first_destroy, second_destroy):  # pylint: disable=redefined-outer-name
+    """A deletion operation DONE with an error fails the destroy with Compute Engine's message and leaves the
+    instance; a lost delete answer is finished by the run that lost it or the next one."""
+    assert not first_destroy['run'].ok
+    assert 'Disk detach failed on the host.' in said(first_destroy['run'], FAULTS)
+    assert first_destroy['left'] == 1 and first_destroy['status'] != 'destroyed'
+    runs = second_destroy['runs']
     assert runs[-1].ok, runs[-1].explain()
-    assert len([c for c in cloud.gcp('calls') if c[0] == 'DELETE']) > deletes
-    ws = site.workspace('gce-faults')
-    assert ws['status'] == 'destroyed' and site.debt('gce-faults') == [] and site.instances('gce-faults') == []
+    assert len([c for c in site.cloud.gcp('calls') if c[0] == 'DELETE']) > second_destroy['deletes']
+    destroyed(site, FAULTS)
+    # The guard's machine was gone already: its destroy completes without it.
+    destroyed(site, GUARD)
 
 
-@pytest.mark.parametrize('extra, words', [
-    ({'ephemera_gcp_zone': 'europe-west9-z'}, 'Zone europe-west9-z does not exist'),
-    ({'ephemera_template': 'no-such-image'}, 'no-such-image does not exist'),
-    ({'ephemera_gcp_labels': {'Team': 'x'}}, "Label key 'Team' breaks"),
-])
-def test_bad_input_refused_before_an_instance(site, cloud, extra, words):
+BAD_INPUT = {
+    'gce-bad-zone': ({'ephemera_gcp_zone': 'europe-west9-z'}, 'Zone europe-west9-z does not exist'),
+    'gce-bad-image': ({'ephemera_template': 'no-such-image'}, 'no-such-image does not exist'),
+    'gce-bad-label': ({'ephemera_gcp_labels': {'Team': 'x'}}, "Label key 'Team' breaks"),
+}
+
+
+def test_bad_input_refused_before_an_instance(site, cloud):
     before = cloud.gcp('inserts')
-    run = site.create('gce-bad', site.repo, **extra)
+    run = site.create_many(dict((name, own) for name, (own, words) in BAD_INPUT.items()), site.repo)
     assert not run.ok
-    assert words in run.explain()
-    assert cloud.gcp('inserts') == before and site.instances('gce-bad') == []
-
-
-def test_guard_refused_at_create_then_deletes_the_failed_machine(site, cloud):
-    """A service account that may not delete its instance: the create refuses (gcp_guard refuse) and says what to
-    grant. Once granted, the guard in that machine deletes it (its labels say failed), logging its decision; the
-    next destroy finds it gone."""
-    cloud.gcp('deny', service_account='default')
-    run = site.create('gce-guard', site.repo)
-    assert not run.ok
-    assert 'cannot delete it when it expires' in run.explain() and guard.PERMISSION in run.explain()
-    ws = site.workspace('gce-guard')
-    assert ws['status'] == 'failed'
-    [instance] = site.instances('gce-guard')
-    service = open(os.path.join(instance['root'], 'etc/systemd/system/%s.service' % guard.UNIT_NAME)).read()
-    # Its labels say provisioning with a live lease: the guard leaves it.
-    code, out = run_service(instance['root'], service)
-    assert code == 0 and 'skip (state provisioning' in out, out
-    # Time passes (its expiry written 12 hours and more into the past): stale, so the guard would delete it; still
-    # denied, the self-delete is refused and said loudly; the machine stays for the next tick.
-    provider = site.provider()
-    provider.write_labels(provider.find(ws['resource_id']), {'expires_at': '1000'})
-    code, out = run_service(instance['root'], service)
-    assert code == 1 and 'GUARD FAILED: the self-delete of instance %s was refused' % ws['resource_id'] in out, out
-    assert len(site.instances('gce-guard')) == 1
-    cloud.clear()
-    code, out = run_service(instance['root'], service)
-    assert code == 0 and 'delete (state provisioning and stale' in out, out
-    assert site.instances('gce-guard') == []
-    destroyed(site, 'gce-guard')
+    for name, (own, words) in BAD_INPUT.items():
+        assert words in said(run, name), said(run, name)
+        assert site.instances(name) == []
+    assert cloud.gcp('inserts') == before
 
 
 def _instance(site, provider, workspace, lease):
@@ -172,7 +230,6 @@ def cloud_image(site):
 
 
 def test_the_inventory_lists_gcp_workspaces_and_orphans(site, cloud, tmp_path):
-    import json
     from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
     from tests.ansible_run import run_ansible
     with Journal.open(site.journal_path):

@@ -95,10 +95,4 @@ options:
         before the orphan sweep deletes it.
     type: int
     default: 900
-  azure_state_dir:
-    description:
-      - Where each set's progress (planned identity, the ids Azure answered with, accepted deletions, owned-delete
-        claims) is written durably. If not set, E(EPHEMERA_AZURE_STATE_DIR) is used.
-    type: path
-    default: ~/.ephemera/azure
 '''

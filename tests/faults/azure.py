@@ -1,7 +1,7 @@
 """The Azure rows of the crash-safety matrix, on a try-out cloud of their own (its ARM fake: tests/localcloud/azure.py,
 docs/localcloud.md).
 
-As the AWS rows (tests/faults/aws.py), whose machinery they reuse: a clean create and a clean destroy of a workspace
+As the AWS rows (tests/faults/aws.py), on machinery of their own: a clean create and a clean destroy of a workspace
 on Azure (provider azure, the shipped playbooks) run first with the failpoint trace on and with the fake logging
 every request; every point the traces passed is a kill row, and every ARM call that acts in those runs (a PUT, PATCH
 or DELETE of a public IP, NIC, VM or disk: the fake's operation ids) is a lost-answer row: the fake acts and cuts
@@ -28,18 +28,30 @@ a destroyed one, or one naming another set).
 
 import concurrent.futures
 import contextlib
+import json
 import os
+import sys
+import threading
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
-from tests.faults import aws, invariants
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import Guest, SshError
+from tests.faults import invariants
 from tests.faults.cells import Cell, converge, operation, status_of
-from tests.faults.matrix import points_of
-from tests.faults.site import AGENTS
+from tests.faults.matrix import Matrix, points_of
+from tests.faults.site import AGENTS, GIT_USER, FaultSite
+from tests.integration.create.gitserver import GitHttpServer, Repo
 from tests.localcloud.fixtures import cloud_process
 from tests.localpve.guests import end_guest_processes
 
-NAMES = aws.NAMES
+NAMES = ('ready', 'destroyed', 'foreign', 'credentials', 'events')
+# The cloud's state timings in the matrix (seconds pending, stopping, shutting-down): quickly.
+CLOUD = {'boot_secs': 0.2, 'stop_secs': 0.2, 'shutdown_secs': 0.2}
+# ci: chains through every Azure point (below), the same playbook again, every lost answer beside them; full: every
+# point, each killed in a run of its own, then the same playbook again or reconcile first, then every lost answer.
+SIZES = {'ci': {'chains': True, 'variants': ('rerun',), 'jobs': 2},
+         'full': {'chains': False, 'variants': ('rerun', 'reconcile'), 'jobs': 2}}
 TAG_MARKER = 'ephemera:marker'
 TAG_WORKSPACE = 'ephemera:workspace'
 TAG_SET = 'ephemera:set'
@@ -47,7 +59,6 @@ TAG_SET = 'ephemera:set'
 READS = ('_Get', '_List', '_ListAll', '_InstanceView')
 ACTING = ('_CreateOrUpdate', '_Delete', '_Update', '_UpdateTags', '_Start', '_PowerOff', '_Deallocate', '_Restart')
 SUFFIXES = ('-vm', '-nic', '-pip', '-osdisk')
-SIZES = aws.SIZES
 
 
 def set_number(base):
@@ -64,39 +75,79 @@ def base_of_name(name):
 
 
 def azure_decisive(points):
-    """The ci size's points: where a run records what it holds or gives up. A create's clone intent (the set's plan
-    is durable before it: a kill there must not lose the set) and its answer and confirmation; a destroy's mark,
-    its delete's intent and answer, its end. The full size kills every point."""
-    return [(point, nth) for point, nth in points if (point, nth) in CI_POINTS]
+    """The ci size's points: every Azure point of the traces (the set's progress commits, ``journal azure ...``, one
+    before and one after each member's PUT and DELETE, its acceptance, its claim; and the answer of every ARM call
+    that acts, ``azure PUT publicIPAddresses``, ...: Azure acted, the record does not know yet), and the flows' commits
+    around them (CI_POINTS: a create's clone intent and confirmation, a destroy's mark, its delete's intent, its
+    end). The other points (step starts, the queue's, guest commands) are the flows the Proxmox rows cover; the full
+    size kills every point."""
+    return [(point, nth) for point, nth in points
+            if point.split(' ', 1)[-1].startswith(('azure ', 'journal azure ')) or (point, nth) in CI_POINTS]
 
 
 CI_POINTS = (('create.clone journal clone', 1), ('create.clone journal clone', 2),
              ('create.wait_clone journal clone_confirmed', 1), ('destroy.mark journal destroy', 1),
              ('destroy.delete journal delete', 1), ('destroy.delete journal delete', 2),
              ('destroy.finish journal destroyed', 1))
-# The ci size's lost answers (the full size loses the answer of every ARM call that acts in the traces): the VM's
-# PUT, which binds the set, and the VM's DELETE, the first of the set's deletions.
-CI_LOST = ('VirtualMachines_CreateOrUpdate', 'VirtualMachines_Delete')
+# The ci size's lost answers: every PUT and DELETE of a member (the full size loses the answer of every ARM call that
+# acts in the traces: the lease labels' tag updates and the power-off too).
+CI_LOST = ('_CreateOrUpdate', '_Delete')
 
 
-class AzureSite(aws.AwsSite):
-    """A try-out cloud (its own process; the ARM fake is the part used), a git server with a token, a journal, the
-    controller secret and the Azure provider's set records."""
+class AzureSite(FaultSite):
+    """A try-out cloud (its own process; the ARM fake is the part used), a git server with a token, a journal and the
+    controller secret (the Azure provider's set records are in the journal)."""
 
-    def __init__(self, workdir, cloud, stack):
-        self.sets_dir = os.path.join(workdir, 'controller', 'azure-sets')
-        super().__init__(workdir, cloud, stack)
+    def __init__(self, workdir, cloud, stack):  # pylint: disable=super-init-not-called
+        self.workdir = workdir
+        self.cloud = cloud
+        # The matrix's code calls the fault API `cluster`.
+        self.cluster = cloud
+        self.info = cloud.info
+        self._stack = stack
+        self.guests_dir = os.path.join(self.info['state_dir'], 'guests')
+        self.journal_path = os.path.join(workdir, 'controller', 'journal.sqlite')
+        os.makedirs(os.path.dirname(self.journal_path), exist_ok=True)
+        self.repo = Repo(os.path.join(workdir, 'repo'))
+        self.git_token = 'gtok-' + os.urandom(16).hex()
+        self.agent_key = 'akey-' + os.urandom(16).hex()
+        self.git = GitHttpServer(os.path.dirname(self.repo.bare), GIT_USER, self.git_token)
+        self.repo_url = self.git.url_of(self.repo.bare)
+        self.runs = 0
+        self._lock = threading.Lock()
+        self._current = threading.local()
+        self.inventory = os.path.join(workdir, 'inventory.json')
+        with open(self.inventory, 'w') as out:
+            json.dump({'all': {'hosts': {'localhost': {'ansible_connection': 'local',
+                                                       'ansible_python_interpreter': sys.executable}}}}, out)
+        self.runs_at_clear = 0
+        self.logging_rule = None
+        self.api = None
+        self.clear_faults()
 
     @classmethod
     def start(cls, workdir, **options):
         stack = contextlib.ExitStack()
-        cloud = stack.enter_context(cloud_process(os.path.join(workdir, 'cloud'), **dict(aws.CLOUD, **options)))
+        cloud = stack.enter_context(cloud_process(os.path.join(workdir, 'cloud'), **dict(CLOUD, **options)))
         try:
             cloud.azure('settings', pending_secs=0.2)
             return cls(workdir, cloud, stack)
         except BaseException:
             stack.close()
             raise
+
+    def stop(self):
+        self.git.httpd.shutdown()
+        self._stack.close()
+
+    def clear_faults(self):
+        self.cloud.clear()
+        self.logging_rule = None
+        self.since = time.time()
+        self.runs_at_clear = self.runs
+
+    def request_args(self, name):
+        return {'repo': self.repo_url, 'ref': 'main', 'purpose': 'work on %s' % name, 'agent': 'fake'}
 
     def log_requests(self):
         if self.logging_rule is None:
@@ -123,7 +174,7 @@ class AzureSite(aws.AwsSite):
             'ephemera_azure_resource_group': seed['resource_group'], 'ephemera_azure_location': seed['location'],
             'ephemera_azure_subnet_id': seed['subnet_id'], 'ephemera_azure_vm_size': seed['vm_size'],
             'ephemera_azure_ssh_public_key': info['ssh_public_key'], 'ephemera_template': seed['image_urn'],
-            'ephemera_azure_state_dir': self.sets_dir, 'ephemera_azure_lost_answer_window': 10,
+            'ephemera_azure_lost_answer_window': 10,
             'ephemera_azure_operation_timeout': 60,
             'ephemera_pool': 'disposable-workspaces',
             'ephemera_journal_path': self.journal_path, 'ephemera_agents': AGENTS,
@@ -204,15 +255,22 @@ def check_ready(site, view, ws):
     vm = view.resources[vms[0]]
     if vm.get('power') != 'running' or vm.get('state') != 'Succeeded':
         return ['%s is ready, but its VM is %s, %s' % (ws['name'], vm.get('state'), vm.get('power'))]
-    return aws.check_ready(site, _Running(view, vms[0]), dict(ws, resource_id=vms[0]))
+    return check_guest(ws, vms[0])
 
 
-class _Running:
-    """What aws.check_ready reads of a view: the workspace's one instance, running."""
-
-    def __init__(self, view, vm):
-        self.ours = dict((vm, name) for rid, (name, dummy) in view.ours.items() if rid == vm)
-        self.instances = {vm: {'state': 'running'}}
+def check_guest(ws, vm_id):
+    """The ready workspace's guest answers over SSH with its pinned host key, and its runner is alive."""
+    req = ws['params']
+    layout = guest_ops.Layout(req['guest_root'], vm_id, req['checkout_path'], req['agent_user'])
+    try:
+        with Guest(ws['address'], port=req['ssh_port'], user=req['ssh_user'], key_file=req['ssh_key_path'],
+                   host_key=ws['facts'].get('host_key')).connect() as connected:
+            answer = guest_ops.runner_call(connected, layout, req['ssh_user'], {'op': 'ping'})
+    except SshError as err:
+        return ['%s is ready but SSH to %s fails: %s' % (ws['name'], ws['address'], err)]
+    if not answer.get('alive'):
+        return ['%s is ready but its runner does not answer: %s' % (ws['name'], answer.get('error'))]
+    return []
 
 
 def check_foreign(before, view, requests):
@@ -265,9 +323,14 @@ def check(site, names, foreign_before, requests, secret):
     return found, leaks(view, records), view
 
 
-class AzureMatrix(aws.AwsMatrix):
+class AzureMatrix(Matrix):
     """Kill chains (or single kills) through the Azure create's and destroy's points, and every lost answer of an ARM
     call that acts, against one AzureSite."""
+
+    def __init__(self, site, size='ci', log=print):
+        super().__init__(site, size='ci', log=log)
+        self.size = SIZES[size]
+        self.lost_operations = []
 
     def prepare(self):
         """The foreign resources (a public IP, a NIC bound to it, a public IP copying a workspace's tags), the traces
@@ -324,19 +387,29 @@ class AzureMatrix(aws.AwsMatrix):
         self.site.stop_guest_leftovers(running)
 
     def kill_cells(self, op, points):
-        work = super(aws.AwsMatrix, self).kill_cells(op, points)  # pylint: disable=bad-super-call
+        work = super().kill_cells(op, points)
         for cell, dummy in work:
             cell.row = 'azure ' + cell.row
         return work
 
     def run_kills(self):
         if not self.size['chains']:
-            return super().run_kills()
+            for op, points in (('create', self.create_points), ('destroy', self.destroy_points)):
+                work = self.kill_cells(op, points)
+                plain = [w for w in work if w[0].variant != 'reconcile']
+                for start in range(0, len(plain), 4):
+                    self.wave(plain[start:start + 4])
+                # Reconcile resumes every unfinished create it finds: those cells run one at a time.
+                for item in [w for w in work if w[0].variant == 'reconcile']:
+                    self.wave([item])
+            return None
         points = dict((op, azure_decisive(found)) for op, found in (
             ('create', self.create_points), ('destroy', self.destroy_points)))
         passed = len(self.create_points) + len(self.destroy_points) - sum(len(p) for p in points.values())
-        self.log('azure ci: %d points (steps, guest commands and the commits between) and the lost answers of %s are '
-                 'the full size\'s only' % (passed, ', '.join(c for o, c in self.lost_operations if c not in CI_LOST)))
+        self.log('azure ci: %d Azure points and the flows\' commits around them in chains, %d lost answers beside '
+                 'them; %d points (step starts, the queue\'s, guest commands) are the full size\'s only'
+                 % (sum(len(p) for p in points.values()),
+                    len([c for o, c in self.lost_operations if c.endswith(CI_LOST)]), passed))
         rows = {}
         for op in ('create', 'destroy'):
             rows[op] = dict((point, Cell('azure kill %s: %s #%d' % (op, point[0], point[1]), 'kill', [], 'rerun'))
@@ -361,7 +434,7 @@ class AzureMatrix(aws.AwsMatrix):
         ready = []
         for wanted in ('create', 'destroy'):
             for op, call in [item for item in self.lost_operations if item[0] == wanted
-                             and (not self.size['chains'] or item[1] in CI_LOST)]:
+                             and (not self.size['chains'] or item[1].endswith(CI_LOST))]:
                 cell = Cell('azure lost answer: %s (%s)' % (call, op), 'lost', [self.name('l')])
                 cells.append(cell)
                 with self.site.working_on(cell):
@@ -393,3 +466,22 @@ class AzureMatrix(aws.AwsMatrix):
         else:
             converge(site, cell, name, wanted, make_op)
         cell.seconds = time.monotonic() - started
+
+    def run_lost(self):
+        """The full size: the lost answers after the kills, alone."""
+        lost = []
+        self.site.clear_faults()
+        self.site.log_requests()
+        self.lost_rows(lost)
+        self.judge(lost)
+        self.cells.extend(lost)
+        for cell in lost:
+            self.log('%-4s %-70s %s' % ('ok' if cell.ok else 'FAIL', cell.row[:70], '' if cell.ok else cell.notes))
+
+    def run(self, seeds=None):
+        self.prepare()
+        self.run_kills()
+        if not self.size['chains']:
+            # The ci size ran them beside its chains.
+            self.run_lost()
+        return self.cells

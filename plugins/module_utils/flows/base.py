@@ -65,6 +65,8 @@ class Flow:
         self.diff = diff
         self.sleep = sleep
         self.name = params['name']
+        if self.provider is not None and journal is not None:
+            self.provider.use_journal(journal, claim, self.name)
         self.ws = journal.get_workspace(self.name) if journal is not None else None
         recorded = (self.ws or {}).get(PROVIDER)
         if self.provider is not None and recorded and recorded != self.provider.name:

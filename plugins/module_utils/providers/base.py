@@ -231,6 +231,11 @@ class Provider:
         """This provider, signing with ``secret``."""
         raise NotImplementedError
 
+    def use_journal(self, journal, claim=None, workspace=None):
+        """The journal a run works with, and the queue claim its writes for ``workspace`` carry: for a provider that
+        keeps state of its own in the journal (Azure's sets). Others keep none."""
+        return None
+
     @staticmethod
     def serves(api):
         """True when ``api`` is a client of this provider's API (so that it can be wrapped in the provider)."""

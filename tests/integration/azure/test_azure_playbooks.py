@@ -1,12 +1,15 @@
 """The shipped playbooks with provider azure on the try-out cloud's ARM fake (inventories/localcloud-azure): a
 workspace created to ready on a VM with its NIC, public IP and OS disk, and destroyed with each of the four
-confirmed gone. One cloud for the file."""
+confirmed gone; each set's progress in the journal (one of them on a real PostgreSQL server). One cloud for the
+file."""
 
 import json
 import os
+import secrets
 
 import pytest
 
+from tests import pgserver
 from tests.ansible_run import run_ansible
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -14,24 +17,40 @@ INVENTORY = os.path.join(ROOT, 'inventories', 'localcloud-azure')
 AGENTS = {'fake': ['sh', '-c', 'echo "working on: {purpose}"; sleep 120']}
 
 pytestmark = pytest.mark.usefixtures('clean_cloud')
+pg_server = pgserver.pg_server
 
 
 class Site:
-    def __init__(self, cloud, directory):
+    def __init__(self, cloud, directory, url=None):
         self.cloud = cloud
         self.directory = str(directory)
         self.journal_path = os.path.join(self.directory, 'journal.sqlite')
+        self.url = url
+        self.controller_secret = secrets.token_hex(32)
 
     def playbook(self, name, fail=True, **extra):
-        env = dict(LOCALCLOUD_STATE_DIR=self.cloud.info['state_dir'], EPHEMERA_JOURNAL=self.journal_path,
-                   EPHEMERA_AZURE_STATE_DIR=os.path.join(self.directory, 'sets'))
+        env = dict(LOCALCLOUD_STATE_DIR=self.cloud.info['state_dir'], EPHEMERA_JOURNAL=self.journal_path)
+        if self.url:
+            # The journal in PostgreSQL: no file beside it, the controller secret given.
+            extra = dict(extra, ephemera_journal_url=self.url, ephemera_controller_secret=self.controller_secret)
         return run_ansible(['ansible-playbook', '-i', INVENTORY, os.path.join(ROOT, 'playbooks', name), '-e',
                             json.dumps(extra)], timeout=300, env=env, fail=fail)
 
-    def workspace(self, name):
+    def journal(self):
         from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
-        with Journal.open(self.journal_path, create=False) as journal:
+        if self.url:
+            return Journal.open(url=self.url, create=False)
+        return Journal.open(self.journal_path, create=False)
+
+    def workspace(self, name):
+        with self.journal() as journal:
             return journal.get_workspace(name)
+
+    def set_record(self, name):
+        """The set's record the journal holds for workspace ``name`` (its candidate's base)."""
+        with self.journal() as journal:
+            held = journal.provider_state('azure/set/' + journal.get_workspace(name)['candidate_id'])
+        return held[0] if held else None
 
     def resources(self, workspace):
         return sorted(r['name'] for r in self.cloud.azure('resources')
@@ -55,7 +74,13 @@ def make_repo(directory):
     return 'file://' + repo
 
 
-def test_create_to_ready_and_a_destroy_interrupted_between_two_deletions(site, tmp_path):
+@pytest.fixture(scope='module')
+def pg_site(localcloud, pg_server, tmp_path_factory):
+    return Site(localcloud, tmp_path_factory.mktemp('azure-pg-site'), url=pg_server.new_database('azure_playbooks'))
+
+
+def test_create_to_ready_and_a_destroy_interrupted_between_two_deletions_on_postgresql(pg_site, tmp_path):
+    site = pg_site
     foreign = site.cloud.azure('foreign_create', kind='pip', name='their-pip-1')
     repo = make_repo(tmp_path)
     site.playbook('create.yml', workspace='az1', repo=repo, purpose='work on az1', agent='fake', ephemera_agents=AGENTS)
@@ -63,16 +88,25 @@ def test_create_to_ready_and_a_destroy_interrupted_between_two_deletions(site, t
     assert ws['status'] == 'ready' and ws['provider'] == 'azure'
     assert '/providers/microsoft.compute/virtualmachines/az1-' in ws['resource_id'].lower()
     assert len(site.resources('az1')) == 4
+    # The set's progress is in the PostgreSQL journal: its ids, its binding; no file was made for a journal.
+    record = site.set_record('az1')
+    assert sorted(record['ids']) == ['disk', 'nic', 'pip', 'vm'] and record['ids']['vm'] == ws['resource_id']
+    assert record['binding']['vm_id'] == ws['resource_id'] and not record['claims']
+    assert not os.path.exists(site.journal_path)
     # The connection drops on the NIC's DELETE (after the VM's was confirmed): the run stops there.
     site.cloud.azure('rule', action='reset', operation='NetworkInterfaces_Delete', times=4)
     first = site.playbook('destroy.yml', workspace='az1', fail=False)
     assert first.returncode != 0
     assert [n.rsplit('-', 1)[1] for n in site.resources('az1')] == ['nic', 'osdisk', 'pip']
+    # The VM's owned-delete claim is in the journal, the NIC's is not.
+    assert sorted(site.set_record('az1')['claims']) == ['vm']
     site.cloud.azure('clear')
     site.playbook('destroy.yml', workspace='az1')
     assert site.resources('az1') == []
     assert site.workspace('az1')['status'] == 'destroyed'
+    assert sorted(site.set_record('az1')['claims']) == ['disk', 'nic', 'pip', 'vm']
     assert [r for r in site.cloud.azure('resources') if r['id'] == foreign['id']]
+    assert not os.path.exists(site.journal_path)
 
 
 def test_a_create_interrupted_between_the_nic_and_the_vm_converges_with_nothing_leaked(site, tmp_path):
@@ -87,3 +121,6 @@ def test_a_create_interrupted_between_the_nic_and_the_vm_converges_with_nothing_
     done = site.playbook('destroy.yml', workspace='az2', discard_unsaved_work=True)
     assert 'clone: adopted' in failed.stdout and 'delete: Azure set' in done.stdout
     assert site.resources('az2') == []
+    # The set's record in the SQLite journal: the prefix (public IP and NIC) adopted and each claimed.
+    record = site.set_record('az2')
+    assert sorted(record['claims']) == ['nic', 'pip'] and 'vm' in record['dispatched']

@@ -4,6 +4,7 @@ polling styles and an empty status document, a crash between creation PUTs, crea
 sweep's quarantine with a group that changes, and bad input refused before any PUT. One cloud for the file."""
 
 import copy
+import os
 import time
 
 import pytest
@@ -200,7 +201,9 @@ def test_the_provider_seam_allocates_verifies_lists_and_deletes_a_set(localcloud
     launch = {'resource_group': seed['resource_group'], 'location': seed['location'], 'vm_size': seed['vm_size'],
               'subnet_id': seed['subnet_id'], 'ssh_public_key': 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG1h t',
               'tags': {'team': 'agents'}}
-    p = azprovider.AzureProvider(arm, b's' * 32, launch, azprovider.SetStore(str(tmp_path / 'sets')), lost_window=2)
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+    journal = Journal.open(str(tmp_path / 'journal.sqlite'))
+    p = azprovider.AzureProvider(arm, b's' * 32, launch, azprovider.SetStore(journal), lost_window=2)
     image = p.resolve_source('Debian:debian-12:12-gen2')
     assert p.check_source(image, None, 'scope') == seed['location']
     candidate = p.candidate_for('ws-seam', '2026-12-03T10:00:00Z')
@@ -220,10 +223,15 @@ def test_the_provider_seam_allocates_verifies_lists_and_deletes_a_set(localcloud
     assert p.addresses(resource)[0][1] == 'inet'
     listed = [e for e in p.list() if e['id'] == resource_id]
     assert listed and listed[0]['status'] == 'complete' and listed[0]['members'] == sorted(azplan.MEMBERS)
-    # The record on disk holds no secret.
-    text = (tmp_path / 'sets' / (candidate + '.json')).read_text()
-    assert localcloud.info['azure']['client_secret'] not in text
+    # The set's record is in the journal, and holds no secret.
+    record, dummy = journal.provider_state('azure/set/' + candidate)
+    assert sorted(record['ids']) == sorted(azplan.MEMBERS)
+    for name in os.listdir(str(tmp_path)):
+        if name.startswith('journal.sqlite'):
+            with open(str(tmp_path / name), 'rb') as fh:
+                assert localcloud.info['azure']['client_secret'].encode() not in fh.read()
     assert p.delete_blocker(resource) is None
     assert p.wait(p.delete(resource), 60).succeeded
     assert p.find(resource_id) is None and p.find(candidate) is None
     assert not [r for r in localcloud.azure('resources') if r['name'].startswith(candidate)]
+    journal.close()

@@ -20,6 +20,7 @@ import json
 import os
 import time
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 
 # The API versions azure-mgmt-compute 39.0.0 and azure-mgmt-network 33.1.0 use.
@@ -33,6 +34,19 @@ IN_USE = ('InUseNetworkInterfaceCannotBeDeleted', 'NicInUse', 'PublicIPAddressIn
           'OperationNotAllowed', 'DiskInUse', 'AnotherOperationInProgress', 'RetryableError')
 NOT_FOUND_CODES = ('ResourceNotFound', 'NotFound', 'ResourceGroupNotFound', 'SubscriptionNotFound',
                    'InvalidSubscriptionId')
+
+
+def api_point(method, path):
+    """The failpoint of an ARM call that acts, by its method and resource types: ``azure PUT publicIPAddresses``,
+    ``azure POST virtualMachines/start``."""
+    parts = path.split('?')[0].strip('/').split('/')
+    lowered = [p.lower() for p in parts]
+    if 'providers' in lowered:
+        at = len(lowered) - 1 - lowered[::-1].index('providers')
+        types = parts[at + 2:][0::2]
+    else:
+        types = parts[-1:]
+    return 'azure %s %s' % (method.upper(), '/'.join(types))
 
 
 class OperationFailed(base.TaskFailed):
@@ -207,6 +221,9 @@ class Arm:
                 raise cls('%s: the answer was lost (%s)%s' % (what, str(err).splitlines()[0],
                                                               '; look before repeating it' if acts else ''))
             answer = Answer(response.status_code, dict(response.headers), _body(response.text()))
+            if acts and answer.status < 400:
+                # Azure acted (or accepted the request); the record does not know yet.
+                failpoint.reached(api_point(method, path))
             if answer.status == 429:
                 wait = min(float(answer.headers.get('Retry-After') or 1), self.max_retry_after)
                 if time.monotonic() - started + wait < self.deadline:

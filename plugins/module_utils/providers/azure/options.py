@@ -35,7 +35,6 @@ def azure_argument_spec():
         azure_lost_answer_window=dict(type='int', default=120),
         azure_operation_timeout=dict(type='int', default=900),
         azure_orphan_grace=dict(type='int', default=DEFAULT_GRACE),
-        azure_state_dir=dict(type='path', default='~/.ephemera/azure', fallback=(env_fallback, ['EPHEMERA_AZURE_STATE_DIR'])),
     )
 
 

@@ -8,7 +8,9 @@ digest of its record), which names all four members, so a rerun asks for the sam
 ARM id as Azure answered it (bound to the VM's name and tags), from which the base name is read back. The ownership
 marker is the ``ephemera:marker`` tag, on every member, binding the base name.
 Each set's progress (its planned identity, the ids Azure answered with, accepted deletions and owned-delete claims)
-is written durably to its own file in ``state_dir`` before the next request goes out. Task handles are
+is written to the journal's provider state (``azure/set/<base>``, compare-and-set, fenced by the workspace's claim)
+before the next request goes out; each write is a named commit point of the crash-safety tests (``journal azure
+<member> <what>``, :func:`progress_point`). A write that fails stops the work. Task handles are
 ``azure/<action>/<base>``: waiting on a create handle finishes the creation and checks the VM's binding; waiting
 on a delete handle ticks the set's deletion until it is gone.
 """
@@ -16,13 +18,12 @@ on a delete handle ticks the set's deletion until it is gone.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import copy
 import hashlib
-import json
-import os
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.durable import write_durable
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import ClaimLostError, JournalError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import plan as planning
@@ -32,7 +33,6 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azur
 
 NAME = 'azure'
 KIND = 'azure-set'
-DEFAULT_STATE_DIR = '~/.ephemera/azure'
 
 
 def set_number(base_name):
@@ -62,28 +62,112 @@ def base_of(resource_id):
     return text
 
 
+STATE_PREFIX = 'azure/set/'
+
+
+def progress_point(before, after):
+    """The name of the commit that takes a set's record from ``before`` (None: not recorded yet) to ``after``: what
+    the crash-safety tests kill at (``journal azure <member> <what>``)."""
+    if before is None:
+        return 'azure planned'
+    for member in planning.CREATE_ORDER:
+        if member in (after.get('dispatched') or {}) and member not in (before.get('dispatched') or {}):
+            return 'azure %s dispatched' % member
+    for member in planning.MEMBERS:
+        if member in (after.get('ids') or {}) and member not in (before.get('ids') or {}):
+            return 'azure %s id' % member
+    for member in planning.MEMBERS:
+        if member in (after.get('claims') or {}) and member not in (before.get('claims') or {}):
+            return 'azure %s claimed' % member
+    for field, what in (('accepted', 'delete accepted'), ('deleting', 'deleting')):
+        if after.get(field) and after.get(field) != before.get(field):
+            return 'azure %s %s' % (after[field].get('member'), what)
+    for member in planning.CREATE_ORDER:
+        if member in (after.get('ops') or {}) and member not in (before.get('ops') or {}):
+            return 'azure %s operation' % member
+    if before.get('deleting') and not after.get('deleting'):
+        return 'azure %s not deleted' % before['deleting'].get('member')
+    for member in planning.CREATE_ORDER:
+        if member in (before.get('dispatched') or {}) and member not in (after.get('dispatched') or {}):
+            return 'azure %s not sent' % member
+    for field in ('binding', 'prefix', 'contradiction'):
+        if after.get(field) and not before.get(field):
+            return 'azure %s' % field
+    if len(after.get('debt') or []) > len(before.get('debt') or []):
+        return 'azure debt'
+    return 'azure set'
+
+
+class ProgressNotWritten(base.TaskFailed):
+    """A set's progress could not be written to the journal: nothing more is sent, and the work stays as debt."""
+
+
 class SetStore:
-    """Each set's record in its own file, written durably (temporary file, fsync, rename, fsync of the
-    directory); a write that fails raises, which stops the work."""
+    """Each set's record in the journal's provider state, under ``azure/set/<base>``: every write a compare-and-set
+    on the generation this store last read or wrote, carrying the claim of the workspace the set belongs to (given
+    by :meth:`use`), so that a run that lost its claim or was overtaken writes nothing. A write that fails raises
+    (ProgressNotWritten; a lost claim as it came), which stops the work.
 
-    def __init__(self, directory):
-        self.directory = os.path.expanduser(directory)
+    ``journal``: an open Journal; without one, ``opener()`` opens it when it is first needed."""
 
-    def path(self, base_name):
+    def __init__(self, journal=None, opener=None):
+        self.journal = journal
+        self.opener = opener
+        self.claims = {}
+        self._held = {}
+
+    def use(self, journal, claim=None, workspace=None):
+        """Work with ``journal``; writes for ``workspace``'s sets carry ``claim``."""
+        if journal is not None:
+            self.journal = journal
+        if workspace is not None:
+            self.claims[workspace] = claim
+
+    def _journal(self):
+        if self.journal is None:
+            if self.opener is None:
+                raise base.Refused('The Azure provider keeps each set\'s progress in the journal, and it was given '
+                                   'none: give journal_path or journal_url.')
+            self.journal = self.opener()
+        return self.journal
+
+    @staticmethod
+    def key(base_name):
         planning.check_base(base_name)
-        return os.path.join(self.directory, base_name + '.json')
+        return STATE_PREFIX + base_name
 
     def load(self, base_name):
-        try:
-            with open(self.path(base_name), encoding='utf-8') as fh:
-                return json.load(fh)
-        except (IOError, OSError):
+        """The set's record as the journal holds it, or None."""
+        held = self._journal().provider_state(self.key(base_name))
+        if held is None:
+            self._held.pop(base_name, None)
             return None
+        value, generation = held
+        self._held[base_name] = (generation, copy.deepcopy(value))
+        return value
+
+    def records(self):
+        """{base: record} of every set the journal holds."""
+        return dict((key[len(STATE_PREFIX):], value)
+                    for key, value, dummy in self._journal().provider_states(STATE_PREFIX))
 
     def save(self, record):
-        if not os.path.isdir(self.directory):
-            os.makedirs(self.directory, 0o700)
-        write_durable(self.path(record['plan']['base']), json.dumps(record, sort_keys=True).encode('utf-8'))
+        base_name = record['plan']['base']
+        before = self._held.get(base_name)
+        if before is not None and before[1] == record:
+            return  # nothing changed: nothing to write
+        workspace = ((record['plan'].get('tags') or {}).get(VM) or {}).get(planning.TAG_WORKSPACE)
+        try:
+            generation = self._journal().put_provider_state(
+                self.key(base_name), record, generation=before[0] if before else None,
+                claim=self.claims.get(workspace), point=progress_point(before[1] if before else None, record))
+        except ClaimLostError:
+            raise
+        except JournalError as err:
+            raise ProgressNotWritten('The progress of Azure set %s could not be written to the journal (%s). Nothing '
+                                     'more was sent; the set stays as it is, as cleanup debt, for the next run.'
+                                     % (base_name, err))
+        self._held[base_name] = (generation, copy.deepcopy(record))
 
 
 class TaskResult:
@@ -131,7 +215,7 @@ class AzureProvider(base.Provider):
         super(AzureProvider, self).__init__(secret)
         self.arm = arm
         self.launch = dict(launch or {})
-        self.store = store or SetStore(DEFAULT_STATE_DIR)
+        self.store = store or SetStore()
         self.lost_window = lost_window
         self.timeout = timeout
         self.sleep = sleep
@@ -145,9 +229,17 @@ class AzureProvider(base.Provider):
                           authority=option(params, 'azure_authority_host', ('AZURE_AUTHORITY_HOST',), environ),
                           endpoint=option(params, 'azure_endpoint_url', ('EPHEMERA_AZURE_ENDPOINT_URL',), environ),
                           ca_file=option(params, 'azure_ca_file', ('EPHEMERA_AZURE_CA_FILE',), environ))
-        return cls(arm, secret, launch_options(params),
-                   SetStore(params.get('azure_state_dir') or DEFAULT_STATE_DIR),
+
+        def opener():
+            # Where no flow handed the run's journal over (use_journal): the journal the module's options name.
+            from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+            return Journal.open(params.get('journal_path'), create=False, url=params.get('journal_url'))
+        return cls(arm, secret, launch_options(params), SetStore(opener=opener),
                    params.get('azure_lost_answer_window') or 120, params.get('azure_operation_timeout') or 900)
+
+    def use_journal(self, journal, claim=None, workspace=None):
+        """Keep the sets' progress in ``journal``; the writes for ``workspace``'s set carry the run's ``claim``."""
+        self.store.use(journal, claim, workspace)
 
     def with_secret(self, secret):
         return AzureProvider(self.arm, secret, self.launch, self.store, self.lost_window, self.timeout, self.sleep)
@@ -222,8 +314,8 @@ class AzureProvider(base.Provider):
     def _record(self, base_name):
         record = self.store.load(base_name)
         if record is None:
-            raise base.NotFound('No record of Azure set %s in %s: it was never planned here.'
-                                % (base_name, self.store.directory))
+            raise base.NotFound('No record of Azure set %s in the journal: it was never planned with it.'
+                                % base_name)
         return record
 
     def resolve_source(self, source):

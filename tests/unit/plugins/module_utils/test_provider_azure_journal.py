@@ -1,0 +1,126 @@
+"""An Azure set's progress in the journal (a real SQLite journal; the ARM double of test_provider_azure.py): one
+record under azure/set/<base>, every write a named commit point, compare-and-set on its generation and fenced by the
+workspace's claim; a write that fails stops the work before the next request. The same path through the shipped
+playbooks, and on PostgreSQL, runs in tests/integration/azure/test_azure_playbooks.py."""
+
+import os
+
+import pytest
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import ClaimLostError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import provider as azprovider
+from tests.unit.plugins.module_utils.test_provider_azure import GROUP, OPTIONS, SUBNET, ArmDouble
+
+IMAGE = 'Debian:debian-12:12-gen2:latest'
+CREATE_POINTS = ['azure planned', 'azure pip dispatched', 'azure pip id', 'azure nic dispatched', 'azure nic id',
+                 'azure vm dispatched', 'azure vm id', 'azure disk id', 'azure binding']
+DELETE_POINTS = ['azure vm deleting', 'azure vm claimed', 'azure nic deleting', 'azure nic claimed',
+                 'azure pip deleting', 'azure pip claimed', 'azure disk deleting', 'azure disk claimed']
+
+
+@pytest.fixture
+def journal(tmp_path):
+    with Journal.open(str(tmp_path / 'journal.sqlite')) as j:
+        yield j
+
+
+def make(journal, double=None):
+    launch = {'resource_group': GROUP, 'location': 'westeurope', 'subnet_id': SUBNET, 'vm_size': 'Standard_B1s',
+              'ssh_public_key': OPTIONS['ssh_public_key']}
+    return azprovider.AzureProvider(double or ArmDouble(), b's' * 32, launch, azprovider.SetStore(journal),
+                                    lost_window=1, sleep=lambda s: None)
+
+
+def allocate(p, workspace='ws1'):
+    base_name = p.candidate_for(workspace, 'stamp')
+    handle = p.allocate(base.Allocation(base_name, workspace, IMAGE, 'westeurope', workspace, 'scope',
+                                        labels={'keep': 'false'}))
+    p.wait(handle, 60)
+    return base_name
+
+
+def commits(trace):
+    with open(trace) as f:
+        return [line.rstrip('\n').split(' journal ', 1)[1] for line in f if ' journal azure' in line]
+
+
+def test_the_set_progress_is_one_journal_record_written_at_named_points(journal, tmp_path, monkeypatch):
+    trace = str(tmp_path / 'trace')
+    open(trace, 'w').close()
+    monkeypatch.setenv('EPHEMERA_FAILPOINT_TRACE', trace)
+    p = make(journal)
+    base_name = allocate(p)
+    record, generation = journal.provider_state('azure/set/' + base_name)
+    assert sorted(record['ids']) == ['disk', 'nic', 'pip', 'vm'] and record['binding']['vm_id'] == record['ids']['vm']
+    assert commits(trace) == CREATE_POINTS
+    assert generation == len(CREATE_POINTS)
+    resource = p.find(record['ids']['vm'])
+    p.wait(p.delete(resource), 60)
+    assert p.find(record['ids']['vm']) is None and not p.arm.docs
+    assert commits(trace) == CREATE_POINTS + DELETE_POINTS
+    held = journal.provider_states('azure/set/')
+    assert [k for k, v, g in held] == ['azure/set/' + base_name] and sorted(held[0][1]['claims']) == sorted(record['ids'])
+    assert sorted(os.listdir(str(tmp_path))) == ['journal.sqlite', 'journal.sqlite-shm', 'journal.sqlite-wal', 'trace']
+
+
+def test_a_run_that_lost_the_workspace_claim_sends_nothing_more(journal):
+    journal.create_workspace('ws1')
+    queue = Queue(journal)
+    claim = queue.poll(queue.enqueue('create', 'ws1').request_id).claim
+    p = make(journal)
+    p.use_journal(journal, claim, 'ws1')
+    base_name = allocate(p)
+    before = journal.provider_state('azure/set/' + base_name)
+    queue.cancel(claim['entry_id'], reason='operator stop', force=True)
+    with pytest.raises(ClaimLostError):
+        p.wait(p.delete(p.find(before[0]['ids']['vm'])), 60)
+    assert p.arm.deletes() == [] and len(p.arm.docs) == 4
+    assert journal.provider_state('azure/set/' + base_name) == before
+
+
+class Overtaken(ArmDouble):
+    """Another run writes the set's record while this one reads a member (after this run read the record)."""
+
+    meddle = None
+
+    def get(self, path, version):
+        if self.meddle is not None:
+            meddle, self.meddle = self.meddle, None
+            meddle()
+        return super().get(path, version)
+
+
+def test_a_failed_progress_write_stops_the_cleanup_as_a_failed_task_before_the_next_request(journal):
+    p = make(journal, Overtaken())
+    base_name = allocate(p)
+    record, generation = journal.provider_state('azure/set/' + base_name)
+    resource = p.find(record['ids']['vm'])
+    # Another run writes the set's record after this one read it: this run's next write is refused.
+    p.arm.meddle = lambda: journal.put_provider_state('azure/set/' + base_name, dict(record, note='another run'),
+                                                      generation=generation)
+    with pytest.raises(azprovider.ProgressNotWritten) as err:
+        p.wait(p.delete(resource), 60)
+    # A failed task: the destroy flow records it as cleanup debt (flows/destroy.py, step_delete).
+    assert isinstance(err.value, base.TaskFailed)
+    assert 'could not be written to the journal' in str(err.value) and 'cleanup debt' in str(err.value)
+    assert p.arm.deletes() == [] and len(p.arm.docs) == 4
+    assert journal.provider_state('azure/set/' + base_name)[0]['note'] == 'another run'
+
+
+def test_each_change_of_a_record_names_its_point():
+    point = azprovider.progress_point
+    planned = {'plan': {}, 'dispatched': {}, 'ids': {}, 'claims': {}, 'ops': {}, 'debt': []}
+    assert point(None, planned) == 'azure planned'
+    assert point(planned, dict(planned, dispatched={'nic': 1})) == 'azure nic dispatched'
+    assert point(dict(planned, dispatched={'nic': 1}), planned) == 'azure nic not sent'
+    assert point(planned, dict(planned, ops={'vm': {}})) == 'azure vm operation'
+    deleting = dict(planned, deleting={'member': 'nic', 'id': 'x'})
+    assert point(planned, deleting) == 'azure nic deleting'
+    assert point(deleting, planned) == 'azure nic not deleted'
+    assert point(deleting, dict(planned, accepted={'member': 'nic', 'id': 'x'})) == 'azure nic delete accepted'
+    assert point(deleting, dict(planned, claims={'nic': {}})) == 'azure nic claimed'
+    assert point(planned, dict(planned, debt=['why'])) == 'azure debt'
+    assert point(planned, dict(planned, contradiction='why')) == 'azure contradiction'

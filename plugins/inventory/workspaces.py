@@ -28,6 +28,8 @@ requirements:
   - boto3 >= 1.28 (only when the journal holds AWS workspaces or O(aws_regions) is set)
   - hcloud >= 2.27 (only when the journal holds Hetzner workspaces or O(hetzner_locations) is set)
   - google-cloud-compute >= 1.57 (only when the journal holds GCP workspaces or O(gcp_zones) is set)
+  - azure-identity, azure-mgmt-compute and azure-mgmt-network (only when the journal holds Azure workspaces or
+    O(azure_resource_groups) is set)
 extends_documentation_fragment:
   - constructed
   - inventory_cache
@@ -46,6 +48,14 @@ notes:
   - Hetzner Cloud workspaces (O(ephemera.workspaces.workspace_create#module:provider=hetzner)) are hosts the same
     way, in the groups C(provider_hetzner) and C(region_<location>), read from one paginated listing of the servers
     that carry the C(ephemera-marker) label, per location.
+  - Azure workspaces (O(ephemera.workspaces.workspace_create#module:provider=azure)), each a set of a VM, its NIC,
+    public IP and OS disk, are hosts in the groups C(provider_azure) and C(region_<location>), with
+    C(ephemera_location), C(ephemera_resource_group) and the VM's ARM id (C(ephemera_instance_id)). Each resource
+    group (those the journal's Azure workspaces were made in, and O(azure_resource_groups)) is read once, one listing
+    (all pages) of its VMs, NICs, public IPs and managed disks, whose tags carry the ownership markers. A set that
+    carries our tags and no live workspace accounts for is an orphan, with why and whether the set is complete. A
+    resource group that cannot be read completely leaves its workspaces with the journal's view and a warning (an
+    error with O(strict)); refused credentials are an error.
   - With O(cache), the whole inventory (journal and cluster) is kept for O(cache_timeout) seconds and a cache hit
     makes no API request and does not open the journal. An inventory made while the cluster was unreachable is
     not cached. C(ansible-inventory --flush-cache) reads afresh.
@@ -201,6 +211,52 @@ options:
     type: str
     env:
       - name: EPHEMERA_GCP_ENDPOINT_URL
+  azure_resource_groups:
+    description:
+      - Azure resource groups to read besides those the journal's Azure workspaces were made in. Each is one listing
+        of its VMs, NICs, public IPs and managed disks; shared virtual networks, subnets and security groups are
+        never read.
+      - Without Azure workspaces in the journal and without this option, Azure is not asked at all.
+    type: list
+    elements: str
+    default: []
+  azure_subscription_id:
+    description: The Azure subscription (a GUID).
+    type: str
+    env:
+      - name: AZURE_SUBSCRIPTION_ID
+  azure_tenant_id:
+    description: The tenant of the service principal.
+    type: str
+    env:
+      - name: AZURE_TENANT_ID
+  azure_client_id:
+    description: The service principal's client id (the Reader role on the resource groups is enough).
+    type: str
+    env:
+      - name: AZURE_CLIENT_ID
+  azure_client_secret:
+    description:
+      - The service principal's client secret; never shown. Without it, C(DefaultAzureCredential) looks for
+        credentials (environment, workload identity, managed identity, the Azure CLI).
+    type: str
+    env:
+      - name: AZURE_CLIENT_SECRET
+  azure_authority_host:
+    description: Another token authority than Microsoft's (the try-out cloud's).
+    type: str
+    env:
+      - name: AZURE_AUTHORITY_HOST
+  azure_endpoint_url:
+    description: Another Resource Manager than Microsoft's (the try-out cloud's ARM fake).
+    type: str
+    env:
+      - name: EPHEMERA_AZURE_ENDPOINT_URL
+  azure_ca_file:
+    description: A CA file to verify the Resource Manager and the token authority with, instead of the system's.
+    type: path
+    env:
+      - name: EPHEMERA_AZURE_CA_FILE
 '''
 
 EXAMPLES = r'''
@@ -256,6 +312,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base
     NotFound,
     ProviderError,
     Refused,
+    Resource,
     reachable_address,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
@@ -608,7 +665,10 @@ def orphan_vars(orphan):
 
 # Providers whose workspaces are instances in regions: one tag-filtered listing per region gives every instance of
 # ours with its tags, the ownership marker among them, so no instance needs a read of its own.
-CLOUD_PROVIDERS = ('aws', 'hetzner', 'gcp')
+CLOUD_PROVIDERS = ('aws', 'hetzner', 'gcp', 'azure')
+# Options of the Azure connection, as the modules' azure options are named.
+AZURE_OPTIONS = ('azure_subscription_id', 'azure_tenant_id', 'azure_client_id', 'azure_client_secret',
+                 'azure_authority_host', 'azure_endpoint_url', 'azure_ca_file')
 # Statuses of a create whose instance may exist before its id is recorded.
 CREATING = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registering')
 
@@ -707,6 +767,7 @@ def cloud_vars(ws):
     """The host variables of a cloud workspace, without the prefix."""
     out = workspace_vars(ws)
     out.update(provider=ws['provider'], region=ws['region'], instance_id=ws['instance_id'])
+    out.update((k, ws[k]) for k in AZURE_VARS if k in ws)
     return out
 
 
@@ -726,7 +787,48 @@ def cloud_groups(ws):
 def cloud_orphan_vars(orphan):
     out = orphan_vars(orphan)
     out.update(provider=orphan['provider'], region=orphan['region'], instance_id=orphan['instance_id'])
+    out.update((k, orphan[k]) for k in AZURE_VARS + AZURE_ORPHAN_VARS if k in orphan)
     return out
+
+
+# ----------------------------------------------------------------------------------- Azure
+
+# An Azure workspace's own host variables, and an Azure orphan's: its set, its members, and whether it is complete.
+AZURE_VARS = ('location', 'resource_group')
+AZURE_ORPHAN_VARS = ('set', 'members', 'set_status', 'set_problem', 'address')
+
+
+def azure_group(record):
+    """The resource group an Azure workspace's record was made in (its request's launch settings), or None."""
+    launch = (record.get('params') or {}).get('launch') or {}
+    return launch.get('resource_group') or None
+
+
+def azure_listings(records, groups, read):
+    """The listings of the Azure sets by location, for assemble_cloud, and the state of each resource group.
+
+    ``read(group)`` gives the sets of one resource group (the entries of members.listed_sets), or raises: that
+    group's listing is then unknown, and so is every location one of the journal's workspaces in that group is in
+    (None: those workspaces keep the journal's view). Returns (listings, {group: 'ok' or the error})."""
+    listings, states = {}, {}
+    for record in records:
+        if record.get('location'):
+            listings.setdefault(record['location'].lower(), [])
+    unknown = set()
+    for group in sorted(groups):
+        try:
+            entries = read(group)
+        except ProviderError as err:
+            states[group] = err
+            unknown.update(r['location'].lower() for r in records if azure_group(r) == group and r.get('location'))
+            continue
+        states[group] = 'ok'
+        for entry in entries:
+            entry = dict(entry, resource_group=group)
+            listings.setdefault(entry['location'], []).append(entry)
+    for location in unknown:
+        listings[location] = None
+    return listings, states
 
 
 # ---------------------------------------------------------------------------------------- plugin
@@ -830,6 +932,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     def _add_cloud(self, snapshot, name, records, debts, operations, journal_path):
         """The workspaces and orphans of cloud provider ``name``: one listing per region (every region a record
         names, and the option's), each read through the provider, which follows every page."""
+        if name == 'azure':
+            return self._add_azure(snapshot, records, debts, operations, journal_path)
         regions = set(r['location'] for r in records if r['location']) | set(self._cloud_regions(name))
         if not regions:
             return
@@ -883,6 +987,67 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 provider.close()
         snapshot['workspaces'].extend(part['workspaces'])
         snapshot['orphans'].extend(part['orphans'])
+
+    def _add_azure(self, snapshot, records, debts, operations, journal_path):
+        """The Azure workspaces and orphans: one listing (every page) of the four member types per resource group,
+        every set judged from it, its marker from its VM's tags (no read of its own)."""
+        groups = set(g for g in (azure_group(r) for r in records) if g) | set(self.get_option('azure_resource_groups')
+                                                                              or [])
+        if not groups:
+            return
+        # pylint: disable=import-outside-toplevel
+        from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
+        secret = self._secret(journal_path)
+        provider = self._azure_provider(secret)
+        try:
+            subscription = provider.arm.subscription
+
+            def read(group):
+                return azset.listed_sets(azset.inventory(provider.arm, subscription, group))
+            listings, states = azure_listings(records, groups, read)
+        finally:
+            provider.close()
+        for group, state in sorted(states.items()):
+            snapshot['regions']['azure/%s' % group] = 'ok' if state == 'ok' else 'offline'
+            if state != 'ok':
+                self._cloud_error('azure', group, state)
+        live = dict(((location, e['id']), e) for location, entries in listings.items() for e in entries or ())
+
+        def judge(entry, workspace, nonce):
+            resource = Resource(entry['id'], entry['location'], marker_text=entry.get('marker_text'),
+                                native=entry.get('native'))
+            return (provider.verify(resource, workspace, nonce),
+                    provider.marker_fields(resource).get('workspace') or None)
+
+        shown = [dict(r, location=(r.get('location') or '').lower() or None) for r in records]
+        part = assemble_cloud('azure', shown, debts, operations, listings, judge)
+        for ws in part['workspaces']:
+            ws.update(location=ws['region'], resource_group=None)
+            entry = ws.pop('live', None)
+            record = next((r for r in records if r['name'] == ws['name']), {})
+            ws['resource_group'] = entry['resource_group'] if entry else azure_group(record)
+            ws.pop('needs_address', None)
+            if entry is not None and not ws['address'] and entry.get('address'):
+                # No address recorded yet: the set's public IP as the listing shows it.
+                ws.update(address=entry['address'], address_source='listing')
+        for orphan in part['orphans']:
+            entry = live.get((orphan['region'], orphan['instance_id'])) or {}
+            orphan.update(location=orphan['region'], resource_group=entry.get('resource_group'), set=entry.get('set'),
+                          members=entry.get('members'), set_status=entry.get('status'),
+                          set_problem=entry.get('problem'), address=entry.get('address'))
+        snapshot['workspaces'].extend(part['workspaces'])
+        snapshot['orphans'].extend(part['orphans'])
+
+    def _azure_provider(self, secret):
+        params = dict((key, self.get_option(key)) for key in AZURE_OPTIONS)
+        try:
+            return providers.provider_class('azure').from_params(params, secret)
+        except ImportError as err:
+            self._fail('the azure workspaces need azure-identity, azure-mgmt-compute and azure-mgmt-network on the '
+                       'controller (pip install azure-identity azure-mgmt-compute azure-mgmt-network): %s' % err)
+        except ProviderError as err:
+            self._fail('options azure_subscription_id, azure_tenant_id, azure_client_id, azure_client_secret: %s'
+                       % err)
 
     def _read_journal(self):
         try:
@@ -965,12 +1130,16 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if isinstance(err, Refused) and name == 'gcp':
             self._fail('options gcp_project, gcp_auth_kind, gcp_service_account_file (zone %s): %s The inventory needs '
                        'compute.instances.list.' % (region, err))
+        if isinstance(err, Refused) and name == 'azure':
+            self._fail('options azure_subscription_id, azure_tenant_id, azure_client_id, azure_client_secret '
+                       '(resource group %s): %s The inventory needs to read the resource group (Reader).'
+                       % (region, err))
         if isinstance(err, Refused) and name == 'hetzner':
             self._fail('option hetzner_token (or HCLOUD_TOKEN) (location %s): %s' % (region, err))
         if isinstance(err, Refused):
             self._fail('%s (region %s): %s The inventory needs ec2:DescribeInstances.'
                        % (self._aws_where(), region, err))
-        text = '%s: %s region %s: %s' % (self._path, name, region, err)
+        text = '%s: %s %s %s: %s' % (self._path, name, 'resource group' if name == 'azure' else 'region', region, err)
         if self.get_option('strict'):
             raise AnsibleParserError(text)
         self.display.warning(text + ' Its workspaces come from the journal alone; their live state is unknown.')
@@ -1119,7 +1288,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             if not wanted(orphan, filters, orphan=True):
                 continue
             if 'instance_id' in orphan:
-                host = self.inventory.add_host(make_unsafe('orphan-%s' % orphan['instance_id']), group=orphans)
+                # An Azure set is named by its resource group and base, not by the VM's ARM id (which has slashes).
+                label = ('%s-%s' % (orphan['resource_group'], orphan['set']) if orphan.get('set')
+                         else orphan['instance_id'])
+                host = self.inventory.add_host(make_unsafe('orphan-%s' % label), group=orphans)
                 shown = cloud_orphan_vars(orphan)
             else:
                 host = self.inventory.add_host('orphan-%d' % orphan['vmid'], group=orphans)

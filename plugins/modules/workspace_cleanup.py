@@ -33,6 +33,10 @@ description:
     one, under the workspace the marker names. A container that cannot be read or deleted is reported with its
     error, and the sweep goes on with the others.
   - Templates are never looked at.
+  - On Azure a set is also judged by the orphan sweep (as M(ephemera.workspaces.workspace_reconcile) does); it is
+    deleted only when the labels say so and it is an exact set bound to the record of a workspace the journal holds
+    as destroyed that kept the same fingerprint through O(azure_orphan_grace) seconds and two successful
+    inventories. Only O(apply) counts an inventory in that quarantine.
 author:
   - Ephemera maintainers (@ephemera)
 extends_documentation_fragment:
@@ -231,7 +235,8 @@ def run(module):
         secret = sweep_secret(path, params['controller_secret'])
         client = api_from_params(params)
         sweep = Sweep(journal, client, secret, pool=params['pool'], tag=params['tag'], apply=apply,
-                      task_timeout=params['task_timeout'], lock_timeout=params['lock_timeout'], journal_path=path)
+                      task_timeout=params['task_timeout'], lock_timeout=params['lock_timeout'], journal_path=path,
+                      azure_grace=params.get('azure_orphan_grace'))
         result = sweep.run()
     except EphemeraError as err:
         module.fail_json(msg=str(err), **err.details)

@@ -27,6 +27,13 @@ description:
     journal records as destroyed (its id is the record's, or it was launched with the client token the record holds,
     and its marker verifies for that life of the workspace) was left behind; it is reported as V(destroyed_present),
     and deleted with O(orphans=delete). Instances with our tags but no such record stay report-only.
+  - On Azure the orphan sweep inventories the resource group's VMs, NICs, public IPs and managed disks once (shared
+    virtual networks, subnets, security groups and the group itself never) and reports every group of sets with its
+    verdict and why. A set is deleted with O(orphans=delete) only when it is exact (four members, canonical names and
+    topology), bound to the record of a workspace the journal holds as destroyed (same ids, its marker verifies), and
+    kept the same fingerprint through O(azure_orphan_grace) seconds and two successful inventories; the quarantine is
+    kept in the journal and any change starts it again. Only O(orphans=delete) outside check mode counts an
+    inventory. The deletion goes member by member as a release does.
 author:
   - Ephemera maintainers (@ephemera)
 extends_documentation_fragment:

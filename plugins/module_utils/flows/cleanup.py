@@ -96,7 +96,7 @@ class Sweep:
     """
 
     def __init__(self, journal, provider, secret, pool='disposable-workspaces', tag='ephemera', apply=False,
-                 task_timeout=300, lock_timeout=120, now=None, sleep=time.sleep, journal_path=None):
+                 task_timeout=300, lock_timeout=120, now=None, sleep=time.sleep, journal_path=None, azure_grace=None):
         self.journal = journal
         self.journal_path = journal_path
         bound = providers.bind(provider, secret)
@@ -114,6 +114,10 @@ class Sweep:
         self.to_delete = 0
         # resource id -> the workspace the journal records as destroyed there (filled by _known)
         self.destroyed_at = {}
+        self.azure_grace = azure_grace
+        # Azure: the orphan sweep of this pass, and its groups by listed id (filled by _azure_sweep)
+        self.azure = None
+        self.azure_groups = {}
 
     @property
     def changed(self):
@@ -151,6 +155,9 @@ class Sweep:
                 if self.provider.in_scope(g, self.pool, self.tag)]
 
     def _find(self, listed):
+        if self.provider.name == 'azure':
+            # A set as its listing shows it (sets without a record of ours included); read afresh before a deletion.
+            return self.provider.find_listed(listed)
         return self.provider.find(listed['id'], listed.get('location'))
 
     def _reads(self, members):
@@ -178,6 +185,8 @@ class Sweep:
     def run(self):
         names, ids = self._known()
         members = self._members()
+        if self.provider.name == 'azure':
+            self._azure_sweep()
         resources = self._reads(members)
         selected = []
         for listed in members:
@@ -198,6 +207,8 @@ class Sweep:
             entry.known = holder is not None
             if decided.decision == leasing.SKIP:
                 entry.action = SKIPPED
+            elif self.azure is not None and not entry.known:
+                self._azure_entry(entry, decided, resource, selected)
             elif self.destroyed_at.get(entry.id) is not None and self.destroyed_at[entry.id] == entry.name:
                 entry.action = REPORTED
                 entry.reason = ('%s; but workspace %s was destroyed at this id: this container came back some other '
@@ -222,9 +233,43 @@ class Sweep:
                 self._delete(entry)
         return self.report()
 
+    # ------------------------------------------------------------------ Azure: the orphan sweep
+
+    def _azure_sweep(self):
+        """Azure: judge every group of sets from one complete inventory (flows/azure_orphans.py); with apply the
+        inventory counts in each set's quarantine, written durably before anything is deleted."""
+        # pylint: disable=import-outside-toplevel
+        from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import azure_orphans
+        self.azure = azure_orphans.AzureOrphans(self.journal, self.provider, self.azure_grace,
+                                                counting=self.apply, now=self.now)
+        self.azure.run(self.journal.list_workspaces() if self.journal is not None else [])
+        self.azure_groups = self.azure.by_id()
+
+    def _azure_entry(self, entry, decided, resource, selected):
+        """An Azure set the journal holds no live workspace of: deleted only when the labels say so and the
+        orphan sweep's quarantine passed (an exact group bound to its destroyed record); else reported with why."""
+        from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
+        group = self.azure_groups.get(entry.id)
+        said = self.azure.sentence(group) if group is not None else 'orphan sweep: not in its inventory'
+        entry.reason = '%s; %s' % (decided.reason, said)
+        if decided.decision != leasing.DELETE or group is None or group.verdict != azset.CANDIDATE:
+            entry.action = REPORTED
+        elif resource.deleting:
+            entry.action, entry.reason = SKIPPED, '%s; a deletion of it is under way already' % decided.reason
+        else:
+            self.to_delete += 1
+            entry.action = WOULD_DELETE
+            selected.append(entry)
+
     # ------------------------------------------------------------------ deleting
 
     def _delete(self, entry):
+        group = self.azure_groups.get(entry.id) if self.azure is not None else None
+        if group is not None and not self.azure.unchanged(group):
+            entry.action = REPORTED
+            entry.reason = ('not deleted: set %s changed right before its deletion, so its quarantine started again'
+                            % group.base)
+            return
         label = self.provider.label(entry.id, entry.location)
         detail = {'vmid': entry.id, 'node': entry.location, 'labels': entry.labels, 'reason': entry.reason,
                   'by': 'cleanup'}
@@ -244,6 +289,8 @@ class Sweep:
             self._event(entry.name, 'observed', 'cleanup_not_deleted', dict(detail, reason=entry.reason))
             return
         entry.action = DELETED
+        if group is not None:
+            self.azure.deleted(group)
         self._event(entry.name, 'observed', 'cleanup_deleted', detail)
 
     def _remove(self, entry, label):

@@ -220,7 +220,10 @@ class Reconciler:
                 self._add('unreadable', ws['name'], ws[RESOURCE_ID], ws[LOCATION], 'could not be checked: %s'
                           % describe(err))
         self._debts(cluster, busy)
-        self._strangers(cluster, known)
+        if self.provider.name == 'azure':
+            self._azure_sweep(records, busy)
+        else:
+            self._strangers(cluster, known)
         return self.report()
 
     def _busy(self, queue):
@@ -246,6 +249,8 @@ class Reconciler:
                 if not present:
                     self._settle(ws, cluster)
                     return
+                if self.provider.name == 'azure':
+                    return True  # its set is judged by the Azure orphan sweep (_azure_sweep)
                 resource = self._find(vmid, present['location'])
                 verdict = self._verdict(resource, name, nonce)
                 if verdict not in (ownership.VERIFIED, ownership.REPLAYED):
@@ -437,6 +442,9 @@ class Reconciler:
         if operation is None:
             self._add('busy', name, rid, where, 'another run is queued on it; left to it')
             return
+        if hasattr(self.provider, 'use_journal'):
+            # A provider that keeps its progress in the journal (Azure) writes it under this run's claim.
+            self.provider.use_journal(self.journal, operation.claim, name)
         self.changed = True
         try:
             delete_bound(self.journal, self.provider, name, resource, operation.claim,
@@ -447,6 +455,68 @@ class Reconciler:
             return
         operation.succeeded({'workspace': name, 'status': 'destroyed', 'orphan': rid})
         self._add('orphan_deleted', name, rid, where, said + '; deleted, and observed absent')
+
+    # --------------------------------------------------------------- Azure: the orphan sweep with its quarantine
+
+    def _azure_sweep(self, records, busy):
+        """Azure: every group of sets in the resource group judged from one complete inventory
+        (flows/azure_orphans.py). Sets of live workspaces are left to their records; a set bound to a destroyed
+        record is deleted with orphans=delete once its quarantine passed; every other group is reported with its
+        verdict and why, never touched."""
+        # pylint: disable=import-outside-toplevel
+        from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import azure_orphans
+        counting = self.orphans == 'delete' and not self.check_mode
+        sweep = azure_orphans.AzureOrphans(self.journal, self.provider, self.params.get('azure_orphan_grace'),
+                                           counting=counting)
+        destroyed = dict((ws['name'], ws) for ws in records)
+        for group in sweep.run(records):
+            if group.live:
+                continue
+            try:
+                self._azure_group(sweep, group, destroyed.get(group.holder), busy, counting)
+            except Exception as err:  # pylint: disable=broad-except
+                self._add('unreadable', group.holder, group.id, group.location, 'set %s could not be looked at: %s'
+                          % (group.base, describe(err)))
+
+    def _azure_group(self, sweep, group, ws, busy, counting):
+        from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
+        said = sweep.sentence(group)
+        if ws is not None:
+            name = ws['name']
+            if name in busy:
+                self._add('busy', name, group.id, group.location, 'a live run works on it (%s); left to it' % busy[name])
+                return
+            if group.verdict == azset.CANDIDATE and counting:
+                if not sweep.unchanged(group):
+                    self._add('destroyed_present', name, group.id, group.location, 'set %s of the destroyed workspace; '
+                              '%s; but it changed right before its deletion: its quarantine started again, nothing '
+                              'was deleted' % (group.base, said))
+                    return
+                resource = self.provider.find(group.id, group.location)
+                if resource is None:
+                    self._add('destroyed_present', name, group.id, group.location, 'set %s was gone before its deletion'
+                              % group.base)
+                    return
+                self._bound(ws, resource, 'set %s, %s' % (group.base, said))
+                if self.findings and self.findings[-1].kind == 'orphan_deleted':
+                    sweep.deleted(group)
+                return
+            if group.verdict == azset.CANDIDATE:
+                more = '; would delete it' if self.orphans == 'delete' else '; reconcile with orphans=delete deletes it'
+            elif group.verdict == azset.QUARANTINED:
+                more = '' if counting else ' (this report counted no inventory: only orphans=delete does)'
+            else:
+                more = '; it is left for a person'
+            self._add('destroyed_present', name, group.id, group.location, 'set %s of the destroyed workspace; %s%s'
+                      % (group.base, said, more))
+            return
+        if group.marker == ownership.VERIFIED:
+            self._add('orphan', group.named, group.id, group.location, 'set %s is ours (its marker verifies) and no '
+                      'record of this journal holds it; %s; reported, never touched' % (group.base, said))
+            return
+        self._add('foreign', None, group.id, group.location, 'set %s is not ours (%s): %s; %s; reported, never touched'
+                  % (group.base, group.marker, WHY_NOT_OURS.get(group.marker, 'its marker does not prove it ours'),
+                     said))
 
     def _settle(self, ws, cluster):
         """Settle the cleanup debt a destroyed record keeps for a resource left behind once that resource is

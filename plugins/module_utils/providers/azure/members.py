@@ -20,6 +20,9 @@ durable (the journal) and raise when it cannot write, which stops the work and l
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import copy
+import hashlib
+import json
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
@@ -27,7 +30,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azur
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.client import (
     API_VERSIONS, PENDING, SUCCEEDED, OperationFailed, operation_of)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.plan import (
-    CREATE_ORDER, DELETE_ORDER, DISK, NIC, PIP, VM)
+    CREATE_ORDER, DELETE_ORDER, DISK, MEMBERS, NIC, PIP, VM)
 
 VERSION = {VM: API_VERSIONS['compute'], DISK: API_VERSIONS['disks'], NIC: API_VERSIONS['network'],
            PIP: API_VERSIONS['network']}
@@ -419,39 +422,203 @@ class WorkspaceSet:
 
 # ------------------------------------------------------------------------------ orphan sweep
 
+# A group's verdict in one orphan-sweep inventory.
+CANDIDATE = 'candidate'
+QUARANTINED = 'quarantined'
+REPORT_ONLY = 'report-only'
+# The journal's provider-state keys of the quarantine: <prefix><subscription>/<resource group>/<set base>.
+QUARANTINE_PREFIX = 'azure/quarantine/'
+# The successful inventories a group must be seen in, unchanged, before it may be deleted.
+INVENTORIES = 2
+
+
+class Incomplete(base.Transient):
+    """A listing of the resource group that could not be read whole: it says nothing of what is absent, and it
+    counts as no inventory."""
+
+
 def inventory(arm, subscription, group):
     """Every VM, NIC, public IP and managed disk of the resource group (a complete read, or an error): shared
-    VNets, subnets, NSGs and the resource group itself are never listed."""
+    VNets, subnets, NSGs and the resource group itself are never listed. A listing that breaks off (a page that
+    fails, a broken answer) raises Incomplete; refused credentials and a missing group raise as they came."""
     prefix = '/subscriptions/%s/resourceGroups/%s/providers/' % (subscription, group)
     out = []
     for member in DELETE_ORDER:
-        out.extend(arm.list(prefix + planning.TYPES[member], VERSION[member]))
+        try:
+            items = arm.list(prefix + planning.TYPES[member], VERSION[member])
+        except (base.Refused, base.NotFound):
+            raise
+        except (base.ProviderError, ValueError, TypeError, AttributeError) as err:
+            raise Incomplete('The listing of %s in resource group %s is incomplete (%s): nothing was judged from '
+                             'it. Run again once Azure answers.' % (planning.TYPES[member], group, err))
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise Incomplete('The listing of %s in resource group %s is incomplete (not a list of resources).'
+                             % (planning.TYPES[member], group))
+        out.extend(items)
     return out
 
 
-def sweep(arm, subscription, group, state, retained, now, grace, location=None):
-    """One orphan-sweep inventory. ``state`` is the quarantine (kept by the caller between runs), ``retained``
-    maps a set base to its retained record (or None). Returns {'candidates': [base ready for deletion],
-    'waiting': [...], 'report': {base: sentence}}; deletes nothing itself."""
-    listing = inventory(arm, subscription, group)
+def identity_print(group):
+    """The fingerprint of a group (plan.fingerprint: members, ids, names, tags, locations, attachments) together
+    with each member's immutable identity (a VM's vmId, a NIC's or public IP's resourceGuid, a disk's uniqueId), so
+    that a member deleted and made again under the same ARM id counts as a change."""
+    parts = [planning.fingerprint(group)]
+    for member in MEMBERS:
+        props = ((group.get(member) or {}).get('properties') or {}) if isinstance(group.get(member), dict) else {}
+        parts.append([member, props.get('vmId') or props.get('resourceGuid') or props.get('uniqueId')])
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode('utf-8')).hexdigest()
+
+
+def head_of(members):
+    """The document a group is shown by: its VM, else its first member."""
+    return members.get(VM) or next((members[m] for m in MEMBERS if m in members), {})
+
+
+def address_of(members):
+    """The public address of a group's public IP, or None."""
+    pip = members.get(PIP) or {}
+    return ((pip.get('properties') or {}).get('ipAddress')) or None
+
+
+def listed_sets(listing):
+    """One entry per set of an inventory (documents carrying our set tag), as the provider's listing shows a set:
+    id (the VM's ARM id, or the set's base without a VM), location, name, status (complete: the exact group;
+    incomplete otherwise, with ``problem`` saying why), pool (the scope tag), tags (the keys), set, members,
+    marker_text, address and the head document (``native``)."""
+    out = []
+    for base_, members in sorted(planning.groups_of(listing).items()):
+        head = head_of(members)
+        tags = head.get('tags') or {}
+        problem = planning.exact_group(base_, members)
+        keys = sorted(tags) + (['ephemera'] if any(k.startswith(planning.TAG_PREFIX) for k in tags) else [])
+        out.append({'id': (members.get(VM) or {}).get('id') or base_, 'location': (head.get('location') or '').lower(),
+                    'kind': 'azure-set', 'name': head.get('name'), 'status': 'complete' if problem is None else 'incomplete',
+                    'problem': problem, 'lock': None, 'pool': tags.get(planning.TAG_SCOPE), 'tags': keys,
+                    'set': base_, 'members': sorted(m for m in members if m != 'mixed'),
+                    'marker_text': tags.get(planning.TAG_MARKER), 'address': address_of(members), 'native': head,
+                    'docs': members})
+    return out
+
+
+def _since(value):
+    return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(float(value)))
+
+
+def survey(listing, state, bind, now, grace, location=None):
+    """Judge every group of one complete inventory (``listing``, from :func:`inventory`) and advance the
+    quarantine ``state`` ({base: {fingerprint, since, inventories}}, changed in place).
+
+    ``bind(base, members)`` gives (record, None) when the group is bound to an exact retained record (its
+    record: ``ids`` must match the group's), or (None, why not). A group is a CANDIDATE for deletion when it is
+    exact (plan.exact_group), bound, and has kept the same fingerprint (identity_print) for ``grace`` seconds and
+    through at least two successful inventories; an exact, bound group that has not yet is QUARANTINED; every
+    other group is REPORT_ONLY and its quarantine is dropped. Returns {base: {verdict, why, members, print,
+    since, inventories, record}}; deletes nothing."""
     groups = planning.groups_of(listing)
-    out = {'candidates': [], 'waiting': [], 'report': {}}
+    out = {}
     for base_, members in sorted(groups.items()):
         reason = planning.exact_group(base_, members, location)
-        record = retained(base_)
-        if reason is None and record is None:
-            reason = 'set %s is bound to no retained record' % base_
+        record = None
+        if reason is None:
+            record, reason = bind(base_, members)
+            if reason is None and record is None:
+                reason = 'set %s is bound to no retained record' % base_
         if reason is None:
             ids = record.get('ids') or {}
             if any(not planning.same_id(ids.get(m), members[m].get('id')) for m in DELETE_ORDER if ids.get(m)):
                 reason = 'set %s does not match its record\'s ids' % base_
+        shown = {'members': sorted(m for m in members if m != 'mixed'), 'record': record, 'since': None,
+                 'inventories': 0, 'print': None}
         if reason is not None:
             state.pop(base_, None)
-            out['report'][base_] = reason
+            out[base_] = dict(shown, verdict=REPORT_ONLY, why=reason)
             continue
-        if planning.quarantine(state, base_, planning.fingerprint(members), now, grace):
-            out['candidates'].append(base_)
-        else:
-            out['waiting'].append(base_)
+        print_ = identity_print(members)
+        before = state.get(base_)
+        ready = planning.quarantine(state, base_, print_, now, grace)
+        entry = state[base_]
+        shown.update(print=print_, since=entry['since'], inventories=entry['inventories'])
+        if ready:
+            why = ('exact, bound to its retained record, unchanged since %s (%d s) through %d inventories'
+                   % (_since(entry['since']), now - float(entry['since']), entry['inventories']))
+            out[base_] = dict(shown, verdict=CANDIDATE, why=why)
+            continue
+        restarted = before is not None and before.get('fingerprint') != print_
+        left = max(0, int(float(entry['since']) + grace - now + 0.999))
+        why = ('exact and bound to its retained record; %sin quarantine since %s: %d of %d inventories, %d s of the '
+               '%d s grace left' % ('it changed, so its quarantine started again; ' if restarted else '',
+                                    _since(entry['since']), entry['inventories'], INVENTORIES, left, grace))
+        out[base_] = dict(shown, verdict=QUARANTINED, why=why)
     planning.forget_missing(state, set(groups))
     return out
+
+
+def sweep(arm, subscription, group, state, retained, now, grace, location=None, verify=None):
+    """One orphan-sweep inventory. ``state`` is the quarantine (kept by the caller between runs), ``retained``
+    maps a set base to its retained record (or None); ``verify(base, members, record)``, when given, a sentence
+    when the group must not be deleted (its marker does not verify for that record, say). Returns {'candidates':
+    [base ready for deletion], 'waiting': [...], 'report': {base: sentence}}; deletes nothing itself."""
+    def bind(base_, members):
+        record = retained(base_)
+        if record is not None and verify is not None:
+            reason = verify(base_, members, record)
+            if reason:
+                return None, reason
+        return record, None
+    judged = survey(inventory(arm, subscription, group), state, bind, now, grace, location)
+    return {'candidates': [b for b, j in judged.items() if j['verdict'] == CANDIDATE],
+            'waiting': [b for b, j in judged.items() if j['verdict'] == QUARANTINED],
+            'report': dict((b, j['why']) for b, j in judged.items() if j['verdict'] == REPORT_ONLY)}
+
+
+def fresh_print(arm, record):
+    """The identity print of a set read afresh, member by member (a GET each), right before its deletion; None
+    when a member is gone."""
+    p = record['plan']
+    members = {}
+    for member in MEMBERS:
+        path = planning.resource_id(p['subscription'] or arm.subscription, p['resource_group'], member,
+                                    p['names'][member])
+        doc = arm.get(path, VERSION[member])
+        if doc is None:
+            return None
+        members[member] = doc
+    return identity_print(members)
+
+
+class QuarantineStore:
+    """The quarantine of one resource group's sets, durable in the journal's provider state: one key per set
+    (QUARANTINE_PREFIX + subscription/group/base), each written with compare-and-set on its generation, so that
+    two sweeps at once cannot both count an inventory. A write that fails raises: nothing is deleted on a state
+    that was not written."""
+
+    def __init__(self, journal, subscription, group, claim=None):
+        self.journal = journal
+        self.prefix = '%s%s/%s/' % (QUARANTINE_PREFIX, subscription, group)
+        self.claim = claim
+        self._loaded = {}
+
+    def load(self):
+        """{base: {fingerprint, since, inventories}} as the journal holds it."""
+        self._loaded = {}
+        for key, value, generation in self.journal.provider_states(self.prefix):
+            self._loaded[key[len(self.prefix):]] = (copy.deepcopy(value), generation)
+        return dict((b, copy.deepcopy(v)) for b, (v, g) in self._loaded.items())
+
+    def save(self, state):
+        """Write what changed since load: new and changed entries, and drop the forgotten ones."""
+        for base_, value in sorted(state.items()):
+            old = self._loaded.get(base_)
+            if old is not None and old[0] == value:
+                continue
+            self.journal.put_provider_state(self.prefix + base_, value, generation=old[1] if old else None,
+                                            claim=self.claim)
+        for base_, (value, generation) in sorted(self._loaded.items()):
+            if base_ not in state:
+                self.journal.delete_provider_state(self.prefix + base_, generation, claim=self.claim)
+
+    def forget(self, base_):
+        """Drop one set's quarantine (it was deleted)."""
+        held = self.journal.provider_state(self.prefix + base_)
+        if held is not None:
+            self.journal.delete_provider_state(self.prefix + base_, held[1], claim=self.claim)

@@ -1,10 +1,11 @@
 """Crash-safety runs against a try-out cluster of their own (docs/faults.md).
 
-    python -m tests.faults matrix [--size ci|full] [--part all|main|builds|aws|hetzner|azure|pg] [--json PATH]
+    python -m tests.faults matrix [--size ci|full] [--part all|main|builds|aws|hetzner|gcp|azure|pg] [--json PATH]
                                     kill and lost-response matrix, races, seeds; the template build's rows on a
                                     debian-tier site of their own (--part builds: those only); the AWS rows on a
                                     try-out cloud of their own (--part aws: those only); the Hetzner rows on the
                                     Hetzner fake of a try-out cloud of their own (--part hetzner only, tests/faults/hetzner.py);
+                                    the Compute Engine rows on the GCP fake of one (--part gcp only, tests/faults/gcp.py);
                                     the Azure rows on the ARM fake of one (--part azure only, tests/faults/azure.py);
                                     create and destroy with the journal on PostgreSQL (--part pg: those only,
                                     tests/faults/pgmatrix.py)
@@ -36,10 +37,11 @@ def main(argv=None):
     sub = parser.add_subparsers(dest='command', required=True)
     matrix = sub.add_parser('matrix', help='the kill and lost-response matrix, races and a fixed set of seeds')
     matrix.add_argument('--size', choices=sorted(SIZES), default='ci')
-    matrix.add_argument('--part', choices=('all', 'main', 'builds', 'aws', 'hetzner', 'azure', 'pg'), default='all',
+    matrix.add_argument('--part', choices=('all', 'main', 'builds', 'aws', 'hetzner', 'gcp', 'azure', 'pg'), default='all',
                         help='main: create, destroy, expiry, races and seeds; builds: the template build\'s rows, on '
                              'a debian-tier site of their own; aws: the AWS rows, on a try-out cloud of their own; '
                              'hetzner: the Hetzner rows, on the Hetzner fake of a try-out cloud of their own; '
+                             'gcp: the Compute Engine rows, on the GCP fake of a try-out cloud of their own (not in all); '
                              'azure: the Azure rows, on the ARM fake of a try-out cloud of their own (not in all); '
                              'pg: create and destroy with the journal on PostgreSQL; '
                              'all (the default): every part, side by side')
@@ -65,6 +67,7 @@ def main(argv=None):
     builds = None
     aws = None
     hetzner = None
+    gcp = None
     azure = None
     pg = None
     if args.command == 'matrix' and part in ('all', 'builds'):
@@ -75,12 +78,17 @@ def main(argv=None):
     if args.command == 'matrix' and part in ('all', 'aws'):
         # So do the AWS rows, on a try-out cloud of their own.
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        aws = pool.submit(run_aws, args)
+        aws = pool.submit(run_cloud, args, 'aws')
         pool.shutdown(wait=False)
     if args.command == 'matrix' and part == 'hetzner':
         # The Hetzner rows, on a try-out cloud of their own (their part only, as the Azure rows: not in all yet).
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        hetzner = pool.submit(run_hetzner, args)
+        hetzner = pool.submit(run_cloud, args, 'hetzner')
+        pool.shutdown(wait=False)
+    if args.command == 'matrix' and part == 'gcp':
+        # The Compute Engine rows, on a try-out cloud of their own (their part only, as the Hetzner rows).
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        gcp = pool.submit(run_cloud, args, 'gcp')
         pool.shutdown(wait=False)
     if args.command == 'matrix' and part == 'azure':
         # The Azure rows, on the ARM fake of a try-out cloud of their own.
@@ -94,7 +102,7 @@ def main(argv=None):
         pool.shutdown(wait=False)
     if part in ('all', 'main') or args.command != 'matrix':
         cells, uncovered = run_main(args)
-    for other in (builds, aws, hetzner, azure, pg):
+    for other in (builds, aws, hetzner, gcp, azure, pg):
         if other is not None:
             other_cells, other_uncovered = other.result()
             cells += other_cells
@@ -153,64 +161,23 @@ def run_builds(args):
     return cells, []
 
 
-def run_aws(args):
-    """The AWS rows on a try-out cloud of their own (tests/faults/aws.py)."""
-    from tests.faults.aws import AwsMatrix, AwsSite
-    started = time.monotonic()
-    workdir = tempfile.mkdtemp(prefix='ephemera-faults-aws-')
-    site = AwsSite.start(workdir)
-    try:
-        runner = AwsMatrix(site, size=args.size, log=lambda line: print(line, flush=True))
-        cells = runner.run()
-    finally:
-        site.stop()
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            print('kept: %s' % workdir)
-    print('aws: %d points, %d runs in %.0f s' % (len(runner.create_points) + len(runner.destroy_points), len(cells),
-                                                 time.monotonic() - started), flush=True)
-    return cells, []
-
-
-def run_hetzner(args):
-    """The Hetzner rows on a try-out cloud of their own (tests/faults/hetzner.py)."""
-    from tests.faults.hetzner import HetznerMatrix, HetznerSite
-    started = time.monotonic()
-    workdir = tempfile.mkdtemp(prefix='ephemera-faults-hetzner-')
-    site = HetznerSite.start(workdir)
-    try:
-        runner = HetznerMatrix(site, size=args.size, log=lambda line: print(line, flush=True))
-        cells = runner.run()
-    finally:
-        site.stop()
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            print('kept: %s' % workdir)
-    print('hetzner: %d points, %d runs in %.0f s' % (len(runner.create_points) + len(runner.destroy_points),
-                                                     len(cells), time.monotonic() - started), flush=True)
-    return cells, []
+def run_cloud(args, part):
+    """A cloud part's rows on a try-out cloud of its own (tests/faults/cloud.py; the adapters aws.py, hetzner.py,
+    gcp.py)."""
+    import importlib
+    from tests.faults.cloud import run_part
+    module = importlib.import_module('tests.faults.' + part)
+    name = {'aws': 'Aws', 'hetzner': 'Hetzner', 'gcp': 'Gcp'}[part]
+    return run_part(getattr(module, name + 'Site'), getattr(module, name + 'Matrix'), args.size, args.keep,
+                    log=lambda line: print(line, flush=True))
 
 
 def run_azure(args):
     """The Azure rows on the ARM fake of a try-out cloud of their own (tests/faults/azure.py)."""
     from tests.faults.azure import AzureMatrix, AzureSite
-    started = time.monotonic()
-    workdir = tempfile.mkdtemp(prefix='ephemera-faults-azure-')
-    site = AzureSite.start(workdir)
-    try:
-        runner = AzureMatrix(site, size=args.size, log=lambda line: print(line, flush=True))
-        cells = runner.run()
-    finally:
-        site.stop()
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            print('kept: %s' % workdir)
-    print('azure: %d points, %d runs in %.0f s' % (len(runner.create_points) + len(runner.destroy_points),
-                                                   len(cells), time.monotonic() - started), flush=True)
-    return cells, []
+    from tests.faults.cloud import run_part
+    return run_part(AzureSite, AzureMatrix, args.size, args.keep, log=lambda line: print(line, flush=True),
+                    label='azure')
 
 
 def run_pg(args):

@@ -23,6 +23,7 @@ import re
 import time
 import uuid
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
@@ -555,10 +556,15 @@ class GcpProvider(base.Provider):
             error = operation_error(op)
             if error:
                 return 'The operation %s (%s of %s) failed: %s' % (op_name, action, self.label(name, zone), error)
+            # Compute Engine finished the operation and the journal does not know: a crash-safety test can kill here.
+            failpoint.reached('gcp operation DONE %s' % action)
         instance = self.compute.get_instance(name)
         if action == 'delete':
             # DONE without an error, followed by a GET 404.
-            return 'done' if instance is None else 'running'
+            if instance is None:
+                failpoint.reached('gcp instances.get 404')
+                return 'done'
+            return 'running'
         if instance is None:
             return '%s does not exist after its %s operation.' % (self.label(name, zone), action)
         want = {'insert': ('RUNNING',), 'start': ('RUNNING',), 'stop': ('TERMINATED', 'STOPPED'),

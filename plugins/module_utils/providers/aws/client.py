@@ -15,7 +15,6 @@ transient; a timeout or reset after it went out is an unknown outcome for a call
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import os
 import random
 import re
 import time
@@ -67,18 +66,6 @@ def _botocore():
     import botocore.config  # noqa: F401 (imported when the provider is used)
     import botocore.exceptions
     return botocore
-
-
-def option(params, name, env=(), environ=None):
-    """``params[name]``, else the first environment variable of ``env`` that is set, else None."""
-    environ = os.environ if environ is None else environ
-    value = params.get(name)
-    if value in (None, ''):
-        for var in env:
-            if environ.get(var):
-                return environ[var]
-        return None
-    return value
 
 
 def known_regions():

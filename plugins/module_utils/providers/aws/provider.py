@@ -21,18 +21,16 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
-import hashlib
 import re
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import cloud
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.client import (
     ENDPOINT_ENV,
     REGION_ENV,
     Ec2,
-    option,
 )
 
 NAME = 'aws'
@@ -75,9 +73,8 @@ def check_tag(key, value):
                                   'spaces and "+-=._:/@". Change the value.' % (key, text))
 
 
-def token_number(token):
-    """The number an ownership marker binds for a client token (markers bind a resource's number of 10 digits)."""
-    return 1000000000 + int(hashlib.sha256(token.encode('utf-8')).hexdigest()[:12], 16) % 9000000000
+# The number an ownership marker binds for a client token.
+token_number = cloud.bound_number
 
 
 def tags_of(instance):
@@ -96,18 +93,7 @@ def parse_handle(text):
     return parts[1], parts[2], parts[3], int(parts[4])
 
 
-class TaskResult:
-    """What a finished EC2 "task" looks like to the flows (as a Proxmox task result does)."""
-
-    def __init__(self, handle, status='stopped', exitstatus='OK', log_tail=()):
-        self.upid = handle
-        self.status = status
-        self.exitstatus = exitstatus
-        self.succeeded = exitstatus == 'OK'
-        self.warnings = 0
-        self.warning_lines = []
-        self.log_tail = list(log_tail)
-        self.elapsed = 0.0
+TaskResult = cloud.TaskResult
 
 
 def address_of(instance, kind='public'):
@@ -143,10 +129,14 @@ def launch_options(params, environ=None):
     }
 
 
-class AwsProvider(base.Provider):
+class AwsProvider(cloud.CloudProvider):
     """The provider seam over EC2 in one region (``ec2``: an :class:`Ec2`)."""
 
     name = NAME
+    kind = KIND
+    noun = 'instance'
+    candidate_noun = 'An EC2 client token'
+    image_hint = 'on AWS give an AMI'
     # An instance id is never given to another instance.
     unique_ids = True
 
@@ -164,10 +154,11 @@ class AwsProvider(base.Provider):
     @classmethod
     def from_params(cls, params, secret=None, environ=None):
         """A provider from module params (the options of doc fragment ephemera.workspaces.aws)."""
-        ec2 = Ec2(option(params, 'aws_region', REGION_ENV, environ), profile=option(params, 'aws_profile', ('AWS_PROFILE',), environ),
+        ec2 = Ec2(cloud.option(params, 'aws_region', REGION_ENV, environ),
+                  profile=cloud.option(params, 'aws_profile', ('AWS_PROFILE',), environ),
                   access_key=params.get('aws_access_key_id'), secret_key=params.get('aws_secret_access_key'),
                   session_token=params.get('aws_session_token'),
-                  endpoint_url=option(params, 'aws_endpoint_url', ENDPOINT_ENV, environ),
+                  endpoint_url=cloud.option(params, 'aws_endpoint_url', ENDPOINT_ENV, environ),
                   retry_timeout=params.get('aws_retry_timeout') or 60)
         visibility = params.get('aws_visibility_window')
         absence = params.get('aws_absence_window')
@@ -188,32 +179,11 @@ class AwsProvider(base.Provider):
     def region(self):
         return self.ec2.region
 
-    # ------------------------------------------------------------------- identity and wording
-
-    @classmethod
-    def label(cls, resource_id, location=None):
-        return 'instance %s' % resource_id + (' in %s' % location if location else '')
-
-    @classmethod
-    def resource_key(cls, resource_id, location=None):
-        key = '%s/%s' % (KIND, resource_id)
-        return key if location is None else '%s@%s' % (key, location)
-
-    @classmethod
-    def parse_resource_key(cls, key):
-        try:
-            kind, rest = key.split('/', 1)
-            instance, region = rest.split('@', 1)
-        except (AttributeError, ValueError):
-            return None, None
-        return (instance, region) if kind == KIND else (None, None)
+    @property
+    def here(self):
+        return self.region
 
     # ------------------------------------------------------------------- ownership
-
-    def marker(self, workspace, resource_id, nonce=None):
-        """The marker of an instance launched with client token ``resource_id``."""
-        return ownership.render(self.secret, self.controller, workspace, token_number(resource_id),
-                                nonce or ownership.new_nonce())
 
     @staticmethod
     def token_of(resource):
@@ -221,12 +191,8 @@ class AwsProvider(base.Provider):
         native = resource.native or {}
         return native.get('ClientToken') or tags_of(native).get(TAG_TOKEN)
 
-    def verify(self, resource, workspace=None, nonce=ownership.ANY):
-        if resource is None:
-            return ownership.ABSENT
-        token = self.token_of(resource)
-        bound = token_number(token) if token else -1
-        return ownership.verdict(resource.marker_text, self.secret, self.controller, workspace, bound, nonce)
+    def bound_id(self, resource):
+        return self.token_of(resource)
 
     # ------------------------------------------------------------------- the lease
 
@@ -292,25 +258,10 @@ class AwsProvider(base.Provider):
                                       'aws_ssh_public_key (a public key the instance gets through its user data).')
         return self.region
 
-    def launch_options(self):
-        """The launch settings a request records (no credentials among them)."""
-        return dict(self.launch)
-
-    def check_storage(self, location, storage):
-        return None
-
-    def candidate(self, avoid=(), sleep=None):
-        raise base.InvalidRequest('An EC2 client token is derived from its workspace: use candidate_for.')
-
     def candidate_for(self, workspace, stamp, avoid=(), sleep=None):
         """The client token of ``workspace``'s record made at ``stamp``: the same for every rerun, another one for
         every token in ``avoid``."""
-        for n in range(len(avoid), len(avoid) + 100):
-            digest = hashlib.sha256(('%s\n%s\n%d' % (workspace, stamp, n)).encode('utf-8')).hexdigest()[:24]
-            token = 'ephemera-%s-%s' % (workspace[:30], digest)
-            if token not in avoid:
-                return token
-        raise base.Conflict('No free client token for %s.' % workspace)
+        return cloud.derived_candidate(workspace, stamp, avoid, 'ephemera-%s-' % workspace[:30], 24, 'client token')
 
     def _tags(self, allocation):
         a = allocation
@@ -419,19 +370,11 @@ class AwsProvider(base.Provider):
         instance = self._describe(resource_id)
         return None if instance is None else self._resource(instance)
 
-    def find_listed(self, entry):
-        """The instance as :meth:`list` read it (no request of its own), else as :meth:`find` reads it now."""
-        listed = entry.get('resource')
-        return listed if listed is not None else self.find(entry['id'], entry['location'])
+    def native(self, resource_id):
+        return self._describe(resource_id)
 
-    def power(self, resource, absent_ok=True):
-        instance = self._describe(resource.id)
-        if instance is None:
-            if not absent_ok:
-                raise base.NotFound('%s does not exist.' % self.label(resource.id, self.region))
-            return base.Power(None)
-        state = instance['State']['Name']
-        return base.Power(base.RUNNING if state in ('pending', 'running') else base.STOPPED)
+    def native_running(self, native):
+        return native['State']['Name'] in ('pending', 'running')
 
     def addresses(self, resource):
         instance = self._describe(resource.id)
@@ -453,21 +396,11 @@ class AwsProvider(base.Provider):
             keys = sorted(k for k in tags)
             if any(k.startswith(TAG_PREFIX) for k in keys):
                 keys.append('ephemera')
-            out.append({'id': instance['InstanceId'], 'location': self.region, 'kind': KIND, 'name': tags.get('Name'),
-                        'status': state, 'lock': None, 'pool': tags.get(TAG_SCOPE), 'tags': keys,
-                        'resource': self._resource(instance)})
+            out.append(cloud.listed(instance['InstanceId'], self.region, KIND, tags.get('Name'), state,
+                                    tags.get(TAG_SCOPE), keys, self._resource(instance)))
         return out
 
-    def in_scope(self, entry, scope, tag=None):
-        return entry.get('pool') == scope or (tag is not None and tag in entry.get('tags', ()))
-
     # -------------------------------------------------------------------------------- acting
-
-    def plan_settings(self, resource, settings):
-        return {}
-
-    def apply_settings(self, resource, changes):
-        return None
 
     def _act(self, action, operation, resource, key, **args):
         answer = self.ec2.call(operation, acts=True, InstanceIds=[resource.id], **args)
@@ -477,26 +410,14 @@ class AwsProvider(base.Provider):
                                       % (operation, self.label(resource.id, self.region)))
         return task_handle(action, self.region, resource.id)
 
-    def start(self, resource):
-        if self.power(resource, absent_ok=False).running:
-            return None
+    def act_start(self, resource):
         return self._act('start', 'start_instances', resource, 'StartingInstances')
 
-    def shutdown(self, resource, timeout):
-        if not self.power(resource).running:
-            return None
+    def act_shutdown(self, resource):
         return self._act('stop', 'stop_instances', resource, 'StoppingInstances')
 
-    def stop(self, resource):
-        if not self.power(resource).running:
-            return None
+    def act_stop(self, resource):
         return self._act('stop', 'stop_instances', resource, 'StoppingInstances', Force=True)
-
-    def is_image(self, resource):
-        return False
-
-    def make_image(self, resource):
-        raise base.InvalidRequest('Template builds are for Proxmox VE; on AWS give an AMI.')
 
     def delete_blocker(self, resource, source=None):
         try:
@@ -519,10 +440,6 @@ class AwsProvider(base.Provider):
                 raise base.Transient('%s is not visible yet; it cannot be terminated before it is.'
                                      % self.label(resource.id, self.region))
             raise
-
-    def deleted_since(self, resource_id, location, since):
-        # An instance id is never given to another instance: nothing can stand at ours after its termination.
-        return False
 
     # --------------------------------------------------------------------------------- tasks
 
@@ -555,41 +472,23 @@ class AwsProvider(base.Provider):
             return 'running'
         return '%s is %s, not %s.' % (self.label(instance_id, region), state, want)
 
+    def task_look(self, handle):
+        state, instance = self._look(handle)
+        return self._verdict(handle, state), (state, instance)
+
+    def task_failure(self, handle, verdict, detail):
+        reason = ((detail[1] or {}).get('StateReason') or {}).get('Message')
+        return verdict + (' AWS says: %s' % reason if reason else ''), [reason] if reason else []
+
+    def task_timeout(self, handle, seconds, detail):
+        action, region, instance_id, at = parse_handle(handle)
+        return '%s is %s after %d s; asked to %s it.' % (
+            self.label(instance_id, region), detail[0] or 'not visible', seconds, action)
+
     def wait(self, handle, timeout):
-        task = handle
-        action, region, instance_id, at = parse_handle(task)
+        action, region, instance_id, at = parse_handle(handle)
         self.learned.setdefault(instance_id, at)
-        deadline = time.monotonic() + timeout
-        delay = 0.3
-        while True:
-            state, instance = self._look(task)
-            verdict = self._verdict(task, state)
-            if verdict == 'done':
-                return TaskResult(task)
-            if verdict != 'running':
-                reason = ((instance or {}).get('StateReason') or {}).get('Message')
-                err = base.TaskFailed(verdict + (' AWS says: %s' % reason if reason else ''))
-                err.task_id = task
-                err.log_tail = [reason] if reason else []
-                raise err
-            if time.monotonic() + delay > deadline:
-                err = base.TaskTimeout('%s is %s after %d s; asked to %s it.'
-                                       % (self.label(instance_id, region), state or 'not visible', timeout, action))
-                err.task_id = task
-                raise err
-            self.sleep(delay)
-            delay = min(delay * 1.5, 3.0)
-
-    def task_status(self, handle):
-        task = handle
-        state = self._look(task)[0]
-        verdict = self._verdict(task, state)
-        if verdict == 'running':
-            return TaskResult(task, status='running', exitstatus=None)
-        return TaskResult(task, exitstatus='OK' if verdict == 'done' else verdict)
-
-    def close(self):
-        pass
+        return super(AwsProvider, self).wait(handle, timeout)
 
 
 def user_data(public_key):

@@ -46,18 +46,6 @@ def _google():
     return google
 
 
-def option(params, name, env=(), environ=None):
-    """``params[name]``, else the first environment variable of ``env`` that is set, else None."""
-    environ = os.environ if environ is None else environ
-    value = params.get(name)
-    if value in (None, ''):
-        for var in env:
-            if environ.get(var):
-                return environ[var]
-        return None
-    return value
-
-
 def credentials(kind, path=None, environ=None):
     """Credentials the Google way: ``anonymous`` (a local fake only), ``serviceaccount`` from ``path`` (or
     GOOGLE_APPLICATION_CREDENTIALS), ``application`` (application default credentials). Refused, saying what to do,

@@ -18,15 +18,14 @@ operation DONE with an error is a failure with Compute Engine's message.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import hashlib
 import re
 import time
 import uuid
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import cloud
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp import guard
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.client import (
     ENDPOINT_ENV,
@@ -34,7 +33,6 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.
     ZONE_ENV,
     Compute,
     credentials,
-    option,
 )
 
 NAME = 'gcp'
@@ -77,9 +75,8 @@ def gcp_value(value):
     return re.sub(r'[^a-z0-9_-]', '-', leasing.label_value(value).lower())[:63]
 
 
-def token_number(name):
-    """The number an ownership marker binds for an instance name (markers bind a number of 10 digits)."""
-    return 1000000000 + int(hashlib.sha256(name.encode('utf-8')).hexdigest()[:12], 16) % 9000000000
+# The number an ownership marker binds for an instance name.
+token_number = cloud.bound_number
 
 
 def request_id(name, action, extra=''):
@@ -104,18 +101,7 @@ def short(url):
     return (url or '').rstrip('/').rsplit('/', 1)[-1]
 
 
-class TaskResult:
-    """What a finished Compute Engine operation looks like to the flows (as a Proxmox task result does)."""
-
-    def __init__(self, handle, status='stopped', exitstatus='OK', log_tail=()):
-        self.upid = handle
-        self.status = status
-        self.exitstatus = exitstatus
-        self.succeeded = exitstatus == 'OK'
-        self.warnings = 0
-        self.warning_lines = []
-        self.log_tail = list(log_tail)
-        self.elapsed = 0.0
+TaskResult = cloud.TaskResult
 
 
 def launch_options(params):
@@ -148,10 +134,14 @@ def operation_error(op):
     return '; '.join('%s: %s' % (e.code, e.message) for e in errors)
 
 
-class GcpProvider(base.Provider):
+class GcpProvider(cloud.CloudProvider):
     """The provider seam over Compute Engine in one project and zone (``compute``: a :class:`Compute`)."""
 
     name = NAME
+    kind = KIND
+    noun = 'instance'
+    candidate_noun = 'A Compute Engine instance name'
+    image_hint = 'on GCP give an image'
     # Instance names are derived from the workspace's record (a digest of it): the collection never gives one name to
     # two records, and an instance at that name made by anyone else fails the marker check.
     unique_ids = True
@@ -167,8 +157,9 @@ class GcpProvider(base.Provider):
         """A provider from module params (the options of doc fragment ephemera.workspaces.gcp)."""
         creds = credentials(params.get('gcp_auth_kind') or 'application', params.get('gcp_service_account_file'),
                             environ)
-        compute = Compute(option(params, 'gcp_project', PROJECT_ENV, environ), option(params, 'gcp_zone', ZONE_ENV, environ),
-                          creds, endpoint=option(params, 'gcp_endpoint_url', ENDPOINT_ENV, environ),
+        compute = Compute(cloud.option(params, 'gcp_project', PROJECT_ENV, environ),
+                          cloud.option(params, 'gcp_zone', ZONE_ENV, environ),
+                          creds, endpoint=cloud.option(params, 'gcp_endpoint_url', ENDPOINT_ENV, environ),
                           retry_timeout=params.get('gcp_retry_timeout') or 60)
         return cls(compute, secret, launch_options(params))
 
@@ -187,38 +178,9 @@ class GcpProvider(base.Provider):
     def project(self):
         return self.compute.project
 
-    # ------------------------------------------------------------------- identity and wording
-
-    @classmethod
-    def label(cls, resource_id, location=None):
-        return 'instance %s' % resource_id + (' in %s' % location if location else '')
-
-    @classmethod
-    def resource_key(cls, resource_id, location=None):
-        key = '%s/%s' % (KIND, resource_id)
-        return key if location is None else '%s@%s' % (key, location)
-
-    @classmethod
-    def parse_resource_key(cls, key):
-        try:
-            kind, rest = key.split('/', 1)
-            name, zone = rest.split('@', 1)
-        except (AttributeError, ValueError):
-            return None, None
-        return (name, zone) if kind == KIND else (None, None)
-
-    # ------------------------------------------------------------------- ownership
-
-    def marker(self, workspace, resource_id, nonce=None):
-        """The marker of instance ``resource_id`` (its name)."""
-        return ownership.render(self.secret, self.controller, workspace, token_number(resource_id),
-                                nonce or ownership.new_nonce())
-
-    def verify(self, resource, workspace=None, nonce=ownership.ANY):
-        if resource is None:
-            return ownership.ABSENT
-        return ownership.verdict(resource.marker_text, self.secret, self.controller, workspace,
-                                 token_number(resource.id), nonce)
+    @property
+    def here(self):
+        return self.zone
 
     # ------------------------------------------------------------------- the lease
 
@@ -307,25 +269,11 @@ class GcpProvider(base.Provider):
         if found.status and found.status != 'READY':
             raise base.InvalidRequest('Image %s is %s, not READY.' % (path, found.status))
 
-    def launch_options(self):
-        return dict(self.launch)
-
-    def check_storage(self, location, storage):
-        return None
-
-    def candidate(self, avoid=(), sleep=None):
-        raise base.InvalidRequest('A Compute Engine instance name is derived from its workspace: use candidate_for.')
-
     def candidate_for(self, workspace, stamp, avoid=(), sleep=None):
         """The instance name of ``workspace``'s record made at ``stamp``: the same for every rerun, another one for
         every name in ``avoid``."""
         slug = re.sub(r'[^a-z0-9-]', '-', workspace.lower())[:36].strip('-') or 'ws'
-        for n in range(len(avoid), len(avoid) + 100):
-            digest = hashlib.sha256(('%s\n%s\n%d' % (workspace, stamp, n)).encode('utf-8')).hexdigest()[:16]
-            name = 'eph-%s-%s' % (slug, digest)
-            if name not in avoid:
-                return name
-        raise base.Conflict('No free instance name for %s.' % workspace)
+        return cloud.derived_candidate(workspace, stamp, avoid, 'eph-%s-' % slug, 16, 'instance name')
 
     def _labels(self, allocation):
         a = allocation
@@ -396,17 +344,11 @@ class GcpProvider(base.Provider):
         instance = self.compute.get_instance(resource_id)
         return None if instance is None else self._resource(instance)
 
-    def find_listed(self, entry):
-        listed = entry.get('resource')
-        return listed if listed is not None else self.find(entry['id'], entry['location'])
+    def native(self, resource_id):
+        return self.compute.get_instance(resource_id)
 
-    def power(self, resource, absent_ok=True):
-        instance = self.compute.get_instance(resource.id)
-        if instance is None:
-            if not absent_ok:
-                raise base.NotFound('%s does not exist.' % self.label(resource.id, self.zone))
-            return base.Power(None)
-        return base.Power(base.RUNNING if instance.status in RUNNING_STATES else base.STOPPED)
+    def native_running(self, native):
+        return native.status in RUNNING_STATES
 
     def addresses(self, resource):
         instance = self.compute.get_instance(resource.id)
@@ -430,21 +372,11 @@ class GcpProvider(base.Provider):
             if LABEL_OURS not in labels:
                 continue
             keys = sorted(labels)
-            out.append({'id': instance.name, 'location': self.zone, 'kind': KIND, 'name': instance.name,
-                        'status': instance.status.lower(), 'lock': None, 'pool': labels.get(LABEL_SCOPE),
-                        'tags': keys, 'resource': self._resource(instance)})
+            out.append(cloud.listed(instance.name, self.zone, KIND, instance.name, instance.status.lower(),
+                                    labels.get(LABEL_SCOPE), keys, self._resource(instance)))
         return out
 
-    def in_scope(self, entry, scope, tag=None):
-        return entry.get('pool') == scope or (tag is not None and tag in entry.get('tags', ()))
-
     # -------------------------------------------------------------------------------- acting
-
-    def plan_settings(self, resource, settings):
-        return {}
-
-    def apply_settings(self, resource, changes):
-        return None
 
     def _act(self, action, what, fn, request_type, resource, extra=''):
         request = request_type(project=self.project, zone=self.zone, instance=resource.id,
@@ -452,26 +384,17 @@ class GcpProvider(base.Provider):
         op = self.compute.call(what, fn, acts=True, repeatable=True, request=request)
         return task_handle(action, self.zone, resource.id, op.name)
 
-    def start(self, resource):
-        if self.power(resource, absent_ok=False).running:
-            return None
+    def act_start(self, resource):
         return self._act('start', 'instances.start', self.compute.instances.start_unary,
                          self.compute.types.StartInstanceRequest, resource, str(time.time()))
 
-    def shutdown(self, resource, timeout):
-        if not self.power(resource).running:
-            return None
+    def act_shutdown(self, resource):
         return self._act('stop', 'instances.stop', self.compute.instances.stop_unary,
                          self.compute.types.StopInstanceRequest, resource, str(time.time()))
 
-    def stop(self, resource):
-        return self.shutdown(resource, 0)
-
-    def is_image(self, resource):
-        return False
-
-    def make_image(self, resource):
-        raise base.InvalidRequest('Template builds are for Proxmox VE; on GCP give an image.')
+    def act_stop(self, resource):
+        # Compute Engine has one stop; it is as graceful as the guest lets it be.
+        return self.act_shutdown(resource)
 
     def delete_blocker(self, resource, source=None):
         native = resource.native or {}
@@ -488,9 +411,6 @@ class GcpProvider(base.Provider):
         # for the GET 404 either way.
         return self._act('delete', 'instances.delete', self.compute.instances.delete_unary,
                          self.compute.types.DeleteInstanceRequest, resource, uuid.uuid4().hex)
-
-    def deleted_since(self, resource_id, location, since):
-        return False
 
     # ------------------------------------------------------------------------ the guest's guard
 
@@ -575,32 +495,10 @@ class GcpProvider(base.Provider):
             return 'running'
         return '%s is %s after its %s operation.' % (self.label(name, zone), instance.status, action)
 
-    def wait(self, handle, timeout):
+    def task_look(self, handle):
+        return self._verdict(handle), None
+
+    def task_timeout(self, handle, seconds, detail):
         action, zone, name, op_name, at = parse_handle(handle)
-        deadline = time.monotonic() + timeout
-        delay = 0.3
-        while True:
-            verdict = self._verdict(handle)
-            if verdict == 'done':
-                return TaskResult(handle)
-            if verdict != 'running':
-                err = base.TaskFailed(verdict)
-                err.task_id = handle
-                err.log_tail = [verdict]
-                raise err
-            if time.monotonic() + delay > deadline:
-                err = base.TaskTimeout('The %s of %s is not finished after %d s (operation %s); it goes on in Compute '
-                                       'Engine.' % (action, self.label(name, zone), timeout, op_name or '-'))
-                err.task_id = handle
-                raise err
-            self.sleep(delay)
-            delay = min(delay * 1.5, 3.0)
-
-    def task_status(self, handle):
-        verdict = self._verdict(handle)
-        if verdict == 'running':
-            return TaskResult(handle, status='running', exitstatus=None)
-        return TaskResult(handle, exitstatus='OK' if verdict == 'done' else verdict)
-
-    def close(self):
-        pass
+        return ('The %s of %s is not finished after %d s (operation %s); it goes on in Compute Engine.'
+                % (action, self.label(name, zone), seconds, op_name or '-'))

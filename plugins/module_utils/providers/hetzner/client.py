@@ -20,7 +20,6 @@ refused. Reads are retried on every transient answer.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import os
 import random
 import time
 
@@ -75,15 +74,6 @@ HINTS = {
 
 class IncompleteListing(base.Transient):
     """A paginated read that could not be finished: it confirms nothing, absence least of all."""
-
-
-def option(params, name, env=None, environ=None):
-    """``params[name]``, else the environment variable ``env`` when set, else None."""
-    environ = os.environ if environ is None else environ
-    value = params.get(name)
-    if value in (None, '') and env:
-        value = environ.get(env) or None
-    return value
 
 
 def api_point(method, path):

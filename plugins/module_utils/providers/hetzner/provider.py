@@ -21,18 +21,17 @@ handles name what was asked, the server, the action and the owned SSH key
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import hashlib
 import re
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import cloud
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.client import (
     ENDPOINT_ENV,
     TOKEN_ENV,
     HCloud,
-    option,
 )
 
 NAME = 'hetzner'
@@ -76,9 +75,8 @@ def check_label(key, value, what='label'):
                                   % (what, key, text))
 
 
-def name_number(name):
-    """The number an ownership marker binds for a server name (markers bind a resource's number)."""
-    return 1000000000 + int(hashlib.sha256(name.encode('utf-8')).hexdigest()[:12], 16) % 9000000000
+# The number an ownership marker binds for a server name.
+name_number = cloud.bound_number
 
 
 def task_handle(what, server_id, action_id=0, key_id=0, at=None):
@@ -117,18 +115,7 @@ def marker_text(labels):
     return ' '.join(words)
 
 
-class TaskResult:
-    """What a finished Hetzner action looks like to the flows (as a Proxmox task result does)."""
-
-    def __init__(self, handle, status='stopped', exitstatus='OK', log_tail=()):
-        self.upid = handle
-        self.status = status
-        self.exitstatus = exitstatus
-        self.succeeded = exitstatus == 'OK'
-        self.warnings = 0
-        self.warning_lines = []
-        self.log_tail = list(log_tail)
-        self.elapsed = 0.0
+TaskResult = cloud.TaskResult
 
 
 def launch_options(params):
@@ -142,10 +129,14 @@ def launch_options(params):
     }
 
 
-class HetznerProvider(base.Provider):
+class HetznerProvider(cloud.CloudProvider):
     """The provider seam over one Hetzner Cloud project (``api``: an :class:`HCloud`)."""
 
     name = NAME
+    kind = KIND
+    noun = 'server'
+    candidate_noun = 'A Hetzner server name'
+    image_hint = 'on Hetzner Cloud give an image'
     # Server ids are never given to a second server.
     unique_ids = True
     # A 404 does not complete a deletion whose action is known: wait() on the recorded handle does.
@@ -162,8 +153,8 @@ class HetznerProvider(base.Provider):
 
     @classmethod
     def from_params(cls, params, secret=None, environ=None):
-        api = HCloud(option(params, 'hetzner_token', TOKEN_ENV, environ),
-                     option(params, 'hetzner_endpoint', ENDPOINT_ENV, environ),
+        api = HCloud(cloud.option(params, 'hetzner_token', TOKEN_ENV, environ),
+                     cloud.option(params, 'hetzner_endpoint', ENDPOINT_ENV, environ),
                      request_timeout=params.get('hetzner_request_timeout') or 10)
         return cls(api, secret, params.get('hetzner_location') or 'fsn1', launch_options(params),
                    params.get('hetzner_action_timeout') or DEFAULT_ACTION_TIMEOUT)
@@ -175,39 +166,11 @@ class HetznerProvider(base.Provider):
     def serves(api):
         return isinstance(api, HCloud)
 
-    # ------------------------------------------------------------------- identity and wording
-
-    @classmethod
-    def label(cls, resource_id, location=None):
-        return 'server %s' % resource_id + (' in %s' % location if location else '')
-
-    @classmethod
-    def resource_key(cls, resource_id, location=None):
-        key = '%s/%s' % (KIND, resource_id)
-        return key if location is None else '%s@%s' % (key, location)
-
-    @classmethod
-    def parse_resource_key(cls, key):
-        try:
-            kind, rest = key.split('/', 1)
-            server, location = rest.split('@', 1)
-        except (AttributeError, ValueError):
-            return None, None
-        return (server, location) if kind == KIND else (None, None)
-
     # ------------------------------------------------------------------- ownership
 
-    def marker(self, workspace, resource_id, nonce=None):
-        """The marker of a server named ``resource_id`` (the candidate)."""
-        return ownership.render(self.secret, self.controller, workspace, name_number(resource_id),
-                                nonce or ownership.new_nonce())
-
-    def verify(self, resource, workspace=None, nonce=ownership.ANY):
-        if resource is None:
-            return ownership.ABSENT
-        name = (resource.native or {}).get('name')
-        bound = name_number(name) if name else -1
-        return ownership.verdict(resource.marker_text, self.secret, self.controller, workspace, bound, nonce)
+    def bound_id(self, resource):
+        """The server's name (the candidate the marker binds)."""
+        return (resource.native or {}).get('name')
 
     # ------------------------------------------------------------------- the lease
 
@@ -278,26 +241,12 @@ class HetznerProvider(base.Provider):
     def resolve_source(self, source):
         return str(source).strip() if source is not None else source
 
-    def launch_options(self):
-        return dict(self.launch)
-
-    def check_storage(self, location, storage):
-        return None
-
-    def candidate(self, avoid=(), sleep=None):
-        raise base.InvalidRequest('A Hetzner server name is derived from its workspace: use candidate_for.')
-
     def candidate_for(self, workspace, stamp, avoid=(), sleep=None):
         """The server name of ``workspace``'s record made at ``stamp``: the same for every rerun, another one for
         every name in ``avoid``. InvalidRequest when the workspace name does not fit a label value."""
         check_label(L_WORKSPACE, workspace, 'workspace name as the label')
         stem = re.sub(r'[^a-z0-9-]+', '-', workspace.lower()).strip('-')[:30] or 'ws'
-        for n in range(len(avoid), len(avoid) + 100):
-            digest = hashlib.sha256(('%s\n%s\n%d' % (workspace, stamp, n)).encode('utf-8')).hexdigest()[:12]
-            name = 'eph-%s-%s' % (stem, digest)
-            if name not in avoid:
-                return name
-        raise base.Conflict('No free server name for %s.' % workspace)
+        return cloud.derived_candidate(workspace, stamp, avoid, 'eph-%s-' % stem, 12, 'server name')
 
     @staticmethod
     def owned_key_name(server_name):
@@ -421,17 +370,11 @@ class HetznerProvider(base.Provider):
         server = self._server(resource_id)
         return None if server is None else self._resource(server)
 
-    def find_listed(self, entry):
-        listed = entry.get('resource')
-        return listed if listed is not None else self.find(entry['id'], entry['location'])
+    def native(self, resource_id):
+        return self._server(resource_id)
 
-    def power(self, resource, absent_ok=True):
-        server = self._server(resource.id)
-        if server is None:
-            if not absent_ok:
-                raise base.NotFound('%s does not exist.' % self.label(resource.id))
-            return base.Power(None)
-        return base.Power(base.RUNNING if server.get('status') in RUNNING_STATES else base.STOPPED)
+    def native_running(self, native):
+        return native.get('status') in RUNNING_STATES
 
     def addresses(self, resource):
         server = self._server(resource.id)
@@ -449,21 +392,11 @@ class HetznerProvider(base.Provider):
             if any(k.startswith(LABEL_PREFIX) for k in keys):
                 keys.append('ephemera')
             resource = self._resource(server)
-            out.append({'id': str(server['id']), 'location': resource.location, 'kind': KIND,
-                        'name': server.get('name'), 'status': server.get('status'), 'lock': None,
-                        'pool': labels.get(L_SCOPE), 'tags': keys, 'resource': resource})
+            out.append(cloud.listed(str(server['id']), resource.location, KIND, server.get('name'),
+                                    server.get('status'), labels.get(L_SCOPE), keys, resource))
         return out
 
-    def in_scope(self, entry, scope, tag=None):
-        return entry.get('pool') == scope or (tag is not None and tag in entry.get('tags', ()))
-
     # -------------------------------------------------------------------------------- acting
-
-    def plan_settings(self, resource, settings):
-        return {}
-
-    def apply_settings(self, resource, changes):
-        return None
 
     def _action(self, what, resource, command):
         answer = self.api.call('POST', '/servers/%s/actions/%s' % (resource.id, command), acts=True)
@@ -473,26 +406,14 @@ class HetznerProvider(base.Provider):
                                       'before repeating it.' % (resource.id, command))
         return task_handle(what, resource.id, action['id'])
 
-    def start(self, resource):
-        if self.power(resource, absent_ok=False).running:
-            return None
+    def act_start(self, resource):
         return self._action('start', resource, 'poweron')
 
-    def shutdown(self, resource, timeout):
-        if not self.power(resource).running:
-            return None
+    def act_shutdown(self, resource):
         return self._action('stop', resource, 'shutdown')
 
-    def stop(self, resource):
-        if not self.power(resource).running:
-            return None
+    def act_stop(self, resource):
         return self._action('stop', resource, 'poweroff')
-
-    def is_image(self, resource):
-        return False
-
-    def make_image(self, resource):
-        raise base.InvalidRequest('Template builds are for Proxmox VE; on Hetzner Cloud give an image.')
 
     def delete_blocker(self, resource, source=None):
         if ((resource.native or {}).get('protection') or {}).get('delete'):
@@ -517,9 +438,6 @@ class HetznerProvider(base.Provider):
             raise base.UnknownOutcome('DELETE /servers/%s answered without a well-formed action (%r); the deletion may '
                                       'run: look at the server before repeating it.' % (resource.id, action))
         return task_handle('delete', resource.id, action['id'], key_id)
-
-    def deleted_since(self, resource_id, location, since):
-        return False
 
     # --------------------------------------------------------------------------------- tasks
 
@@ -562,35 +480,14 @@ class HetznerProvider(base.Provider):
             except base.NotFound:
                 pass
 
-    def wait(self, handle, timeout):
+    def task_look(self, handle):
+        return self._look(handle), None
+
+    def task_seconds(self, timeout):
+        return min(timeout, self.action_timeout) if timeout else self.action_timeout
+
+    def task_timeout(self, handle, seconds, detail):
         what, server_id, action_id, key_id, at = parse_handle(handle)
-        bound = min(timeout, self.action_timeout) if timeout else self.action_timeout
-        deadline = time.monotonic() + bound
-        delay = 0.3
-        while True:
-            verdict = self._look(handle)
-            if verdict == 'done':
-                return TaskResult(handle)
-            if verdict != 'running':
-                err = base.TaskFailed(verdict)
-                err.task_id = handle
-                err.log_tail = [verdict]
-                raise err
-            if time.monotonic() + delay > deadline:
-                err = base.TaskTimeout('%s: the %s is not confirmed after %d s (action %s%s). It may still finish; '
-                                       'the next run looks again.'
-                                       % (self.label(server_id), what, bound, action_id or 'unknown',
-                                          ', and the server must answer 404' if what == 'delete' else ''))
-                err.task_id = handle
-                raise err
-            self.sleep(delay)
-            delay = min(delay * 1.5, 3.0)
-
-    def task_status(self, handle):
-        verdict = self._look(handle)
-        if verdict == 'running':
-            return TaskResult(handle, status='running', exitstatus=None)
-        return TaskResult(handle, exitstatus='OK' if verdict == 'done' else verdict)
-
-    def close(self):
-        pass
+        return ('%s: the %s is not confirmed after %d s (action %s%s). It may still finish; the next run looks again.'
+                % (self.label(server_id), what, seconds, action_id or 'unknown',
+                   ', and the server must answer 404' if what == 'delete' else ''))

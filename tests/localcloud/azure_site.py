@@ -2,7 +2,6 @@
 (azure_guests.py), its credentials and what cloud.json says of it (the `azure` key), and its control operations
 (CloudSite.op_azure dispatches to the op_* methods here)."""
 
-import json
 import os
 import secrets
 import uuid
@@ -11,34 +10,26 @@ from tests.localpve import pki
 
 from .azure import SCOPE, AzureFake
 from .azure_guests import AzureGuests
-from .config import CloudError
+from .machines import CloudPart
 
 SECRETS_FILE = 'azure-secrets.json'
 
 
-class AzurePart(object):
+class AzurePart(CloudPart):
     """Started and stopped by CloudSite; ticked with the fleet."""
 
+    title = 'Azure'
+    bad_arguments = (TypeError,)
+    secrets_file = SECRETS_FILE
+
     def __init__(self, site):
-        self.site = site
-        self.fake = None
-        self.guests = None
+        super().__init__(site)
         self.secrets = None
-        self.info = None
 
     def _secrets(self):
-        path = os.path.join(self.site.options.state_dir, SECRETS_FILE)
-        data = {}
-        if os.path.exists(path):
-            with open(path, encoding='utf-8') as fh:
-                data = json.load(fh)
-        fresh = {'azure_client_id': str(uuid.uuid4()), 'azure_client_secret': secrets.token_urlsafe(30),
-                 'azure_foreign_client_id': str(uuid.uuid4()),
-                 'azure_foreign_client_secret': secrets.token_urlsafe(30)}
-        if any(k not in data for k in fresh):
-            data = dict(fresh, **data)
-            pki.write_private(path, json.dumps(data, indent=2).encode())
-        return data
+        return self.stored_secrets({'azure_client_id': str(uuid.uuid4()), 'azure_client_secret': secrets.token_urlsafe(30),
+                                    'azure_foreign_client_id': str(uuid.uuid4()),
+                                    'azure_foreign_client_secret': secrets.token_urlsafe(30)})
 
     async def start(self, public_key):
         opts = self.site.options
@@ -61,26 +52,7 @@ class AzurePart(object):
             'poll_secs': self.fake.poll_secs, 'seed': seed}
         return self.info
 
-    async def tick(self):
-        if self.guests is not None:
-            await self.guests.reconcile()
-
-    async def stop(self):
-        if self.guests is not None:
-            await self.guests.stop_all()
-        if self.fake is not None:
-            await self.fake.stop()
-
     # ------------------------------------------------------------ operations (control API: op azure)
-
-    def op(self, action, arguments):
-        method = getattr(self, 'op_' + str(action).replace('-', '_'), None)
-        if method is None or self.fake is None:
-            raise CloudError('unknown Azure operation {0!r}'.format(action))
-        try:
-            return method(**(arguments or {}))
-        except TypeError as exc:
-            raise CloudError('bad arguments for Azure operation {0}: {1}'.format(action, exc)) from None
 
     def op_resources(self):
         guests = self.guests.view() if self.guests is not None else {}

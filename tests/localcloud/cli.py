@@ -3,26 +3,15 @@
 import argparse
 import json
 import shlex
-import sys
 import time
+
+from tests.localpve.cli import _times, command_parser, print_down, run_command, running_info
 
 from . import azure_cli, process
 from .config import CloudError, Options, load_info, state_dir
 from .control import CloudClient
 
 UP_DEFAULTS = Options()
-
-
-def _times(text):
-    if str(text).lower() in ('always', 'all'):
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("a whole number or 'always', not {0!r}".format(text)) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError('must be at least 1')
-    return value
 
 
 def _tag(text):
@@ -90,14 +79,8 @@ def cmd_up(args):
 
 
 def cmd_status(args):
-    try:
-        info = load_info(args.state_dir)
-    except CloudError as exc:
-        print('localcloud: not running: {0}'.format(exc))
-        return 3
-    if not process.running_pid(info):
-        print('localcloud: not running (pid {0} is gone; its state is in {1}; run down to clean up)'.format(
-            info.get('pid'), info.get('state_dir')))
+    info = running_info('localcloud', args.state_dir, load_info, CloudError, process.running_pid)
+    if info is None:
         return 3
     status = CloudClient(info).status()
     if args.json:
@@ -135,14 +118,7 @@ def cmd_env(args):
 
 
 def cmd_down(args):
-    report = process.down(state_dir(args.state_dir))
-    if report['stopped']:
-        print('localcloud: stopped pid {0}; nothing of it is listening'.format(report['stopped']))
-    else:
-        print('localcloud: was not running')
-    if report['killed']:
-        print('  killed leftover processes: {0}'.format(', '.join(str(p) for p in report['killed'])))
-    return 0
+    return print_down('localcloud', process.down(state_dir(args.state_dir)))
 
 
 def cmd_serve(args):
@@ -255,37 +231,18 @@ def _fault_parsers(sub, common):
     fault.set_defaults(func=cmd_fault)
 
 
-def parser():
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument('--state-dir', default=argparse.SUPPRESS,
-                        help='state directory (default: $LOCALCLOUD_STATE_DIR, else .localcloud/ in the repository)')
-    top = argparse.ArgumentParser(prog='python -m tests.localcloud', parents=[common],
-                                  description='The local try-out cloud: moto, a fault proxy, real SSH guests.')
-    sub = top.add_subparsers(dest='command', metavar='up|status|env|fault|down', required=True)
-    upper = sub.add_parser('up', parents=[common], help='start the cloud in the background')
-    _cloud_options(upper)
-    upper.add_argument('--json', action='store_true', help='print cloud.json')
-    upper.set_defaults(func=cmd_up)
-    status = sub.add_parser('status', parents=[common], help='is it running; instances and faults')
-    status.add_argument('--json', action='store_true')
-    status.set_defaults(func=cmd_status)
+def _more_parsers(sub, common):
     sub.add_parser('env', parents=[common], help="print the AWS_* variables of our side (eval \"$(...)\")") \
         .set_defaults(func=cmd_env)
     _fault_parsers(sub, common)
-    sub.add_parser('down', parents=[common], help='stop it and everything it started').set_defaults(func=cmd_down)
-    serve = sub.add_parser('serve', parents=[common])
-    _cloud_options(serve)
-    serve.add_argument('--ready-fd', type=int)
-    serve.set_defaults(func=cmd_serve)
-    return top
+
+
+def parser():
+    return command_parser(
+        'python -m tests.localcloud', '$LOCALCLOUD_STATE_DIR, else .localcloud/',
+        'The local try-out cloud: moto, a fault proxy, real SSH guests.', 'up|status|env|fault|down', 'cloud',
+        _cloud_options, (cmd_up, 'instances and faults', cmd_status, cmd_down, cmd_serve), _more_parsers)
 
 
 def main(argv=None):
-    args = parser().parse_args(argv)
-    if not hasattr(args, 'state_dir'):
-        args.state_dir = None
-    try:
-        return args.func(args)
-    except CloudError as exc:
-        print('localcloud: error: {0}'.format(exc), file=sys.stderr)
-        return 1
+    return run_command(parser(), argv, 'localcloud', CloudError)

@@ -2,11 +2,18 @@
 
 import dataclasses
 import getpass
-import json
 import os
 import re
 
-from tests.localpve.config import ClusterError, loopback_address, parse_range
+from tests.localpve.config import (
+    ClusterError,
+    _port as pve_port,
+    check_sshd,
+    guest_ssh_port,
+    loopback_address,
+    parse_range,
+    read_info,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STATE_ENV = 'LOCALCLOUD_STATE_DIR'
@@ -28,26 +35,11 @@ def state_dir(value=None):
 
 def load_info(directory=None):
     """The cloud.json of a running cloud (a dict), or CloudError if there is none."""
-    path = os.path.join(state_dir(directory), INFO_FILE)
-    try:
-        with open(path, encoding='utf-8') as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise CloudError('no cloud is running with state in {0} (no {1}); start one with: '
-                         'python -m tests.localcloud up'.format(os.path.dirname(path), INFO_FILE)) from None
-    except ValueError as exc:
-        raise CloudError('{0} is not valid JSON ({1}); stop the cloud with down and start it again'.format(
-            path, exc)) from None
+    return read_info(state_dir(directory), INFO_FILE, 'cloud', 'tests.localcloud', CloudError)
 
 
 def _port(value, what):
-    try:
-        port = int(value)
-    except (TypeError, ValueError):
-        raise CloudError('{0} {1!r} is not a port number'.format(what, value)) from None
-    if not 0 <= port <= 65535:
-        raise CloudError('{0} {1} is not a port number (0-65535; 0 lets the system choose)'.format(what, port))
-    return port
+    return pve_port(value, what, CloudError)
 
 
 def _seconds(value, what):
@@ -112,14 +104,8 @@ class Options:
         if int(private[0]) <= int(public[1]) and int(public[0]) <= int(private[1]):
             raise CloudError('the private range {0} and the public range {1} overlap: every address belongs to one '
                              'instance field only'.format(self.guest_range, self.public_range))
-        if self.ssh_port is None:
-            self.ssh_port = 22 if os.geteuid() == 0 else 2222
-        self.ssh_port = _port(self.ssh_port, 'SSH port')
-        if not self.ssh_port:
-            raise CloudError('guests need a fixed SSH port, not 0')
-        if not (os.path.isfile(self.sshd) and os.access(self.sshd, os.X_OK)):
-            raise CloudError('sshd not found at {0}: install Debian\'s openssh-server '
-                             '(apt-get install -y openssh-server) or pass --sshd PATH'.format(self.sshd))
+        self.ssh_port = guest_ssh_port(self.ssh_port, CloudError)
+        check_sshd(self.sshd, CloudError)
         self.boot_secs = _seconds(self.boot_secs, 'boot seconds')
         self.stop_secs = _seconds(self.stop_secs, 'stop seconds')
         self.shutdown_secs = _seconds(self.shutdown_secs, 'shutdown seconds')

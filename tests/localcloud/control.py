@@ -5,11 +5,7 @@ CloudApi is the one list of operations; CloudClient sends them to a cloud proces
 cluster's ControlServer.
 """
 
-import json
-import urllib.error
-import urllib.request
-
-from tests.localpve.control import TOKEN_HEADER
+from tests.localpve.control import OpClient
 
 from .config import CloudError, load_info
 
@@ -117,37 +113,17 @@ class CloudApi(object):
         return self._op('gcp', action=what, arguments=arguments)
 
 
-class CloudClient(CloudApi):
-    """The operations of a cloud that runs as its own process (started with `up`).
+class CloudClient(OpClient, CloudApi):
+    """The operations of a cloud that runs as its own process (started with `up`), sent as the try-out cluster's
+    ControlClient sends its own.
 
     CloudClient(info) with the dict of cloud.json, or CloudClient(state_dir=...) to read it.
     """
 
-    def __init__(self, info=None, state_dir=None, timeout=60):
-        self.info = info if info is not None else load_info(state_dir)
-        self.url = self.info['control']['url']
-        self.token = self.info['control']['token']
-        self.timeout = timeout
-
-    def _op(self, name, **arguments):
-        request = urllib.request.Request(self.url + '/op/' + name, data=json.dumps(arguments).encode(),
-                                         headers={'Content-Type': 'application/json', TOKEN_HEADER: self.token})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as resp:
-                answer = json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            try:
-                answer = json.loads(exc.read())
-            except ValueError:
-                answer = {'error': 'HTTP {0}'.format(exc.code)}
-            raise CloudError(answer.get('error') or 'HTTP {0}'.format(exc.code)) from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            raise CloudError('the cloud does not answer at {0} ({1}); is it running? '
-                             'python -m tests.localcloud status'.format(self.url, exc)) from None
-        return answer['result']
-
-    def shutdown(self):
-        return self._op('shutdown')
+    noun = 'cloud'
+    module = 'tests.localcloud'
+    error = CloudError
+    read_info = staticmethod(load_info)
 
     # Clients of this cloud (boto3 is imported when one is made).
     def ec2(self, **options):

@@ -5,6 +5,7 @@
 localcloud      one cloud process per test module (a CloudClient; .info is its cloud.json); every fault is
                 cleared after each test
 cloud_process   the context manager behind it: with cloud_process(directory, **options) as cloud: ...
+hetzner_fake    the Hetzner Cloud fake alone, on an event loop of its own (no guests): with hetzner_fake(...) as fake
 """
 
 import contextlib
@@ -17,6 +18,24 @@ from tests.localpve.cluster import pick_host
 from .config import Options
 from .control import CloudClient
 from .process import down, up
+
+
+@contextlib.contextmanager
+def hetzner_fake(token, address_range, name='hetzner-fake', **timing):
+    """The Hetzner Cloud fake (token ``token``, server addresses from ``address_range``, ``timing``: boot_secs,
+    delete_secs) serving on an event loop of its own; stopped on leaving."""
+    from tests.localpve.addresses import AddressPool  # pylint: disable=import-outside-toplevel
+    from tests.localpve.cluster import LoopThread  # pylint: disable=import-outside-toplevel
+
+    from .hetzner import HetznerCloud  # pylint: disable=import-outside-toplevel
+    loop = LoopThread(name)
+    fake = HetznerCloud(token, AddressPool(address_range), **timing)
+    loop.call(fake.start())
+    try:
+        yield fake
+    finally:
+        loop.call(fake.stop())
+        loop.close()
 
 
 @contextlib.contextmanager

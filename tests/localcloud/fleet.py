@@ -11,7 +11,6 @@ its private and its public loopback address, with its files under <state>/guests
 
 import base64
 import logging
-import os
 import shutil
 import time
 
@@ -21,6 +20,7 @@ from tests.localpve import guests as pve_guests
 from tests.localpve.addresses import AddressPool
 
 from .config import CloudError
+from .machines import MachineGuests
 
 LOG = logging.getLogger('localcloud.fleet')
 TIMING_KEYS = ('boot_secs', 'stop_secs', 'shutdown_secs')
@@ -120,8 +120,10 @@ class Instance(object):
                 'timing': dict(self.timing)}
 
 
-class Fleet(pve_guests.GuestManager):
+class Fleet(MachineGuests):
     """The instances and their guests. refresh() follows moto; reconcile() makes the guests match."""
+
+    honours_faults = True
 
     def __init__(self, site):
         super().__init__(site)
@@ -269,50 +271,22 @@ class Fleet(pve_guests.GuestManager):
         self.refresh(now)
         for instance in list(self.instances.values()):
             if instance.state != 'terminated' and instance.id not in self.rooted:
-                self._make_instance_root(instance)
+                # Root's authorized keys: the key pair's public key and the ssh_authorized_keys of its user data.
+                self.make_keyed_root(instance.id, instance.keys)
             guest = self.guests.setdefault(instance.id, pve_guests.Guest(instance.id))
             running = instance.state == 'running' and instance.private is not None
             if running and self.boots.get(instance.id) != instance.since:
+                # A new start (its own boot): nothing of the last one survives.
                 if guest.proc is not None:
                     await self._stop(guest, everything=True)
                 self.boots[instance.id] = instance.since
                 self._boot(guest, now)
-            if guest.proc is not None and guest.proc.poll() is not None:
-                guest.error = 'sshd exited with {0}'.format(guest.proc.returncode)
-                await self._stop(guest)
-                guest.state = 'failed'
-            if not running:
-                if guest.proc is not None:
-                    # Stopping or terminating ends the guest and everything it runs.
-                    await self._stop(guest, everything=True)
-                guest.state, guest.address = 'stopped', None
-                self.boots.pop(instance.id, None)
-                if instance.state == 'terminated' and instance.id in self.rooted:
-                    self._destroy_instance(instance)
-                continue
-            if guest.proc is None and guest.state != 'failed':
-                guest.address = instance.private
-                if guest.suppressed:
-                    guest.state = 'suppressed'
-                elif now < guest.refuse_until:
-                    guest.state = 'refusing'
-                else:
-                    await self._start(guest, instance.private)
+            # Stopping or terminating ends the guest and everything it runs.
+            await self.follow(instance.id, running, instance.private, now)
+            if not running and instance.state == 'terminated' and instance.id in self.rooted:
+                self._destroy_instance(instance)
         self._drop_sessions(now)
         self._write_known_hosts()
-
-    def _make_instance_root(self, instance):
-        """A new instance's files: /workspace, and root's authorized keys (the key pair's public key and the
-        ssh_authorized_keys of its cloud-config user data)."""
-        root = self.root(instance.id)
-        shutil.rmtree(self.guest_dir(instance.id), ignore_errors=True)
-        os.makedirs(os.path.join(root, 'workspace'))
-        keys = self.authorized_keys(instance.id)
-        os.makedirs(os.path.dirname(keys), mode=0o700)
-        with open(keys, 'w', encoding='utf-8') as out:
-            out.writelines(k + '\n' for k in instance.keys)
-        os.chmod(keys, 0o600)
-        self.rooted.add(instance.id)
 
     def _destroy_instance(self, instance):
         """A terminated instance: its root volume is deleted (its files go), its addresses are released."""
@@ -324,27 +298,13 @@ class Fleet(pve_guests.GuestManager):
         self.guests.pop(instance.id, None)
         LOG.info('instance %s terminated: its files are removed', instance.id)
 
-    def _argv(self, vmid, address, host_key, log):
-        argv = super()._argv(vmid, address, host_key, log)
-        instance = self.instances.get(vmid)
-        if instance is not None and instance.public:
-            argv += ['-o', 'ListenAddress=' + instance.public]
-        return argv
+    def public_address(self, key):
+        instance = self.instances.get(key)
+        return instance.public if instance is not None else None
 
-    def _write_known_hosts(self):
-        lines = []
-        for vmid, guest in sorted(self.guests.items()):
-            if guest.proc is None or not guest.host_key:
-                continue
-            instance = self.instances.get(vmid)
-            for address in (instance.private, instance.public) if instance is not None else (guest.address,):
-                if address:
-                    name = address if self.port == 22 else '[{0}]:{1}'.format(address, self.port)
-                    lines.append('{0} {1}\n'.format(name, guest.host_key))
-        if lines != self._known:
-            with open(self.known_hosts, 'w', encoding='utf-8') as out:
-                out.writelines(lines)
-            self._known = lines
+    def host_addresses(self, key, guest):
+        instance = self.instances.get(key)
+        return (instance.private, instance.public) if instance is not None else (guest.address,)
 
     def view(self):
         now = time.monotonic()

@@ -6,9 +6,9 @@ import asyncio
 import socket
 
 from . import gcpschema
-from .config import CloudError
 from .gcp import GcpFake
 from .gcp_guests import PREFIX, GcpGuests
+from .machines import CloudPart, KeyedAddresses
 
 PROJECT = 'ephemera-localcloud'
 ZONE = 'europe-west1-b'
@@ -25,34 +25,17 @@ def free_port(host):
     return port
 
 
-class Addresses(object):
-    """The fleet's public address pool, keyed gce-<instance name> (beside the other clouds' machines)."""
-
-    def __init__(self, pool):
-        self.pool = pool
-
-    def allocate(self, name):
-        return self.pool.allocate(PREFIX + name)
-
-    def release(self, name):
-        self.pool.release(PREFIX + name)
-
-
-class GcpPart(object):
+class GcpPart(CloudPart):
     """Started and stopped by CloudSite; ticked with the fleet."""
 
-    def __init__(self, site):
-        self.site = site
-        self.fake = None
-        self.guests = None
-        self.info = None
+    title = 'GCP'
 
     async def start(self, public_key):
         opts = self.site.options
         loop = asyncio.get_running_loop()
         schema = await loop.run_in_executor(None, gcpschema.load)
         self.fake = GcpFake(project=PROJECT, zone=ZONE, host=opts.host, port=0, schema=schema,
-                            images=(IMAGE,), addresses=Addresses(self.site.fleet.public_pool)).start()
+                            images=(IMAGE,), addresses=KeyedAddresses(self.site.fleet.public_pool, PREFIX)).start()
         self.fake.metadata_port = free_port(opts.host)
         self.guests = GcpGuests(self.site, self.fake)
         self.info = {'endpoint': self.fake.url, 'project': PROJECT, 'zone': ZONE, 'image': IMAGE,
@@ -63,26 +46,7 @@ class GcpPart(object):
                      'metadata_port': self.fake.metadata_port}
         return self.info
 
-    async def tick(self):
-        if self.guests is not None:
-            await self.guests.reconcile()
-
-    async def stop(self):
-        if self.guests is not None:
-            await self.guests.stop_all()
-        if self.fake is not None:
-            self.fake.stop()
-
     # ------------------------------------------------------------ operations (control API: op gcp)
-
-    def op(self, action, arguments):
-        method = getattr(self, 'op_' + str(action).replace('-', '_'), None)
-        if method is None or self.fake is None:
-            raise CloudError('unknown GCP operation {0!r}'.format(action))
-        try:
-            return method(**(arguments or {}))
-        except (TypeError, ValueError) as exc:
-            raise CloudError('bad arguments for GCP operation {0}: {1}'.format(action, exc)) from None
 
     def op_instances(self):
         guests = self.guests.view() if self.guests is not None else {}

@@ -2,57 +2,30 @@
 (hetzner_guests.py), its API token and what cloud.json says of it (the `hetzner` key), and its control operations
 (CloudSite.op_hetzner dispatches to the op_* methods here)."""
 
-import json
 import os
 import secrets
 
-from tests.localpve import pki
-
-from .config import CloudError
 from .hetzner import HetznerCloud
 from .hetzner_guests import PREFIX, HetznerGuests
+from .machines import CloudPart, KeyedAddresses
 
 SECRETS_FILE = 'hetzner-secrets.json'
 SHARED_KEY = 'localcloud'
 
 
-class Addresses(object):
-    """The fleet's public address pool, keyed hz-<server id> (beside the EC2 instances and the Azure VMs)."""
-
-    def __init__(self, pool):
-        self.pool = pool
-
-    def allocate(self, server_id):
-        return self.pool.allocate(PREFIX + str(server_id))
-
-    def release(self, server_id):
-        self.pool.release(PREFIX + str(server_id))
-
-
-class HetznerPart(object):
+class HetznerPart(CloudPart):
     """Started and stopped by CloudSite; ticked with the fleet."""
 
-    def __init__(self, site):
-        self.site = site
-        self.fake = None
-        self.guests = None
-        self.info = None
+    title = 'Hetzner'
+    secrets_file = SECRETS_FILE
 
     def _token(self):
-        path = os.path.join(self.site.options.state_dir, SECRETS_FILE)
-        data = {}
-        if os.path.exists(path):
-            with open(path, encoding='utf-8') as fh:
-                data = json.load(fh)
-        if 'token' not in data:
-            data['token'] = secrets.token_urlsafe(48)
-            pki.write_private(path, json.dumps(data, indent=2).encode())
-        return data['token']
+        return self.stored_secrets({'token': secrets.token_urlsafe(48)})['token']
 
     async def start(self, public_key):
         opts = self.site.options
         token = self._token()
-        self.fake = HetznerCloud(token, Addresses(self.site.fleet.public_pool), boot_secs=opts.boot_secs,
+        self.fake = HetznerCloud(token, KeyedAddresses(self.site.fleet.public_pool, PREFIX), boot_secs=opts.boot_secs,
                                  delete_secs=opts.shutdown_secs, host=opts.host, port=0)
         # A shared key of the project (the cloud's own key pair): the collection never removes it.
         self.fake.ssh_keys[1] = {'id': 1, 'name': SHARED_KEY, 'fingerprint': 'localcloud',
@@ -67,26 +40,7 @@ class HetznerPart(object):
                      'boot_secs': self.fake.boot_secs, 'delete_secs': self.fake.delete_secs}
         return self.info
 
-    async def tick(self):
-        if self.guests is not None:
-            await self.guests.reconcile()
-
-    async def stop(self):
-        if self.guests is not None:
-            await self.guests.stop_all()
-        if self.fake is not None:
-            await self.fake.stop()
-
     # ------------------------------------------------------------ operations (control API: op hetzner)
-
-    def op(self, action, arguments):
-        method = getattr(self, 'op_' + str(action).replace('-', '_'), None)
-        if method is None or self.fake is None:
-            raise CloudError('unknown Hetzner operation {0!r}'.format(action))
-        try:
-            return method(**(arguments or {}))
-        except (TypeError, ValueError) as exc:
-            raise CloudError('bad arguments for Hetzner operation {0}: {1}'.format(action, exc)) from None
 
     def op_servers(self):
         self.fake.tick()

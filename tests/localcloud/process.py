@@ -1,17 +1,12 @@
-"""The cloud as a background process: up (start it and wait until it serves) and down (stop it all)."""
+"""The cloud as a background process: up (start it and wait until it serves) and down (stop it all), the try-out
+cluster's way (tests/localpve/process.py)."""
 
-import ipaddress
 import os
-import signal
-import subprocess
-import sys
 
-from tests.localpve import system
+from tests.localpve import process as pve_process
 from tests.localpve.addresses import AddressPool
-from tests.localpve.guests import stop_leftovers
-from tests.localpve.process import _read_ready
 
-from .config import INFO_FILE, ROOT, CloudError, load_info
+from .config import INFO_FILE, CloudError, load_info
 from .control import CloudClient
 
 UP_TIMEOUT = 60
@@ -21,10 +16,7 @@ MODULE = 'tests.localcloud'
 
 def running_pid(info):
     """The pid of the cloud process info describes, if that process still runs."""
-    pid = info.get('pid')
-    if pid and system.alive(pid) and MODULE in system.cmdline(pid):
-        return pid
-    return None
+    return pve_process.running_pid(info, MODULE)
 
 
 def up(options, timeout=UP_TIMEOUT, scope=None):
@@ -32,40 +24,18 @@ def up(options, timeout=UP_TIMEOUT, scope=None):
 
     On any failure nothing of it is left running and CloudError says why.
     """
-    info_path = os.path.join(options.state_dir, INFO_FILE)
-    if os.path.exists(info_path):
-        try:
-            info = load_info(options.state_dir)
-        except CloudError:
-            info = {}
-        if running_pid(info):
-            raise CloudError('a cloud is already running with state in {0} (pid {1}, endpoint {2}); stop it with '
-                             'down first'.format(options.state_dir, info['pid'], info.get('endpoint_url')))
-        os.unlink(info_path)
+    info = pve_process.already_running(options.state_dir, INFO_FILE, load_info, CloudError, MODULE)
+    if info:
+        raise CloudError('a cloud is already running with state in {0} (pid {1}, endpoint {2}); stop it with '
+                         'down first'.format(options.state_dir, info['pid'], info.get('endpoint_url')))
     os.makedirs(options.state_dir, exist_ok=True)
-    read_end, write_end = os.pipe()
-    log_path = os.path.join(options.state_dir, 'cloud.log')
     extra = ['--scope', scope] if scope else []
-    with open(log_path, 'ab') as log:
-        proc = subprocess.Popen(  # pylint: disable=consider-using-with
-            [sys.executable, '-m', MODULE, 'serve', '--ready-fd', str(write_end)] + options.as_args() + extra,
-            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_end,),
-            start_new_session=True)
-    os.close(write_end)
-    try:
-        message = _read_ready(read_end, timeout)
-    finally:
-        os.close(read_end)
-    if message.get('ok'):
+    error, returncode, log_path = pve_process.start_serving(MODULE, options.state_dir, options.as_args() + extra,
+                                                            'cloud.log', timeout, what='cloud')
+    if error is None:
         return load_info(options.state_dir)
-    try:
-        proc.wait(DOWN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    stop_leftovers(options.state_dir)
-    raise CloudError((message.get('error') or 'the cloud process ended without starting (exit {0})'.format(
-        proc.returncode)).replace('the cluster', 'the cloud') + '; see {0}'.format(log_path))
+    raise CloudError((error or 'the cloud process ended without starting (exit {0})'.format(
+        returncode)).replace('the cluster', 'the cloud') + '; see {0}'.format(log_path))
 
 
 def down(state_dir, timeout=DOWN_TIMEOUT):
@@ -74,32 +44,8 @@ def down(state_dir, timeout=DOWN_TIMEOUT):
     Returns {'stopped': pid or None, 'killed': [pids], 'listening': []}; CloudError if something of it could not
     be stopped.
     """
-    try:
-        info = load_info(state_dir)
-    except CloudError:
-        info = {}
-    report = {'stopped': None, 'killed': [], 'listening': []}
-    pid = running_pid(info)
-    if pid:
-        try:
-            CloudClient(info, timeout=timeout).shutdown()
-        except CloudError:
-            os.kill(pid, signal.SIGTERM)
-        if not system.wait_gone([pid], timeout):
-            os.kill(pid, signal.SIGKILL)
-            system.wait_gone([pid], 5)
-            report['killed'].append(pid)
-        report['stopped'] = pid
-    report['killed'] += stop_leftovers(state_dir)
-    info_path = os.path.join(state_dir, INFO_FILE)
-    if os.path.exists(info_path):
-        os.unlink(info_path)
-    if info:
-        report['listening'] = leftover_listeners(info)
-        if report['listening']:
-            raise CloudError('still listening after down: {0}'.format(
-                ', '.join('{0}:{1}'.format(*s) for s in report['listening'])))
-    return report
+    return pve_process.stop_serving(state_dir, INFO_FILE, load_info, CloudError, CloudClient, leftover_listeners,
+                                    timeout, MODULE)
 
 
 def leftover_listeners(info):
@@ -107,11 +53,4 @@ def leftover_listeners(info):
     pools = [AddressPool(info['address_range']), AddressPool(info['public_range'])]
     own = set((info['host'], int(url.rsplit(':', 1)[1])) for url in (
         info['endpoint_url'], info['moto_url'], info['control']['url']))
-    out = []
-    for address, port in sorted(system.listening()):
-        ip = ipaddress.ip_address(address)
-        guest = ip.version == 4 and port == info['ssh_port'] and any(
-            p.first <= int(ip) <= p.last for p in pools)
-        if (address, port) in own or guest:
-            out.append((address, port))
-    return out
+    return pve_process.listening_on(own, pools, info['ssh_port'])

@@ -32,7 +32,7 @@ import time
 import aiohttp
 from aiohttp import web
 
-from tests.localpve.proxy import HOP_HEADERS, _reset
+from tests.localpve.proxy import HOP_HEADERS, ProxyServer, _count as pve_count, _reset
 
 from . import ec2xml
 from .config import CloudError
@@ -52,13 +52,7 @@ MAX_LISTINGS = 50
 
 
 def _count(value, what, minimum):
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise CloudError('malformed fault rule: {0} must be a whole number, not {1!r}'.format(what, value)) from None
-    if number < minimum:
-        raise CloudError('malformed fault rule: {0} must be at least {1}, not {2}'.format(what, minimum, number))
-    return number
+    return pve_count(value, what, minimum, CloudError)
 
 
 class ProxyRule(object):
@@ -160,67 +154,22 @@ def _fingerprint(fields):
     return hashlib.sha256(repr(kept).encode()).hexdigest()
 
 
-class FaultProxy(object):
-    """The endpoint: plain HTTP on a loopback address, forwarding to moto."""
+class FaultProxy(ProxyServer):
+    """The endpoint: plain HTTP on a loopback address, forwarding to moto (the try-out cluster's proxy server)."""
+
+    rule_class = ProxyRule
+    error = CloudError
+    log = LOG
 
     def __init__(self, upstream, host, port, fleet):
-        self.upstream = upstream
-        self.host = host
-        self.port = port
+        super().__init__(upstream, host, port)
         self.fleet = fleet
-        self.rules = []
-        self._ids = itertools.count(1)
         self._listings = itertools.count(1)
         # listing id -> (the pages rule serving it, the whole answer of its first page: later pages are cut from it).
         self.listings = {}
         # ClientToken -> fingerprint of the RunInstances that used it first.
         self.tokens = {}
-        self.runner = None
-        self.session = None
-        self.closing = None
         self.requests = 0
-
-    @property
-    def url(self):
-        return 'http://{0}:{1}'.format(self.host, self.port)
-
-    async def start(self):
-        self.closing = asyncio.Event()
-        app = web.Application(client_max_size=64 * 1024 ** 2)
-        app.router.add_route('*', '/{tail:.*}', self._handle)
-        self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, self.host, self.port).start()
-        self.port = self.runner.addresses[0][1]
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False)
-
-    async def stop(self):
-        if self.closing is not None:
-            self.closing.set()
-        if self.session is not None:
-            await self.session.close()
-            self.session = None
-        if self.runner is not None:
-            await self.runner.cleanup()
-            self.runner = None
-
-    def add(self, action, operation, **options):
-        rule = ProxyRule(next(self._ids), action, operation, **options)
-        self.rules.append(rule)
-        LOG.info('proxy rule added: %s', rule.view())
-        return rule.view()
-
-    def remove(self, rule_id):
-        before = len(self.rules)
-        self.rules = [r for r in self.rules if r.id != int(rule_id)]
-        if len(self.rules) == before:
-            raise CloudError('no proxy rule {0}'.format(rule_id))
-
-    def clear(self):
-        self.rules = []
-
-    def view(self):
-        return [r.view() for r in self.rules]
 
     # ------------------------------------------------------------ requests
 

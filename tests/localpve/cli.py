@@ -103,15 +103,24 @@ def cmd_up(args):
     return 0
 
 
-def cmd_status(args):
+def running_info(name, directory, load, error, running_pid):
+    """The info of the try-out place (``name`` in messages) whose state is in ``directory`` while its process runs;
+    else None, after saying why it is not running."""
     try:
-        info = load_info(args.state_dir)
-    except ClusterError as exc:
-        print('localpve: not running: {0}'.format(exc))
-        return 3
-    if not process.running_pid(info):
-        print('localpve: not running (pid {0} is gone; its state is in {1}; run down to clean up)'.format(
-            info.get('pid'), info.get('state_dir')))
+        info = load(directory)
+    except error as exc:
+        print('{0}: not running: {1}'.format(name, exc))
+        return None
+    if not running_pid(info):
+        print('{0}: not running (pid {1} is gone; its state is in {2}; run down to clean up)'.format(
+            name, info.get('pid'), info.get('state_dir')))
+        return None
+    return info
+
+
+def cmd_status(args):
+    info = running_info('localpve', args.state_dir, load_info, ClusterError, process.running_pid)
+    if info is None:
         return 3
     status = ControlClient(info).status()
     if args.json:
@@ -145,11 +154,15 @@ def cmd_status(args):
 
 
 def cmd_down(args):
-    report = process.down(state_dir(args.state_dir))
+    return print_down('localpve', process.down(state_dir(args.state_dir)))
+
+
+def print_down(name, report):
+    """Say what down did (``report``: what process.down returns)."""
     if report['stopped']:
-        print('localpve: stopped pid {0}; nothing of it is listening'.format(report['stopped']))
+        print('{0}: stopped pid {1}; nothing of it is listening'.format(name, report['stopped']))
     else:
-        print('localpve: was not running')
+        print('{0}: was not running'.format(name))
     if report['killed']:
         print('  killed leftover processes: {0}'.format(', '.join(str(p) for p in report['killed'])))
     return 0
@@ -304,34 +317,48 @@ def _fault_parsers(sub, common):
 
 
 def parser():
+    return command_parser(
+        'python -m tests.localpve', '$LOCALPVE_STATE_DIR, else .localpve/',
+        'The local try-out cluster: fakepve, real SSH guests, fault injection.', 'up|status|fault|down',
+        'cluster', _cluster_options, (cmd_up, 'guests and faults', cmd_status, cmd_down, cmd_serve), _fault_parsers)
+
+
+def command_parser(prog, state_default, description, metavar, noun, add_options, commands, more):
+    """The command line of a try-out place: up (with ``add_options``), status, what ``more(sub, common)`` adds,
+    down and serve; ``commands``: (up, what status shows, status, down, serve)."""
+    cmd_up_, shows, cmd_status_, cmd_down_, cmd_serve_ = commands
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument('--state-dir', default=argparse.SUPPRESS,
-                        help='state directory (default: $LOCALPVE_STATE_DIR, else .localpve/ in the repository)')
-    top = argparse.ArgumentParser(prog='python -m tests.localpve', parents=[common],
-                                  description='The local try-out cluster: fakepve, real SSH guests, fault injection.')
-    sub = top.add_subparsers(dest='command', metavar='up|status|fault|down', required=True)
-    upper = sub.add_parser('up', parents=[common], help='start the cluster in the background')
-    _cluster_options(upper)
-    upper.add_argument('--json', action='store_true', help='print cluster.json')
-    upper.set_defaults(func=cmd_up)
-    status = sub.add_parser('status', parents=[common], help='is it running; guests and faults')
+                        help='state directory (default: {0} in the repository)'.format(state_default))
+    top = argparse.ArgumentParser(prog=prog, parents=[common], description=description)
+    sub = top.add_subparsers(dest='command', metavar=metavar, required=True)
+    upper = sub.add_parser('up', parents=[common], help='start the {0} in the background'.format(noun))
+    add_options(upper)
+    upper.add_argument('--json', action='store_true', help='print {0}.json'.format(noun))
+    upper.set_defaults(func=cmd_up_)
+    status = sub.add_parser('status', parents=[common], help='is it running; {0}'.format(shows))
     status.add_argument('--json', action='store_true')
-    status.set_defaults(func=cmd_status)
-    _fault_parsers(sub, common)
-    sub.add_parser('down', parents=[common], help='stop it and everything it started').set_defaults(func=cmd_down)
+    status.set_defaults(func=cmd_status_)
+    more(sub, common)
+    sub.add_parser('down', parents=[common], help='stop it and everything it started').set_defaults(func=cmd_down_)
     serve = sub.add_parser('serve', parents=[common])
-    _cluster_options(serve)
+    add_options(serve)
     serve.add_argument('--ready-fd', type=int)
-    serve.set_defaults(func=cmd_serve)
+    serve.set_defaults(func=cmd_serve_)
     return top
 
 
 def main(argv=None):
-    args = parser().parse_args(argv)
+    return run_command(parser(), argv, 'localpve', ClusterError)
+
+
+def run_command(top, argv, name, error):
+    """Run the command ``argv`` names on the command line ``top``; 1, after saying what is wrong, on ``error``."""
+    args = top.parse_args(argv)
     if not hasattr(args, 'state_dir'):
         args.state_dir = None
     try:
         return args.func(args)
-    except ClusterError as exc:
-        print('localpve: error: {0}'.format(exc), file=sys.stderr)
+    except error as exc:
+        print('{0}: error: {1}'.format(name, exc), file=sys.stderr)
         return 1

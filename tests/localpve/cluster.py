@@ -22,18 +22,28 @@ DOWN_TIMEOUT = 20
 
 def serve(options, ready_fd=None):
     """The cluster process: run the Site until SIGTERM, SIGINT or a shutdown request, then stop it all."""
+    return serve_site(lambda on_shutdown: Site(options, on_shutdown=on_shutdown), 'localpve', ready_fd)
+
+
+def serve_site(make_site, name, ready_fd=None, log=LOG, traceback=False):
+    """Run the site ``make_site(on_shutdown)`` makes on an event loop of its own (thread ``name``) until SIGTERM,
+    SIGINT or a shutdown request, then stop it all. Whether it started goes to ``ready_fd`` as a message for `up`;
+    a failed start is logged to ``log`` (with its ``traceback``)."""
     logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s %(levelname)s %(message)s', stream=sys.stderr)
     # One line per API request would bury the harness's own events.
     logging.getLogger('aiohttp.access').setLevel(logging.WARNING)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *args: stopping.set())
     signal.signal(signal.SIGINT, lambda *args: stopping.set())
-    loop = LoopThread('localpve')
-    site = Site(options, on_shutdown=stopping.set)
+    loop = LoopThread(name)
+    site = make_site(stopping.set)
     try:
         loop.call(site.start(), UP_TIMEOUT)
     except Exception as exc:  # noqa: BLE001 - every failure goes back to `up` as a message
-        LOG.error('start failed: %s', exc)
+        if traceback:
+            log.exception('start failed')
+        else:
+            log.error('start failed: %s', exc)
         try:
             loop.call(site.stop(), DOWN_TIMEOUT)
         finally:

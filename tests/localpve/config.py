@@ -30,16 +30,22 @@ def state_dir(value=None):
 
 def load_info(directory=None):
     """The cluster.json of a running cluster (a dict), or ClusterError if there is none."""
-    path = os.path.join(state_dir(directory), INFO_FILE)
+    return read_info(state_dir(directory), INFO_FILE, 'cluster', 'tests.localpve', ClusterError)
+
+
+def read_info(directory, info_file, noun, module, error):
+    """The ``info_file`` in ``directory`` of a running try-out ``noun`` (a dict), or ``error`` saying how to start
+    one (python -m ``module`` up) if there is none."""
+    path = os.path.join(directory, info_file)
     try:
         with open(path, encoding='utf-8') as fh:
             return json.load(fh)
     except FileNotFoundError:
-        raise ClusterError('no cluster is running with state in {0} (no {1}); start one with: '
-                           'python -m tests.localpve up'.format(os.path.dirname(path), INFO_FILE)) from None
+        raise error('no {0} is running with state in {1} (no {2}); start one with: '
+                    'python -m {3} up'.format(noun, os.path.dirname(path), info_file, module)) from None
     except ValueError as exc:
-        raise ClusterError('{0} is not valid JSON ({1}); stop the cluster with down and start it again'.format(
-            path, exc)) from None
+        raise error('{0} is not valid JSON ({1}); stop the {2} with down and start it again'.format(
+            path, exc, noun)) from None
 
 
 def loopback_address(text, what):
@@ -82,14 +88,31 @@ def parse_range(text, exclude=()):
     return first, last, prefix
 
 
-def _port(value, what):
+def _port(value, what, error=ClusterError):
     try:
         port = int(value)
     except (TypeError, ValueError):
-        raise ClusterError('{0} {1!r} is not a port number'.format(what, value)) from None
+        raise error('{0} {1!r} is not a port number'.format(what, value)) from None
     if not 0 <= port <= 65535:
-        raise ClusterError('{0} {1} is not a port number (0-65535; 0 lets the system choose)'.format(what, port))
+        raise error('{0} {1} is not a port number (0-65535; 0 lets the system choose)'.format(what, port))
     return port
+
+
+def guest_ssh_port(value, error=ClusterError):
+    """The guests' sshd port: ``value``, else 22 as root and 2222 otherwise; never 0."""
+    if value is None:
+        value = 22 if os.geteuid() == 0 else 2222
+    port = _port(value, 'SSH port', error)
+    if not port:
+        raise error('guests need a fixed SSH port, not 0')
+    return port
+
+
+def check_sshd(path, error=ClusterError):
+    """``error`` saying what to install unless ``path`` is an sshd that can run."""
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise error('sshd not found at {0}: install Debian\'s openssh-server '
+                    '(apt-get install -y openssh-server) or pass --sshd PATH'.format(path))
 
 
 @dataclasses.dataclass
@@ -161,20 +184,15 @@ class Options:
             base = str(host).rsplit('.', 1)[0]
             self.guest_range = '{0}.10-{0}.250'.format(base)
         parse_range(self.guest_range, exclude=(host,))
-        if self.ssh_port is None:
-            self.ssh_port = 22 if os.geteuid() == 0 else 2222
-        self.ssh_port = _port(self.ssh_port, 'SSH port')
-        if not self.ssh_port:
-            raise ClusterError('guests need a fixed SSH port, not 0')
+        self.ssh_port = guest_ssh_port(self.ssh_port)
         if self.guests not in GUEST_TIERS:
             raise ClusterError("guests must be one of {0}, not {1!r}".format(', '.join(GUEST_TIERS), self.guests))
         if self.guests == 'debian':
             # Imported here: only this tier needs it.
             from .debian import check_host  # pylint: disable=import-outside-toplevel
             check_host()
-        elif not (os.path.isfile(self.sshd) and os.access(self.sshd, os.X_OK)):
-            raise ClusterError('sshd not found at {0}: install Debian\'s openssh-server '
-                               '(apt-get install -y openssh-server) or pass --sshd PATH'.format(self.sshd))
+        else:
+            check_sshd(self.sshd)
         return self
 
     @property

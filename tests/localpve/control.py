@@ -137,14 +137,18 @@ class FaultApi(object):
         return self._op('save')
 
 
-class ControlClient(FaultApi):
-    """The operations of a cluster that runs as its own process (started with `up`).
+class OpClient(object):
+    """Sends operations over HTTP on loopback to the control server of a try-out place that runs as its own
+    process. What differs between the places is data: ``noun`` and ``module`` (for messages), ``error`` (what it
+    raises) and ``read_info`` (how its info file is read)."""
 
-    ControlClient(info) with the dict of cluster.json, or ControlClient(state_dir=...) to read it.
-    """
+    noun = 'cluster'
+    module = 'tests.localpve'
+    error = ClusterError
+    read_info = staticmethod(load_info)
 
     def __init__(self, info=None, state_dir=None, timeout=60):
-        self.info = info if info is not None else load_info(state_dir)
+        self.info = info if info is not None else self.read_info(state_dir)
         self.url = self.info['control']['url']
         self.token = self.info['control']['token']
         self.timeout = timeout
@@ -160,12 +164,19 @@ class ControlClient(FaultApi):
                 answer = json.loads(exc.read())
             except ValueError:
                 answer = {'error': 'HTTP {0}'.format(exc.code)}
-            raise ClusterError(answer.get('error') or 'HTTP {0}'.format(exc.code)) from None
+            raise self.error(answer.get('error') or 'HTTP {0}'.format(exc.code)) from None
         except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            raise ClusterError('the cluster does not answer at {0} ({1}); is it running? '
-                               'python -m tests.localpve status'.format(self.url, exc)) from None
+            raise self.error('the {0} does not answer at {1} ({2}); is it running? '
+                             'python -m {3} status'.format(self.noun, self.url, exc, self.module)) from None
         return answer['result']
 
     def shutdown(self):
-        """Ask the cluster process to stop (down does this, then checks that everything is gone)."""
+        """Ask the process to stop (down does this, then checks that everything is gone)."""
         return self._op('shutdown')
+
+
+class ControlClient(OpClient, FaultApi):
+    """The operations of a cluster that runs as its own process (started with `up`).
+
+    ControlClient(info) with the dict of cluster.json, or ControlClient(state_dir=...) to read it.
+    """

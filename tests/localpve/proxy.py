@@ -39,13 +39,13 @@ def api_path(path):
     return path
 
 
-def _count(value, what, minimum):
+def _count(value, what, minimum, error=ClusterError):
     try:
         number = int(value)
     except (TypeError, ValueError):
-        raise ClusterError('malformed fault rule: {0} must be a whole number, not {1!r}'.format(what, value)) from None
+        raise error('malformed fault rule: {0} must be a whole number, not {1!r}'.format(what, value)) from None
     if number < minimum:
-        raise ClusterError('malformed fault rule: {0} must be at least {1}, not {2}'.format(what, minimum, number))
+        raise error('malformed fault rule: {0} must be at least {1}, not {2}'.format(what, minimum, number))
     return number
 
 
@@ -136,10 +136,15 @@ def _reset(request):
     return web.Response(status=204)
 
 
-class FaultProxy(object):
-    """The proxy: listens with the API's certificate, forwards to the API with the cluster's CA."""
+class ProxyServer(object):
+    """A proxy on a loopback address in front of ``upstream`` with its fault rules (made by ``rule_class``); HTTPS
+    with ``server_ssl``, to an upstream checked with ``client_ssl``. A subclass handles the requests (_handle)."""
 
-    def __init__(self, upstream, host, port, server_ssl, client_ssl):
+    rule_class = None
+    error = ClusterError
+    log = LOG
+
+    def __init__(self, upstream, host, port, server_ssl=None, client_ssl=None):
         self.upstream = upstream
         self.host = host
         self.port = port
@@ -153,7 +158,7 @@ class FaultProxy(object):
 
     @property
     def url(self):
-        return 'https://{0}:{1}'.format(self.host, self.port)
+        return '{0}://{1}:{2}'.format('https' if self.server_ssl else 'http', self.host, self.port)
 
     async def start(self):
         self.closing = asyncio.Event()
@@ -163,8 +168,12 @@ class FaultProxy(object):
         await self.runner.setup()
         await web.TCPSite(self.runner, self.host, self.port, ssl_context=self.server_ssl).start()
         self.port = self.runner.addresses[0][1]
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.client_ssl),
-                                             timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False)
+        connector = {'connector': aiohttp.TCPConnector(ssl=self.client_ssl)} if self.client_ssl else {}
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False,
+                                             **connector)
+
+    async def _handle(self, request):
+        raise NotImplementedError
 
     async def stop(self):
         if self.closing is not None:
@@ -177,23 +186,30 @@ class FaultProxy(object):
             await self.runner.cleanup()
             self.runner = None
 
-    def add(self, action, method, path, **options):
-        rule = ProxyRule(next(self._ids), action, method, path, **options)
+    def add(self, action, *match, **options):
+        """Add a rule of ``action`` for requests that ``match`` (a method and path, an operation); its view."""
+        rule = self.rule_class(next(self._ids), action, *match, **options)
         self.rules.append(rule)
-        LOG.info('proxy rule added: %s', rule.view())
+        self.log.info('proxy rule added: %s', rule.view())
         return rule.view()
 
     def remove(self, rule_id):
         before = len(self.rules)
         self.rules = [r for r in self.rules if r.id != int(rule_id)]
         if len(self.rules) == before:
-            raise ClusterError('no proxy rule {0}'.format(rule_id))
+            raise self.error('no proxy rule {0}'.format(rule_id))
 
     def clear(self):
         self.rules = []
 
     def view(self):
         return [r.view() for r in self.rules]
+
+
+class FaultProxy(ProxyServer):
+    """The proxy: listens with the API's certificate, forwards to the API with the cluster's CA."""
+
+    rule_class = ProxyRule
 
     async def _handle(self, request):
         body = await request.read()

@@ -20,17 +20,9 @@ PUBLIC_KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHetznerFakeKeyForTestsOnly000
 
 @pytest.fixture(scope='module')
 def fake():
-    from tests.localcloud.hetzner import HetznerCloud
-    from tests.localpve.addresses import AddressPool
-    from tests.localpve.cluster import LoopThread
-    loop = LoopThread('hetzner-fake')
-    cloud = HetznerCloud(TOKEN, AddressPool('127.1.99.10-127.1.99.200'), boot_secs=0.3, delete_secs=0.3)
-    loop.call(cloud.start())
-    try:
+    from tests.localcloud.fixtures import hetzner_fake
+    with hetzner_fake(TOKEN, '127.1.99.10-127.1.99.200', boot_secs=0.3, delete_secs=0.3) as cloud:
         yield cloud
-    finally:
-        loop.call(cloud.stop())
-        loop.close()
 
 
 @pytest.fixture
@@ -51,6 +43,12 @@ def allocation(p, workspace, stamp='1'):
     return base.Allocation(name, workspace, 'ubuntu-24.04', 'fsn1', 'agent-' + workspace, 'disposable-workspaces',
                            labels={'state': 'provisioning', 'expires_at': '1900000000', 'keep': 'false',
                                    'created_at': '1800000000'}, nonce=NONCE)
+
+
+def created(p, workspace):
+    """The server of a new allocation for ``workspace``, as found."""
+    a = allocation(p, workspace)
+    return p.find(p.resource_of(a.candidate, p.allocate(a)))
 
 
 def test_registered_and_seam_words():
@@ -179,8 +177,7 @@ def test_unbindable_creation_is_reported_not_deleted(cloud):
 
 def test_404_does_not_complete_a_running_deletion_action(cloud):
     p = provider(cloud)
-    a = allocation(p, 'hidden-ws')
-    resource = p.find(p.resource_of(a.candidate, p.allocate(a)))
+    resource = created(p, 'hidden-ws')
     cloud.add_rule('hide', 'DELETE', '/servers', seconds=2.0)
     handle = p.delete(resource)
     assert p.find(resource.id) is None     # hidden behind 404 while the action runs
@@ -193,8 +190,7 @@ def test_404_does_not_complete_a_running_deletion_action(cloud):
 
 def test_failed_deletion_action_is_a_task_failure_and_the_server_stays(cloud):
     p = provider(cloud)
-    a = allocation(p, 'failing-ws')
-    resource = p.find(p.resource_of(a.candidate, p.allocate(a)))
+    resource = created(p, 'failing-ws')
     cloud.add_rule('fail_delete', 'DELETE', '/servers')
     with pytest.raises(base.TaskFailed, match='failed'):
         p.wait(p.delete(resource), 10)
@@ -206,8 +202,7 @@ def test_failed_deletion_action_is_a_task_failure_and_the_server_stays(cloud):
                                          (500, base.UnknownOutcome), (422, base.UnknownOutcome)])
 def test_delete_rejections_and_uncertain_answers_end_to_end(cloud, status, kind):
     p = provider(cloud)
-    a = allocation(p, 'reject-%d' % status)
-    resource = p.find(p.resource_of(a.candidate, p.allocate(a)))
+    resource = created(p, 'reject-%d' % status)
     cloud.add_rule('error', 'DELETE', '/servers', status=status)
     with pytest.raises(kind) as caught:
         p.delete(resource)
@@ -218,8 +213,7 @@ def test_delete_rejections_and_uncertain_answers_end_to_end(cloud, status, kind)
 
 def test_malformed_delete_action_is_uncertain(cloud):
     p = provider(cloud)
-    a = allocation(p, 'malformed-ws')
-    resource = p.find(p.resource_of(a.candidate, p.allocate(a)))
+    resource = created(p, 'malformed-ws')
     cloud.add_rule('malformed', 'DELETE', '/servers')
     with pytest.raises(base.UnknownOutcome, match='well-formed action'):
         p.delete(resource)

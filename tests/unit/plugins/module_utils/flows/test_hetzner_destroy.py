@@ -27,17 +27,9 @@ def no_sleep(seconds):
 
 @pytest.fixture(scope='module')
 def fake():
-    from tests.localcloud.hetzner import HetznerCloud
-    from tests.localpve.addresses import AddressPool
-    from tests.localpve.cluster import LoopThread
-    loop = LoopThread('hetzner-flow-fake')
-    cloud = HetznerCloud(TOKEN, AddressPool('127.1.98.10-127.1.98.100'), boot_secs=0.2, delete_secs=0.2)
-    loop.call(cloud.start())
-    try:
+    from tests.localcloud.fixtures import hetzner_fake
+    with hetzner_fake(TOKEN, '127.1.98.10-127.1.98.100', 'hetzner-flow-fake', boot_secs=0.2, delete_secs=0.2) as cloud:
         yield cloud
-    finally:
-        loop.call(cloud.stop())
-        loop.close()
 
 
 @pytest.fixture

@@ -1,0 +1,175 @@
+"""What the fake clouds' guests do alike: the try-out cluster's guest machinery (host tier, tests/localpve/guests.py)
+following a fake's machines (EC2 instances, Hetzner servers, Compute Engine instances, Azure VMs) instead of
+containers. A machine's files live under <state>/guests/<key>/root, with root's authorized keys the machine was made
+with; its sshd listens on its addresses while it runs; its known hosts go to a file of the cloud's own.
+"""
+
+import asyncio
+import json
+import os
+import shutil
+
+from tests.localpve import guests as pve_guests
+from tests.localpve import pki
+
+from .config import CloudError
+
+
+class MachineGuests(pve_guests.GuestManager):
+    """Guests of a fake cloud's machines, keyed by a string of the fake's (a prefix and the machine's id)."""
+
+    # The file under <state>/ssh the guests' host keys are written to.
+    known_hosts_name = 'known_hosts'
+    # True: the guests' refuse and never faults (tests/localcloud fault guest ...) act on them.
+    honours_faults = False
+
+    def __init__(self, site, fake=None):
+        super().__init__(site)
+        self.fake = fake
+        self.known_hosts = os.path.join(site.options.state_dir, 'ssh', self.known_hosts_name)
+
+    def make_keyed_root(self, key, keys):
+        """A new machine's files: /workspace, and root's authorized keys (``keys``, public keys)."""
+        root = self.root(key)
+        shutil.rmtree(self.guest_dir(key), ignore_errors=True)
+        os.makedirs(os.path.join(root, 'workspace'))
+        path = self.authorized_keys(key)
+        os.makedirs(os.path.dirname(path), mode=0o700)
+        with open(path, 'w', encoding='utf-8') as out:
+            out.writelines(k + '\n' for k in keys)
+        os.chmod(path, 0o600)
+        self.rooted.add(key)
+
+    async def follow(self, key, running, address, now):
+        """Make the guest of machine ``key`` match it: sshd up on ``address`` while it runs (from its first look
+        as running, a boot), down with everything the guest runs once it does not."""
+        guest = self.guests.setdefault(key, pve_guests.Guest(key))
+        if guest.proc is not None and guest.proc.poll() is not None:
+            guest.error = 'sshd exited with {0}'.format(guest.proc.returncode)
+            await self._stop(guest)
+            guest.state = 'failed'
+        if not running:
+            if guest.proc is not None:
+                await self._stop(guest, everything=True)
+            guest.state, guest.address = 'stopped', None
+            self.boots.pop(key, None)
+            return
+        if self.boots.get(key) is None:
+            self.boots[key] = now
+            self._boot(guest, now)
+        if guest.proc is None and guest.state != 'failed':
+            guest.address = address
+            if self.honours_faults and guest.suppressed:
+                guest.state = 'suppressed'
+            elif self.honours_faults and now < guest.refuse_until:
+                guest.state = 'refusing'
+            else:
+                await self._start(guest, address)
+
+    async def gone(self, key):
+        """The machine is deleted: its guest ends and its files go."""
+        guest = self.guests.pop(key, None)
+        if guest is not None and guest.proc is not None:
+            await self._stop(guest, everything=True)
+        pve_guests.end_guest_processes(self.root(key))
+        shutil.rmtree(self.guest_dir(key), ignore_errors=True)
+        self.rooted.discard(key)
+        self.boots.pop(key, None)
+
+    # ------------------------------------------------------------ addresses
+
+    def public_address(self, key):
+        """The machine's public address where its sshd listens as well (None: only its guest address)."""
+        return None
+
+    def host_addresses(self, key, guest):
+        """The addresses the guest's host key is known at."""
+        return (guest.address,)
+
+    def _argv(self, vmid, address, host_key, log):
+        argv = super()._argv(vmid, address, host_key, log)
+        public = self.public_address(vmid)
+        if public and public != address:
+            argv += ['-o', 'ListenAddress=' + public]
+        return argv
+
+    def _write_known_hosts(self):
+        lines = []
+        for key, guest in sorted(self.guests.items()):
+            if guest.proc is None or not guest.host_key:
+                continue
+            for address in self.host_addresses(key, guest):
+                if address:
+                    name = address if self.port == 22 else '[{0}]:{1}'.format(address, self.port)
+                    lines.append('{0} {1}\n'.format(name, guest.host_key))
+        if lines != self._known:
+            with open(self.known_hosts, 'w', encoding='utf-8') as out:
+                out.writelines(lines)
+            self._known = lines
+
+
+class KeyedAddresses(object):
+    """The fleet's public address pool as one fake sees it: its machines' addresses are keyed ``prefix`` and the
+    fake's own id (beside the EC2 instances and the other fakes' machines)."""
+
+    def __init__(self, pool, prefix):
+        self.pool = pool
+        self.prefix = prefix
+
+    def allocate(self, ident):
+        return self.pool.allocate(self.prefix + str(ident))
+
+    def release(self, ident):
+        self.pool.release(self.prefix + str(ident))
+
+
+class CloudPart(object):
+    """A fake cloud API of the try-out cloud beside moto (its fake, its guests and what cloud.json says of it):
+    started and stopped by CloudSite, ticked with the fleet, and asked its control operations (op_* methods, the
+    control API's op ``title``)."""
+
+    title = None
+    # What a call with bad arguments raises.
+    bad_arguments = (TypeError, ValueError)
+    # The file in the state directory its credentials are kept in (created on the first start).
+    secrets_file = None
+
+    def __init__(self, site):
+        self.site = site
+        self.fake = None
+        self.guests = None
+        self.info = None
+
+    def stored_secrets(self, fresh):
+        """The credentials kept in secrets_file, with the values of ``fresh`` added (and kept) for the ones it does
+        not hold yet."""
+        path = os.path.join(self.site.options.state_dir, self.secrets_file)
+        data = {}
+        if os.path.exists(path):
+            with open(path, encoding='utf-8') as fh:
+                data = json.load(fh)
+        if any(k not in data for k in fresh):
+            data = dict(fresh, **data)
+            pki.write_private(path, json.dumps(data, indent=2).encode())
+        return data
+
+    async def tick(self):
+        if self.guests is not None:
+            await self.guests.reconcile()
+
+    async def stop(self):
+        if self.guests is not None:
+            await self.guests.stop_all()
+        if self.fake is not None:
+            stopped = self.fake.stop()
+            if asyncio.iscoroutine(stopped):
+                await stopped
+
+    def op(self, action, arguments):
+        method = getattr(self, 'op_' + str(action).replace('-', '_'), None)
+        if method is None or self.fake is None:
+            raise CloudError('unknown {0} operation {1!r}'.format(self.title, action))
+        try:
+            return method(**(arguments or {}))
+        except self.bad_arguments as exc:
+            raise CloudError('bad arguments for {0} operation {1}: {2}'.format(self.title, action, exc)) from None

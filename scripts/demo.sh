@@ -127,7 +127,6 @@ PY
     ;;
   azure)
     demo_dir=${DEMO_DIR:-$top/.localcloud-demo-azure}
-    # The Azure provider keeps each set's record in a file of its own beside the journal.
     place=cloud inventory=inventories/localcloud-azure on=" on Azure (provider azure)"
     up_args=(--host 127.0.86.1 --port 0)
     what="its ARM fake over HTTPS, real sshd guests"

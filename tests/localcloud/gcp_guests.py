@@ -25,11 +25,7 @@ class GcpGuests(MachineGuests):
 
     known_hosts_name = 'gcp_known_hosts'
 
-    def __init__(self, site, fake):
-        super().__init__(site, fake)
-        self.current = {}
-
-    def _instances(self):
+    def machines(self):
         out = {}
         with self.fake.lock:
             for name in list(self.fake.instances):
@@ -40,24 +36,5 @@ class GcpGuests(MachineGuests):
                                       'running': instance['status'] in ('RUNNING', 'STOPPING')}
         return out
 
-    async def _reconcile(self, now):
-        current = self._instances()
-        self.current = current
-        for key, item in current.items():
-            if key not in self.rooted:
-                self.make_keyed_root(key, item['keys'])
-            await self.follow(key, item['running'] and item['address'] is not None, item['address'], now)
-        for key in sorted(self.rooted - set(current)):
-            await self.gone(key)
-        self._drop_sessions(now)
-        self._write_known_hosts()
-
-    def view(self):
-        out = {}
-        for key, item in self.current.items():
-            guest = self.guests.get(key)
-            out[item['name']] = {
-                'guest': key, 'root': self.root(key), 'address': item['address'],
-                'sshd': guest.state if guest is not None and item['running'] else 'stopped',
-                'sshd_pid': guest.sshd_pid if guest is not None and guest.proc is not None else None}
-        return out
+    def view_id(self, item):
+        return item['name']

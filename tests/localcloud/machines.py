@@ -27,6 +27,38 @@ class MachineGuests(pve_guests.GuestManager):
         super().__init__(site)
         self.fake = fake
         self.known_hosts = os.path.join(site.options.state_dir, 'ssh', self.known_hosts_name)
+        # What machines() said at the last reconcile.
+        self.current = {}
+
+    def machines(self):
+        """The fake's machines now: {key: {'address', 'keys', 'running', ...}} (for the _reconcile below)."""
+        raise NotImplementedError
+
+    def view_id(self, item):
+        """The id view() files a machine's guest under (the fake's own id of the machine)."""
+        raise NotImplementedError
+
+    async def _reconcile(self, now):
+        current = self.machines()
+        self.current = current
+        for key, item in current.items():
+            if key not in self.rooted:
+                self.make_keyed_root(key, item['keys'])
+            await self.follow(key, item['running'] and item['address'] is not None, item['address'], now)
+        for key in sorted(self.rooted - set(current)):
+            await self.gone(key)
+        self._drop_sessions(now)
+        self._write_known_hosts()
+
+    def view(self):
+        out = {}
+        for key, item in self.current.items():
+            guest = self.guests.get(key)
+            out[self.view_id(item)] = {
+                'guest': key, 'root': self.root(key), 'address': item['address'],
+                'sshd': guest.state if guest is not None and item['running'] else 'stopped',
+                'sshd_pid': guest.sshd_pid if guest is not None and guest.proc is not None else None}
+        return out
 
     def make_keyed_root(self, key, keys):
         """A new machine's files: /workspace, and root's authorized keys (``keys``, public keys)."""

@@ -170,15 +170,22 @@ def test_a_listing_that_breaks_off_is_incomplete_and_counts_nothing(world, tmp_p
     from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
     double, provider, record, nonce = world
     real = double.list
-    double.list = lambda path, version: real(path, version) if 'disks' not in path.lower() else (
-        _ for _ in ()).throw(base.Transient('HTTP 500 InternalServerError'))
+    def failing_disks(path, version):
+        if 'disks' in path.lower():
+            raise base.Transient('HTTP 500 InternalServerError')
+        return real(path, version)
+
+    double.list = failing_disks
     with Journal.open(str(tmp_path / 'j.sqlite')) as journal:
         sweep = azure_orphans.AzureOrphans(journal, provider, counting=True)
         with pytest.raises(azset.Incomplete, match='incomplete'):
             sweep.run([destroyed('ws1', 'ws1-abc', record['ids'][VM], nonce)])
         assert journal.provider_states(azset.QUARANTINE_PREFIX) == []
     # Refused credentials say so as they came.
-    double.list = lambda path, version: (_ for _ in ()).throw(base.Refused('HTTP 403 AuthorizationFailed'))
+    def refused(path, version):
+        raise base.Refused('HTTP 403 AuthorizationFailed')
+
+    double.list = refused
     with pytest.raises(base.Refused) as err:
         azset.inventory(double, SUB, GROUP)
     assert not isinstance(err.value, azset.Incomplete)

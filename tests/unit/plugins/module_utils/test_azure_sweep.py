@@ -170,6 +170,7 @@ def test_a_listing_that_breaks_off_is_incomplete_and_counts_nothing(world, tmp_p
     from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
     double, provider, record, nonce = world
     real = double.list
+
     def failing_disks(path, version):
         if 'disks' in path.lower():
             raise base.Transient('HTTP 500 InternalServerError')
@@ -182,6 +183,7 @@ def test_a_listing_that_breaks_off_is_incomplete_and_counts_nothing(world, tmp_p
             sweep.run([destroyed('ws1', 'ws1-abc', record['ids'][VM], nonce)])
         assert journal.provider_states(azset.QUARANTINE_PREFIX) == []
     # Refused credentials say so as they came.
+
     def refused(path, version):
         raise base.Refused('HTTP 403 AuthorizationFailed')
 

@@ -54,6 +54,7 @@ from tests.faults.matrix import Matrix, points_of
 from tests.faults.site import AGENTS, GIT_USER, FaultSite
 from tests.integration.create.gitserver import GitHttpServer, Repo
 from tests.localcloud.fixtures import cloud_process
+from tests.localpve.cluster import pick_host
 from tests.localpve.guests import end_guest_processes
 
 NAMES = ('ready', 'destroyed', 'foreign', 'credentials', 'events')
@@ -188,6 +189,20 @@ class Adapter:
         raise NotImplementedError
 
 
+def address_ranges():
+    """A loopback /24 for the cloud and its instances' private addresses, another for their public ones.
+
+    The full size keeps the ready workspaces of every create row for the destroy rows: more than a shared /24's
+    120 addresses a side."""
+    host = pick_host()
+    private = host.rsplit('.', 1)[0]
+    public = pick_host().rsplit('.', 1)[0]
+    while public == private:
+        public = pick_host().rsplit('.', 1)[0]
+    return {'host': host, 'guest_range': '{0}.10-{0}.250'.format(private),
+            'public_range': '{0}.10-{0}.250'.format(public)}
+
+
 class CloudSite(FaultSite):
     """A try-out cloud (its own process), a git server with a token, a journal and the controller secret; ``adapter``
     (a class attribute) says which provider's machines the runs make."""
@@ -231,6 +246,7 @@ class CloudSite(FaultSite):
     def start(cls, workdir, **options):
         stack = contextlib.ExitStack()
         base = cls.adapter.cloud_options() if cls.adapter is not None else dict(CLOUD)
+        base.update(address_ranges())
         cloud = stack.enter_context(cloud_process(os.path.join(workdir, 'cloud'), **dict(base, **options)))
         try:
             return cls(workdir, cloud, stack)

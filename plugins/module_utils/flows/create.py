@@ -795,9 +795,9 @@ class CreateFlow(Flow):
             try:
                 upid = self._start(resource, None)
             except (ProviderError, CreateError) as second:
-                both = CreateError('%s did not start, twice. First start: %s. Start after a stop: %s. Look at the '
-                                   "container's start log on its node (pct start %s --debug), then rerun."
-                                   % (label, first, second, vmid), log_tail=getattr(second, 'log_tail', None))
+                both = CreateError('%s did not start, twice. First start: %s. Start after a stop: %s. %s, then rerun.'
+                                   % (label, first, second, self.provider.start_advice(vmid)),
+                                   log_tail=getattr(second, 'log_tail', None))
                 # The second start's task, for diagnosis (its log is kept with the failure).
                 both.task_id = getattr(second, 'task_id', None)
                 raise both
@@ -877,10 +877,10 @@ class CreateFlow(Flow):
 
         result = waiter.wait_for(probe, self.params['address_timeout'], waiter.Backoff(start=0.2, maximum=3.0))
         if not result.ok:
-            what = 'its static address %s' % expected if expected else 'an address from DHCP'
-            message = ('%s did not report %s within %d s (%d looks). Check the bridge and the DHCP server, then '
-                       'rerun.' % (self.provider.label(resource.id), what, self.params['address_timeout'],
-                                   result.attempts))
+            what = 'its static address %s' % expected if expected else self.provider.address_source
+            message = ('%s did not report %s within %d s (%d looks). %s, then rerun.'
+                       % (self.provider.label(resource.id), what, self.params['address_timeout'], result.attempts,
+                          self.provider.address_advice))
             raise CreateError(message)
         self.done('address', address=result.value)
         return StepResult(True, 'wait address: %s' % result.value, address=result.value)

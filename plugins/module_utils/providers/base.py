@@ -245,6 +245,15 @@ class Provider:
 
     # How a provider names things needs no connection: these are class methods, usable on the class alone.
 
+    # What a create waits for after the start, and what to check when it did not come.
+    address_source = 'an address'
+    address_advice = 'Check the network it is attached to'
+
+    @classmethod
+    def start_advice(cls, resource_id):
+        """What to look at when a resource did not start, twice."""
+        return 'Look at its console or system log'
+
     @classmethod
     def label(cls, resource_id, location=None):
         """How messages name a resource ('CT 105', 'CT 105 on pve1')."""

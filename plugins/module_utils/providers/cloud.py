@@ -85,6 +85,7 @@ class CloudProvider(base.Provider):
     candidate_noun = None
     # What to give instead of a template build ('on AWS give an AMI').
     image_hint = None
+    address_advice = 'Check that its subnet gives it an address, and a public one where the options ask for it'
 
     # ------------------------------------------------------------------- identity and wording
 

@@ -119,6 +119,13 @@ class ProxmoxProvider(base.Provider):
 
     # ------------------------------------------------------------------- identity and wording
 
+    address_source = 'an address from DHCP'
+    address_advice = 'Check the bridge and the DHCP server'
+
+    @classmethod
+    def start_advice(cls, resource_id):
+        return "Look at the container's start log on its node (pct start %s --debug)" % resource_id
+
     @classmethod
     def label(cls, resource_id, location=None):
         return 'CT %d' % int(resource_id) + (' on %s' % location if location else '')

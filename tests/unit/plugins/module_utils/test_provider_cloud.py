@@ -5,6 +5,7 @@ end to end against the try-out cloud's fakes (test_provider_aws.py, test_provide
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, cloud
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.provider import AwsProvider
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.provider import GcpProvider
@@ -93,3 +94,15 @@ def test_the_marker_binds_the_number_of_the_candidate():
     renamed = base.Resource('42', 'fsn1', marker_text=text, native={'name': 'eph-w1-other'})
     assert provider.verify(renamed, 'w1') != ownership.VERIFIED
     assert provider.verify(None) == ownership.ABSENT
+
+
+@pytest.mark.parametrize('name', sorted(providers.PROVIDERS))
+def test_the_advice_when_no_address_or_no_start_came_speaks_of_the_providers_own_machines(name):
+    cls = providers.provider_class(name)
+    advice = ' '.join((cls.address_source, cls.address_advice, cls.start_advice('m-1')))
+    if name == 'proxmox':
+        assert cls.address_source == 'an address from DHCP' and 'bridge' in cls.address_advice
+        assert 'pct start m-1 --debug' in cls.start_advice('m-1')
+    else:
+        for word in ('DHCP', 'pct', 'container', 'bridge'):
+            assert word not in advice, (name, advice)

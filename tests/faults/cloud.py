@@ -39,20 +39,14 @@ fault to arm on the cloud for a lost answer. tests/faults/aws.py, hetzner.py and
 
 import concurrent.futures
 import contextlib
-import json
 import os
-import sys
-import threading
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
-from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
-from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import Guest, SshError
 from tests.faults import invariants
 from tests.faults.cells import Cell, converge, operation, status_of
 from tests.faults.matrix import Matrix, points_of
-from tests.faults.site import AGENTS, GIT_USER, FaultSite
-from tests.integration.create.gitserver import GitHttpServer, Repo
+from tests.faults.site import AGENTS, FaultSite
 from tests.localcloud.fixtures import cloud_process
 from tests.localpve.cluster import pick_host
 from tests.localpve.guests import end_guest_processes
@@ -214,29 +208,10 @@ class CloudSite(FaultSite):
     run_timeout = 420
 
     def __init__(self, workdir, cloud, stack):  # pylint: disable=super-init-not-called
-        self.workdir = workdir
         self.cloud = cloud
-        # The matrix's code calls the fault API `cluster`.
-        self.cluster = cloud
-        self.info = cloud.info
         self._stack = stack
-        self.guests_dir = os.path.join(self.info['state_dir'], 'guests')
-        self.journal_path = os.path.join(workdir, 'controller', 'journal.sqlite')
-        os.makedirs(os.path.dirname(self.journal_path), exist_ok=True)
-        self.repo = Repo(os.path.join(workdir, 'repo'))
-        self.git_token = 'gtok-' + os.urandom(16).hex()
-        self.agent_key = 'akey-' + os.urandom(16).hex()
-        self.git = GitHttpServer(os.path.dirname(self.repo.bare), GIT_USER, self.git_token)
-        self.repo_url = self.git.url_of(self.repo.bare)
-        self.runs = 0
-        self._lock = threading.Lock()
-        self._current = threading.local()
-        self.inventory = os.path.join(workdir, 'inventory.json')
-        with open(self.inventory, 'w') as out:
-            json.dump({'all': {'hosts': {'localhost': {'ansible_connection': 'local',
-                                                       'ansible_python_interpreter': sys.executable}}}}, out)
-        self.runs_at_clear = 0
-        self.logging_rule = None
+        # The matrix's code calls the fault API `cluster`.
+        self.controller(workdir, cloud)
         self.api = None
         if self.adapter is not None:
             self.adapter.started(self)
@@ -361,17 +336,7 @@ def check_ready(site, view, ws):
     item = view.instances[ws['resource_id']]
     if not item['running']:
         return ['%s is ready, but %s is %s' % (ws['name'], ws['resource_id'], item['state'])]
-    req = ws['params']
-    layout = guest_ops.Layout(req['guest_root'], ws['resource_id'], req['checkout_path'], req['agent_user'])
-    try:
-        with Guest(ws['address'], port=req['ssh_port'], user=req['ssh_user'], key_file=req['ssh_key_path'],
-                   host_key=ws['facts'].get('host_key')).connect() as connected:
-            answer = guest_ops.runner_call(connected, layout, req['ssh_user'], {'op': 'ping'})
-    except SshError as err:
-        return ['%s is ready but SSH to %s fails: %s' % (ws['name'], ws['address'], err)]
-    if not answer.get('alive'):
-        return ['%s is ready but its runner does not answer: %s' % (ws['name'], answer.get('error'))]
-    return []
+    return invariants.check_guest(ws, ws['resource_id'])
 
 
 def check_foreign(adapter, before, view, requests):

@@ -82,8 +82,13 @@ def check_ready(site, view, ws):
     owned = sorted(vmid for vmid, name in view.ours.items() if name == ws['name'])
     if owned != [ws['vmid']]:
         return ['%s is ready with CT %s, but its containers are %s' % (ws['name'], ws['vmid'], owned)]
+    return check_guest(ws, ws['vmid'])
+
+
+def check_guest(ws, guest_id):
+    """The ready workspace's guest answers over SSH with its pinned host key, and its runner is alive."""
     req = ws['params']
-    layout = guest_ops.Layout(req['guest_root'], ws['vmid'], req['checkout_path'], req['agent_user'])
+    layout = guest_ops.Layout(req['guest_root'], guest_id, req['checkout_path'], req['agent_user'])
     try:
         with Guest(ws['address'], port=req['ssh_port'], user=req['ssh_user'], key_file=req['ssh_key_path'],
                    host_key=ws['facts'].get('host_key')).connect() as connected:

@@ -89,9 +89,17 @@ class FaultSite:
     """A try-out cluster (in this process), a git server with a token, a journal and the controller secret."""
 
     def __init__(self, workdir, cluster):
+        self.controller(workdir, cluster)
+        self.api = PveClient(self.info['api_url'], api_token_id=self.info['token_id'],
+                             api_token_secret=self.info['token_secret'], ca_file=self.info['ca_file'])
+        self.clear_faults()
+
+    def controller(self, workdir, place):
+        """The controller's side of a site on ``place`` (a try-out cluster or cloud, the matrix's fault API): its
+        journal, a git server with a token, the agent key, the local inventory and the run counters."""
         self.workdir = workdir
-        self.cluster = cluster
-        self.info = cluster.info
+        self.cluster = place
+        self.info = place.info
         self.guests_dir = os.path.join(self.info['state_dir'], 'guests')
         self.journal_path = os.path.join(workdir, 'controller', 'journal.sqlite')
         os.makedirs(os.path.dirname(self.journal_path), exist_ok=True)
@@ -109,9 +117,6 @@ class FaultSite:
                                                        'ansible_python_interpreter': sys.executable}}}}, out)
         self.runs_at_clear = 0
         self.logging_rule = None
-        self.api = PveClient(self.info['api_url'], api_token_id=self.info['token_id'],
-                             api_token_secret=self.info['token_secret'], ca_file=self.info['ca_file'])
-        self.clear_faults()
 
     @classmethod
     def start(cls, workdir, **options):

@@ -289,7 +289,8 @@ def guard(journal, flow, params, check_mode):
     seen = flow.run('inspect').extra
     failpoint.enter(params['name'], 'destroy.guard')
     changed, msg, result = ArchiveFlow(journal, params, claim=params['claim'], check_mode=check_mode).guard(
-        seen['present'], seen['running'], archive=params['archive'], discard=params['discard_unsaved_work'])
+        seen['present'], seen['running'], archive=params['archive'], discard=params['discard_unsaved_work'],
+        noun=flow.provider.noun)
     return StepResult(changed, msg, **dict((k, v) for k, v in result.items() if k not in ('changed', 'msg')))
 
 

@@ -170,8 +170,8 @@ class Matrix:
         cells = [cell for cell, fn in work]
         self.judge(cells)
         self.cells.extend(cells)
-        self.ready.extend(c.names[0] for c in cells if c.kind == 'kill' and c.ok and c.row.startswith('kill create')
-                          and status_of(self.site, c.names[0]) == 'ready')
+        self.ready.extend(c.names[0] for c in cells if c.kind == 'kill' and c.ok
+                          and c.row.split(':')[0].endswith('kill create') and status_of(self.site, c.names[0]) == 'ready')
         for cell in cells:
             self.log('%-4s %-70s %s' % ('ok' if cell.ok else 'FAIL', cell.row[:70], '' if cell.ok else cell.notes))
 
@@ -284,7 +284,7 @@ class Matrix:
                 future.result()
         self.judge(cells)
         self.cells.extend(cells)
-        for name in set(c.names[0] for c in cells if c.names and c.row.startswith('kill create')):
+        for name in set(c.names[0] for c in cells if c.names and c.row.split(':')[0].endswith('kill create')):
             if status_of(self.site, name) == 'ready':
                 self.ready.append(name)
         for cell in cells:

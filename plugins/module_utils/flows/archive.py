@@ -623,23 +623,27 @@ class ArchiveFlow:
 
     # -- before a destruction -------------------------------------------------
 
-    def guard(self, present, running, archive=True, discard=False):
+    def guard(self, present, running, archive=True, discard=False, noun='container'):
         """The step before a destruction: archive (or, with ``archive`` false, check) the workspace's unsaved work,
-        or refuse the destruction that would lose it. ``present``/``running`` say what the cluster shows.
+        or refuse the destruction that would lose it. ``present``/``running`` say what the provider shows of the
+        workspace's ``noun`` (its container, instance, set).
 
-        With ``discard`` the work may be lost: a stopped container, an archive that cannot be made and unsaved work
+        With ``discard`` the work may be lost: a stopped machine, an archive that cannot be made and unsaved work
         no longer stop the destruction. Returns (changed, msg, result).
         """
         if self.ws is None or self.ws['desired_state'] == 'destroyed':
             return False, 'guard: the destruction was decided earlier; the work was dealt with then', {}
         if not present:
-            return False, 'guard: the container is gone, and its work with it', {}
+            return False, 'guard: the %s is gone, and its work with it' % noun, {}
+        if 'checkout' not in (self.ws['progress'] or {}):
+            # Stopped or running, it holds no work of the agent's: a create that failed before its checkout.
+            return False, 'guard: %s never got a checkout, so it holds no work' % self.name, {}
         if not running:
             if discard:
-                return False, 'guard: the container is stopped; its work is discarded as asked', {}
-            raise ArchiveError("%s's container is stopped, so whether it holds unsaved work cannot be checked. Start "
+                return False, 'guard: the %s is stopped; its work is discarded as asked' % noun, {}
+            raise ArchiveError("%s's %s is stopped, so whether it holds unsaved work cannot be checked. Start "
                                "it and destroy again (its work is archived first), or destroy with "
-                               "discard_unsaved_work=true to lose it." % self.name, workspace=self.name)
+                               "discard_unsaved_work=true to lose it." % (self.name, noun), workspace=self.name)
         if not archive:
             result = self.check()
             if result['unsaved'] and not discard:

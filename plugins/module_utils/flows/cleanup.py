@@ -155,7 +155,7 @@ class Sweep:
                 if self.provider.in_scope(g, self.pool, self.tag)]
 
     def _find(self, listed):
-        if self.provider.name == 'azure':
+        if self.provider.sweeps_sets:
             # A set as its listing shows it (sets without a record of ours included); read afresh before a deletion.
             return self.provider.find_listed(listed)
         return self.provider.find(listed['id'], listed.get('location'))
@@ -185,7 +185,7 @@ class Sweep:
     def run(self):
         names, ids = self._known()
         members = self._members()
-        if self.provider.name == 'azure':
+        if self.provider.sweeps_sets:
             self._azure_sweep()
         resources = self._reads(members)
         selected = []

@@ -377,7 +377,7 @@ class CreateFlow(Flow):
             return replay
         # A template name stands for its current version now: the workspace records which one it came from, and
         # goes on from it whatever a later build switches the name to.
-        if self.provider.name == 'proxmox':
+        if self.provider.journal_templates:
             req['template_vmid'], template_node, version = resolve_template(self.journal, req['template'])
         else:
             # A cloud's image (an AMI id, or a name it resolves to one) is resolved once and recorded: a rerun, or

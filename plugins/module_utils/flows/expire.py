@@ -165,7 +165,8 @@ class ExpirySweep:
         def guard():
             seen = flow.run('inspect').extra
             failpoint.enter(name, 'destroy.guard')
-            ArchiveFlow(self.journal, params, claim=operation.claim).guard(seen['present'], seen['running'])
+            ArchiveFlow(self.journal, params, claim=operation.claim).guard(seen['present'], seen['running'],
+                                                                           noun=flow.provider.noun)
 
         def step(each):
             def act():

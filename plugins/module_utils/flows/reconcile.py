@@ -220,7 +220,7 @@ class Reconciler:
                 self._add('unreadable', ws['name'], ws[RESOURCE_ID], ws[LOCATION], 'could not be checked: %s'
                           % describe(err))
         self._debts(cluster, busy)
-        if self.provider.name == 'azure':
+        if self.provider.sweeps_sets:
             self._azure_sweep(records, busy)
         else:
             self._strangers(cluster, known)
@@ -249,7 +249,7 @@ class Reconciler:
                 if not present:
                     self._settle(ws, cluster)
                     return
-                if self.provider.name == 'azure':
+                if self.provider.sweeps_sets:
                     return True  # its set is judged by the Azure orphan sweep (_azure_sweep)
                 resource = self._find(vmid, present['location'])
                 verdict = self._verdict(resource, name, nonce)
@@ -261,9 +261,9 @@ class Reconciler:
                 # Never deleted: the destruction saw its container gone, and a marker can be copied or restored.
                 which = 'a genuine' if verdict == ownership.VERIFIED else 'an earlier'
                 self._add('destroyed_present', name, vmid, present['location'],
-                          'destroyed in the journal, yet a container with %s marker of it is there (a restored '
-                          'backup or a copied marker?); not touched: inspect it, and remove it with destroy vmid=%s '
-                          'confirm_orphan=true if it should go' % (which, vmid))
+                          'destroyed in the journal, yet a %s with %s marker of it is there (a restored backup or a '
+                          'copied marker?); not touched: inspect it, and %s if it should go'
+                          % (self.provider.noun, which, self._removal(vmid, present['location'])))
                 return True
             self._destroy(ws, queue)
             return False
@@ -277,7 +277,7 @@ class Reconciler:
             return
         if ws['status'] == 'ready':
             if not present:
-                self._add('missing', name, vmid, node, 'ready in the journal, but the container is gone')
+                self._add('missing', name, vmid, node, 'ready in the journal, but the %s is gone' % self.provider.noun)
                 return
             resource = self._ready_configs.get(vmid)
             if isinstance(resource, Exception):
@@ -285,8 +285,8 @@ class Reconciler:
                 return
             verdict = self._verdict(resource, name, nonce)
             if verdict != ownership.VERIFIED:
-                self._add('not_ours', name, vmid, present['location'], 'the container at this VMID is not ours (%s)'
-                          % verdict)
+                self._add('not_ours', name, vmid, present['location'], 'the %s at this %s is not ours (%s)'
+                          % (self.provider.noun, self.provider.id_noun, verdict))
                 return
             self._add('ok', name, vmid, present['location'], 'ready; %s' % present.get('status'))
 
@@ -303,8 +303,8 @@ class Reconciler:
                               'our clone exists with a verifying marker; resuming the create adopts it')
                 else:
                     self._add('candidate_taken', name, candidate, guest['location'],
-                              'the candidate VMID holds a container that is not ours (%s); the create takes another'
-                              % verdict)
+                              'the candidate %s holds a %s that is not ours (%s); the create takes another'
+                              % (self.provider.id_noun, self.provider.noun, verdict))
         for step, upid in sorted((ws[TASKS] or {}).items()):
             try:
                 task = self.provider.task_status(upid)
@@ -367,7 +367,7 @@ class Reconciler:
             if not self.check_mode:
                 self.journal.clear_cleanup_debt(name, resource)
                 self.changed = True
-            self._add('debt_settled', name, vmid, node, 'the container is gone')
+            self._add('debt_settled', name, vmid, node, 'the %s is gone' % self.provider.noun)
             return
         if self._verdict(self._find(vmid, guest['location']), name) != ownership.VERIFIED:
             self._add('debt_open', name, vmid, guest['location'], 'not deleted: its marker does not verify')
@@ -391,6 +391,13 @@ class Reconciler:
             except Exception as err:  # pylint: disable=broad-except
                 self._add('unreadable', None, vmid, node, 'its marker could not be checked: %s' % describe(err))
 
+    def _removal(self, vmid, node):
+        """How an operator removes the resource at ``vmid`` after a look: the destroy playbook deletes an orphan by
+        VMID; an instance id is not one."""
+        if isinstance(vmid, int):
+            return 'remove it with destroy vmid=%s confirm_orphan=true' % vmid
+        return 'remove %s by hand' % self.provider.label(vmid, node)
+
     def _stranger(self, resource, vmid, node):
         name = self.provider.marker_fields(resource).get('workspace')
         verdict = self._verdict(resource, name) if name else self._verdict(resource, '')
@@ -399,11 +406,8 @@ class Reconciler:
             self._bound(gone, resource, 'it is the one resource of the record\'s candidate id %s' % gone[CANDIDATE_ID])
             return
         if name and verdict == ownership.VERIFIED:
-            # The destroy playbook deletes an orphan by VMID; an instance id is not one.
-            how = ('destroy with vmid=%s confirm_orphan=true' % vmid if isinstance(vmid, int) else
-                   'remove %s by hand after a look if it should go' % self.provider.label(vmid, node))
             self._add('orphan', name, vmid, node, 'ours (marker verifies) but unknown to the journal; '
-                      '%s, or restore the journal' % how)
+                      '%s if it should go, or restore the journal' % self._removal(vmid, node))
         else:
             # The name a description claims is not shown: anyone may write it.
             why = ' (%s)' % verdict

@@ -106,6 +106,11 @@ class Transient(ProviderError):
     error_kind = TRANSIENT
 
 
+class IncompleteInventory(Transient):
+    """A paginated listing that could not be read to its end (a repeated page token or link, too many pages, a later
+    page that failed): it confirms nothing, absence least of all."""
+
+
 class UnknownOutcome(ProviderError):
     """The request went out and no usable answer came back: it may or may not have been carried out."""
     error_kind = UNKNOWN_OUTCOME
@@ -216,9 +221,18 @@ class Provider:
     """
 
     name = None
+    # What one workspace's resource is called in reports, and what its id is called.
+    noun = 'resource'
+    id_noun = 'id'
     # Seconds after a dispatched allocation whose answer was lost during which a complete, empty inventory does not
     # yet prove it made nothing (a cloud may show a new resource late). 0: absence is proven at once.
     absence_window = 0
+    # True when a workspace is a set of resources judged together: the set sweep (flows/azure_orphans.py) judges what
+    # the journal does not account for, one complete inventory a pass, and cleanup takes a set as its listing read it.
+    sweeps_sets = False
+    # True when templates are built by this collection and recorded in the journal (template_build): a request's
+    # template name resolves to its current version there. Else the provider resolves its own images.
+    journal_templates = False
     # True when an id is never given to a second resource (an EC2 instance id): a resource found at a destroyed
     # record's id (or launched with its recorded candidate id) can only be that record's, never a newcomer.
     unique_ids = False

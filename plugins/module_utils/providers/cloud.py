@@ -81,6 +81,7 @@ class CloudProvider(base.Provider):
     kind = None
     # How messages name a machine ('instance', 'server').
     noun = 'instance'
+    id_noun = 'id'
     # What a candidate id is, for the refusal of candidate() ('An EC2 client token').
     candidate_noun = None
     # What to give instead of a template build ('on AWS give an AMI').

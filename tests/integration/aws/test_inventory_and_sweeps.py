@@ -228,6 +228,9 @@ def test_the_orphan_sweep_reports_everything_and_deletes_only_instances_bound_to
         kind, workspace, detail = found[site.ids[name]]
         assert (kind, workspace) == ('destroyed_present', name) and 'orphans=delete' in detail
     assert found[site.ids['aws-lost']][:2] == ('orphan', 'aws-lost')
+    assert 'remove instance %s' % site.ids['aws-lost'] in found[site.ids['aws-lost']][2]
+    # The report speaks of instances and ids, never of a Proxmox container or VMID.
+    assert not [d for dummy, dummy2, d in found.values() if 'container' in d or 'VMID' in d], found
     for foreign in (site.foreign['tag_copy'], copy_id):
         kind, workspace, detail = found[foreign]
         assert (kind, workspace) == ('foreign', None) and 'never touched' in detail, detail

@@ -57,9 +57,7 @@ HINTS = (
 )
 
 
-class IncompleteInventory(base.Transient):
-    """A paginated read that could not be finished (a repeated token, too many pages, a later page that failed): it
-    confirms nothing, absence least of all."""
+IncompleteInventory = base.IncompleteInventory
 
 
 def _botocore():

@@ -28,6 +28,7 @@ API_VERSIONS = {'compute': '2026-04-01', 'disks': '2026-03-02', 'network': '2026
 SCOPE = 'https://management.azure.com/.default'
 PENDING = 'pending'
 SUCCEEDED = 'succeeded'
+MAX_PAGES = 100
 PENDING_STATES = ('accepted', 'inprogress', 'running', 'creating', 'updating', 'deleting', 'notstarted')
 FAILED_STATES = ('failed', 'canceled', 'cancelled')
 IN_USE = ('InUseNetworkInterfaceCannotBeDeleted', 'NicInUse', 'PublicIPAddressInUse', 'InUsePublicIpAddressCannotBeDeleted',
@@ -241,12 +242,27 @@ class Arm:
             return None
 
     def list(self, path, version):
-        """Every item of a list, every page (nextLink) followed."""
-        out, url = [], path
+        """Every item of a list, every page (nextLink) followed. IncompleteInventory when a link comes again, more
+        than MAX_PAGES pages come, or a later page fails: a partial listing confirms nothing."""
+        out, url, seen = [], path, set()
         while url:
-            body = self.send('GET', url, None if 'api-version=' in url else version).body or {}
+            if len(seen) >= MAX_PAGES:
+                raise base.IncompleteInventory('Listing %s went on for more than %d pages; the inventory is incomplete '
+                                               'and confirms nothing. Retry later.' % (path, MAX_PAGES))
+            seen.add(url)
+            try:
+                body = self.send('GET', url, None if 'api-version=' in url else version).body or {}
+            except base.ProviderError as err:
+                if len(seen) == 1:
+                    raise
+                raise base.IncompleteInventory('Listing %s failed on page %d (%s); the inventory is incomplete and '
+                                               'confirms nothing. Retry later.' % (path, len(seen), err))
             out.extend(body.get('value') or [])
             url = body.get('nextLink')
+            if url in seen:
+                raise base.IncompleteInventory('Listing %s gave the link of an earlier page again (page %d); the '
+                                               'inventory is incomplete and confirms nothing. Retry later.'
+                                               % (path, len(seen)))
         return out
 
     def poll(self, op):

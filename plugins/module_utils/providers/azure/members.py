@@ -317,6 +317,12 @@ class WorkspaceSet:
         the exact prefixes are adopted (their ids recorded), the others withhold deletion."""
         if self.record.get('prefix') or all(m in self.record['ids'] for m in DELETE_ORDER):
             return
+        for member in CREATE_ORDER:
+            if member in self.record['dispatched'] and member not in self.record['ids'] \
+                    and member not in self.record['claims']:
+                # A PUT whose outcome is unknown (its answer lost, or the run stopped after recording it) may
+                # still show: its absence counts only once its lost-answer window has passed.
+                self._look_again(member)
         found = dict((m, self.read(m)) for m in DELETE_ORDER if m not in self.record['claims'])
         verdict, what = planning.classify_prefix(self.record, found)
         if verdict == planning.REPORT:

@@ -207,6 +207,8 @@ class AzureProvider(base.Provider):
     group (``arm``: a client.Arm)."""
 
     name = NAME
+    noun = 'set'
+    sweeps_sets = True
     # A set's base name carries a digest of its record: a new life of a workspace never reuses one.
     unique_ids = True
 

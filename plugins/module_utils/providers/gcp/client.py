@@ -216,8 +216,7 @@ class Compute:
                          operation=name)
 
 
-class IncompleteInventory(base.Transient):
-    """A listing that could not be read to its end: it confirms nothing, absence least of all."""
+IncompleteInventory = base.IncompleteInventory
 
 
 def _no_answer(err):

@@ -95,6 +95,9 @@ class ProxmoxProvider(base.Provider):
     """The provider seam over one Proxmox VE cluster (``client``: a PveClient)."""
 
     name = NAME
+    noun = 'container'
+    id_noun = 'VMID'
+    journal_templates = True
 
     def __init__(self, client, secret=None):
         super(ProxmoxProvider, self).__init__(secret)

@@ -212,6 +212,20 @@ def test_no_checkout_and_destroyed_hold_nothing(journal, tmp_path):
     assert _flow(journal, tmp_path).check()['verdict'] == 'nothing'
 
 
+@pytest.mark.parametrize('noun', ['container', 'set'])
+def test_the_guard_lets_a_stopped_machine_without_a_checkout_go_but_not_one_with_a_checkout(journal, tmp_path, noun):
+    # A create that failed before its checkout: its machine stopped, it holds no work of the agent's.
+    journal.create_workspace('ws', status='failed', params={}, progress={'request': 1, 'clone': 2})
+    changed, msg, dummy = _flow(journal, tmp_path).guard(True, False, noun=noun)
+    assert changed is False and 'ws never got a checkout, so it holds no work' in msg
+    ws = journal.get_workspace('ws')
+    journal.update_workspace('ws', ws['generation'], progress={'request': 1, 'clone': 2, 'checkout': 3})
+    with pytest.raises(archive.ArchiveError) as err:
+        _flow(journal, tmp_path).guard(True, False, noun=noun)
+    assert "ws's %s is stopped" % noun in str(err.value) and 'discard_unsaved_work=true' in str(err.value)
+    assert 'the %s is gone' % noun in _flow(journal, tmp_path).guard(False, False, noun=noun)[1]
+
+
 def test_a_workspace_being_destroyed_is_archived_only_by_its_destruction(journal, tmp_path):
     journal.create_workspace('ws', status='destroying', desired_state='destroyed', params={}, progress={})
     with pytest.raises(archive.ArchiveError, match='being destroyed'):

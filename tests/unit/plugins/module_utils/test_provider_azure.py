@@ -161,6 +161,34 @@ def test_arm_errors_map_onto_kinds(status, code, kind):
         assert 'AZURE_CLIENT_ID' in str(err.value)
 
 
+def test_a_listing_follows_every_next_link():
+    a, client, dummy = arm([Response(200, {'value': [{'id': 'a'}], 'nextLink': 'https://arm/list?page=2&api-version=1'}),
+                            Response(200, {'value': [{'id': 'b'}]})])
+    assert [i['id'] for i in a.list('/x', '1')] == ['a', 'b'] and len(client.sent) == 2
+
+
+@pytest.mark.parametrize('case', ['self-link', 'earlier-link', 'later-page-fails', 'endless'])
+def test_a_listing_that_cannot_be_read_to_its_end_is_incomplete_not_short(case):
+    page2 = 'https://arm/list?page=2&api-version=1'
+    if case == 'self-link':
+        answers = [Response(200, {'value': [{'id': 'a'}], 'nextLink': page2}),
+                   Response(200, {'value': [{'id': 'b'}], 'nextLink': page2})]
+    elif case == 'earlier-link':
+        answers = [Response(200, {'value': [], 'nextLink': page2}),
+                   Response(200, {'value': [], 'nextLink': 'https://arm/list?page=3&api-version=1'}),
+                   Response(200, {'value': [], 'nextLink': page2})]
+    elif case == 'later-page-fails':
+        answers = [Response(200, {'value': [{'id': 'a'}], 'nextLink': page2}),
+                   Response(403, {'error': {'code': 'AuthorizationFailed', 'message': 'm'}})]
+    else:
+        answers = [Response(200, {'value': [], 'nextLink': 'https://arm/list?page=%d&api-version=1' % (n + 2)})
+                   for n in range(azclient.MAX_PAGES + 1)]
+    a, client, dummy = arm(answers)
+    with pytest.raises(base.IncompleteInventory) as err:
+        a.list('/x', '1')
+    assert 'confirms nothing' in str(err.value) and len(client.sent) <= azclient.MAX_PAGES
+
+
 def test_a_lost_answer_to_a_request_that_acts_is_unknown_outcome():
     from azure.core.exceptions import ServiceRequestError, ServiceResponseError
     a, dummy, dummy2 = arm([ServiceResponseError('connection reset'), ServiceResponseError('reset'),
@@ -584,6 +612,44 @@ def test_a_creation_prefix_of_our_own_is_cleaned_by_the_ordinary_release(member,
     stop_after(ws, double, member)
     assert run_delete(ws)[-1] == (azset.DONE, None)
     assert double.deletes() == deleted and not double.docs
+
+
+def stop_after_dispatch(ws, member):
+    """Create until ``member``'s PUT is recorded as dispatched, then lose the process before it is sent."""
+    real = ws._save
+
+    def save(record):
+        real(record)
+        if member in record['dispatched'] and member not in record['ids']:
+            raise KeyboardInterrupt()
+    ws._save = save
+    with pytest.raises(KeyboardInterrupt):
+        ws.create()
+    ws._save = real
+
+
+@pytest.mark.parametrize('shows', [False, True])
+def test_a_put_recorded_and_never_seen_is_counted_absent_only_after_its_window(shows):
+    ws, double, dummy = new_set()
+    stop_after_dispatch(ws, NIC)
+    assert double.puts().count('networkInterfaces') == 0
+    reads = []
+    real = double.get
+
+    def get(path, version):
+        if double.kind(path) == NIC:
+            reads.append(ws.clock())
+            if shows and len(reads) == 3:
+                # The PUT did go out after all and Azure shows the NIC late, within the window.
+                double.send('PUT', ws.path(NIC), azset.VERSION[NIC], ws.body(NIC))
+        return real(path, version)
+    double.get = get
+    states = run_delete(ws)
+    # The release read the NIC again until the window ended (or it showed) before taking absence as proof.
+    assert len(reads) >= 3 and states[-1] == (azset.DONE, None) and not double.docs
+    assert double.deletes() == (['ws1-abc-nic', 'ws1-abc-pip'] if shows else ['ws1-abc-pip'])
+    if not shows:
+        assert reads[-1] >= ws.record['dispatched'][NIC] + ws.lost_window
 
 
 @pytest.mark.parametrize('case', ['nic-alone', 'disk-alone', 'pip-foreign-nic'])

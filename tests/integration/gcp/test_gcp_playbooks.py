@@ -260,3 +260,58 @@ def test_the_inventory_lists_gcp_workspaces_and_orphans(site, cloud, tmp_path):
     assert orphan in run.output
     for each in (name, orphan):
         provider.wait(provider.delete(provider.find(each)), 30)
+
+
+def test_orphan_and_label_sweeps_on_compute_engine_labels(site, cloud):
+    """Reconcile reports what carries our labels without a live record and deletes (orphans=delete) only the instance
+    an exact retained record binds; the label cleanup sweep deletes only the expired one; another controller's
+    instance is foreign to both."""
+    import time
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.provider import GcpProvider
+    with Journal.open(site.journal_path):
+        pass  # the journal and the controller secret exist, whichever test ran first
+    provider = site.provider()
+    zone = cloud.info['gcp']['zone']
+    future = {'state': 'ready', 'expires_at': str(int(time.time()) + 3600), 'keep': 'false',
+              'created_at': str(int(time.time()))}
+    past = dict(future, expires_at=str(int(time.time()) - 7200))
+    bound, nonce = _instance(site, provider, 'gce-gone', future)
+    with Journal.open(site.journal_path) as journal:
+        journal.create_workspace('gce-gone', status='destroyed', desired_state='destroyed', provider='gcp',
+                                 location=zone, candidate_id=bound, resource_id=bound, facts={'marker_nonce': nonce},
+                                 repo='file://' + site.repo, ref='main', purpose='left behind',
+                                 params={'pool': 'disposable-workspaces'})
+    lost = _instance(site, provider, 'gce-lost', future)[0]
+    expired = _instance(site, provider, 'gce-expired', past)[0]
+    # Another controller's workspace in the same project, with our labels: its marker is not ours.
+    other = GcpProvider(provider.compute, b'another controller' * 2, provider.launch)
+    foreign = _instance(site, other, 'gce-theirs', future)[0]
+
+    def names():
+        return set(i['name'] for i in cloud.gcp('instances'))
+
+    run = site.playbook('reconcile.yml', reconcile_resume_creates=False)
+    assert run.ok, run.explain()
+    found = dict((f['vmid'], (f['kind'], f['workspace'], f['detail']))
+                 for f in run.task('Compare the journal with the cluster')['findings'])
+    assert found[bound][:2] == ('destroyed_present', 'gce-gone')
+    assert found[lost][:2] == ('orphan', 'gce-lost') and 'remove instance %s' % lost in found[lost][2]
+    assert found[expired][:2] == ('orphan', 'gce-expired')
+    assert found[foreign][0] == 'foreign'
+    assert not [d for dummy, dummy2, d in found.values() if 'container' in d or 'VMID' in d], found
+    assert {bound, lost, expired, foreign} <= names()  # report mode touches nothing
+
+    run = site.playbook('reconcile.yml', reconcile_resume_creates=False, ephemera_orphans='delete')
+    assert run.ok, run.explain()
+    # Only the instance an exact retained record binds is deleted.
+    assert bound not in names() and {lost, expired, foreign} <= names()
+
+    run = site.playbook('cleanup.yml', apply=True)
+    assert run.ok, run.explain()
+    entries = dict((e['id'], e) for e in run.task('Sweep the pool by labels')['entries'])
+    assert [i for i, e in entries.items() if e['action'] == 'deleted'] == [expired]
+    assert entries[foreign]['action'] != 'deleted'
+    assert expired not in names() and {lost, foreign} <= names()
+    for owner, name in ((provider, lost), (other, foreign)):
+        owner.wait(owner.delete(owner.find(name)), 30)

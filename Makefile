@@ -79,8 +79,10 @@ TEST_JOBS ?= 2
 CLOUD_TESTS := tests/integration/hetzner tests/integration/gcp tests/integration/azure \
 	tests/integration/localcloud/test_azure.py tests/integration/faults/test_azure_detectors.py \
 	tests/integration/faults/test_gcp_detectors.py
+# `time` (bash's) prints the wall and CPU time of the part, its children included; --durations names the slowest.
 integration: venv
-	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile tests/integration $(foreach t,$(CLOUD_TESTS),--ignore=$(t))
+	time $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --durations=25 tests/integration \
+		$(foreach t,$(CLOUD_TESTS),--ignore=$(t))
 
 test-clouds: venv
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile $(CLOUD_TESTS)
@@ -92,7 +94,7 @@ test-clouds: venv
 FAULTS_SIZE ?= full
 faults: venv
 	@mkdir -p build
-	$(BIN)/python -m tests.faults matrix --size $(FAULTS_SIZE) --json build/faults-$(FAULTS_SIZE).json
+	time $(BIN)/python -m tests.faults matrix --size $(FAULTS_SIZE) --json build/faults-$(FAULTS_SIZE).json
 
 # The Molecule scenarios (extensions/molecule, docs/awx.md): the create, destroy and archive roles against one try-out
 # cluster that the default scenario starts before them and stops after them. make test runs them through

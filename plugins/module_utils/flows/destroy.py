@@ -189,11 +189,12 @@ class DestroyFlow(Flow):
             ownership.MISMATCH: "its marker is genuine but names another workspace or another VMID (copied there)",
             ownership.FORGED: 'its marker does not verify (edited or forged)',
             ownership.REPLAYED: "its marker is genuine but of an earlier life of this workspace (a restored backup "
-                                "or a copy), not of the container this record made",
+                                "or a copy), not of the %s this record made" % self.provider.noun,
         }.get(target.verdict, 'its marker could not be checked')
         err = NotOurs('%s is not workspace %s\'s: %s. It was not touched. If the journal is right, someone '
-                      'replaced the container; inspect it and remove it by hand if it should go.'
-                      % (self.provider.label(target.vmid, target.node), self.name, reason), vmid=target.vmid,
+                      'replaced the %s; inspect it and remove it by hand if it should go.'
+                      % (self.provider.label(target.vmid, target.node), self.name, reason, self.provider.noun),
+                      vmid=target.vmid,
                       verdict=target.verdict)
         if not self.check_mode:
             self.save('ownership_refused', detail={'step': step, 'vmid': target.vmid, 'verdict': target.verdict},
@@ -278,7 +279,7 @@ class DestroyFlow(Flow):
     def step_shutdown(self):
         target = self.locate()
         if target is None or target.absent:
-            return StepResult(False, 'shutdown: no container')
+            return StepResult(False, 'shutdown: no %s' % self.provider.noun)
         self._require_ours(target, 'shutdown')
         label = self._label(target)
         if not self._power(target).running:
@@ -306,7 +307,7 @@ class DestroyFlow(Flow):
     def step_stop(self):
         target = self.locate()
         if target is None or target.absent:
-            return StepResult(False, 'force stop: no container')
+            return StepResult(False, 'force stop: no %s' % self.provider.noun)
         self._require_ours(target, 'stop')
         label = self._label(target)
         power = self._power(target)
@@ -348,7 +349,7 @@ class DestroyFlow(Flow):
     def step_delete(self):
         target = self.locate()
         if target is None or target.absent:
-            return StepResult(False, 'delete: CT already absent')
+            return StepResult(False, 'delete: the %s is already absent' % self.provider.noun)
         self._require_ours(target, 'delete')
         blocker = self._blocker(target)
         if blocker is not None:
@@ -369,7 +370,7 @@ class DestroyFlow(Flow):
                 self.event('observed', 'delete_outcome_unknown', {'vmid': target.vmid, 'error': str(err)})
                 target = self.locate()
                 if target is None or target.absent:
-                    return StepResult(True, 'delete: CT gone (the answer was lost)')
+                    return StepResult(True, 'delete: the %s is gone (the answer was lost)' % self.provider.noun)
                 upid = None
                 if not target.resource.deleting:
                     self._require_ours(target, 'delete')
@@ -383,7 +384,7 @@ class DestroyFlow(Flow):
                 self.sleep(backoff.next_delay())
                 target = self.locate()
                 if target is None or target.absent:
-                    return StepResult(True, 'delete: CT gone while it was locked')
+                    return StepResult(True, 'delete: the %s went while it was locked' % self.provider.noun)
                 self._require_ours(target, 'delete')
                 continue
             except ProviderError as err:

@@ -34,10 +34,10 @@ def make(journal, double=None):
                                     lost_window=1, sleep=lambda s: None)
 
 
-def allocate(p, workspace='ws1'):
+def allocate(p, workspace='ws1', nonce=None):
     base_name = p.candidate_for(workspace, 'stamp')
     handle = p.allocate(base.Allocation(base_name, workspace, IMAGE, 'westeurope', workspace, 'scope',
-                                        labels={'keep': 'false'}))
+                                        labels={'keep': 'false'}, nonce=nonce))
     p.wait(handle, 60)
     return base_name
 
@@ -124,3 +124,48 @@ def test_each_change_of_a_record_names_its_point():
     assert point(deleting, dict(planned, claims={'nic': {}})) == 'azure nic claimed'
     assert point(planned, dict(planned, debt=['why'])) == 'azure debt'
     assert point(planned, dict(planned, contradiction='why')) == 'azure contradiction'
+
+
+def test_a_destroy_whose_progress_write_fails_keeps_cleanup_debt_and_deletes_nothing_more(journal):
+    """The destroy flow over the provider: the set's progress cannot be written (another run wrote it first), so the
+    delete step stops before its next request and the workspace keeps cleanup debt naming the set."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import DestroyFlow
+    from ansible_collections.ephemera.workspaces.plugins.modules import workspace_destroy
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+    p = make(journal, Overtaken())
+    nonce = ownership.new_nonce()
+    base_name = allocate(p, nonce=nonce)
+    record, generation = journal.provider_state('azure/set/' + base_name)
+    vm_id = record['ids']['vm']
+    journal.create_workspace('ws1', status='ready', desired_state='present', provider='azure', location='westeurope',
+                             candidate_id=base_name, resource_id=vm_id, params={'pool': 'scope'},
+                             facts={'marker_nonce': nonce},
+                             progress={'request': 1, 'clone': 2})
+    params = dict((k, v.get('default')) for k, v in workspace_destroy.argument_spec().items())
+    params.update(name='ws1', shutdown_timeout=5, task_timeout=30, lock_timeout=2)
+
+    def flow():
+        return DestroyFlow(journal, p, params, b's' * 32, sleep=lambda s: None)
+    for step in ('mark', 'shutdown', 'stop'):
+        flow().run(step)
+    reads = []
+
+    def meddle():
+        # The step's first read finds the VM; by its second (inside the provider's delete, after it loaded the set's
+        # record) another run has written the record.
+        reads.append(1)
+        if len(reads) == 2:
+            journal.put_provider_state('azure/set/' + base_name, dict(record, note='another run'),
+                                       generation=journal.provider_state('azure/set/' + base_name)[1])
+        else:
+            p.arm.meddle = meddle
+    p.arm.meddle = meddle
+    with pytest.raises(azprovider.ProgressNotWritten) as err:
+        flow().run('delete')
+    assert 'could not be written to the journal' in str(err.value)
+    [debt] = journal.cleanup_debts('ws1')
+    assert debt['resource'] == p.resource_key(vm_id, 'westeurope') and 'could not be written' in debt['last_error']
+    ws = journal.get_workspace('ws1')
+    assert ws['status'] != 'destroyed' and ws['failure']['step'] == 'delete'
+    # Nothing was deleted: the VM's DELETE never went out.
+    assert p.arm.deletes() == [] and len(p.arm.docs) == 4

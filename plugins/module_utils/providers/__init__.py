@@ -22,6 +22,15 @@ PROVIDERS = {
 }
 
 
+def preload():
+    """Import the default provider (Proxmox VE) with the libraries its client needs (requests, proxmoxer), where a
+    run forks its workers from (plugin_utils/in_process.py): each worker then finds them loaded instead of importing
+    them again for its one task. The cloud SDKs stay imported only where they are used."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox import client
+    provider_class('proxmox')
+    client.load_libraries()
+
+
 def provider_class(name):
     """The provider class registered as ``name``."""
     try:

@@ -87,3 +87,32 @@ def test_a_deleting_sweep_is_never_applied_by_an_inventory_variable():
     variables = {'ephemera_apply': True, 'ephemera_pool': 'workspaces'}
     args = from_variables('workspace_cleanup', {}, variables, lambda value: value)
     assert 'apply' not in args and args['pool'] == 'workspaces'
+
+
+PRELOAD = '''
+import sys
+from ansible_collections.ephemera.workspaces.plugins.plugin_utils.in_process import MODULES, InProcessAction
+wanted = [MODULES + 'workspace_destroy', 'ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy',
+          'ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider', 'requests',
+          'proxmoxer']
+before = [name for name in wanted if name in sys.modules]
+
+
+class ActionModule(InProcessAction):
+    MODULE = 'workspace_destroy'
+
+
+after = [name for name in wanted if name in sys.modules]
+clouds = [name for name in ('boto3', 'hcloud', 'googleapiclient', 'google.cloud.compute_v1', 'azure.mgmt.compute')
+          if name in sys.modules]
+print(len(before), len(after) == len(wanted), clouds)
+'''
+
+
+def test_defining_an_action_plugin_loads_its_module_and_the_default_provider_once_before_any_fork():
+    # In a fresh interpreter: Ansible's strategy defines the action plugin's class in ansible-playbook's own
+    # process, so what the class definition imports every forked worker inherits. No cloud SDK is among it.
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, '-c', PRELOAD], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() == ['0', 'True', '[]'], done.stdout + done.stderr

@@ -36,7 +36,7 @@ def describe(ec2, instance_id):
     return ec2.describe_instances(InstanceIds=[instance_id])['Reservations'][0]['Instances'][0]
 
 
-def wait_state(ec2, instance_id, state, timeout=10):
+def wait_state(ec2, instance_id, state, timeout=30):
     deadline = time.monotonic() + timeout
     seen = []
     while time.monotonic() < deadline:
@@ -115,6 +115,8 @@ def test_guest_comes_and_goes_with_its_instance(localcloud, tmp_path):
     extra_key = str(tmp_path / 'user_key')
     extra_public = ssh_key_pair(extra_key, 'user-data')
     user_data = '#cloud-config\nssh_authorized_keys:\n  - {0}\n'.format(extra_public)
+    # Each passing state lasts a second: long enough to be seen between two looks on a busy machine.
+    localcloud.timing(boot_secs=1.0, stop_secs=1.0, shutdown_secs=1.0)
     started = launch(localcloud, UserData=user_data)
     instance_id = started['InstanceId']
     assert started['State']['Name'] == 'pending'
@@ -126,7 +128,7 @@ def test_guest_comes_and_goes_with_its_instance(localcloud, tmp_path):
     assert nic['PrivateIpAddress'] == private and nic['Association']['PublicIp'] == public
     assert nic['PrivateIpAddresses'][0]['PrivateIpAddress'] == private
     root = localcloud.info['guest_root'].replace('{vmid}', instance_id)
-    assert wait_for(lambda: listens(localcloud, private) and listens(localcloud, public))
+    assert wait_for(lambda: listens(localcloud, private) and listens(localcloud, public), timeout=20)
     assert ssh_run(localcloud, private, 'echo $LOCALPVE_GUEST_ROOT') == root
     assert ssh_run(localcloud, public, 'echo $LOCALPVE_VMID', key=extra_key) == instance_id
     assert os.path.isdir(os.path.join(root, 'workspace'))
@@ -137,14 +139,14 @@ def test_guest_comes_and_goes_with_its_instance(localcloud, tmp_path):
     assert not listens(localcloud, private) and os.path.isdir(root)
     ec2.start_instances(InstanceIds=[instance_id])
     wait_state(ec2, instance_id, 'running')
-    assert wait_for(lambda: listens(localcloud, private))
+    assert wait_for(lambda: listens(localcloud, private), timeout=20)
 
     answer = ec2.terminate_instances(InstanceIds=[instance_id])['TerminatingInstances'][0]
     assert answer['CurrentState']['Name'] == 'shutting-down'
-    assert wait_for(lambda: not listens(localcloud, private) and not listens(localcloud, public))
+    assert wait_for(lambda: not listens(localcloud, private) and not listens(localcloud, public), timeout=20)
     gone, seen = wait_state(ec2, instance_id, 'terminated')
     assert 'PrivateIpAddress' not in gone and 'PublicIpAddress' not in gone
-    assert wait_for(lambda: not os.path.exists(root))
+    assert wait_for(lambda: not os.path.exists(root), timeout=20)
 
 
 def test_client_token_gives_the_same_instance_and_a_lost_answer_leaves_one(localcloud):

@@ -161,7 +161,8 @@ bench-inventory: venv
 bench-create: venv
 	$(BIN)/python bench/create.py $(if $(PROVIDER),--provider $(PROVIDER))
 
-# One task of the collection as a module process against the same module run in the worker by its action plugin.
+# One task of the collection as a module process against the same module run in the worker by its action plugin,
+# with and without the module's code loaded before the workers are forked (plugin_utils/in_process.py).
 bench-step: venv
 	$(BIN)/python bench/step_cost.py
 

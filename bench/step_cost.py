@@ -2,18 +2,20 @@
 
     .venv/bin/python bench/step_cost.py [--tasks 20] [--repeat 3]
 
-One playbook of --tasks tasks, each a workspace_info of an empty journal (a step that has nothing to do), run
-three ways in one sitting: ansible.builtin.debug (Ansible's own cost of a task), the collection's module through
-its action plugin (in the worker), and the same module file started as a module process (a copy of it in a
-library directory under another name, so that no action plugin claims it); and a play without tasks (Ansible's
-start-up). Printed: the wall time of each playbook (median of --repeat runs), the cost of one task (the
-playbook's time less the empty play's, per task), and the ratio of module process to in the worker. No figure
-is asserted.
+One playbook of --tasks tasks, each a workspace_info of a journal not made yet (new_journal: a step that has nothing to do), run
+four ways in one sitting: ansible.builtin.debug (Ansible's own cost of a task), the collection's module through
+its action plugin (in the worker), the same without the preload (EPHEMERA_NO_PRELOAD=1: each worker imports the
+module's code itself, as before plugin_utils/in_process.py loaded it where the workers are forked from), and the
+same module file started as a module process (a copy of it in a library directory under another name, so that no
+action plugin claims it); and a play without tasks (Ansible's start-up). Printed: the wall and CPU time of each
+playbook (medians of --repeat runs; CPU: ansible-playbook and everything it started), the cost of one task (the
+playbook's less the empty play's, per task), and the ratios. No figure is asserted.
 """
 
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -30,22 +32,30 @@ MODULE = os.path.join(ROOT, 'plugins', 'modules', 'workspace_info.py')
 
 def playbook(workdir, name, action, tasks, journal):
     path = os.path.join(workdir, name + '.yml')
-    args = {'msg': 'nothing'} if action == 'ansible.builtin.debug' else {'journal_path': journal}
+    args = {'msg': 'nothing'} if action == 'ansible.builtin.debug' else {'journal_path': journal, 'new_journal': True}
     with open(path, 'w') as out:
         json.dump([{'hosts': 'localhost', 'gather_facts': False,
                     'tasks': [{'name': 'task %d' % n, action: args} for n in range(tasks if action else 0)]}], out)
     return path
 
 
-def wall(book, library, repeat):
-    seconds = []
+def children_cpu():
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def measure(book, library, repeat, env=None):
+    """(median wall seconds, median CPU seconds) of ``repeat`` runs of ``book``."""
+    seconds, cpu = [], []
     for dummy in range(repeat):
+        before = children_cpu()
         run = run_ansible(['ansible-playbook', '-i', 'localhost,', '-c', 'local', book],
-                          env={'ANSIBLE_LIBRARY': library}, timeout=600)
+                          env=dict({'ANSIBLE_LIBRARY': library}, **(env or {})), timeout=600)
         if not run.ok:
             sys.exit('%s failed (rc %d):\n%s' % (book, run.returncode, run.output[-3000:]))
         seconds.append(run.seconds)
-    return statistics.median(seconds)
+        cpu.append(children_cpu() - before)
+    return statistics.median(seconds), statistics.median(cpu)
 
 
 def main():
@@ -59,21 +69,27 @@ def main():
         os.makedirs(library)
         shutil.copy(MODULE, os.path.join(library, 'workspace_info_as_module.py'))
         journal = os.path.join(workdir, 'no-journal-yet.sqlite')
-        books = [('empty play', None), ('debug', 'ansible.builtin.debug'),
-                 ('in the worker', 'ephemera.workspaces.workspace_info'), ('module process', 'workspace_info_as_module')]
-        times = dict((label, wall(playbook(workdir, label.replace(' ', '-'), action, args.tasks, journal), library,
-                                  args.repeat)) for label, action in books)
+        books = [('empty play', None, None), ('debug', 'ansible.builtin.debug', None),
+                 ('in the worker', 'ephemera.workspaces.workspace_info', None),
+                 ('no preload', 'ephemera.workspaces.workspace_info', {'EPHEMERA_NO_PRELOAD': '1'}),
+                 ('module process', 'workspace_info_as_module', None)]
+        measured = dict((label, measure(playbook(workdir, label.replace(' ', '-'), action, args.tasks, journal),
+                                        library, args.repeat, env)) for label, action, env in books)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    start = times['empty play']
-    per_task = dict((label, (times[label] - start) / args.tasks) for label, dummy in books)
+    start = measured['empty play']
+    per_task = dict((label, [(measured[label][i] - start[i]) / args.tasks for i in (0, 1)]) for label, d, e in books)
     print('step cost: %d tasks a playbook, median of %d runs, on %d cores'
           % (args.tasks, args.repeat, os.cpu_count()))
-    for label, dummy in books:
-        print('  %-15s %6.2f s a playbook, %6.3f s a task' % (label, times[label], per_task[label]))
+    for label, dummy, dummy2 in books:
+        print('  %-15s %6.2f s a playbook (%6.2f s CPU), %6.3f s a task (%6.3f s CPU)'
+              % (label, measured[label][0], measured[label][1], per_task[label][0], per_task[label][1]))
     print('step: module process %.3f s a task, in the worker %.3f s a task (debug %.3f s), ratio %.1f' % (
-        per_task['module process'], per_task['in the worker'], per_task['debug'],
-        per_task['module process'] / max(per_task['in the worker'], 0.001)))
+        per_task['module process'][0], per_task['in the worker'][0], per_task['debug'][0],
+        per_task['module process'][0] / max(per_task['in the worker'][0], 0.001)))
+    print('preload: a task in the worker without it %.3f s CPU, with it %.3f s CPU, ratio %.1f' % (
+        per_task['no preload'][1], per_task['in the worker'][1],
+        per_task['no preload'][1] / max(per_task['in the worker'][1], 0.001)))
 
 
 if __name__ == '__main__':

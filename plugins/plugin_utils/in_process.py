@@ -162,7 +162,8 @@ class InProcessAction(ActionBase):
         loader compiles a collection's Python from source (no bytecode cache), which in each worker took about a
         third of a task's CPU time."""
         super(InProcessAction, cls).__init_subclass__(**kwargs)
-        if cls.MODULE:
+        # EPHEMERA_NO_PRELOAD=1 leaves the import to each worker: what bench/step_cost.py compares against.
+        if cls.MODULE and not os.environ.get('EPHEMERA_NO_PRELOAD'):
             module_file(cls.MODULE)
             providers.preload()
 

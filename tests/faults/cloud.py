@@ -457,13 +457,6 @@ class CloudMatrix(Matrix):
             cell.row = '%s %s' % (self.adapter.label, cell.row)
         return work
 
-    def wave(self, work, log_now=True):
-        super().wave(work, log_now)
-        # The base keeps the ready workspaces of its own create rows; these rows carry the part's prefix.
-        self.ready.extend(c.names[0] for c, dummy in work if c.kind == 'kill' and c.ok
-                          and c.row.startswith('%s kill create' % self.adapter.label)
-                          and status_of(self.site, c.names[0]) == 'ready')
-
     def run_kills(self):
         if not self.size['chains']:
             for op, points in (('create', self.create_points), ('destroy', self.destroy_points)):

@@ -6,6 +6,8 @@ and test_gcp_detectors.py run the same code on the try-out cloud."""
 
 import re
 
+import pytest
+
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp import provider as gcp_provider
 from tests.faults import aws, cloud, gcp, hetzner
@@ -197,3 +199,41 @@ def test_the_playbook_variables_of_each_provider_come_from_the_cloud_s_settings(
     assert values['ephemera_provider'] == 'gcp' and values['ephemera_gcp_auth_kind'] == 'anonymous'
     assert values['ephemera_gcp_guard_metadata_url'] == 'http://{address}:8081'
     assert values['ephemera_gcp_guard_serial'] == 'http://{address}:8081/serial'
+
+
+class ReadySite(Stub):
+    """A site whose every workspace is ready and whose runs do nothing."""
+
+    def clear_faults(self):
+        pass
+
+    def log_requests(self):
+        pass
+
+    def working_on(self, cell):
+        import contextlib
+        return contextlib.nullcontext()
+
+    def journal(self):
+        import contextlib
+
+        class Journal:
+            @staticmethod
+            def get_workspace(name):
+                return {'name': name, 'status': 'ready'}
+        return contextlib.nullcontext(Journal())
+
+
+@pytest.mark.parametrize('make', [lambda site: gcp.GcpMatrix(site, log=lambda line: None),
+                                  lambda site: aws.AwsMatrix(site, log=lambda line: None)])
+def test_a_ready_workspace_a_create_row_leaves_is_handed_to_one_destroy_row_only(make):
+    site = ReadySite(gcp.GcpAdapter())
+    matrix = make(site)
+    matrix.judge = lambda cells: None
+    work = matrix.kill_cells('create', [('create.clone x', 1)])
+
+    def converge(cell):
+        cell.converged = True
+        cell.commands.append('ansible-playbook ephemera.workspaces.create -e x')
+    matrix.wave([(cell, lambda cell=cell: converge(cell)) for cell, dummy in work])
+    assert matrix.ready == [c.names[0] for c, dummy in work] and len(matrix.ready) == len(work)

@@ -219,9 +219,9 @@ class GcpSite(CloudSite):
     adapter = GcpAdapter()
 
     def run_env(self, op):
-        # google-cloud-compute imported once in ansible-playbook's process before the tasks fork, as the GCP
-        # integration tests do (tests/integration/gcp/callback_plugins): the collection's code and requests are the
-        # same, and a step does not spend 10 s importing the library on a loaded machine.
+        # google-cloud-compute imported once in ansible-playbook's process before the tasks fork (EPHEMERA_PRELOAD,
+        # as the GCP integration tests and a user's runs set it): a step does not spend 10 s importing the library
+        # on a loaded machine.
         from tests.integration.gcp.gcprun import PRELOAD
         return dict(PRELOAD)
 

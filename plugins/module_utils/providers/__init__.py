@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import importlib
+import os
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import Provider
 
@@ -22,13 +23,36 @@ PROVIDERS = {
 }
 
 
-def preload():
-    """Import the default provider (Proxmox VE) with the libraries its client needs (requests, proxmoxer), where a
-    run forks its workers from (plugin_utils/in_process.py): each worker then finds them loaded instead of importing
-    them again for its one task. The cloud SDKs stay imported only where they are used."""
+# The providers whose SDKs a run loads before it forks its workers, besides Proxmox VE's (a comma-separated list).
+PRELOAD_ENV = 'EPHEMERA_PRELOAD'
+# What each cloud provider's client imports when it is first used.
+SDKS = {
+    'aws': ('boto3', 'botocore.config', 'botocore.exceptions'),
+    'gcp': ('google.api_core.client_options', 'google.api_core.exceptions', 'google.auth.credentials',
+            'google.auth.exceptions', 'google.cloud.compute_v1'),
+    'hetzner': ('hcloud',),
+    'azure': ('azure.identity', 'azure.mgmt.compute', 'azure.mgmt.network', 'azure.core.rest'),
+}
+
+
+def preload(environ=None):
+    """Import the default provider (Proxmox VE) with the libraries its client needs (requests, proxmoxer), and the
+    SDKs of the cloud providers EPHEMERA_PRELOAD names (``gcp``, ``aws,azure``, ...) or EPHEMERA_PROVIDER selects,
+    where a run forks its workers from (plugin_utils/in_process.py): each worker then finds them loaded instead of importing them again for its
+    one task. Without EPHEMERA_PRELOAD a cloud SDK is imported only by the tasks that use it; a name that is no cloud
+    provider, or an SDK that is not installed, is passed over (the task that needs it says what is missing)."""
     from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox import client
     provider_class('proxmox')
     client.load_libraries()
+    environ = os.environ if environ is None else environ
+    named = ','.join(environ.get(k) or '' for k in (PRELOAD_ENV, 'EPHEMERA_PROVIDER')).replace(' ', '').lower()
+    for name in [n for n in set(named.split(',')) if n in SDKS]:
+        provider_class(name)
+        for library in SDKS[name]:
+            try:
+                importlib.import_module(library)
+            except ImportError:
+                break
 
 
 def provider_class(name):

@@ -7,9 +7,9 @@ from tests.integration.hetzner.hzrun import ManyHosts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 INVENTORY = os.path.join(ROOT, 'inventories', 'localcloud-gcp')
-# google-cloud-compute imported once in ansible-playbook's process, not in every task's worker (callback_plugins/).
-PRELOAD = {'ANSIBLE_CALLBACK_PLUGINS': os.path.join(os.path.dirname(os.path.abspath(__file__)), 'callback_plugins'),
-           'ANSIBLE_CALLBACKS_ENABLED': 'gcp_preload'}
+# google-cloud-compute imported once in ansible-playbook's process, not in every task's worker, as a user asks for
+# it (EPHEMERA_PRELOAD, plugin_utils/in_process.py).
+PRELOAD = {'EPHEMERA_PRELOAD': 'gcp'}
 
 
 class GcpSite(ManyHosts, awsrun.AwsSite):

@@ -114,5 +114,18 @@ def test_defining_an_action_plugin_loads_its_module_and_the_default_provider_onc
     # process, so what the class definition imports every forked worker inherits. No cloud SDK is among it.
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, '-c', PRELOAD], capture_output=True, text=True, timeout=120, check=True)
+    env = dict((k, v) for k, v in os.environ.items() if k not in ('EPHEMERA_PRELOAD', 'EPHEMERA_PROVIDER'))
+    done = subprocess.run([sys.executable, '-c', PRELOAD], capture_output=True, text=True, timeout=120, check=True,
+                          env=env)
     assert done.stdout.split() == ['0', 'True', '[]'], done.stdout + done.stderr
+
+
+def test_the_cloud_sdks_that_ephemera_preload_names_are_loaded_before_the_fork_too():
+    import subprocess
+    import sys
+    env = dict(os.environ, EPHEMERA_PRELOAD='gcp, Azure,nothing', EPHEMERA_PROVIDER='hetzner')
+    done = subprocess.run([sys.executable, '-c', PRELOAD], capture_output=True, text=True, timeout=120, check=True,
+                          env=env)
+    assert done.stdout.split()[:2] == ['0', 'True'], done.stdout + done.stderr
+    assert "'google.cloud.compute_v1'" in done.stdout and "'azure.mgmt.compute'" in done.stdout
+    assert "'hcloud'" in done.stdout and "'boto3'" not in done.stdout

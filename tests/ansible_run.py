@@ -219,7 +219,16 @@ class Run:
         return [result.get('msg') for dummy, result in self.failures(host)]
 
     def explain(self):
-        return 'rc %s\n%s' % (self.returncode, self.output[-6000:])
+        """The exit status, every failed task of every host with its message (a long run's output tail may no
+        longer hold them), then the output's tail."""
+        failed = []
+        for play in (self.data or {}).get('plays', []):
+            for task in play.get('tasks', []):
+                for host, result in sorted(task.get('hosts', {}).items()):
+                    if isinstance(result, dict) and result.get('failed') and not result.get('ignore_errors'):
+                        failed.append('%s: %s: %s' % (host, task['task']['name'], str(result.get('msg'))[:2000]))
+        said = 'failed tasks:\n%s\n' % '\n'.join(failed) if failed else ''
+        return 'rc %s\n%s%s' % (self.returncode, said, self.output[-6000:])
 
 
 def run_ansible(argv, timeout=600, fail=True, **options):

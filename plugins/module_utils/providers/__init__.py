@@ -25,30 +25,28 @@ PROVIDERS = {
 
 # The providers whose SDKs a run loads before it forks its workers, besides Proxmox VE's (a comma-separated list).
 PRELOAD_ENV = 'EPHEMERA_PRELOAD'
-# What each cloud provider's client imports when it is first used.
-SDKS = {
-    'aws': ('boto3', 'botocore.config', 'botocore.exceptions'),
-    'gcp': ('google.api_core.client_options', 'google.api_core.exceptions', 'google.auth.credentials',
-            'google.auth.exceptions', 'google.cloud.compute_v1'),
-    'hetzner': ('hcloud',),
-    'azure': ('azure.identity', 'azure.mgmt.compute', 'azure.mgmt.network', 'azure.core.rest'),
-}
+# The environment variable that selects a module's provider (the provider option's fallback).
+PROVIDER_ENV = 'EPHEMERA_PROVIDER'
+# Each cloud provider's client module: its LIBRARIES are the SDK it imports when it is first used.
+CLIENTS = dict((name, 'ansible_collections.ephemera.workspaces.plugins.module_utils.providers.%s.client' % name)
+               for name in ('aws', 'gcp', 'hetzner', 'azure'))
 
 
 def preload(environ=None):
     """Import the default provider (Proxmox VE) with the libraries its client needs (requests, proxmoxer), and the
     SDKs of the cloud providers EPHEMERA_PRELOAD names (``gcp``, ``aws,azure``, ...) or EPHEMERA_PROVIDER selects,
-    where a run forks its workers from (plugin_utils/in_process.py): each worker then finds them loaded instead of importing them again for its
-    one task. Without EPHEMERA_PRELOAD a cloud SDK is imported only by the tasks that use it; a name that is no cloud
-    provider, or an SDK that is not installed, is passed over (the task that needs it says what is missing)."""
+    where a run forks its workers from (plugin_utils/in_process.py): each worker then finds them loaded instead of
+    importing them again for its one task. Without either a cloud SDK is imported only by the tasks that use it; a
+    name that is no cloud provider, or an SDK that is not installed, is passed over (the task that needs it says what
+    is missing)."""
     from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox import client
     provider_class('proxmox')
     client.load_libraries()
     environ = os.environ if environ is None else environ
-    named = ','.join(environ.get(k) or '' for k in (PRELOAD_ENV, 'EPHEMERA_PROVIDER')).replace(' ', '').lower()
-    for name in [n for n in set(named.split(',')) if n in SDKS]:
+    named = ','.join(environ.get(k) or '' for k in (PRELOAD_ENV, PROVIDER_ENV)).replace(' ', '').lower()
+    for name in [n for n in set(named.split(',')) if n in CLIENTS]:
         provider_class(name)
-        for library in SDKS[name]:
+        for library in importlib.import_module(CLIENTS[name]).LIBRARIES:
             try:
                 importlib.import_module(library)
             except ImportError:

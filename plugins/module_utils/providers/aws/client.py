@@ -60,6 +60,10 @@ HINTS = (
 IncompleteInventory = base.IncompleteInventory
 
 
+# The SDK this client imports when it is first used (and providers.preload before a run forks its workers).
+LIBRARIES = ('boto3', 'botocore.config', 'botocore.exceptions')
+
+
 def _botocore():
     import botocore.config  # noqa: F401 (imported when the provider is used)
     import botocore.exceptions

@@ -9,6 +9,8 @@ __metaclass__ = type
 
 from ansible.module_utils.basic import env_fallback
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import PROVIDER_ENV
+
 PROVIDER_CHOICES = ['proxmox', 'aws', 'hetzner', 'azure', 'gcp']
 
 
@@ -16,7 +18,7 @@ def aws_argument_spec():
     """The provider option and the AWS options (credentials: boto3's own environment variables and profiles)."""
     return dict(
         provider=dict(type='str', default='proxmox', choices=PROVIDER_CHOICES,
-                      fallback=(env_fallback, ['EPHEMERA_PROVIDER'])),
+                      fallback=(env_fallback, [PROVIDER_ENV])),
         aws_region=dict(type='str', fallback=(env_fallback, ['AWS_REGION', 'AWS_DEFAULT_REGION'])),
         aws_profile=dict(type='str', fallback=(env_fallback, ['AWS_PROFILE'])),
         aws_access_key_id=dict(type='str', no_log=True),

@@ -19,6 +19,7 @@ permission; everything else is a refusal with Compute Engine's message.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import importlib
 import os
 import random
 import time
@@ -34,14 +35,15 @@ SCOPE = 'https://www.googleapis.com/auth/compute'
 MAX_PAGES = 100
 
 
+# The SDK this client imports when it is first used (and providers.preload before a run forks its workers).
+LIBRARIES = ('google.api_core.client_options', 'google.api_core.exceptions', 'google.auth', 'google.auth.credentials',
+             'google.auth.exceptions', 'google.cloud.compute_v1')
+
+
 def _google():
     """The google packages, imported when a provider is used."""
-    import google.api_core.client_options  # noqa: F401
-    import google.api_core.exceptions  # noqa: F401
-    import google.auth  # noqa: F401
-    import google.auth.credentials  # noqa: F401
-    import google.auth.exceptions  # noqa: F401
-    import google.cloud.compute_v1  # noqa: F401
+    for library in LIBRARIES:
+        importlib.import_module(library)
     import google
     return google
 

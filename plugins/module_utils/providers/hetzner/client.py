@@ -26,6 +26,9 @@ import time
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 
+# The SDK this client imports when it is first used (and providers.preload before a run forks its workers).
+LIBRARIES = ('hcloud',)
+
 TOKEN_ENV = 'HCLOUD_TOKEN'
 ENDPOINT_ENV = 'HCLOUD_ENDPOINT'
 DEFAULT_ENDPOINT = 'https://api.hetzner.cloud/v1'

@@ -85,7 +85,9 @@ KEYED = IDENTITY + ('purpose',)
 CONNECTION = ('ssh_user', 'ssh_port', 'ssh_key_path')
 NAME = re.compile(r'^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$')
 TEMPLATE_NAME = re.compile(r'^[a-z0-9](?:[a-z0-9-]{0,28}[a-z0-9])?$')
-CLONE_ATTEMPTS = 8
+# Each id lost to another client is an allocation that client made: in a run of many forks every sibling's clone
+# is one. Enough attempts for the last of many parallel clones of one template, with a pause between them.
+CLONE_ATTEMPTS = 32
 REPO_SCHEMES = ('https', 'http', 'ssh', 'git', 'file')
 # git's own short form of an SSH URL: [user@]host:path
 SCP_LIKE = re.compile(r'^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!//)\S+$')
@@ -613,12 +615,17 @@ class CreateFlow(Flow):
         lock_deadline = time.monotonic() + self.params['lock_timeout']
         # Short enough that a template lock released by one clone is soon taken by the next one.
         backoff = waiter.Backoff(start=0.3, maximum=2.0, factor=1.5, jitter=0.3)
+        # Parallel runs that all asked for the next free id at once: spread them out, so that each round of the
+        # race is not run again by the same clients at the same instant.
+        spread = waiter.Backoff(start=0.05, maximum=1.0, factor=1.5, jitter=0.5)
         attempts = 0
         while True:
             attempts += 1
             if attempts > CLONE_ATTEMPTS:
-                raise CreateError('Gave up after %d clone attempts; VMIDs taken meanwhile: %s.'
-                                  % (CLONE_ATTEMPTS, sorted(taken)))
+                lost = ', '.join(str(t) for t in sorted(taken))
+                raise CreateError('Gave up after %d clone attempts: other clients took every %s offered to us '
+                                  'meanwhile (%s). Run the create again when fewer allocations are under way, or '
+                                  'with fewer forks.' % (CLONE_ATTEMPTS, self.provider.id_noun, lost))
             # The marker's nonce is recorded before the first clone that writes it, and kept for this life of the
             # workspace: an old marker (a restored backup, a copy) at a reused VMID does not carry it.
             nonce = ownership.record_nonce(self.ws) or ownership.new_nonce()
@@ -633,6 +640,7 @@ class CreateFlow(Flow):
                 if state == 'ours':
                     return self._adopt(candidate, 'our clone was already there')
                 taken.add(candidate)
+                self.sleep(spread.next_delay())
                 candidate = self._new_candidate(candidate, taken, 'already exists')
                 continue
             except UnknownOutcome as err:
@@ -641,6 +649,7 @@ class CreateFlow(Flow):
                     return self._adopt(candidate, 'the clone answer was lost (%s)' % err.transport)
                 if state == 'taken':
                     taken.add(candidate)
+                    self.sleep(spread.next_delay())
                     candidate = self._new_candidate(candidate, taken, 'taken while our answer was lost')
                 continue
             except Locked as err:

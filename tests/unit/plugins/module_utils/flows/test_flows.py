@@ -141,6 +141,45 @@ def test_clone_after_a_conflict_takes_a_new_candidate_and_leaves_the_other_conta
     assert site.pve.ct(100).config['hostname'] == 'theirs'
 
 
+def sibling_takes_each_candidate(site, monkeypatch, times):
+    """Another client clones to each id we are about to clone to, ``times`` times (as the other forks of a run
+    of many do); the ids it took."""
+    taken = []
+    allocate = site.provider.allocate
+
+    def racing(allocation):
+        if len(taken) < times:
+            site.pve.add_ct(allocation.candidate, 'sibling-%d' % len(taken))
+            taken.append(allocation.candidate)
+        return allocate(allocation)
+    monkeypatch.setattr(site.provider, 'allocate', racing)
+    return taken
+
+
+def clone_pausing(site, name, pauses):
+    return CreateFlow(site.journal, site.provider, site.create_params(name), SECRET, sleep=pauses.append).run('clone')
+
+
+def test_clone_that_loses_its_id_again_and_again_to_other_clients_pauses_between_tries_and_gets_one(site, monkeypatch):
+    create(site, 'c6b', ('request', 'vmid'))
+    taken = sibling_takes_each_candidate(site, monkeypatch, 20)
+    pauses = []
+    result = clone_pausing(site, 'c6b', pauses)
+    assert result.extra['vmid'] == 120 and taken == list(range(100, 120))
+    assert len(pauses) == 20 and all(0 < p <= 1.5 for p in pauses)
+    assert [site.pve.ct(v).config['hostname'] for v in (100, 119)] == ['sibling-0', 'sibling-19']
+
+
+def test_clone_that_never_gets_an_id_gives_up_saying_which_were_taken_and_what_to_do(site, monkeypatch):
+    create(site, 'c6c', ('request', 'vmid'))
+    sibling_takes_each_candidate(site, monkeypatch, 1000)
+    with pytest.raises(CreateError) as caught:
+        clone_pausing(site, 'c6c', [])
+    assert 'Gave up after 32 clone attempts: other clients took every VMID offered to us' in str(caught.value)
+    assert '(100, 101, ' in str(caught.value) and 'fewer forks' in str(caught.value)
+    assert ws(site, 'c6c')['failure']['step'] == 'clone' and ws(site, 'c6c')['vmid'] is None
+
+
 def test_clone_after_a_conflict_with_our_own_earlier_clone_adopts_it(site):
     create(site, 'c7', ('request', 'vmid'))
     # An earlier run recorded the marker nonce with its dispatch, and its clone went through.

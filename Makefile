@@ -13,7 +13,7 @@ PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run
 
 .PHONY: help venv system-packages test unit sanity lint integration test-clouds demo collection
 .PHONY: bench-journal bench-queue bench-create bench-reconcile bench-step bench-expire
-.PHONY: bench-inventory bench-template faults soak
+.PHONY: bench-inventory bench-template faults faults-clouds soak
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
 .PHONY: molecule
 .PHONY: cloud-up cloud-status cloud-down
@@ -31,6 +31,7 @@ help:
 	@echo "make test-clouds   the cloud providers' integration tests alone (make test runs them too)"
 	@echo "make molecule      the Molecule scenarios of the create, destroy and archive roles (make test runs them too)"
 	@echo "make faults        the crash-safety matrix (FAULTS_SIZE=full, the default, or ci as in make test)"
+	@echo "make faults-clouds its Hetzner, Compute Engine and Azure rows, side by side (FAULTS_SIZE=full or ci)"
 	@echo "make soak          500 seeded random fault schedules (SCHEDULES=N, FIRST_SEED=N, SOAK_JOBS=N)"
 	@echo "make bench-journal  8 processes x 200 fenced transitions: SQLite and PostgreSQL journals, tx/s"
 	@echo "make bench-expire  one expiry sweep over 1,000 leased workspaces, 50 expired: times and API requests"
@@ -94,6 +95,13 @@ FAULTS_SIZE ?= full
 faults: venv
 	@mkdir -p build
 	time $(BIN)/python -m tests.faults matrix --size $(FAULTS_SIZE) --json build/faults-$(FAULTS_SIZE).json
+
+# The matrix's rows of the Hetzner Cloud, Compute Engine and Azure providers, each on the fake of a try-out cloud of
+# its own, side by side (docs/faults.md). Apart from make test: at the ci size they take about as long again.
+faults-clouds: venv
+	@mkdir -p build
+	time $(BIN)/python -m tests.faults matrix --part clouds --size $(FAULTS_SIZE) \
+		--json build/faults-clouds-$(FAULTS_SIZE).json
 
 # The Molecule scenarios (extensions/molecule, docs/awx.md): the create, destroy and archive roles against one try-out
 # cluster that the default scenario starts before them and stops after them. make test runs them through

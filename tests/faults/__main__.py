@@ -1,14 +1,13 @@
 """Crash-safety runs against a try-out cluster of their own (docs/faults.md).
 
-    python -m tests.faults matrix [--size ci|full] [--part all|main|builds|aws|hetzner|gcp|azure|pg] [--json PATH]
-                                    kill and lost-response matrix, races, seeds; the template build's rows on a
-                                    debian-tier site of their own (--part builds: those only); the AWS rows on a
-                                    try-out cloud of their own (--part aws: those only); the Hetzner rows on the
-                                    Hetzner fake of a try-out cloud of their own (--part hetzner only, tests/faults/hetzner.py);
-                                    the Compute Engine rows on the GCP fake of one (--part gcp only, tests/faults/gcp.py);
-                                    the Azure rows on the ARM fake of one (--part azure only, tests/faults/azure.py);
-                                    create and destroy with the journal on PostgreSQL (--part pg: those only,
-                                    tests/faults/pgmatrix.py)
+    python -m tests.faults matrix [--size ci|full] [--part PART] [--json PATH]
+                                    kill and lost-response matrix, races, seeds (main); the template build's rows on
+                                    a debian-tier site of their own (builds); the AWS rows on a try-out cloud of their
+                                    own (aws); create and destroy with the journal on PostgreSQL (pg,
+                                    tests/faults/pgmatrix.py); all: those side by side. The Hetzner, Compute Engine
+                                    and Azure rows, each on the fake of a try-out cloud of its own (hetzner, gcp,
+                                    azure: tests/faults/hetzner.py, gcp.py, azure.py); clouds: those three side by
+                                    side
     python -m tests.faults soak [--schedules 500] [--first-seed 1001] [--jobs N] [--json PATH]   schedules only
     python -m tests.faults replay --seed N                          one random schedule again, exactly
 
@@ -18,6 +17,7 @@ leak, no foreign container touched and no invariant broken.
 
 import argparse
 import concurrent.futures
+import functools
 import json
 import os
 import shutil
@@ -37,14 +37,12 @@ def main(argv=None):
     sub = parser.add_subparsers(dest='command', required=True)
     matrix = sub.add_parser('matrix', help='the kill and lost-response matrix, races and a fixed set of seeds')
     matrix.add_argument('--size', choices=sorted(SIZES), default='ci')
-    matrix.add_argument('--part', choices=('all', 'main', 'builds', 'aws', 'hetzner', 'gcp', 'azure', 'pg'), default='all',
+    matrix.add_argument('--part', choices=sorted(set(GROUPS) | set(PARTS) | set(['main'])), default='all',
                         help='main: create, destroy, expiry, races and seeds; builds: the template build\'s rows, on '
                              'a debian-tier site of their own; aws: the AWS rows, on a try-out cloud of their own; '
-                             'hetzner: the Hetzner rows, on the Hetzner fake of a try-out cloud of their own; '
-                             'gcp: the Compute Engine rows, on the GCP fake of a try-out cloud of their own (not in all); '
-                             'azure: the Azure rows, on the ARM fake of a try-out cloud of their own (not in all); '
-                             'pg: create and destroy with the journal on PostgreSQL; '
-                             'all (the default): every part, side by side')
+                             'pg: create and destroy with the journal on PostgreSQL; all (the default): those, side '
+                             'by side. hetzner, gcp, azure: the Hetzner, Compute Engine and Azure rows, each on the '
+                             'fake of a try-out cloud of its own; clouds: those three, side by side')
     soak = sub.add_parser('soak', help='many random schedules')
     soak.add_argument('--schedules', type=int, default=500)
     soak.add_argument('--first-seed', type=int, default=1001)
@@ -64,49 +62,21 @@ def main(argv=None):
     started = time.monotonic()
     part = getattr(args, 'part', 'main')
     cells, uncovered = [], []
-    builds = None
-    aws = None
-    hetzner = None
-    gcp = None
-    azure = None
-    pg = None
-    if args.command == 'matrix' and part in ('all', 'builds'):
-        # The build rows run on a site of their own, beside the main part: much of both is waiting.
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        builds = pool.submit(run_builds, args)
-        pool.shutdown(wait=False)
-    if args.command == 'matrix' and part in ('all', 'aws'):
-        # So do the AWS rows, on a try-out cloud of their own.
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        aws = pool.submit(run_cloud, args, 'aws')
-        pool.shutdown(wait=False)
-    if args.command == 'matrix' and part == 'hetzner':
-        # The Hetzner rows, on a try-out cloud of their own (their part only, as the Azure rows: not in all yet).
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        hetzner = pool.submit(run_cloud, args, 'hetzner')
-        pool.shutdown(wait=False)
-    if args.command == 'matrix' and part == 'gcp':
-        # The Compute Engine rows, on a try-out cloud of their own (their part only, as the Hetzner rows).
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        gcp = pool.submit(run_cloud, args, 'gcp')
-        pool.shutdown(wait=False)
-    if args.command == 'matrix' and part == 'azure':
-        # The Azure rows, on the ARM fake of a try-out cloud of their own.
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        azure = pool.submit(run_azure, args)
-        pool.shutdown(wait=False)
-    if args.command == 'matrix' and part in ('all', 'pg'):
-        # And the PostgreSQL journal's rows, on a cluster and a database server of their own.
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        pg = pool.submit(run_pg, args)
-        pool.shutdown(wait=False)
-    if part in ('all', 'main') or args.command != 'matrix':
+    # Each part runs on a site of its own (a cluster, a try-out cloud, a database server), beside the others: much of
+    # every part is waiting.
+    others = []
+    if args.command == 'matrix':
+        for name in GROUPS.get(part, (part,)):
+            if name in PARTS:
+                pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+                others.append(pool.submit(PARTS[name], args))
+                pool.shutdown(wait=False)
+    if args.command != 'matrix' or 'main' in GROUPS.get(part, (part,)):
         cells, uncovered = run_main(args)
-    for other in (builds, aws, hetzner, gcp, azure, pg):
-        if other is not None:
-            other_cells, other_uncovered = other.result()
-            cells += other_cells
-            uncovered += other_uncovered
+    for other in others:
+        other_cells, other_uncovered = other.result()
+        cells += other_cells
+        uncovered += other_uncovered
     return finish(args, cells, uncovered, started)
 
 
@@ -163,27 +133,25 @@ def run_builds(args):
 
 def run_cloud(args, part):
     """A cloud part's rows on a try-out cloud of its own (tests/faults/cloud.py; the adapters aws.py, hetzner.py,
-    gcp.py)."""
+    gcp.py, azure.py)."""
     import importlib
     from tests.faults.cloud import run_part
     module = importlib.import_module('tests.faults.' + part)
-    name = {'aws': 'Aws', 'hetzner': 'Hetzner', 'gcp': 'Gcp'}[part]
+    name = {'aws': 'Aws', 'hetzner': 'Hetzner', 'gcp': 'Gcp', 'azure': 'Azure'}[part]
     return run_part(getattr(module, name + 'Site'), getattr(module, name + 'Matrix'), args.size, args.keep,
                     log=lambda line: print(line, flush=True))
-
-
-def run_azure(args):
-    """The Azure rows on the ARM fake of a try-out cloud of their own (tests/faults/azure.py)."""
-    from tests.faults.azure import AzureMatrix, AzureSite
-    from tests.faults.cloud import run_part
-    return run_part(AzureSite, AzureMatrix, args.size, args.keep, log=lambda line: print(line, flush=True),
-                    label='azure')
 
 
 def run_pg(args):
     """Create and destroy with the journal on PostgreSQL (tests/faults/pgmatrix.py)."""
     from tests.faults.pgmatrix import run_pg as run_rows
     return run_rows(args.size, args.keep, log=lambda line: print(line, flush=True))
+
+
+PARTS = {'builds': run_builds, 'pg': run_pg}
+PARTS.update((name, functools.partial(run_cloud, part=name)) for name in ('aws', 'hetzner', 'gcp', 'azure'))
+# all: what make test runs at the ci size (the main part in this process); clouds: the other providers' rows.
+GROUPS = {'all': ('main', 'builds', 'aws', 'pg'), 'clouds': ('hetzner', 'gcp', 'azure')}
 
 
 def finish(args, cells, uncovered, started):

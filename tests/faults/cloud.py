@@ -34,7 +34,9 @@ record, a destroyed one, or one naming another machine).
 An adapter (:class:`Adapter`) says what to list and how to read a machine (its state, labels, marker and what the
 marker binds), the provider's playbook variables, how to read the requests our controller sent, which points are
 decisive, which trace points are calls that act, how to copy a workspace's labels onto a foreign machine, and which
-fault to arm on the cloud for a lost answer. tests/faults/aws.py, hetzner.py and gcp.py are the adapters.
+fault to arm on the cloud for a lost answer. tests/faults/aws.py, hetzner.py and gcp.py are the adapters; Azure's
+(tests/faults/azure.py), whose workspace is a set of four resources, also says what a ready set is, which of its
+resources a record accounts for, and which kill points are rows of their own.
 """
 
 import concurrent.futures
@@ -169,6 +171,49 @@ class Adapter:
         """Another principal copies ``workspace``'s labels (its machine ``item``) onto a machine of its own."""
         raise NotImplementedError
 
+    def creates(self, op):
+        """True for an operation that creates what a record's candidate names (the events invariant)."""
+        return op == self.clone_op
+
+    def accounts_for(self, ws, resource_id, item):
+        """True when the record ``ws`` (not destroyed) accounts for our live ``item`` (its id ``resource_id``)."""
+        return ws.get('resource_id') in (None, resource_id)
+
+    def ready_machine(self, view, ws):
+        """(what is wrong with the ready workspace ``ws`` in ``view``, the id of the guest to reach over SSH)."""
+        owned = sorted(i for i, name in view.ours.items() if name == ws['name'])
+        if owned != [ws['resource_id']]:
+            return ['%s is ready with %s, but its live instances are %s' % (ws['name'], ws['resource_id'], owned)], None
+        item = view.instances[ws['resource_id']]
+        if not item['running']:
+            return ['%s is ready, but %s is %s' % (ws['name'], ws['resource_id'], item['state'])], None
+        return [], ws['resource_id']
+
+    def foreign_names(self, before, view):
+        """What a request of ours may not name but to read: the foreign machines as requests name them."""
+        return set(before) | set(view.foreign)
+
+    def lost_calls(self, create_points, destroy_points, created, destroyed, workspace):
+        """(op, call) rows of the lost answers: every call that acts in the traces (``created``, ``destroyed``: the
+        requests each traced run of ``workspace`` sent)."""
+        return lost_calls(create_points, destroy_points, self.call_of)
+
+    def in_ci(self, call):
+        """True when the ci size loses the answer of ``call`` too (the full size loses every one)."""
+        return True
+
+    def own_rows(self, op, points):
+        """The points of ``op`` that are killed in rows of their own in the ci size too, never in a chain (a chain's
+        next run could not go on from them)."""
+        return []
+
+    def stop_guest_leftovers(self, site, keep):
+        """Stop what SSH sessions started in guests of machines that are not running (``keep``: the running ones)."""
+        keep = set(self.guest_dir(k) for k in keep)
+        for entry in os.listdir(site.guests_dir) if os.path.isdir(site.guests_dir) else []:
+            if entry.startswith(self.guest_prefix) and entry not in keep:
+                end_guest_processes(os.path.join(site.guests_dir, entry) + os.sep)
+
     def exclusive(self, call):
         """True when the fault for ``call`` cannot be matched to one workspace's request: its row runs alone."""
         return False
@@ -291,10 +336,7 @@ class CloudSite(FaultSite):
 
     def stop_guest_leftovers(self, keep):
         """Stop what SSH sessions started in guests of machines that are not running (runners, agents)."""
-        keep = set(self.adapter.guest_dir(k) for k in keep)
-        for entry in os.listdir(self.guests_dir) if os.path.isdir(self.guests_dir) else []:
-            if entry.startswith(self.adapter.guest_prefix) and entry not in keep:
-                end_guest_processes(os.path.join(self.guests_dir, entry) + os.sep)
+        self.adapter.stop_guest_leftovers(self, keep)
 
 
 class CloudView:
@@ -316,7 +358,7 @@ class CloudView:
                 self.foreign[resource_id] = dict((k, item[k]) for k in fields)
 
 
-def leaks(view, records):
+def leaks(adapter, view, records):
     out = {}
     for resource_id, name in view.ours.items():
         ws = records.get(name)
@@ -324,19 +366,14 @@ def leaks(view, records):
             out[resource_id] = '%s: no journal record' % name
         elif ws['status'] == 'destroyed':
             out[resource_id] = '%s: the journal says destroyed' % name
-        elif ws.get('resource_id') not in (None, resource_id):
+        elif not adapter.accounts_for(ws, resource_id, view.instances[resource_id]):
             out[resource_id] = '%s: the journal names %s' % (name, ws['resource_id'])
     return out
 
 
-def check_ready(site, view, ws):
-    owned = sorted(i for i, name in view.ours.items() if name == ws['name'])
-    if owned != [ws['resource_id']]:
-        return ['%s is ready with %s, but its live instances are %s' % (ws['name'], ws['resource_id'], owned)]
-    item = view.instances[ws['resource_id']]
-    if not item['running']:
-        return ['%s is ready, but %s is %s' % (ws['name'], ws['resource_id'], item['state'])]
-    return invariants.check_guest(ws, ws['resource_id'])
+def check_ready(adapter, view, ws):
+    problems, guest = adapter.ready_machine(view, ws)
+    return problems or invariants.check_guest(ws, guest)
 
 
 def check_foreign(adapter, before, view, requests):
@@ -348,7 +385,7 @@ def check_foreign(adapter, before, view, requests):
         elif now != was:
             changed = sorted(k for k in was if now.get(k) != was[k])
             out.append('foreign %s changed: %s' % (resource_id, ', '.join(changed)))
-    foreign = set(before) | set(view.foreign)
+    foreign = adapter.foreign_names(before, view)
     for dummy, op, named, dummy2 in requests:
         if adapter.is_read(op):
             continue
@@ -363,7 +400,7 @@ def check_events(adapter, records, requests):
     held = set(adapter.candidate_identity(ws['candidate_id']) for ws in records.values()
                if ws.get('candidate_id') is not None)
     return ['%s was sent with %s %s, which no journal record holds' % (op, adapter.clone_identity, identity)
-            for dummy, op, dummy2, identity in requests if op == adapter.clone_op and identity not in held]
+            for dummy, op, dummy2, identity in requests if adapter.creates(op) and identity not in held]
 
 
 def check(site, names, foreign_before, requests, secret):
@@ -377,7 +414,7 @@ def check(site, names, foreign_before, requests, secret):
         if ws is None:
             continue
         if ws['status'] == 'ready':
-            found['ready'].extend(check_ready(site, view, ws))
+            found['ready'].extend(check_ready(site.adapter, view, ws))
         elif ws['status'] == 'destroyed':
             owned = sorted(i for i, owner in view.ours.items() if owner == name)
             if owned:
@@ -385,7 +422,7 @@ def check(site, names, foreign_before, requests, secret):
     found['foreign'] = check_foreign(site.adapter, foreign_before, view, requests)
     found['credentials'] = invariants.check_credentials(site)
     found['events'] = check_events(site.adapter, records, requests)
-    return found, leaks(view, records), view
+    return found, leaks(site.adapter, view, records), view
 
 
 def log_line(cell):
@@ -419,6 +456,7 @@ class CloudMatrix(Matrix):
             raise RuntimeError('the clean create on %s failed: %s' % (adapter.title, traced.explain()))
         self.create_points = points_of(traced.trace, first)
         self.secret = site.secret()
+        created = site.requests()
         ours = [item for item in site.items().values() if item['workspace'] == first]
         adapter.copy_foreign(site, ours[0], first)
         with site.working_on(cell):
@@ -426,7 +464,8 @@ class CloudMatrix(Matrix):
         if not traced.ok:
             raise RuntimeError('the clean destroy on %s failed: %s' % (adapter.title, traced.explain()))
         self.destroy_points = points_of(traced.trace, first)
-        self.lost_operations = lost_calls(self.create_points, self.destroy_points, adapter.call_of)
+        destroyed = [r for r in site.requests() if r not in created]
+        self.lost_operations = adapter.lost_calls(self.create_points, self.destroy_points, created, destroyed, first)
         self.lost_operations += adapter.extra_faults(self.lost_operations)
         self.snapshot()
         cell.converged = status_of(site, first) == 'destroyed'
@@ -468,19 +507,27 @@ class CloudMatrix(Matrix):
                 for item in [w for w in work if w[0].variant == 'reconcile']:
                     self.wave([item])
             return
-        label = self.adapter.label
-        points = dict((op, self.adapter.decisive(found)) for op, found in (
+        adapter = self.adapter
+        label = adapter.label
+        points = dict((op, adapter.decisive(found)) for op, found in (
             ('create', self.create_points), ('destroy', self.destroy_points)))
         passed = len(self.create_points) + len(self.destroy_points) - sum(len(p) for p in points.values())
+        own = dict((op, adapter.own_rows(op, points[op])) for op in points)
+        for op in points:
+            points[op] = [p for p in points[op] if p not in own[op]]
         self.log('%s ci: %d points (steps, journal commits and guest commands between the calls that act) are killed '
-                 'in the full size only' % (label, passed))
+                 'in the full size only; %d in rows of their own' % (label, passed, sum(len(p) for p in own.values())))
         rows = {}
         for op in ('create', 'destroy'):
             rows[op] = dict((point, Cell('%s kill %s: %s #%d' % (label, op, point[0], point[1]), 'kill', [], 'rerun'))
                             for point in points[op])
         work = [self._chain(rows[op], op, points[op], 'rerun') for op in ('create', 'destroy')]
-        beside = [item for item in self.lost_operations if not self.adapter.exclusive(item[1])]
-        alone = [item for item in self.lost_operations if self.adapter.exclusive(item[1])]
+        singles = [item for op in ('create', 'destroy') for item in self.kill_cells(op, own[op])]
+        if singles:
+            work.append(lambda: [self._as(cell, fn) for cell, fn in singles])
+        calls = [item for item in self.lost_operations if adapter.in_ci(item[1])]
+        beside = [item for item in calls if not adapter.exclusive(item[1])]
+        alone = [item for item in calls if adapter.exclusive(item[1])]
         lost = []
         # The lost answers run beside the chains: each fault cuts only the answer to its own workspace's request.
         work.append(lambda: self.lost_rows(lost, beside))
@@ -491,7 +538,7 @@ class CloudMatrix(Matrix):
                 future.result()
         # A fault the cloud cannot match to one workspace: with nothing else running.
         self.lost_rows(lost, alone)
-        cells = [c for op in ('create', 'destroy') for c in rows[op].values()] + lost
+        cells = [c for op in ('create', 'destroy') for c in rows[op].values()] + [c for c, dummy in singles] + lost
         self.judge(cells)
         self.cells.extend(cells)
         for cell in cells:

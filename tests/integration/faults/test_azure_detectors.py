@@ -10,17 +10,20 @@ import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from tests.faults import azure as rows
+from tests.faults import cloud as shape
 from tests.localcloud.fixtures import cloud_process
 
 SECRET = b'0123456789abcdef0123456789abcdef'
 
 
 class Site(object):
+    adapter = rows.AzureAdapter()
+
     def __init__(self, cloud):
         self.cloud = cloud
 
-    def resources(self):
-        return dict((r['id'], r) for r in self.cloud.azure('resources'))
+    def items(self):
+        return self.adapter.items(self)
 
 
 @pytest.fixture(scope='module')
@@ -47,31 +50,32 @@ def test_leaks_foreign_and_ready_are_detected(cloud):
     assert sorted(r.rsplit('/', 1)[-1] for r in view.ours) == ['w1-0a1b2c3d-pip']
     assert sorted(r.rsplit('/', 1)[-1] for r in view.foreign) == ['copy-pip', 'their-nic', 'their-pip']
     # No record, a destroyed record, a record naming another set: each a leak; the right record: none.
-    assert list(rows.leaks(view, {}).values()) == ['w1: no journal record']
-    assert list(rows.leaks(view, {'w1': {'status': 'destroyed'}}).values()) == ['w1: the journal says destroyed']
+    adapter = site.adapter
+    assert list(shape.leaks(adapter, view, {}).values()) == ['w1: no journal record']
+    assert list(shape.leaks(adapter, view, {'w1': {'status': 'destroyed'}}).values()) == ['w1: the journal says destroyed']
     other = '/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/virtualMachines/w1-99999999-vm'
-    assert list(rows.leaks(view, {'w1': {'status': 'ready', 'resource_id': other}}).values()) == [
+    assert list(shape.leaks(adapter, view, {'w1': {'status': 'ready', 'resource_id': other}}).values()) == [
         'w1: the journal names %s' % other]
     mine = other.replace('99999999', '0a1b2c3d')
-    assert rows.leaks(view, {'w1': {'status': 'ready', 'resource_id': mine}}) == {}
+    assert shape.leaks(adapter, view, {'w1': {'status': 'ready', 'resource_id': mine}}) == {}
     # A ready workspace whose set is one public IP: not ready.
-    assert rows.check_ready(site, view, {'name': 'w1', 'resource_id': mine})
+    assert shape.check_ready(adapter, view, {'name': 'w1', 'resource_id': mine}) == [
+        'w1 is ready with %s, but its VMs carrying its marker are []' % mine]
     # Foreign resources changed behind our back, and a request of ours that acted on one.
     before = view.foreign
-    assert rows.check_foreign(before, rows.CloudView(site, SECRET), []) == []
+    assert shape.check_foreign(adapter, before, rows.CloudView(site, SECRET), []) == []
     cloud.azure('change', resource='their-pip', tags={'team': 'data'})
     cloud.azure('detach', resource='their-nic')
     cloud.azure('replace', resource='copy-pip')
     requests = [(0, 'PublicIPAddresses_Delete', ('their-pip',), None), (0, 'PublicIPAddresses_Get', ('copy-pip',), None)]
-    found = rows.check_foreign(before, rows.CloudView(site, SECRET), requests)
+    found = shape.check_foreign(adapter, before, rows.CloudView(site, SECRET), requests)
     assert sorted(found) == sorted([
         'foreign %s changed: bindings, tags' % [r for r in before if r.endswith('/their-pip')][0],
         'foreign %s changed: bindings' % [r for r in before if r.endswith('/their-nic')][0],
         'foreign %s changed: identity' % [r for r in before if r.endswith('/copy-pip')][0],
         'our controller sent PublicIPAddresses_Delete to foreign their-pip'])
     # A creating PUT for a set no record holds.
-    events = rows.check_events({'w1': {'candidate_id': 'w1-0a1b2c3d'}}, [
-        (0, 'NetworkInterfaces_CreateOrUpdate', ('w1-0a1b2c3d-nic',), None),
-        (0, 'PublicIPAddresses_CreateOrUpdate', ('w2-12345678-pip',), None)])
-    assert events == ['PublicIPAddresses_CreateOrUpdate was sent for w2-12345678-pip, whose set no journal record '
-                      'holds']
+    events = shape.check_events(adapter, {'w1': {'candidate_id': 'w1-0a1b2c3d'}}, [
+        (0, 'NetworkInterfaces_CreateOrUpdate', ('w1-0a1b2c3d-nic',), 'w1-0a1b2c3d'),
+        (0, 'PublicIPAddresses_CreateOrUpdate', ('w2-12345678-pip',), 'w2-12345678')])
+    assert events == ['PublicIPAddresses_CreateOrUpdate was sent with set w2-12345678, which no journal record holds']

@@ -125,7 +125,7 @@ class DestroyFlow(Flow):
             node = resource.location
         elif not self.resource_id:
             self._absence_unproven(vmid, node)
-        elif getattr(self.provider, 'confirms_delete_by_task', False) and self.tasks.get('delete'):
+        elif self.provider.confirms_delete_by_task and self.tasks.get('delete'):
             self._delete_confirmed(vmid, node)
         verdict = None if resource is None else self.provider.verify(resource, self.name, ownership.record_nonce(self.ws))
         if resource is not None and resource.id != vmid:

@@ -236,6 +236,9 @@ class Provider:
     # True when an id is never given to a second resource (an EC2 instance id): a resource found at a destroyed
     # record's id (or launched with its recorded candidate id) can only be that record's, never a newcomer.
     unique_ids = False
+    # True when a deletion is complete only once its recorded task ends well (a Hetzner action): absence alone does
+    # not complete a deletion whose task the journal holds, since the provider may hide a resource it still deletes.
+    confirms_delete_by_task = False
 
     def __init__(self, secret=None):
         self.secret = secret

@@ -130,14 +130,44 @@ options:
         its O(ttl).
     type: bool
   agent:
-    description: Which agent the runner starts, a key of O(agents).
+    description:
+      - Which agent the runner starts. V(claude-code), V(codex) and V(opencode) are the real CLIs, started headless with
+        their event streams read for the activity; any other name must be defined in O(agents).
+      - Refused at the V(request) step, before anything is allocated, when the template was built by
+        M(ephemera.workspaces.workspace_template) and its verified tools lack the agent's command (C(claude),
+        C(codex), C(opencode)).
     type: str
     default: claude-code
   agents:
     description:
-      - Command line of each agent, as a list of arguments; C({purpose}) stands for the brief.
-      - The default knows C(claude-code), C(codex) and C(opencode).
+      - Agents of your own, or changes to the built-in ones (an entry replaces the built-in of its name). Each is a
+        command line (a list of arguments, C({purpose}) standing for the brief; its activity follows the process
+        only) or a dict with C(command), C(continue) (the follow-up command line, C({session}) standing for the
+        agent's session id), C(events) (the form of its standard output, one of V(claude), V(codex), V(opencode) and
+        V(lines)), C(environment) (variables that are not secrets), C(files) (configuration files under the agent's
+        home) and C(tool) (the command a template must have verified).
+      - See docs/agents.md for the built-in ones' command lines.
     type: dict
+  agent_base_urls:
+    description:
+      - A model endpoint per agent (an LLM gateway of your own), keyed by the agent's name, for example
+        V(claude-code) to C(https://llm.example.com/anthropic) and V(codex) to C(https://llm.example.com/openai/v1).
+      - claude-code gets it as E(ANTHROPIC_BASE_URL); codex and opencode get a provider of that URL in their
+        configuration that reads the key from E(OPENAI_API_KEY). An http(s) URL without credentials; give the key
+        in O(agent_credentials).
+    type: dict
+  agent_models:
+    description:
+      - A model per agent, keyed by the agent's name. claude-code gets it as E(ANTHROPIC_MODEL); codex
+        and opencode in their configuration (default C(gpt-5-codex) with a base URL).
+    type: dict
+  brief_timeout:
+    description:
+      - Seconds the V(brief) step waits for the model to answer the agent's first request. A key the endpoint
+        refuses, a rate limit or an overloaded endpoint fails the step with advice, and a rerun goes on at the brief;
+        a model still thinking when the time is up leaves the agent working.
+    type: int
+    default: 120
   cores:
     description: CPU cores of the container.
     type: int
@@ -205,9 +235,10 @@ options:
     default: agent
   agent_credentials:
     description:
-      - Environment variables the agent needs (API keys). Written by the V(bootstrap) step into one file readable
-        only by the agent user, read by the runner when it starts the agent; never on a command line, in the journal
-        or in the output.
+      - Environment variables the agent needs (API keys, such as E(ANTHROPIC_API_KEY) for claude-code, E(OPENAI_API_KEY) for
+        codex and for opencode with a base URL). Written by the V(bootstrap) step into one file readable only by the
+        agent user, read by the runner when it starts the agent; never on a command line, in the journal or in the
+        output. Given to the V(brief) step too, they replace the file first (a key the endpoint refused).
       - The V(request) step records the variables' names (never their values). A later run that is to do the
         V(bootstrap) step without any O(agent_credentials) (a resume by reconcile without the vault) is refused
         with what to pass, and nothing changes.
@@ -382,7 +413,6 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create i
     failure_message,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.operations import DEFAULT_AGENTS
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_location
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
@@ -417,6 +447,9 @@ def argument_spec():
         keep=dict(type='bool'),
         agent=dict(type='str', default='claude-code'),
         agents=dict(type='dict'),
+        agent_base_urls=dict(type='dict'),
+        agent_models=dict(type='dict'),
+        brief_timeout=dict(type='int', default=120),
         cores=dict(type='int', default=2),
         memory=dict(type='int', default=2048),
         bridge=dict(type='str', default='vmbr0'),
@@ -472,7 +505,6 @@ def module_args():
 def run(module):
     """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
     params = dict(module.params)
-    params['agents'] = params['agents'] or DEFAULT_AGENTS
     hide_repo_password(module, params['repo'])
     if params['storage'] and not params['full_clone']:
         module.fail_json(msg='storage is allowed for full clones only (full_clone: true); linked clones stay on the '

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import agents as agent_defs
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
@@ -47,6 +48,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base
     UnknownOutcome,
     first_address,
 )
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import agent as agent_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import preflight
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
@@ -74,9 +76,9 @@ STEP_STATUS = {
 # Request parameters that make a workspace what it is: a second request with the same name must match them.
 IDENTITY = ('template', 'node', 'pool', 'full_clone', 'repo', 'ref', 'agent', 'address_mode')
 # What a later request for the same workspace may amend, taking effect at the next brief: the purpose (a person
-# corrects a brief: a briefed workspace is briefed again) and the agents' command lines (a brief that failed
-# because of a wrong command is retried with a corrected one).
-AMENDABLE = ('purpose', 'agents')
+# corrects a brief: a briefed workspace is briefed again), the agents' command lines (a brief that failed because
+# of a wrong command is retried with a corrected one), their model endpoints and models.
+AMENDABLE = ('purpose', 'agents', 'agent_base_urls', 'agent_models')
 # What an idempotency key stands for: the identity and the purpose (the same key with another brief is another
 # request).
 KEYED = IDENTITY + ('purpose',)
@@ -348,7 +350,10 @@ class CreateFlow(Flow):
         req = dict((k, self.params[k]) for k in (
             'template', 'node', 'pool', 'full_clone', 'storage', 'repo', 'ref', 'purpose', 'agent', 'agents', 'cores',
             'memory', 'bridge', 'address_mode', 'address_range', 'address_prefix', 'gateway', 'checkout_path',
-            'guest_root', 'ssh_user', 'ssh_port', 'agent_user', 'tags'))
+            'guest_root', 'ssh_user', 'ssh_port', 'agent_user', 'tags', 'agent_base_urls', 'agent_models'))
+        req['agents'] = req['agents'] or {}
+        req['agent_base_urls'] = req['agent_base_urls'] or {}
+        req['agent_models'] = req['agent_models'] or {}
         # Stored under a name the journal does not mask: it is the key file's path, not the key.
         req['ssh_key_path'] = self.params['ssh_private_key']
         # Which secrets the request came with (names, never values), so that a run resuming it without them
@@ -360,9 +365,7 @@ class CreateFlow(Flow):
         validate_ref(req['ref'])
         validate_purpose(req['purpose'])
         validate_checkout_path(req['checkout_path'])
-        if req['agent'] not in req['agents']:
-            raise CreateError('Unknown agent %r; configured agents: %s.' % (req['agent'], ', '.join(sorted(req['agents']))),
-                              step='request')
+        self._check_agent(req)
         if req['address_mode'] == 'static':
             address_candidates(req['address_range'])
         try:
@@ -427,6 +430,51 @@ class CreateFlow(Flow):
             check_private_key(self.params.get('ssh_private_key'))
         except SshError as err:
             raise CreateError(str(err), step='request')
+
+    def _check_agent(self, req):
+        """Refuse, before anything is recorded, an agent that is not configured, an ``agents`` entry that cannot be
+        started, an endpoint that is not one, or an agent whose tool the template's recorded, verified tools lack."""
+        try:
+            agent_defs.check(req['agents'])
+            for name, url in sorted(req['agent_base_urls'].items()):
+                agent_defs.check_endpoint(name, url)
+            known = agent_defs.catalogue(req['agents'])
+            if req['agent'] not in known:
+                raise agent_defs.AgentError('Unknown agent %r; configured agents: %s. Choose one of them, or define it '
+                                            'in agents.' % (req['agent'], ', '.join(sorted(known))))
+        except agent_defs.AgentError as err:
+            raise CreateError(str(err), step='request')
+        tool = agent_defs.tool_of(req['agent'], known[req['agent']])
+        built = self._template_tools(req['template']) if tool else None
+        if built is None:
+            return
+        version, tools = built
+        if tool not in tools:
+            raise CreateError('Template %s version %s has no %s: its build verified %s. Choose an agent it has, or '
+                              'build a version with %s (template_build with the default tool list, or %s in '
+                              'ephemera_tools and the package that installs it).'
+                              % (version['name'], version['version'], tool, ', '.join(sorted(tools)) or 'no tools',
+                                 tool, tool), step='request')
+
+    def _template_tools(self, template):
+        """(template version, its verified tools) of what the request names, when the journal has a build of it;
+        None when it does not (a template prepared by hand, a cloud image): nothing is known to refuse."""
+        if self.journal is None or not self.provider.journal_templates:
+            return None
+        value = template_value(template)
+        if isinstance(value, str):
+            pointer = self.journal.template(value)
+            if not pointer or pointer['current'] is None:
+                return None
+            version = self.journal.template_version(value, pointer['current'])
+        else:
+            built = [v for v in self.journal.template_versions(state='built') if v.get('resource_id') == value]
+            if not built:
+                return None
+            version = built[-1]
+        if not version or version.get('state') != 'built':
+            return None
+        return version, dict(version.get('tools') or {})
 
     def _check_repository(self, req):
         """Ask the repository from the controller whether it has the ref (where the controller can reach it);
@@ -978,21 +1026,67 @@ class CreateFlow(Flow):
     def step_runner(self):
         req = self.request
         started = self._with_guest(lambda g: guest_ops.install_runner(
-            g, self._layout(), self.ssh_user, req['agents'], timeout=self.params['runner_timeout']))
+            g, self._layout(), self.ssh_user, self._runner_agents(), timeout=self.params['runner_timeout']))
         self.done('runner')
         return StepResult(True, 'runner: %s' % ('started' if started else 'already answering'))
 
     # --------------------------------------------------------------- 12. brief
 
+    def _runner_agents(self):
+        """The runner configuration's agents: the workspace's agent with its endpoint and model."""
+        req = self.request
+        try:
+            return agent_defs.runner_agents(req['agent'], req.get('agents'), req.get('agent_base_urls'),
+                                            req.get('agent_models'))
+        except agent_defs.AgentError as err:
+            raise CreateError(str(err))
+
     def step_brief(self):
         req = self.request
         # A purpose amended after a brief (the request step recorded ``rebrief``) replaces the agent's work.
         replace = bool(self.ws['facts'].get('rebrief'))
-        answer = self._with_guest(lambda g: guest_ops.brief(g, self._layout(), self.ssh_user, req['purpose'],
-                                                            req['agent'], req['agents'], replace=replace))
+        layout = self._layout()
+        credentials = self.params.get('agent_credentials')
+        timeout = self.params.get('brief_timeout')
+        timeout = 120 if timeout is None else timeout
+
+        def brief(g):
+            if credentials:
+                # A retry of the brief with corrected credentials (a key the model endpoint refused) takes them now.
+                guest_ops.write_credentials(g, layout, credentials)
+            answer = guest_ops.brief(g, layout, self.ssh_user, req['purpose'], req['agent'], self._runner_agents(),
+                                     replace=replace)
+            if answer.get('already'):
+                return answer, False
+            # Briefed and working: the model answered the agent's first request, or the agent stopped trying.
+            return agent_flow.wait_for_answer(lambda: guest_ops.runner_call(g, layout, self.ssh_user, {'op': 'ping'},
+                                                                            point=False), timeout, sleep=self.sleep)
+
+        try:
+            answer, slow = self._with_guest(brief)
+        except guest_ops.GuestError as err:
+            error = (err.details.get('agent') or {}).get('error') or {}
+            if error.get('kind'):
+                raise CreateError('%s (%s); %s.' % (str(err).rstrip('.'), error['kind'],
+                                                   agent_flow.advice(error['kind'], req['agent'])), step='brief')
+            raise
         facts = dict((k, v) for k, v in self.ws['facts'].items() if k != 'rebrief')
-        self.done('brief', activity=answer.get('activity') or 'unknown', facts=facts)
-        return StepResult(not answer.get('already'), 'brief: %s briefed' % req['agent'])
+        seen = agent_flow.observation(answer)
+        if seen is not None:
+            facts['agent'] = seen
+        activity = answer.get('activity') if answer.get('activity') in agent_flow.ACTIVITIES else 'unknown'
+        try:
+            agent_flow.check_briefed(answer, req['agent'])
+        except agent_flow.AgentError as err:
+            raise self.fail('brief', CreateError(str(err), step='brief'), facts=facts, activity=activity)
+        self.done('brief', activity=activity, facts=facts)
+        note = ''
+        if slow:
+            note = '; the model has not answered within %d s: the agent waits for it' % timeout
+        elif seen and seen.get('waiting'):
+            note = '; it waits for %s' % '; '.join(seen['waiting'])
+        return StepResult(not answer.get('already'), 'brief: %s briefed (%s)%s' % (req['agent'], activity, note),
+                          activity=activity)
 
     # --------------------------------------------------------------- 13. ready
 
@@ -1004,8 +1098,13 @@ class CreateFlow(Flow):
                             progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('runner', 'brief')))
         # The labels first: a run killed between them and the record repeats this step, and writes them again.
         note = lease_flow.write_labels(self.journal, self.provider, self.ws, state='ready', claim=self.claim)
-        self.save('ready', status='ready', activity=answer.get('activity') or 'unknown', failure=None,
-                  progress=dict(self.ws['progress'], ready=time.time()))
+        fields = {}
+        seen = agent_flow.observation(answer)
+        if seen is not None:
+            fields['facts'] = dict(self.ws['facts'], agent=seen)
+        activity = answer.get('activity') if answer.get('activity') in agent_flow.ACTIVITIES else 'unknown'
+        self.save('ready', status='ready', activity=activity, failure=None,
+                  progress=dict(self.ws['progress'], ready=time.time()), **fields)
         if self.params.get('idempotency_key'):
             claim = self.journal.begin_idempotent(self.params['idempotency_key'], 'create',
                                                   self._idempotency_request(req), owner=Owner.of_run())

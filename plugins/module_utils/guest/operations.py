@@ -32,11 +32,6 @@ STATE_DIR = '/var/lib/ephemera'
 SSH_DIR = '/etc/ssh'
 # The most read of one answer of the agent runner (it runs as the agent, who can make it say anything).
 RUNNER_ANSWER_LIMIT = 2 * 1024 * 1024
-DEFAULT_AGENTS = {
-    'claude-code': ['claude', '-p', '{purpose}', '--permission-mode', 'acceptEdits'],
-    'codex': ['codex', 'exec', '--full-auto', '{purpose}'],
-    'opencode': ['opencode', 'run', '{purpose}'],
-}
 
 
 class GuestError(EphemeraError):
@@ -118,9 +113,15 @@ def bootstrap(guest, layout, ssh_user, credentials):
         'chown -h %s %s %s %s' % (q(owner), q(posixpath.dirname(layout.checkout)), q(layout.state), q(layout.scratch)),
     ])
     guest.run('sh -s', stdin=script, what='bootstrap')
+    write_credentials(guest, layout, credentials)
+
+
+def write_credentials(guest, layout, credentials):
+    """The agent's credentials (name -> value) as one env file, 0600 and owned by the agent user; only the runner
+    reads it, when it starts the agent, into the agent's environment: never a command line."""
     body = ''.join('%s=%s\n' % (name, shlex.quote(str(value))) for name, value in sorted((credentials or {}).items()))
     guest.put(layout.credentials, body, mode=0o600)
-    guest.run(['chown', '-h', owner, layout.credentials], what='chown credentials')
+    guest.run(['chown', '-h', layout.agent_user, layout.credentials], what='chown credentials')
 
 
 # ---------------------------------------------------------------- host keys of the guest's own
@@ -310,8 +311,10 @@ def runner_call(guest, layout, ssh_user, request, timeout=10, point=True):
 
 
 def write_runner_config(guest, layout, agents):
-    """The runner's configuration (agents' command lines, workdir, credentials file); it reads it at every brief."""
-    config = {'agents': agents, 'workdir': layout.checkout, 'environment_file': layout.credentials}
+    """The runner's configuration (the agent's command lines, event stream, environment and files; the workdir, the
+    credentials file, the guest's root under which the agent's home lies); it reads it at every brief."""
+    config = {'agents': agents, 'workdir': layout.checkout, 'environment_file': layout.credentials,
+              'root': layout.root}
     guest.put(layout.runner_config, json.dumps(config, indent=2, sort_keys=True), mode=0o644)
 
 
@@ -355,5 +358,16 @@ def brief(guest, layout, ssh_user, purpose, agent, agents, replace=False):
         request['replace'] = True
     answer = runner_call(guest, layout, ssh_user, request, timeout=30)
     if not answer.get('ok'):
-        raise GuestError('The agent runner refused the brief: %s' % answer.get('error'), step='brief')
+        raise GuestError('The agent runner refused the brief: %s' % answer.get('error'), step='brief',
+                         agent=answer.get('agent'))
     return answer
+
+
+def message(guest, layout, ssh_user, text, agents, interrupt=False):
+    """A follow-up brief: the runner continues the agent's session with ``text``; returns its answer (``busy`` True
+    when the agent still works and ``interrupt`` was not asked for)."""
+    write_runner_config(guest, layout, agents)
+    request = {'op': 'message', 'text': text}
+    if interrupt:
+        request['interrupt'] = True
+    return runner_call(guest, layout, ssh_user, request, timeout=30)

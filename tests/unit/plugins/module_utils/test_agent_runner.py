@@ -63,8 +63,10 @@ def wait_activity(r, wanted, timeout=10):
 
 
 def test_ping_before_brief_is_idle(runner):
-    assert runner.call({'op': 'ping'}) == {'ok': True, 'alive': True, 'activity': 'idle', 'briefed': False,
-                                           'version': 1}
+    answer = runner.call({'op': 'ping'})
+    assert dict((k, answer[k]) for k in ('ok', 'alive', 'activity', 'briefed', 'version')) == {
+        'ok': True, 'alive': True, 'activity': 'idle', 'briefed': False, 'version': 2}
+    assert answer['agent']['events'] == [] and answer['agent']['session'] is None
 
 
 def test_brief_runs_the_agent_and_tracks_activity(runner):
@@ -140,3 +142,171 @@ def test_a_socket_path_taken_by_something_else_is_refused(tmp_path):
                           str(tmp_path / 'runner.sock'), '--config', str(tmp_path / 'config.json')],
                          capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 5 and 'something other than a socket' in out.stdout
+
+
+# ---------------------------------------------------------------- structured event streams
+#
+# A stand-in that writes a claude-code stream-json scenario line by line: the runner's reading of the stream, unit
+# by unit. tests/integration/agents runs the real CLIs end to end.
+
+FAKE_STREAM = r'''
+import json, os, sys, time
+scenario = json.load(open(sys.argv[1]))
+args = sys.argv[2:]
+step = scenario['resume'] if '--resume' in args else scenario['first']
+for item in step:
+    if 'sleep' in item:
+        time.sleep(item['sleep'])
+    elif 'wait_for' in item:
+        while not os.path.exists(item['wait_for']):
+            time.sleep(0.02)
+    elif 'env' in item:
+        print(json.dumps({'type': 'assistant', 'message': {'content': [
+            {'type': 'text', 'text': 'the key is %s' % os.environ.get(item['env'])}]}}), flush=True)
+    elif 'args' in item:
+        print(json.dumps({'type': 'assistant', 'message': {'content': [{'type': 'text', 'text': ' '.join(args)}]}}),
+              flush=True)
+    elif 'exit' in item:
+        sys.exit(item['exit'])
+    else:
+        print(json.dumps(item), flush=True)
+'''
+
+
+def init(session='s-1'):
+    return {'type': 'system', 'subtype': 'init', 'session_id': session}
+
+
+def tool(name, **args):
+    return {'type': 'assistant', 'message': {'content': [{'type': 'tool_use', 'name': name, 'input': args}]}}
+
+
+def result(text='done', denials=(), error=False):
+    return {'type': 'result', 'subtype': 'error_during_execution' if error else 'success', 'is_error': error,
+            'result': text, 'permission_denials': list(denials)}
+
+
+@pytest.fixture
+def streamed(runner, tmp_path):
+    """Configure the agent 'streamer' with a scenario: {'first': [...], 'resume': [...]}."""
+    fake = tmp_path / 'fake_agent.py'
+    fake.write_text(FAKE_STREAM)
+
+    def configure(scenario, credentials=None):
+        (tmp_path / 'scenario.json').write_text(json.dumps(scenario))
+        config = json.loads((tmp_path / 'config.json').read_text())
+        config['agents']['streamer'] = {
+            'command': [sys.executable, str(fake), str(tmp_path / 'scenario.json'), '{purpose}'],
+            'continue': [sys.executable, str(fake), str(tmp_path / 'scenario.json'), '--resume', '{session}',
+                         '{purpose}'],
+            'events': 'claude'}
+        if credentials is not None:
+            env = tmp_path / 'agent.env'
+            env.write_text(''.join('%s=%s\n' % kv for kv in credentials.items()))
+            config['environment_file'] = str(env)
+        (tmp_path / 'config.json').write_text(json.dumps(config))
+    return configure
+
+
+def wait_agent(r, check, timeout=10):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        answer = r.call({'op': 'ping'})
+        if check(answer):
+            return answer
+        time.sleep(0.05)
+    raise AssertionError('the agent never got there: %s' % answer)
+
+
+def test_the_event_stream_names_the_session_and_moves_activity_from_active_to_idle(runner, streamed, tmp_path):
+    gate = tmp_path / 'gate'
+    streamed({'first': [init('sess-42'), tool('Write', file_path='/w/farewell.py', content='x'), {'wait_for': str(gate)},
+                        {'type': 'assistant', 'message': {'content': [{'type': 'text', 'text': 'Wrote it.'}]}},
+                        result('Wrote farewell.py')]})
+    assert runner.call({'op': 'brief', 'purpose': 'add a farewell', 'agent': 'streamer'})['ok']
+    working = wait_agent(runner, lambda a: a['agent']['answered'])
+    assert working['activity'] == 'active' and working['agent']['session'] == 'sess-42'
+    assert [e['text'] for e in working['agent']['events'] if e['type'] == 'tool'] == ['Write /w/farewell.py']
+    gate.touch()
+    done = wait_agent(runner, lambda a: a['activity'] == 'idle')
+    agent = done['agent']
+    assert agent['exit'] == 0 and agent['error'] is None and agent['waiting'] == []
+    assert [e['type'] for e in agent['events']][-3:] == ['text', 'result', 'exited']
+
+
+def test_an_approval_the_headless_agent_could_not_get_leaves_it_blocked(runner, streamed):
+    streamed({'first': [init(), tool('Bash', command='rm -rf build'),
+                        result('I need permission to run rm', denials=[{'tool_name': 'Bash',
+                                                                        'tool_input': {'command': 'rm -rf build'}}])]})
+    assert runner.call({'op': 'brief', 'purpose': 'clean up', 'agent': 'streamer'})['ok']
+    blocked = wait_agent(runner, lambda a: not a['agent']['running'])
+    assert blocked['activity'] == 'blocked'
+    assert blocked['agent']['waiting'] == ['needs approval: Bash rm -rf build']
+
+
+def test_a_refused_key_is_an_auth_error_and_the_same_brief_starts_the_agent_again(runner, streamed):
+    streamed({'first': [init(), {'sleep': 0.6},
+                        {'type': 'assistant', 'error': 'authentication_failed', 'message': {'content': [
+                            {'type': 'text', 'text': 'Invalid API key \u00b7 Fix external API key'}]}},
+                        result('Invalid API key', error=True), {'exit': 1}]})
+    assert runner.call({'op': 'brief', 'purpose': 'p', 'agent': 'streamer'})['ok']
+    failed = wait_agent(runner, lambda a: not a['agent']['running'])
+    assert failed['activity'] == 'idle'
+    assert failed['agent']['error']['kind'] == 'auth' and 'Invalid API key' in failed['agent']['error']['message']
+    streamed({'first': [init(), result('ok')]})
+    again = runner.call({'op': 'brief', 'purpose': 'p', 'agent': 'streamer'})
+    assert again['ok'] and again['already'] is False
+    fine = wait_agent(runner, lambda a: not a['agent']['running'])
+    assert fine['agent']['error'] is None and fine['activity'] == 'idle'
+
+
+def test_a_message_continues_the_session_its_events_named_and_waits_for_an_idle_agent(runner, streamed, tmp_path):
+    gate = tmp_path / 'gate'
+    streamed({'first': [init('sess-7'), {'wait_for': str(gate)}, result()],
+              'resume': [init('sess-7'), {'args': True}, result('second change made')]})
+    assert runner.call({'op': 'brief', 'purpose': 'first change', 'agent': 'streamer'})['ok']
+    wait_agent(runner, lambda a: a['agent']['session'] == 'sess-7')
+    busy = runner.call({'op': 'message', 'text': 'now the second'})
+    assert not busy['ok'] and busy['busy'] and 'still working' in busy['error']
+    gate.touch()
+    wait_agent(runner, lambda a: a['activity'] == 'idle')
+    sent = runner.call({'op': 'message', 'text': 'now the second'})
+    assert sent['ok'] and sent['agent']['briefs'] == 2
+    after = wait_agent(runner, lambda a: not a['agent']['running'] and a['agent']['events'][-1]['type'] == 'exited')
+    texts = [e['text'] for e in after['agent']['events'] if e['type'] == 'text']
+    assert texts[-1] == '--resume sess-7 now the second'
+    assert after['activity'] == 'idle' and after['agent']['session'] == 'sess-7'
+
+
+def test_a_message_before_any_brief_or_to_an_agent_without_a_continue_line_is_refused(runner):
+    assert 'never briefed' in runner.call({'op': 'message', 'text': 'x'})['error']
+    assert runner.call({'op': 'brief', 'purpose': 'p', 'agent': 'fake'})['ok']
+    runner.flag.touch()
+    wait_activity(runner, 'idle')
+    assert 'cannot continue a session' in runner.call({'op': 'message', 'text': 'x'})['error']
+
+
+def test_a_restarted_runner_reads_on_where_the_last_one_stopped(runner, streamed, tmp_path):
+    gate = tmp_path / 'gate'
+    streamed({'first': [init(), tool('Edit', file_path='a.py'), {'wait_for': str(gate)}, tool('Edit', file_path='b.py'),
+                        result()]})
+    assert runner.call({'op': 'brief', 'purpose': 'p', 'agent': 'streamer'})['ok']
+    wait_agent(runner, lambda a: a['agent']['answered'])
+    runner.procs[0].send_signal(signal.SIGKILL)
+    runner.procs[0].wait(10)
+    runner.start()
+    gate.touch()
+    done = wait_agent(runner, lambda a: not a['agent']['running'])
+    tools = [e['text'] for e in done['agent']['events'] if e['type'] == 'tool']
+    assert tools == ['Edit a.py', 'Edit b.py']  # each read once, none lost
+    assert done['activity'] == 'idle'
+
+
+def test_the_credentials_reach_the_agent_environment_but_no_event(runner, streamed):
+    streamed({'first': [init(), {'env': 'ANTHROPIC_API_KEY'}, result()]}, credentials={'ANTHROPIC_API_KEY': 'sk-ant-secret-123'})
+    assert runner.call({'op': 'brief', 'purpose': 'p', 'agent': 'streamer'})['ok']
+    done = wait_agent(runner, lambda a: not a['agent']['running'])
+    said = [e['text'] for e in done['agent']['events'] if e['type'] == 'text']
+    # The agent had the key (it printed it), and the runner's events carry it masked.
+    assert said == ['the key is ********']
+    assert 'sk-ant-secret-123' not in json.dumps(runner.call({'op': 'status'}))

@@ -435,6 +435,14 @@ def live_view(resource):
     }
 
 
+def agent_view(record):
+    """What the journal last observed of the workspace's agent, without its events (workspace_info has them)."""
+    agent = (record.get('facts') or {}).get('agent')
+    if not agent:
+        return None
+    return dict((k, agent.get(k)) for k in ('name', 'session', 'error', 'waiting', 'running', 'exit', 'observed_at'))
+
+
 def workspace_entry(record, debts, operation, now=None):
     params = record.get('params') or {}
     shown = leasing.view(record, time.time() if now is None else now, debt=debts)
@@ -444,6 +452,7 @@ def workspace_entry(record, debts, operation, now=None):
         'name': record['name'],
         'status': record['status'],
         'activity': record['activity'],
+        'agent': agent_view(record),
         'desired_state': record['desired_state'],
         'vmid': record['vmid'],
         'candidate_vmid': record['candidate_vmid'],
@@ -631,7 +640,7 @@ def write_known_hosts(path, text, make_directory):
 
 def workspace_vars(ws):
     """The host variables of a workspace, without the prefix."""
-    names = ('name', 'status', 'activity', 'desired_state', 'vmid', 'candidate_vmid', 'node', 'step', 'operation',
+    names = ('name', 'status', 'activity', 'agent', 'desired_state', 'vmid', 'candidate_vmid', 'node', 'step', 'operation',
              'repo', 'ref', 'purpose', 'created_at', 'updated_at', 'last_failure', 'cleanup_debt', 'address',
              'address_source', 'agent_user', 'ssh_user', 'ssh_port', 'host_key', 'live_status', 'lock', 'pool', 'tags',
              'lease', 'cleanup_status')

@@ -83,8 +83,24 @@ workspaces:
       description: Infrastructure readiness, one of the statuses in O(status).
       type: str
     activity:
-      description: What the agent inside is doing, one of the activities in O(activity).
+      description:
+        - What the agent inside is doing, one of the activities in O(activity), as last observed (RV(workspaces[].agent)).
       type: str
+    agent:
+      description:
+        - What was last observed of the agent, from its own event stream (docs/agents.md), or null before its brief.
+        - C(name), C(session) (the agent's session id, which a follow-up brief continues), C(error) (C(kind) one of
+          V(auth), V(rate_limit), V(overloaded), V(server), V(network), V(agent), with C(message) and C(at)),
+          C(waiting) (approvals it could not get), C(briefs), C(running), C(exit), C(events) (its last 10 events,
+          each C(type), C(text), C(at)) and C(observed_at).
+        - Observed by the create's brief and ready steps, the C(brief) playbook, the expiry sweep and
+          M(ephemera.workspaces.workspace_agent) (which the C(status) playbook runs first).
+      type: dict
+    agent_summary:
+      description: RV(workspaces[].agent) in one line (the agent, its activity, its error, what it waits for, its last
+        event), or null before its brief.
+      type: str
+      sample: "claude-code idle, stopped on auth: Invalid API key; last: Invalid API key (observed 2026-12-04T10:00:00Z)"
     desired_state:
       description: V(present) or V(destroyed); what the last request asked for.
       type: str
@@ -228,6 +244,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
     resolve_location,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import agents as agent_defs
 
 
 def read_workspaces(journal, name=None, status=None, activity=None, events=False, events_limit=50):
@@ -238,6 +255,8 @@ def read_workspaces(journal, name=None, status=None, activity=None, events=False
     for record in records:
         record['cleanup_debt'] = journal.cleanup_debts(record['name'])
         record.update(leasing.view(record, now))
+        record['agent'] = (record.get('facts') or {}).get('agent')
+        record['agent_summary'] = agent_defs.describe(record) if record['agent'] else None
         record['operations'] = queue.entries(target=record['name'], target_type='workspace', recent=5)
         if events:
             record['events'] = journal.events(record['name'], limit=events_limit or None)

@@ -48,6 +48,7 @@ KINDS = {
     'archive': ('workspace', 'group'),
     'reconcile': ('workspace', 'group'),
     'template_build': ('template',),
+    'brief': ('workspace',),
 }
 TARGET_TYPES = ('workspace', 'template', 'group')
 SOURCES = ('manual', 'schedule', 'approval', 'cascade')

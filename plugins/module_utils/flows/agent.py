@@ -17,11 +17,18 @@ model answered, the agent stopped on an error, or ``brief_timeout`` passed.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import contextlib
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, StaleGenerationError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import (
+    EphemeraError,
+    JournalMissing,
+    StaleGenerationError,
+)
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import guest_of, layout_of
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import agents as agent_defs
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
@@ -163,3 +170,158 @@ def check_briefed(answer, agent_name, what='brief'):
         raise AgentError('The agent %s stopped on an error after its %s (%s: %s); %s.'
                          % (agent_name, what, error.get('kind'), error.get('message'),
                             advice(error.get('kind'), agent_name)), agent=agent)
+
+
+# What a follow-up message may be: the same limits as a purpose (it goes onto the agent's command line).
+MESSAGE_MAX = 8000
+
+
+def check_message(text):
+    """Refuse a message the agent would read as an option, that no command line carries, or that is empty."""
+    if not isinstance(text, str) or not text.strip():
+        raise AgentError('The message is empty: say what the agent should do next.')
+    if text.lstrip().startswith('-'):
+        raise AgentError('The message starts with "-" (%r...): the agent would read it as an option of its command '
+                         'line. Start it with a word.' % text[:20])
+    if '\x00' in text:
+        raise AgentError('The message holds a NUL character, which no command line can carry.')
+    if len(text) > MESSAGE_MAX:
+        raise AgentError('The message is %d characters long; at most %d go onto the agent\'s command line. Put the '
+                         'details into a file of the repository and point the agent at it.' % (len(text), MESSAGE_MAX))
+
+
+class AgentFlow:
+    """Observations of agents, and follow-up briefs, for the ``workspace_agent`` module. ``params`` its options."""
+
+    def __init__(self, journal, params, check_mode=False, sleep=time.sleep):
+        self.journal = journal
+        self.params = params
+        self.check_mode = check_mode
+        self.sleep = sleep
+
+    @classmethod
+    @contextlib.contextmanager
+    def open(cls, params, check_mode=False):
+        """The flow on the journal of ``params``; None when there is no journal yet (nothing to ask)."""
+        # An existing journal only: asking about a workspace of another journal must not make an empty one.
+        try:
+            journal = Journal.open(params.get('journal_path'), create=False, url=params.get('journal_url'))
+        except JournalMissing:
+            yield None
+            return
+        with journal:
+            yield cls(journal, params, check_mode=check_mode)
+
+    def _ask(self, ws, request=None):
+        return ask(ws, key_file=self.params.get('ssh_private_key'), timeout=self.params.get('activity_timeout') or 10,
+                   request=request)
+
+    # ---------------------------------------------------------------- observe
+
+    def observe(self, name=None):
+        """Ask one workspace's runner (or every ready workspace's) what its agent does; record the answers."""
+        if name is not None:
+            ws = self._workspace(name)
+            if ws['status'] != 'ready':
+                raise AgentError('Workspace %s is %s: its agent is briefed at the end of its create (status ready).'
+                                 % (name, ws['status']))
+            live = [ws]
+        else:
+            live = [ws for ws in self.journal.list_workspaces(status='ready') if ws['desired_state'] == 'present']
+        answers = []
+        if live:
+            with ThreadPoolExecutor(max_workers=max(1, min(self.params.get('parallel') or 8, len(live)))) as pool:
+                answers = list(pool.map(self._ask, live))
+        seen = []
+        for ws, answer in zip(live, answers):
+            entry = {'name': ws['name'], 'activity': answer.get('activity') if answer.get('activity') in ACTIVITIES
+                     else 'unknown', 'answered': 'activity' in answer}
+            if 'activity' not in answer:
+                entry['error'] = answer.get('error') or 'the runner did not say'
+            else:
+                record(self.journal, ws['name'], answer, check_mode=self.check_mode)
+                entry['agent'] = observation(answer)
+            seen.append(entry)
+        result = {'changed': False, 'workspaces': seen}
+        if name is not None:
+            result.update(activity=seen[0]['activity'], msg='%s: %s (%s)' % (
+                name, seen[0]['activity'], summary(seen[0].get('agent')) if seen[0]['answered'] else seen[0]['error']))
+            if seen[0].get('agent'):
+                result['agent'] = seen[0]['agent']
+        else:
+            result['msg'] = '%d ready workspace(s) asked, %d answered' % (len(seen), sum(1 for e in seen if e['answered']))
+        return result
+
+    def _workspace(self, name):
+        ws = self.journal.get_workspace(name)
+        if ws is None:
+            raise AgentError('Workspace %s is not in the journal %s.' % (name, self.journal.path))
+        if ws['desired_state'] == 'destroyed' or ws['status'] in ('destroying', 'destroyed'):
+            raise AgentError('Workspace %s is %s; its agent takes no more briefs.' % (
+                name, 'being destroyed' if ws['status'] != 'destroyed' else 'destroyed'))
+        return ws
+
+    # ---------------------------------------------------------------- brief
+
+    def brief(self, name, text):
+        """Continue the agent's session with ``text``; wait for the model's answer; record what the agent does."""
+        check_message(text)
+        ws = self._workspace(name)
+        if ws['status'] != 'ready':
+            raise AgentError('Workspace %s is %s: a follow-up brief needs a ready workspace. Finish its create first '
+                             '(run the create again: it goes on where it stopped).' % (name, ws['status']))
+        req = ws['params'] or {}
+        try:
+            agents = agent_defs.runner_agents(req.get('agent'), req.get('agents'), req.get('agent_base_urls'),
+                                              req.get('agent_models'))
+        except agent_defs.AgentError as err:
+            raise AgentError(str(err))
+        if self.check_mode:
+            session = ((ws.get('facts') or {}).get('agent') or {}).get('session')
+            return {'changed': True, 'workspaces': [], 'activity': ws['activity'],
+                    'msg': 'brief: would continue %s%s with the message' % (
+                        req.get('agent'), ' session %s' % session if session else '')}
+        claim = self.params.get('claim')
+        layout, ssh_user = layout_of(ws), req.get('ssh_user') or 'root'
+        guest = guest_of(ws, key_file=self.params.get('ssh_private_key'))
+        self.journal.append_event(name, 'dispatched', 'brief', {'message': text[:500], 'agent': req.get('agent')},
+                                  claim=claim)
+        with guest.connect() as g:
+            if self.params.get('agent_credentials'):
+                guest_ops.write_credentials(g, layout, self.params['agent_credentials'])
+            answer = self._send(g, layout, ssh_user, text, agents)
+            answer, slow = wait_for_answer(lambda: guest_ops.runner_call(g, layout, ssh_user, {'op': 'ping'},
+                                                                         point=False),
+                                           self.params.get('brief_timeout', 120), sleep=self.sleep)
+        ws, dummy = record(self.journal, name, answer, claim=claim)
+        check_briefed(answer, req.get('agent'), what='follow-up brief')
+        agent = observation(answer) or {}
+        activity = answer.get('activity') if answer.get('activity') in ACTIVITIES else 'unknown'
+        note = ('; the model has not answered within %d s: the agent waits for it' % self.params['brief_timeout']
+                if slow else '')
+        return {'changed': True, 'activity': activity, 'agent': agent,
+                'workspaces': [{'name': name, 'activity': activity, 'answered': True, 'agent': agent}],
+                'msg': 'brief: %s continues%s (%s)%s' % (req.get('agent'), ' session %s' % agent['session']
+                                                        if agent.get('session') else '', activity, note)}
+
+    def _send(self, g, layout, ssh_user, text, agents):
+        """Send the message; an agent still working is waited for (``wait_idle``), or stopped (``interrupt``)."""
+        wait = self.params.get('wait_idle', 300)
+
+        def probe(remaining):
+            answer = guest_ops.message(g, layout, ssh_user, text, agents, interrupt=self.params.get('interrupt'))
+            if answer.get('ok'):
+                return waiter.done(answer)
+            if answer.get('busy'):
+                return waiter.pending(answer)
+            return waiter.failed(answer)
+
+        result = waiter.wait_for(probe, wait, waiter.Backoff(start=0.5, maximum=5.0), sleep=self.sleep)
+        if result.ok:
+            return result.value
+        answer = result.value or {}
+        if answer.get('busy'):
+            raise AgentError('The agent is still working (%s) after %d s. Run the brief again later, or with '
+                             'interrupt=true to stop it and continue its session now.'
+                             % (answer.get('activity'), wait))
+        raise AgentError('The agent runner refused the follow-up brief: %s' % answer.get('error'))

@@ -1024,7 +1024,6 @@ class CreateFlow(Flow):
     # -------------------------------------------------------------- 11. runner
 
     def step_runner(self):
-        req = self.request
         started = self._with_guest(lambda g: guest_ops.install_runner(
             g, self._layout(), self.ssh_user, self._runner_agents(), timeout=self.params['runner_timeout']))
         self.done('runner')

@@ -30,10 +30,10 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils import provide
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, StaleGenerationError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import agent as agent_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveFlow, guest_of, layout_of
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS, DestroyFlow
-from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import Operation
 
 DEFAULT_LIMIT = 16
@@ -104,43 +104,24 @@ class ExpirySweep:
             self._record_activity(ws['name'], answer)
 
     def _activity(self, ws):
-        """The runner's answer to a ping ({'activity': ...}), or {'error': ...}; one bounded round trip."""
-        try:
-            guest = guest_of(ws, key_file=self.params.get('ssh_private_key'))
-            guest.connect_timeout = float(self.params.get('activity_timeout') or 10)
-            with guest.connect() as connected:
-                return guest_ops.runner_call(connected, layout_of(ws), (ws['params'] or {}).get('ssh_user') or 'root',
-                                             {'op': 'ping'}, timeout=self.params.get('activity_timeout') or 10)
-        except EphemeraError as err:
-            return {'error': str(err)}
+        """The runner's answer to a ping ({'activity': ..., 'agent': ...}), or {'error': ...}; one bounded round trip."""
+        return agent_flow.ask(ws, key_file=self.params.get('ssh_private_key'),
+                              timeout=self.params.get('activity_timeout') or 10)
 
     def _record_activity(self, name, answer):
         activity = answer.get('activity')
-        if activity not in ('active', 'idle', 'blocked'):
+        if activity not in agent_flow.ACTIVITIES:
             self._add(name, 'no_answer', 'activity unknown: %s' % (answer.get('error') or 'the runner did not say'))
             return
-        for dummy in range(3):
-            ws = self.journal.get_workspace(name)
-            touched = leasing.touch_from_activity(ws['lease'], activity, self.clock(),
-                                                  cleanup_started=leasing.cleanup_started(leasing.journal_record(ws, [])))
-            fields = {}
-            if activity != ws['activity']:
-                fields['activity'] = activity
-            if touched is not ws['lease']:
-                fields.update(lease=touched, lease_expires_at=touched['expires_at'])
-            if not fields or self.check_mode:
-                break
-            try:
-                ws = self.journal.update_workspace(name, ws['generation'], event={
-                    'kind': 'observed', 'action': 'activity', 'detail': {
-                        'activity': activity, 'expires_at': leasing.format_time(touched['expires_at'])}}, **fields)
-            except StaleGenerationError:
-                continue
-            if 'lease' in fields:
-                lease_flow.write_labels(self.journal, self.provider, ws)
-            break
-        self._add(name, 'activity', '%s; expires at %s' % (activity, leasing.format_time(
-            leasing.compute_expires_at(self.journal.get_workspace(name)['lease']))), activity=activity)
+        ws, touched = agent_flow.record(self.journal, name, answer, now=self.clock(), touch_lease=True,
+                                        check_mode=self.check_mode)
+        if touched:
+            lease_flow.write_labels(self.journal, self.provider, ws)
+        error = ((ws.get('facts') or {}).get('agent') or {}).get('error') if not self.check_mode else None
+        self._add(name, 'activity', '%s%s; expires at %s' % (
+            activity, ' (stopped on %s)' % error.get('kind') if error else '',
+            leasing.format_time(leasing.compute_expires_at(self.journal.get_workspace(name)['lease']))),
+            activity=activity)
 
     # ------------------------------------------------------------------ release
 

@@ -22,6 +22,7 @@ __metaclass__ = type
 
 import json
 import posixpath
+import time
 
 try:
     from urllib.parse import urlsplit
@@ -225,3 +226,28 @@ def runner_agents(name, agents=None, base_urls=None, models=None):
     base_url = (base_urls or {}).get(name)
     return {name: runner_spec(name, agents, check_endpoint(name, base_url) if base_url else None,
                               (models or {}).get(name))}
+
+
+def _time(stamp):
+    try:
+        return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(float(stamp)))
+    except (TypeError, ValueError):
+        return 'at an unknown time'
+
+
+def describe(record):
+    """A workspace's agent in one line, from what the journal recorded of it (``facts.agent``)."""
+    agent = (record.get('facts') or {}).get('agent') or record.get('agent')
+    if not agent:
+        return None
+    line = '%s %s' % (agent.get('name') or (record.get('params') or {}).get('agent') or 'agent',
+                      record.get('activity') or 'unknown')
+    error = agent.get('error')
+    if error:
+        line += ', stopped on %s: %s' % (error.get('kind'), error.get('message'))
+    if agent.get('waiting'):
+        line += ', waits for %s' % '; '.join(agent['waiting'])
+    events = [e for e in agent.get('events') or [] if isinstance(e, dict) and e.get('type') != 'session']
+    if events:
+        line += '; last: %s' % events[-1].get('text')
+    return '%s (observed %s)' % (line, _time(agent.get('observed_at')))

@@ -44,7 +44,7 @@ import tempfile
 import time
 import uuid
 
-from . import system
+from . import pkgcache, system
 from .config import ClusterError
 
 LOG = logging.getLogger('localpve.debian')
@@ -348,7 +348,8 @@ class Roots(object):
         self.mount(vmid)
 
     async def seed_template(self, vmid, public_key):
-        """The workspace template's files, once: the base with the agent user, /workspace and root's key; frozen."""
+        """The workspace template's files, once: the base with the agent user, /workspace, root's key, this machine's
+        certificate authorities and the package cache's settings (pkgcache.py); frozen."""
         if vmid in self.stacks:
             return False
         await self._make(vmid, self.base, [self.base])
@@ -359,7 +360,8 @@ class Roots(object):
         os.makedirs(workspace, mode=0o755)
         os.chown(workspace, AGENT_UID, AGENT_UID)
         _authorize(root, public_key)
-        _trust_local_authorities(root)
+        added = _trust_local_authorities(root)
+        pkgcache.write_guest_settings(root, npmrc_extra='cafile=/etc/ssl/certs/ca-certificates.crt\n' if added else '')
         self.freeze(vmid)
         return True
 
@@ -393,10 +395,11 @@ class Roots(object):
 
 # ------------------------------------------------------------------ running
 
-def holder_argv(root, hostname):
-    """The guest's namespaces and their first process (guestinit.py), which dies with the process that starts it."""
+def holder_argv(root, hostname, setup=None):
+    """The guest's namespaces and their first process (guestinit.py), which dies with the process that starts it.
+    ``setup``: what that process puts in the guest's /run ({"files": {path: text}, "binds": {path: host dir}})."""
     return ['unshare', '--pid', '--mount', '--uts', '--ipc', '--fork', '--kill-child', '--propagation', 'private',
-            sys.executable, '-I', '-S', INIT, root, hostname]
+            sys.executable, '-I', '-S', INIT, root, hostname] + ([json.dumps(setup, sort_keys=True)] if setup else [])
 
 
 def sshd_argv(init_pid, port, address):
@@ -406,10 +409,10 @@ def sshd_argv(init_pid, port, address):
             '-o', 'HostKey=' + HOST_KEY, '-o', 'PidFile=none']
 
 
-async def boot(root, hostname, log):
+async def boot(root, hostname, log, setup=None):
     """Start the guest's namespaces; (holder process, host pid of the guest's first process) once it runs in the
     root, or ClusterError."""
-    holder = system.spawn(holder_argv(root, hostname), log, death_signal=signal.SIGKILL)
+    holder = system.spawn(holder_argv(root, hostname, setup), log, death_signal=signal.SIGKILL)
     deadline = time.monotonic() + BOOT_TIMEOUT
     real = os.path.realpath(root)
     while True:
@@ -475,7 +478,8 @@ def _authorize(root, keys):
 def _trust_local_authorities(root):
     """The guests trust what this machine trusts: the certificate authorities it added itself (a site's own, or an
     egress proxy's, in /usr/local/share/ca-certificates) go into the template too, for apt, git, curl and npm (whose
-    global npmrc names the system bundle), as a site adds its own to its templates."""
+    global npmrc names the system bundle, written with the package cache's settings), as a site adds its own to its
+    templates."""
     if not os.path.isdir(LOCAL_CA_DIR):
         return []
     added = []
@@ -487,7 +491,6 @@ def _trust_local_authorities(root):
             added.append(name)
     if added:
         _run(['chroot', root, 'update-ca-certificates'])
-        _write(os.path.join(root, 'etc', 'npmrc'), 'cafile=/etc/ssl/certs/ca-certificates.crt\n')
     return added
 
 

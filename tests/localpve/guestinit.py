@@ -1,11 +1,12 @@
 """The first process of a debian-tier guest: pid 1 of the container's own pid, mount, UTS and IPC namespaces.
 
     unshare --pid --mount --uts --ipc --fork --kill-child --propagation private \\
-        python3 -I -S guestinit.py ROOT HOSTNAME
+        python3 -I -S guestinit.py ROOT HOSTNAME [SETUP]
 
 It mounts what a container's userland expects inside ROOT (its own /proc, a small /dev with pseudo-terminals,
-/dev/shm, a tmpfs /run), sets the hostname, changes its root to ROOT and then reaps the processes that end up
-as its children (what SSH sessions leave running, such as the agent runner). Everything else in the guest
+/dev/shm, a tmpfs /run), puts what SETUP (JSON) asks for in that /run (``files``: {path: text}; ``binds``: {path:
+directory of this machine}, bind-mounted: the package cache, pkgcache.py), sets the hostname, changes its root to
+ROOT and then reaps the processes that end up as its children (what SSH sessions leave running, such as the agent runner). Everything else in the guest
 (sshd first) is started into these namespaces with nsenter. The mounts exist only in the guest's mount
 namespace: they vanish with it. When this process ends, the kernel kills every other process of the guest.
 
@@ -13,6 +14,7 @@ Standard library only, and nothing imported after the change of root.
 """
 
 import ctypes
+import json
 import os
 import signal
 import socket
@@ -58,6 +60,35 @@ def setup(root):
     os.chmod(root + '/run/lock', 0o1777)
 
 
+def under_run(root, path):
+    """``path`` of the guest inside ROOT, refused outside /run (what is set up there must not reach the guest's files)."""
+    if not path.startswith('/run/') or '/../' in path + '/':
+        raise ValueError('guest setup outside /run: {0}'.format(path))
+    return root + path
+
+
+def make_dirs(path):
+    """Parents of a path in the guest's /run, readable by every user (apt reads there as _apt)."""
+    if not os.path.isdir(path):
+        make_dirs(os.path.dirname(path))
+        os.mkdir(path)
+        os.chmod(path, 0o755)
+
+
+def put(root, setup):
+    """Files written into the guest's /run, directories of this machine bind-mounted there."""
+    for path, text in sorted(setup.get('files', {}).items()):
+        target = under_run(root, path)
+        make_dirs(os.path.dirname(target))
+        with open(target, 'w') as out:
+            out.write(text)
+        os.chmod(target, 0o644)
+    for path, source in sorted(setup.get('binds', {}).items()):
+        target = under_run(root, path)
+        make_dirs(target)
+        mount(source, target, flags=MS_BIND)
+
+
 def reap():
     """Wait for every child, including the orphans the kernel hands to the first process of a namespace."""
     while True:
@@ -69,11 +100,13 @@ def reap():
 
 def main(argv):
     root, hostname = argv[1], argv[2]
+    extra = json.loads(argv[3]) if len(argv) > 3 else {}
     # Signals from outside reach the first process of a pid namespace only if it handles them.
     signal.signal(signal.SIGTERM, lambda *args: sys.exit(0))
     # What ps in the guest calls its first process.
     LIBC.prctl(PR_SET_NAME, b'init', 0, 0, 0)
     setup(root)
+    put(root, extra)
     socket.sethostname(hostname)
     os.chroot(root)
     os.chdir('/')

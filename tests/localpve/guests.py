@@ -398,8 +398,10 @@ class GuestManager(object):
             return
         ct = self.site.pve.ct(guest.vmid)
         started = time.monotonic()
+        cache = getattr(self.site, 'package_cache', None)
         guest.holder, guest.init_pid = await debian.boot(self.root(guest.vmid), ct.name if ct else 'CT{0}'.format(
-            guest.vmid), os.path.join(self.guest_dir(guest.vmid), 'init.log'))
+            guest.vmid), os.path.join(self.guest_dir(guest.vmid), 'init.log'),
+            setup=cache.guest_setup() if cache is not None else None)
         guest.boot_secs = time.monotonic() - started
         with open(os.path.join(self.guest_dir(guest.vmid), 'init.pid'), 'w', encoding='ascii') as out:
             out.write('{0}\n'.format(guest.holder.pid))

@@ -13,7 +13,7 @@ import time
 
 from aiohttp import web
 
-from . import pki, system
+from . import debian, pki, pkgcache, system
 from .config import INFO_FILE, ClusterError
 from .control import TOKEN_HEADER
 from .foreign import ForeignClient
@@ -42,6 +42,8 @@ class Site(object):
         self.proxy = None
         self.control = None
         self.foreign = None
+        # debian tier: the package cache and its caching proxy for apt (pkgcache.py).
+        self.package_cache = None
         self.client_ssl = None
         self.secrets = None
         self.paths = {}
@@ -136,6 +138,10 @@ class Site(object):
             await self.proxy.start()
             self.control = ControlServer(self, opts.host, opts.control_port, self.secrets['control_token'])
             await self.control.start()
+            if opts.guests == 'debian':
+                self.package_cache = pkgcache.PackageCache(pkgcache.cache_dir(debian.cache_dir()), opts.host,
+                                                           debian.AGENT_UID)
+                await self.package_cache.start()
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise ClusterError('a port on {0} is in use ({1}): choose other ports'.format(opts.host, exc)) from None
@@ -171,6 +177,8 @@ class Site(object):
             # tier's in a root of their own.
             'guest_prefix': guest_root if opts.guests == 'host' else '/',
             'debian_base': self.guests.roots.base if self.guests.roots is not None else None,
+            'package_cache': ({'dir': self.package_cache.dir, 'apt_proxy': self.package_cache.url}
+                              if self.package_cache is not None else None),
             'time_scale': opts.time_scale, 'latency': opts.latency,
             'foreign_user': FOREIGN_USER, 'foreign_password': self.secrets['foreign_password'],
             'control': {'url': self.control.url, 'token': self.secrets['control_token']},
@@ -205,7 +213,7 @@ class Site(object):
         await self.guests.stop_all()
         if self.pve is not None and self.info is not None:
             self.save()
-        for part in (self.foreign, self.control, self.proxy):
+        for part in (self.foreign, self.control, self.proxy, self.package_cache):
             if part is not None:
                 await (part.close() if part is self.foreign else part.stop())
         if self.pve is not None:
@@ -286,6 +294,7 @@ class Site(object):
                      'per_vmid': dict((str(k), v) for k, v in self.guests.dhcp_override.items())},
             'foreign': {'snipes': self.snipes, 'tampers': self.tampers},
             'guests': self.guests.view(),
+            'package_cache': self.package_cache.view() if self.package_cache is not None else None,
         }
 
     def op_proxy_add(self, action, method, path, times=1, skip=0, seconds=None, status=None, message=None,

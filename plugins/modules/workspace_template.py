@@ -108,22 +108,29 @@ options:
     description: With O(address_mode=static), the gateway.
     type: str
   packages:
-    description: Debian packages installed as root.
+    description:
+      - Debian packages installed as root, from the guest's apt sources. The default includes Debian's C(rustc) and
+        C(cargo) (the Rust toolchain of the release, not rustup's).
     type: list
     elements: str
-    default: [git, gh, nodejs, npm, python3, python3-venv, golang, ripgrep, fd-find, jq, openssh-server, curl,
-              ca-certificates, build-essential, bash, less, procps, unzip, xz-utils]
+    default: [git, gh, nodejs, npm, python3, python3-venv, golang, rustc, cargo, ripgrep, fd-find, jq, openssh-server,
+              curl, ca-certificates, build-essential, bash, less, procps, unzip, xz-utils]
   npm_packages:
-    description: npm packages installed as the agent user, under its C(~/.local).
+    description: npm packages installed as the agent user, under its C(~/.local), from the npm registry.
     type: list
     elements: str
     default: [pnpm, bun, "@openai/codex", "@anthropic-ai/claude-code", opencode-ai, "@anthropic-ai/claude-agent-sdk"]
   agent_commands:
-    description: Shell command lines run as the agent user in a login shell after the npm packages (installers of uv or rustup, say).
+    description:
+      - Shell command lines run as the agent user in a login shell after the npm packages.
+      - The default installs uv from PyPI into a virtual environment of its own under the agent's home
+        (C(~/.local/venvs/uv)) and links C(uv) and C(uvx) into C(~/.local/bin); Debian's own pip refuses to install
+        into the system Python (PEP 668).
     type: list
     elements: str
-    default: ["curl -LsSf https://astral.sh/uv/install.sh | env UV_NO_MODIFY_PATH=1 sh",
-              "curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --no-modify-path && ln -sf ~/.cargo/bin/* ~/.local/bin/"]
+    default: ["python3 -m venv ~/.local/venvs/uv && ~/.local/venvs/uv/bin/pip install --quiet
+              --disable-pip-version-check --upgrade uv && ln -sf ~/.local/venvs/uv/bin/uv ~/.local/venvs/uv/bin/uvx
+              ~/.local/bin/"]
   tools:
     description:
       - What V(verify) runs as the agent user in a login shell. Each item is a name (run as C(<name> --version)) or a
@@ -131,8 +138,10 @@ options:
         answer is recorded with the version.
     type: list
     elements: raw
-    default: [git, gh, node, pnpm, bun, python3, uv, go, rustc, cargo, rg, fdfind, jq, codex, claude, opencode,
-              {name: claude-agent-sdk, command: "npm ls --global --prefix ~/.local @anthropic-ai/claude-agent-sdk"}]
+    default: [git, gh, node, pnpm, bun, python3, uv, {name: go, command: go version}, rustc, cargo, rg, fdfind, jq,
+              codex, claude, opencode,
+              {name: claude-agent-sdk,
+               command: "npm ls --global --prefix ~/.local --parseable --long @anthropic-ai/claude-agent-sdk"}]
   agent_user:
     description: The non-root user the agents run as; made by V(provision) if the source lacks it.
     type: str
@@ -324,17 +333,18 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import fa
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
 
-DEFAULT_PACKAGES = ['git', 'gh', 'nodejs', 'npm', 'python3', 'python3-venv', 'golang', 'ripgrep', 'fd-find', 'jq',
-                    'openssh-server', 'curl', 'ca-certificates', 'build-essential', 'bash', 'less', 'procps', 'unzip',
-                    'xz-utils']
+DEFAULT_PACKAGES = ['git', 'gh', 'nodejs', 'npm', 'python3', 'python3-venv', 'golang', 'rustc', 'cargo', 'ripgrep',
+                    'fd-find', 'jq', 'openssh-server', 'curl', 'ca-certificates', 'build-essential', 'bash', 'less',
+                    'procps', 'unzip', 'xz-utils']
 DEFAULT_NPM = ['pnpm', 'bun', '@openai/codex', '@anthropic-ai/claude-code', 'opencode-ai',
                '@anthropic-ai/claude-agent-sdk']
-DEFAULT_COMMANDS = ['curl -LsSf https://astral.sh/uv/install.sh | env UV_NO_MODIFY_PATH=1 sh',
-                    'curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --no-modify-path && '
-                    'ln -sf ~/.cargo/bin/* ~/.local/bin/']
-DEFAULT_TOOLS = ['git', 'gh', 'node', 'pnpm', 'bun', 'python3', 'uv', 'go', 'rustc', 'cargo', 'rg', 'fdfind', 'jq',
-                 'codex', 'claude', 'opencode',
-                 {'name': 'claude-agent-sdk', 'command': 'npm ls --global --prefix ~/.local @anthropic-ai/claude-agent-sdk'}]
+DEFAULT_COMMANDS = ['python3 -m venv ~/.local/venvs/uv && ~/.local/venvs/uv/bin/pip install --quiet '
+                    '--disable-pip-version-check --upgrade uv && ln -sf ~/.local/venvs/uv/bin/uv '
+                    '~/.local/venvs/uv/bin/uvx ~/.local/bin/']
+DEFAULT_TOOLS = ['git', 'gh', 'node', 'pnpm', 'bun', 'python3', 'uv', {'name': 'go', 'command': 'go version'}, 'rustc',
+                 'cargo', 'rg', 'fdfind', 'jq', 'codex', 'claude', 'opencode',
+                 {'name': 'claude-agent-sdk',
+                  'command': 'npm ls --global --prefix ~/.local --parseable --long @anthropic-ai/claude-agent-sdk'}]
 
 
 def argument_spec():

@@ -6,9 +6,10 @@
 It mounts what a container's userland expects inside ROOT (its own /proc, a small /dev with pseudo-terminals,
 /dev/shm, a tmpfs /run), puts what SETUP (JSON) asks for in that /run (``files``: {path: text}; ``binds``: {path:
 directory of this machine}, bind-mounted: the package cache, pkgcache.py), sets the hostname, changes its root to
-ROOT and then reaps the processes that end up as its children (what SSH sessions leave running, such as the agent runner). Everything else in the guest
-(sshd first) is started into these namespaces with nsenter. The mounts exist only in the guest's mount
-namespace: they vanish with it. When this process ends, the kernel kills every other process of the guest.
+ROOT and then reaps the processes that end up as its children (what SSH sessions leave running, such as the agent
+runner). Everything else in the guest (sshd first) is started into these namespaces with nsenter. The mounts
+exist only in the guest's mount namespace: they vanish with it. When this process ends, the kernel kills every
+other process of the guest.
 
 Standard library only, and nothing imported after the change of root.
 """
@@ -61,7 +62,8 @@ def setup(root):
 
 
 def under_run(root, path):
-    """``path`` of the guest inside ROOT, refused outside /run (what is set up there must not reach the guest's files)."""
+    """``path`` of the guest inside ROOT; refused outside /run (what is set up there must not reach the guest's
+    files)."""
     if not path.startswith('/run/') or '/../' in path + '/':
         raise ValueError('guest setup outside /run: {0}'.format(path))
     return root + path

@@ -4,9 +4,9 @@
 """What a template build runs in its candidate guest: provision, verify, clean.
 
 Provisioning installs the system packages as root and makes one non-root agent user; the agent's own
-tooling (npm packages, installers such as rustup's or uv's) is installed *as that user*, under its home
-(``~/.local``), so that it is on the agent's PATH: a login of the agent user (``~/.profile`` puts
-``~/.local/bin`` first once it exists), which is how verification runs and how the agent runner starts the
+tooling (npm packages, agent commands such as the default one that installs uv from PyPI) is installed *as that
+user*, under its home (``~/.local``), so that it is on the agent's PATH: a login of the agent user (``~/.profile``
+puts ``~/.local/bin`` first once it exists), which is how verification runs and how the agent runner starts the
 agent. Tooling installed as root under ``/root`` would be invisible to all of it.
 
 Verification runs every listed tool as the agent user in a login shell and records the first line it

@@ -1,0 +1,195 @@
+"""The default toolset, installed for real: a template build with the module's default lists on the debian guest tier.
+
+`toolset_template` (module scope) builds version 1 of template "toolset" from the seed template through the shipped
+playbook, with no list of its own: Debian's packages from the mirror, the agent CLIs from the npm registry and uv from
+PyPI, all through the try-out cluster's package cache (tests/localpve/pkgcache.py). It yields a `Toolset`: the
+controller (journal and runs), the cluster's control client, the template's name, version and VMID, and the tool
+versions the build recorded. Tests of the agents themselves create workspaces from `toolset.name` with
+`toolset.controller`.
+
+On this machine (2 cores): the build takes about 3 minutes with an empty package cache and about 2 with a warm one
+(docs/templates.md has the figures and the command that measures them); the rebuild test adds one more build.
+"""
+
+import collections
+import contextlib
+import os
+import time
+
+import pytest
+
+from ansible_collections.ephemera.workspaces.plugins.modules.workspace_template import (
+    DEFAULT_NPM,
+    DEFAULT_PACKAGES,
+    DEFAULT_TOOLS,
+)
+from tests.integration.create.createrun import Controller
+from tests.integration.playbooks import running_cluster
+from tests.localpve import clone_workspace, ssh, ssh_run
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason='the debian guest tier needs root (mounts, namespaces)')
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BUILD = os.path.join(ROOT, 'playbooks', 'template_build.yml')
+NAME = 'toolset'
+AGENT = 'agent'
+AGENT_HOME = '/home/agent'
+# A cold build downloads about 1.5 GB (Debian packages, the agent CLIs' native binaries).
+BUILD_TIMEOUT = 2400
+TOOL_NAMES = [t['name'] if isinstance(t, dict) else t for t in DEFAULT_TOOLS]
+
+Toolset = collections.namedtuple('Toolset', 'controller cluster name version vmid tools seconds')
+
+
+def build(ctl, name, timeout=BUILD_TIMEOUT, **extra):
+    """A build of template ``name`` with the module's default lists; (finished run, seconds)."""
+    started = time.monotonic()
+    run = ctl.start(dict({'template': name}, **extra), playbook=BUILD).wait(timeout, fail=False)
+    return run, time.monotonic() - started
+
+
+def current_version(ctl, name):
+    with ctl.journal() as journal:
+        return journal.template_version(name, journal.template(name)['current'])
+
+
+def cache_stats(cluster):
+    return cluster.status()['package_cache']
+
+
+@pytest.fixture(scope='module')
+def toolset_cluster(tmp_path_factory):
+    with running_cluster(tmp_path_factory.mktemp('toolset'), guests='debian') as client:
+        yield client
+
+
+@pytest.fixture(scope='module')
+def toolset_template(toolset_cluster, tmp_path_factory):
+    """Version 1 of template "toolset", built from the seed template with the default lists."""
+    ctl = Controller(toolset_cluster, tmp_path_factory.mktemp('toolset-controller'))
+    try:
+        run, seconds = build(ctl, NAME, source=int(ctl.info['template_vmid']))
+        assert run.ok, run.explain()
+        version = current_version(ctl, NAME)
+        yield Toolset(ctl, toolset_cluster, NAME, version['version'], version['resource_id'], version['tools'],
+                      seconds)
+    finally:
+        ctl.stop()
+
+
+def files_of(toolset, *path):
+    """A path in the template's files, as this machine sees them."""
+    return os.path.join(toolset.controller.guest_root(toolset.vmid), *path)
+
+
+@contextlib.contextmanager
+def booted(toolset, hostname):
+    """A linked clone of the template, started: (SSH client as root, the clone); stopped and removed after."""
+    api = toolset.controller.api
+    clone = clone_workspace(api, dict(toolset.controller.info, template_vmid=toolset.vmid), hostname=hostname)
+    client = ssh(toolset.controller.info, clone.address, timeout=10)
+    try:
+        yield client, clone
+    finally:
+        client.close()
+        for step in (lambda: api.nodes(clone.node).lxc(clone.vmid).status.stop.post(),
+                     lambda: api.nodes(clone.node).lxc(clone.vmid).delete()):
+            upid = step()
+            deadline = time.monotonic() + 60
+            while api.nodes(clone.node).tasks(upid).status.get()['status'] != 'stopped':
+                assert time.monotonic() < deadline, upid
+                time.sleep(0.05)
+
+
+def as_agent(client, command):
+    status, out, err = ssh_run(client, 'runuser -l %s -c %s' % (AGENT, "'" + command.replace("'", "'\\''") + "'"))
+    return status, out.decode(), err.decode()
+
+
+# ---------------------------------------------------------------------------------------------- the build
+
+def test_the_build_used_the_default_lists(toolset_template):
+    with toolset_template.controller.journal() as journal:
+        version = journal.template_version(NAME, toolset_template.version)
+        spec = journal.get_workspace(version['workspace'])['params']['build']
+    assert version['state'] == 'built' and version['errors'] == []
+    assert spec['packages'] == DEFAULT_PACKAGES and spec['npm_packages'] == DEFAULT_NPM
+    assert [t['name'] for t in spec['tools']] == TOOL_NAMES
+    # Nothing fetched from outside Debian's mirror, the npm registry and PyPI.
+    assert not any('curl' in command or 'https://' in command for command in spec['agent_commands'])
+
+
+def test_every_default_tool_answered_as_the_agent(toolset_template):
+    tools = toolset_template.tools
+    assert sorted(tools) == sorted(TOOL_NAMES)
+    expected = {
+        'git': 'git version 2.', 'gh': 'gh version 2.', 'node': 'v18.', 'python3': 'Python 3.11.',
+        'go': 'go version go1.', 'rustc': 'rustc 1.', 'cargo': 'cargo 1.', 'rg': 'ripgrep ', 'fdfind': 'fdfind ',
+        'jq': 'jq-1.', 'uv': 'uv 0.', 'codex': 'codex-cli ',
+    }
+    for name, prefix in expected.items():
+        assert tools[name].startswith(prefix), (name, tools[name])
+    assert tools['claude'].endswith('(Claude Code)'), tools['claude']
+    for name in ('pnpm', 'bun', 'opencode'):
+        assert tools[name][:1].isdigit() and tools[name].count('.') == 2, (name, tools[name])
+    assert ':@anthropic-ai/claude-agent-sdk@' in tools['claude-agent-sdk'], tools['claude-agent-sdk']
+
+
+def test_the_agent_clis_are_the_agents_own_in_its_local_bin(toolset_template):
+    local = files_of(toolset_template, 'home', AGENT, '.local')
+    for name in ('claude', 'codex', 'opencode', 'uv'):
+        link = os.path.join(local, 'bin', name)
+        assert os.lstat(link).st_uid == 1000, name
+        # npm links relative to ~/.local/bin, the uv command absolute (the guest's path): both into ~/.local.
+        target = os.path.normpath(os.path.join('%s/.local/bin' % AGENT_HOME, os.readlink(link)))
+        assert target.startswith('%s/.local/' % AGENT_HOME), (name, target)
+        assert os.path.isfile(files_of(toolset_template, target.lstrip('/'))), (name, target)
+    # Nothing of it installed as root.
+    assert not os.path.exists(files_of(toolset_template, 'root', '.local'))
+    assert not os.path.exists(files_of(toolset_template, 'usr', 'local', 'bin', 'claude'))
+    # In a workspace of the template, a login of the agent finds them there and they run.
+    with booted(toolset_template, 'toolset-path') as (client, _):
+        status, out, err = as_agent(client, 'for t in claude codex opencode; do command -v $t; done; claude --version; '
+                                            'codex --version; opencode --version')
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[:3] == ['%s/.local/bin/%s' % (AGENT_HOME, t) for t in ('claude', 'codex', 'opencode')], lines
+    assert lines[3:] == [toolset_template.tools[t] for t in ('claude', 'codex', 'opencode')], lines
+
+
+# ---------------------------------------------------------------------------------------------- no caches inside
+
+def test_the_template_carries_no_package_cache(toolset_template):
+    home = files_of(toolset_template, 'home', AGENT)
+    for path in ('.npm', '.cache'):
+        assert not os.path.exists(os.path.join(home, path)), path
+    for path in (('root', '.npm'), ('root', '.cache')):
+        assert not os.path.exists(files_of(toolset_template, *path)), path
+    archives = files_of(toolset_template, 'var', 'cache', 'apt', 'archives')
+    assert [n for n in os.listdir(archives) if n.endswith('.deb')] == []
+    assert [n for n in os.listdir(archives + '/partial') if n.endswith('.deb')] == []
+    # The caches were bind-mounted in the guest's own /run, which left nothing in its files.
+    assert not os.path.exists(files_of(toolset_template, 'run', 'localpve'))
+    # What the build downloaded went to the machine's package cache instead.
+    cache = toolset_template.cluster.info['package_cache']['dir']
+    assert os.listdir(os.path.join(cache, 'npm', '_cacache'))
+    assert os.listdir(os.path.join(cache, 'pip'))
+    debs = [n for top, dirs, files in os.walk(os.path.join(cache, 'apt')) for n in files if n.endswith('.deb')]
+    assert any(n.startswith('rustc_') for n in debs) and any(n.startswith('nodejs_') for n in debs)
+
+
+def test_a_rebuild_downloads_no_debian_package_again(toolset_template):
+    """A second template built from the seed with the same lists: every .deb comes from the cache, and its tools
+    answer with the same versions (the cache serves what the mirror has)."""
+    ctl, cluster = toolset_template.controller, toolset_template.cluster
+    before = cache_stats(cluster)
+    run, seconds = build(ctl, NAME + '-again', source=int(ctl.info['template_vmid']))
+    assert run.ok, run.explain()
+    after = cache_stats(cluster)
+    assert after['misses'] == before['misses'], (before, after)
+    assert after['hits'] - before['hits'] >= len(DEFAULT_PACKAGES), (before, after)
+    again = current_version(ctl, NAME + '-again')['tools']
+    assert dict((k, again[k]) for k in ('git', 'node', 'go', 'rustc', 'jq')) == \
+        dict((k, toolset_template.tools[k]) for k in ('git', 'node', 'go', 'rustc', 'jq'))
+    print('default toolset: first build %.1f s, rebuild %.1f s (%d files from the apt cache)'
+          % (toolset_template.seconds, seconds, after['hits'] - before['hits']))

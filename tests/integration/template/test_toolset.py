@@ -173,7 +173,8 @@ def test_the_template_carries_no_package_cache(toolset_template):
     # What the build downloaded went to the machine's package cache instead.
     cache = toolset_template.cluster.info['package_cache']['dir']
     assert os.listdir(os.path.join(cache, 'npm', '_cacache'))
-    assert os.listdir(os.path.join(cache, 'pip'))
+    wheels = [n for top, dirs, files in os.walk(os.path.join(cache, 'pypi')) for n in files]
+    assert any(n.startswith('uv-') and n.endswith('.whl') for n in wheels), wheels
     debs = [n for top, dirs, files in os.walk(os.path.join(cache, 'apt')) for n in files if n.endswith('.deb')]
     assert any(n.startswith('rustc_') for n in debs) and any(n.startswith('nodejs_') for n in debs)
 

@@ -99,6 +99,9 @@ def cmd_up(args):
         info['address_range'], info['addressing'], info['ssh_user'], info['ssh_port'], info['ssh_private_key']))
     print('  files    {0}{1}'.format(info['guest_root'], ' (Debian {0} userlands; agent user {1})'.format(
         os.path.basename(info['debian_base'] or ''), info['agent_user']) if info.get('guests') == 'debian' else ''))
+    if info.get('package_cache'):
+        print('  packages {0} (apt and PyPI through {1}; npm and pip caches in the guests\' /run)'.format(
+            info['package_cache']['dir'], info['package_cache']['apt_proxy']))
     print('everything a playbook needs: {0}'.format(os.path.join(info['state_dir'], 'cluster.json')))
     return 0
 
@@ -143,6 +146,11 @@ def cmd_status(args):
             if guest.get('error'):
                 line += ': ' + guest['error']
         print(line)
+    cache = status.get('package_cache')
+    if cache:
+        print('  package cache {0}: {1} files served from it ({2:.0f} MB), {3} fetched into it, {4:.0f} MB from '
+              'upstream'.format(cache['dir'], cache['hits'], cache['bytes_from_cache'] / 1e6, cache['misses'],
+                                cache['bytes_fetched'] / 1e6))
     faults = [('proxy rule', r) for r in status['proxy_rules'] if not r['spent']]
     faults += [('fakepve', f) for f in status['pve_failures']]
     faults += [('guest', f) for f in status['guest_faults'] if f['times'] != 0]

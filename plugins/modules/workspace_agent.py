@@ -11,13 +11,13 @@ module: workspace_agent
 short_description: See what a workspace's coding agent does, or brief it again
 version_added: 0.4.0
 description:
-  - Without O(message), asks the agent runner of one ready workspace (O(name)), or of every ready workspace, what
+  - Without O(text), asks the agent runner of one ready workspace (O(name)), or of every ready workspace, what
     its agent does, and records the answer in the journal. The runner reads the agent's own event stream, so the
     answer is the agent's C(activity) (V(active), V(blocked) while it waits for an approval or input it cannot
     get, V(idle) when it finished) with its session, the error it stopped on (a key the model endpoint refused, a
     rate limit, an overloaded endpoint) and its last events. The inventory, M(ephemera.workspaces.workspace_info)
     and the status playbook then show this observation.
-  - With O(message), a follow-up brief. The agent continues its session (claude-code C(--resume), codex
+  - With O(text), a follow-up brief. The agent continues its session (claude-code C(--resume), codex
     C(exec resume), opencode C(--session)) with the message. Run it inside the workspace's queue (operation kind
     C(brief), the C(ephemera.workspaces.brief) playbook), so that it never overlaps a create, destroy or archive.
     An agent still working is waited for up to O(wait_idle) seconds, or stopped first with O(interrupt). The task
@@ -38,28 +38,28 @@ attributes:
 options:
   name:
     description:
-      - The workspace. Without it (and without O(message)), every ready workspace is asked, O(parallel) at a time.
+      - The workspace. Without it (and without O(text)), every ready workspace is asked, O(parallel) at a time.
     type: str
-  message:
+  text:
     description:
       - A follow-up brief for the agent, continuing its session. It goes onto the agent's command line, like the
         purpose; it must not start with C(-).
     type: str
   interrupt:
-    description: With O(message), stop an agent that is still working (TERM, then KILL) and continue its session now.
+    description: With O(text), stop an agent that is still working (TERM, then KILL) and continue its session now.
     type: bool
     default: false
   wait_idle:
-    description: With O(message), seconds to wait for a working agent to finish (or block) before the message is sent.
+    description: With O(text), seconds to wait for a working agent to finish (or block) before the message is sent.
     type: int
     default: 300
   brief_timeout:
-    description: With O(message), seconds to wait for the model to answer the agent once the message was sent.
+    description: With O(text), seconds to wait for the model to answer the agent once the message was sent.
     type: int
     default: 120
   agent_credentials:
     description:
-      - With O(message), new environment variables for the agent (a rotated API key). They replace the credentials
+      - With O(text), new environment variables for the agent (a rotated API key). They replace the credentials
         file before the agent continues; never on a command line, in the journal or in the output.
     type: dict
   claim:
@@ -92,7 +92,7 @@ EXAMPLES = r'''
 - name: Tell the agent what to do next, in the same session (inside the workspace's queue, see playbooks/brief.yml)
   ephemera.workspaces.workspace_agent:
     name: fix-login
-    message: Now add a test for the login redirect.
+    text: Now add a test for the login redirect.
     claim: "{{ op.claim }}"
 '''
 
@@ -154,7 +154,7 @@ def module_args():
     """The options of the module, declared once: its action plugin validates a task against them too."""
     spec = dict(
         name=dict(type='str'),
-        message=dict(type='str'),
+        text=dict(type='str'),
         interrupt=dict(type='bool', default=False),
         wait_idle=dict(type='int', default=300),
         brief_timeout=dict(type='int', default=120),
@@ -165,7 +165,7 @@ def module_args():
         ssh_private_key=dict(type='path'),
     )
     spec.update(journal_argument_spec())
-    return dict(argument_spec=spec, supports_check_mode=True, required_by={'message': ('name',)})
+    return dict(argument_spec=spec, supports_check_mode=True, required_by={'text': ('name',)})
 
 
 def run(module):
@@ -173,8 +173,8 @@ def run(module):
     params = dict(module.params)
     for name in ('wait_idle', 'brief_timeout', 'parallel', 'activity_timeout'):
         if params[name] < (1 if name == 'parallel' else 0):
-            module.fail_json(msg='%s must be %s, not %d.' % (name, 'at least 1' if name == 'parallel' else
-                                                              'zero or more', params[name]))
+            least = 'at least 1' if name == 'parallel' else 'zero or more'
+            module.fail_json(msg='%s must be %s, not %d.' % (name, least, params[name]))
     try:
         with AgentFlow.open(params, check_mode=module.check_mode) as flow:
             if flow is None:
@@ -186,12 +186,12 @@ def run(module):
                                          % (params['journal_path'] or params.get('journal_url'), params['name']))
                 module.exit_json(changed=False, workspaces=[], msg='no journal yet: no workspace to ask')
             try:
-                if params['message'] is not None:
-                    result = flow.brief(params['name'], params['message'])
+                if params['text'] is not None:
+                    result = flow.brief(params['name'], params['text'])
                 else:
                     result = flow.observe(params['name'])
             except EphemeraError as err:
-                what = 'The follow-up brief of workspace %s failed' % params['name'] if params['message'] is not None \
+                what = 'The follow-up brief of workspace %s failed' % params['name'] if params['text'] is not None \
                     else 'Asking %s failed' % ('workspace %s' % params['name'] if params['name'] else 'the workspaces')
                 # A queued brief that failed is recorded as failed in the queue (the role has no rescue).
                 fail_step(module, '%s: %s' % (what, err), flow.journal, params['claim'], **err.details)

@@ -1066,8 +1066,8 @@ class CreateFlow(Flow):
         except guest_ops.GuestError as err:
             error = (err.details.get('agent') or {}).get('error') or {}
             if error.get('kind'):
-                raise CreateError('%s (%s); %s.' % (str(err).rstrip('.'), error['kind'],
-                                                   agent_flow.advice(error['kind'], req['agent'])), step='brief')
+                raise CreateError('%s (%s); %s.' % (
+                    str(err).rstrip('.'), error['kind'], agent_flow.advice(error['kind'], req['agent'])), step='brief')
             raise
         facts = dict((k, v) for k, v in self.ws['facts'].items() if k != 'rebrief')
         seen = agent_flow.observation(answer)

@@ -560,9 +560,11 @@ class Runner:
                 agent, spec.get('events'), ', '.join(STREAM_FORMATS))
         return spec
 
-    def _environment(self, spec, purpose, home):
+    def _environment(self, spec, purpose, home, workdir):
+        # PWD too: an agent that takes its project directory from it (opencode) must not see the runner's.
         env = dict(os.environ, EPHEMERA_RUNNER=os.path.abspath(__file__),
-                   EPHEMERA_RUNNER_SOCKET=self.config.get('socket', ''), EPHEMERA_PURPOSE=purpose, HOME=home)
+                   EPHEMERA_RUNNER_SOCKET=self.config.get('socket', ''), EPHEMERA_PURPOSE=purpose, HOME=home,
+                   PWD=workdir)
         env.update(dict((str(k), str(v)) for k, v in (spec.get('environment') or {}).items()))
         env.update(_read_env_file(self.config.get('environment_file')))
         env['PATH'] = agent_path(env.get('PATH'), home)
@@ -590,7 +592,7 @@ class Runner:
         form = spec.get('events', 'lines')
         try:
             self._write_files(spec, home)
-            env = self._environment(spec, text, home)
+            env = self._environment(spec, text, home, workdir)
             self._secrets = None
         except (IOError, OSError) as exc:
             return {'ok': False, 'error': 'cannot prepare the agent (%s): %s' % (argv[0], exc)}

@@ -79,15 +79,10 @@ class AgentError(EphemeraError):
 
 
 def tool_of(name, spec):
-    """The executable a template must carry for the agent ``name`` (its verified tool), or None if unknown."""
+    """The tool a template's build must have verified for the agent ``name``: the built-in agents' CLIs, or the
+    ``tool`` an entry of the ``agents`` option names; None when the entry names none (nothing is checked)."""
     if isinstance(spec, dict):
-        if spec.get('tool'):
-            return spec['tool']
-        command = spec.get('command')
-    else:
-        command = spec
-    if isinstance(command, list) and command and isinstance(command[0], str):
-        return posixpath.basename(command[0])
+        return spec.get('tool')
     return None
 
 
@@ -129,9 +124,7 @@ def check(agents):
             raise AgentError('Agent %r must be a command line (a list of strings) or a dict with "command".' % name)
         if not _argv(command):
             raise AgentError('Agent %r has no command line: give a non-empty list of strings, with {purpose} where the '
-                             'brief goes.' % name)
-        if not any('{purpose}' in part for part in command):
-            raise AgentError('Agent %r: its command line has no {purpose}, so the brief would never reach it.' % name)
+                             'brief goes (or read it from the EPHEMERA_PURPOSE variable).' % name)
 
 
 def _argv(value):

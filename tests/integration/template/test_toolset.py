@@ -101,8 +101,8 @@ def booted(toolset, hostname):
         yield client, clone
     finally:
         client.close()
-        for step in (lambda: api.nodes(clone.node).lxc(clone.vmid).status.stop.post(),
-                     lambda: api.nodes(clone.node).lxc(clone.vmid).delete()):
+        container = api.nodes(clone.node).lxc(clone.vmid)
+        for step in (container.status.stop.post, container.delete):
             upid = step()
             deadline = time.monotonic() + 60
             while api.nodes(clone.node).tasks(upid).status.get()['status'] != 'stopped':
@@ -157,7 +157,7 @@ def test_the_agent_clis_are_the_agents_own_in_its_local_bin(toolset_template):
     assert not os.path.exists(files_of(toolset_template, 'root', '.local'))
     assert not os.path.exists(files_of(toolset_template, 'usr', 'local', 'bin', 'claude'))
     # In a workspace of the template, a login of the agent finds them there and they run.
-    with booted(toolset_template, 'toolset-path') as (client, _):
+    with booted(toolset_template, 'toolset-path') as (client, dummy):
         status, out, err = as_agent(client, 'for t in claude codex opencode; do command -v $t; done; claude --version; '
                                             'codex --version; opencode --version')
     assert status == 0, err

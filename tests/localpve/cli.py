@@ -67,6 +67,9 @@ def _cluster_options(parser):
         help='host: commands run on this machine, each guest\'s files in a directory of its own (fast); debian: '
         'each guest a Debian userland of its own, as root (default %(default)s)')
     add('--fresh', action='store_true', help='forget the saved datacenter and start from the seed')
+    add('--no-agent-clis', dest='agent_clis', action='store_false',
+        help='host tier: guests without the real agent CLIs (claude, codex, opencode), which are otherwise installed '
+        'once per machine from the npm registry')
 
 
 def _options(args):
@@ -75,7 +78,7 @@ def _options(args):
                    template_vmid=args.template_vmid, pool=args.pool, storage=args.storage, bridge=args.bridge,
                    time_scale=args.time_scale, latency=args.latency, addressing=args.addressing,
                    dhcp_delay=args.dhcp_delay, guest_range=args.guest_range, ssh_port=args.ssh_port,
-                   sshd=args.sshd, fresh=args.fresh, guests=args.guests).check()
+                   sshd=args.sshd, fresh=args.fresh, guests=args.guests, agent_clis=args.agent_clis).check()
 
 
 def _print(data):

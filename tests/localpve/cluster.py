@@ -11,7 +11,7 @@ import sys
 import threading
 
 from . import debian, system
-from .config import ClusterError, Options
+from .config import ClusterError, Options, ensure_agent_clis
 from .control import FaultApi
 from .harness import Site
 
@@ -134,6 +134,8 @@ class LocalCluster(FaultApi):
         opts = Options(state_dir=str(state_dir), **options).check()
         if opts.guests == 'debian':
             debian.ensure_base()
+        elif opts.agent_clis:
+            ensure_agent_clis()
         loop = LoopThread('localpve-' + opts.host)
         site = Site(opts)
         try:

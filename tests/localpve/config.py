@@ -48,6 +48,16 @@ def read_info(directory, info_file, noun, module, error):
             path, exc, noun)) from None
 
 
+def ensure_agent_clis(announce=None):
+    """The bin directory of the real agent CLIs the host tier's guests carry, installed first if need be."""
+    from tests.models.clis import CliError, ensure_clis  # pylint: disable=import-outside-toplevel
+    try:
+        return ensure_clis(announce=announce)
+    except CliError as err:
+        raise ClusterError('the guests carry the real agent CLIs, and installing them failed: {0}. Start the cluster '
+                           'with --no-agent-clis to do without'.format(err)) from None
+
+
 def loopback_address(text, what):
     """An IPv4 address in 127.0.0.0/8, or ClusterError naming the option."""
     try:
@@ -139,6 +149,8 @@ class Options:
     sshd: str = '/usr/sbin/sshd'
     fresh: bool = False
     guests: str = 'host'
+    # host tier: the guests carry the real agent CLIs (tests/models/clis.py), installed once per machine.
+    agent_clis: bool = True
 
     def check(self):
         """Validate every option (ClusterError with the reason) and derive the defaults that depend on others."""
@@ -217,4 +229,4 @@ class Options:
                 '--dhcp-delay', 'never' if self.dhcp_delay is None else repr(self.dhcp_delay),
                 '--guest-range', self.guest_range, '--ssh-port', str(self.ssh_port), '--sshd', self.sshd,
                 '--guests', self.guests]
-        return args + (['--fresh'] if self.fresh else [])
+        return args + (['--fresh'] if self.fresh else []) + ([] if self.agent_clis else ['--no-agent-clis'])

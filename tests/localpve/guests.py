@@ -15,6 +15,9 @@ import re
 import shutil
 import time
 
+from tests.models import clis
+from tests.models.tryout import link_clis
+
 from . import debian, pki, system
 from .addresses import AddressPool, loopback, net_ip, with_ip
 from .config import ClusterError
@@ -124,6 +127,14 @@ class GuestManager(object):
         elif os.path.isdir(self.dir):
             self.rooted = set(int(n) for n in os.listdir(self.dir) if n.isdigit())
 
+    @property
+    def agent_bin(self):
+        """host tier: where the real agent CLIs the guests carry are (tests/models/clis.py), or None."""
+        if self.roots is not None or not getattr(self.site.options, 'agent_clis', False):
+            return None
+        path = clis.bin_dir()
+        return path if os.path.isdir(path) else None
+
     def saved(self):
         return {'addresses': dict((str(k), v) for k, v in sorted(self.pool.assigned.items())), 'guests': self.tier}
 
@@ -137,6 +148,9 @@ class GuestManager(object):
         keys = self.authorized_keys(vmid)
         os.makedirs(os.path.dirname(keys), mode=0o700, exist_ok=True)
         os.makedirs(os.path.join(self.root(vmid), 'workspace'), exist_ok=True)
+        if self.agent_bin is not None:
+            # The template carries the real agent CLIs, as a template built with the default toolset does.
+            link_clis(self.root(vmid), self.site.options.ssh_user, self.agent_bin)
         with open(keys, 'w', encoding='utf-8') as out:
             out.write(public_key + '\n')
         os.chmod(keys, 0o600)

@@ -13,6 +13,9 @@ import time
 
 from aiohttp import web
 
+from tests.models import NOTES, ModelServer
+from tests.models.tryout import agent_settings
+
 from . import debian, pki, pkgcache, system
 from .config import INFO_FILE, ClusterError
 from .control import TOKEN_HEADER
@@ -44,6 +47,8 @@ class Site(object):
         self.foreign = None
         # debian tier: the package cache and its caching proxy for apt (pkgcache.py).
         self.package_cache = None
+        # The site's model endpoint: a scripted stand-in of the agents' model APIs (tests/models).
+        self.models = None
         self.client_ssl = None
         self.secrets = None
         self.paths = {}
@@ -138,6 +143,7 @@ class Site(object):
             await self.proxy.start()
             self.control = ControlServer(self, opts.host, opts.control_port, self.secrets['control_token'])
             await self.control.start()
+            self.models = ModelServer(opts.host, 0, default=NOTES, token=self.secrets['control_token']).start()
             if opts.guests == 'debian':
                 self.package_cache = pkgcache.PackageCache(pkgcache.cache_dir(debian.cache_dir()), opts.host,
                                                            debian.AGENT_UID)
@@ -182,6 +188,7 @@ class Site(object):
             'time_scale': opts.time_scale, 'latency': opts.latency,
             'foreign_user': FOREIGN_USER, 'foreign_password': self.secrets['foreign_password'],
             'control': {'url': self.control.url, 'token': self.secrets['control_token']},
+            'agents': agent_settings(self.models.url, self.guests.agent_bin),
         }
 
     async def _ticker(self):
@@ -216,6 +223,8 @@ class Site(object):
         for part in (self.foreign, self.control, self.proxy, self.package_cache):
             if part is not None:
                 await (part.close() if part is self.foreign else part.stop())
+        if self.models is not None:
+            self.models.stop()
         if self.pve is not None:
             await self.pve.stop()
         if self.info is not None and os.path.exists(self._path(INFO_FILE)):

@@ -13,6 +13,7 @@ import sys
 import time
 
 from . import debian, system
+from .config import ensure_agent_clis
 from .addresses import AddressPool
 from .config import INFO_FILE, ROOT, ClusterError, load_info
 from .control import ControlClient
@@ -41,9 +42,15 @@ def up(options, timeout=UP_TIMEOUT):
         raise ClusterError('a cluster is already running with state in {0} (pid {1}, API {2}); stop it with '
                            'down first'.format(options.state_dir, info['pid'], info.get('api_url')))
     os.makedirs(options.state_dir, exist_ok=True)
+    def announce(text):
+        print('localpve: ' + text, file=sys.stderr, flush=True)
+
+    # Before the cluster process starts: building the base root, or installing the agent CLIs (each once per
+    # machine), takes longer than a start.
     if options.guests == 'debian':
-        # Before the cluster process starts: building the base root (once per machine) takes longer than a start.
-        debian.ensure_base(announce=lambda text: print('localpve: ' + text, file=sys.stderr, flush=True))
+        debian.ensure_base(announce=announce)
+    elif options.agent_clis:
+        ensure_agent_clis(announce)
     error, returncode, log_path = start_serving(MODULE, options.state_dir, options.as_args(), 'cluster.log', timeout)
     if error is None:
         return load_info(options.state_dir)

@@ -557,13 +557,14 @@ class CreateFlow(Flow):
         if step in self.ws['progress']:
             return
         inputs = self.ws['params'].get('inputs') or {}
-        if step == 'bootstrap' and inputs.get('agent_env') and not self.params.get('agent_credentials'):
+        given = self.params.get('agent_credentials') or {}
+        if step == 'bootstrap' and [n for n in inputs.get('agent_env') or () if n not in given]:
             missing = 'agent_credentials (%s)' % ', '.join(inputs['agent_env'])
         elif step == 'checkout' and inputs.get('git_login') and not self.params.get('git_token'):
             missing = 'git_token'
         else:
             return
-        err = CreateError('Workspace %r was requested with %s, and this run passes none, so its %s step cannot go on. '
+        err = CreateError('Workspace %r was requested with %s, and this run does not pass them, so its %s step cannot go on. '
                           'Pass them again as in the first request (extra vars from a vault or an AWX credential); '
                           'reconcile needs them too to resume it.' % (self.name, missing, step), step=step)
         err.recorded = True  # a run short of input: nothing about the workspace failed, its record stays as it was

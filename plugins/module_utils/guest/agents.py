@@ -240,7 +240,7 @@ def describe(record):
         line += ', stopped on %s: %s' % (error.get('kind'), error.get('message'))
     if agent.get('waiting'):
         line += ', waits for %s' % '; '.join(agent['waiting'])
-    events = [e for e in agent.get('events') or [] if isinstance(e, dict) and e.get('type') != 'session']
+    events = [e for e in agent.get('events') or [] if isinstance(e, dict) and e.get('type') not in ('session', 'exited')]
     if events:
         line += '; last: %s' % events[-1].get('text')
     return '%s (observed %s)' % (line, _time(agent.get('observed_at')))

@@ -32,6 +32,9 @@ Turns (one key each, plus options):
 ``{"drop": true}``                     the answer starts, then the connection is cut
 ``{"hang": SECONDS}``                  no answer for SECONDS (``null``: until the server stops)
 
+Any turn may say ``"delay": SECONDS``: its answer comes that much later (a model that thinks), so that a test sees
+the agent working.
+
 The ``notes`` script (for a try-out site) is stateless: to a prompt it answers with a shell command that appends
 the prompt to ``EPHEMERA-NOTES.md``, to a tool result with "Done.".
 
@@ -550,6 +553,8 @@ class StubHandler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
             return None
+        if turn.get('delay'):
+            stub.stopping.wait(float(turn['delay']))
         if 'hang' in turn:
             stub.stopping.wait(turn['hang'])
             self.close_connection = True

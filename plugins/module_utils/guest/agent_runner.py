@@ -79,6 +79,8 @@ MAX_EVENT_LINE = 8 * 1024 * 1024
 STREAM_FORMATS = ('claude', 'codex', 'opencode', 'lines')
 # Kinds of error an agent stops on, as the events say them.
 ERROR_KINDS = ('auth', 'rate_limit', 'overloaded', 'server', 'network', 'agent')
+# Errors no retry of the agent's own can get past (the key was refused): the runner stops the agent at the first.
+FATAL_KINDS = ('auth',)
 
 
 def _write_json(path, data):
@@ -334,6 +336,8 @@ class Runner:
         self.state = _read_json(self.state_path, {}) or {}
         # The values of the agent's credentials: never repeated in an event, whatever the agent prints.
         self._secrets = None
+        # The agent retries what cannot succeed (its key was refused): stop it once its events are read.
+        self._refused = False
 
     # -- state -----------------------------------------------------------
 
@@ -424,6 +428,11 @@ class Runner:
                 for event in parser(obj):
                     self._apply(event)
         self._save()
+        if self._refused:
+            self._refused = False
+            if self._agent_running():
+                self._event({'type': 'stopped', 'text': 'stopped: %s' % self.state['error']['message']})
+                self._stop_agent()
         return True
 
     def _scrub(self, text):
@@ -452,8 +461,12 @@ class Runner:
             if event['text'] not in waiting:
                 waiting.append(event['text'])
             self._set_activity('blocked')
-        elif kind == 'error':
+        elif kind == 'error' or (kind == 'retry' and event.get('kind') in FATAL_KINDS):
             self.state['error'] = {'kind': event.get('kind') or 'agent', 'message': event['text'], 'at': time.time()}
+            if kind == 'retry':
+                # Asking again with a key the endpoint refused cannot work: stop the agent rather than let it retry
+                # for minutes; a brief with a corrected key starts it again.
+                self._refused = True
         elif kind == 'result':
             self.state['answered'] = True
         self._event(dict((k, v) for k, v in event.items() if k != 'quiet'))

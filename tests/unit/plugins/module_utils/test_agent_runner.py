@@ -310,3 +310,15 @@ def test_the_credentials_reach_the_agent_environment_but_no_event(runner, stream
     # The agent had the key (it printed it), and the runner's events carry it masked.
     assert said == ['the key is ********']
     assert 'sk-ant-secret-123' not in json.dumps(runner.call({'op': 'status'}))
+
+
+def test_an_agent_that_retries_a_refused_key_is_stopped_at_once_with_the_auth_error(runner, streamed):
+    retry = {'type': 'system', 'subtype': 'api_retry', 'attempt': 1, 'max_retries': 10, 'error_status': 401,
+             'error': 'authentication_failed'}
+    streamed({'first': [init(), retry, {'sleep': 60}, result()]})
+    started = time.monotonic()
+    assert runner.call({'op': 'brief', 'purpose': 'p', 'agent': 'streamer'})['ok']
+    stopped = wait_agent(runner, lambda a: not a['agent']['running'], timeout=15)
+    assert time.monotonic() - started < 10
+    assert stopped['agent']['error']['kind'] == 'auth' and stopped['activity'] == 'idle'
+    assert 'stopped' in [e['type'] for e in stopped['agent']['events']]

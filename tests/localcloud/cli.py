@@ -41,13 +41,16 @@ def _cloud_options(parser):
         'shutting-down')
     add('--scope', default=None, help='the ephemera:scope tag of the seeded tag-copy instance (default '
         'disposable-workspaces)')
+    add('--no-agent-clis', dest='agent_clis', action='store_false',
+        help='guests without the real agent CLIs (claude, codex, opencode), which are otherwise installed once per '
+        'machine from the npm registry')
 
 
 def _options(args):
     return Options(state_dir=args.state_dir, host=args.host, port=args.port, moto_port=args.moto_port,
                    control_port=args.control_port, region=args.region, guest_range=args.guest_range,
                    public_range=args.public_range, ssh_port=args.ssh_port, sshd=args.sshd, boot_secs=args.boot_secs,
-                   stop_secs=args.stop_secs, shutdown_secs=args.shutdown_secs).check()
+                   stop_secs=args.stop_secs, shutdown_secs=args.shutdown_secs, agent_clis=args.agent_clis).check()
 
 
 def _print(data):

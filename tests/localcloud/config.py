@@ -75,6 +75,8 @@ class Options:
     addressing: str = 'static'
     dhcp_delay: float = None
     guests: str = 'host'
+    # The guests carry the real agent CLIs (tests/models/clis.py), installed once per machine.
+    agent_clis: bool = True
 
     def check(self):
         """Validate every option (CloudError with the reason) and derive the defaults that depend on others."""
@@ -122,4 +124,5 @@ class Options:
                 '--moto-port', str(self.moto_port), '--control-port', str(self.control_port),
                 '--region', self.region, '--guest-range', self.guest_range, '--public-range', self.public_range,
                 '--ssh-port', str(self.ssh_port), '--sshd', self.sshd, '--boot-secs', repr(self.boot_secs),
-                '--stop-secs', repr(self.stop_secs), '--shutdown-secs', repr(self.shutdown_secs)]
+                '--stop-secs', repr(self.stop_secs), '--shutdown-secs', repr(self.shutdown_secs)] + (
+                    [] if self.agent_clis else ['--no-agent-clis'])

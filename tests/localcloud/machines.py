@@ -10,6 +10,7 @@ import os
 import shutil
 
 from tests.localpve import guests as pve_guests
+from tests.models.tryout import link_clis
 from tests.localpve import pki
 
 from .config import CloudError
@@ -65,6 +66,9 @@ class MachineGuests(pve_guests.GuestManager):
         root = self.root(key)
         shutil.rmtree(self.guest_dir(key), ignore_errors=True)
         os.makedirs(os.path.join(root, 'workspace'))
+        if self.agent_bin is not None:
+            # The machine's image carries the real agent CLIs, as one built with the default toolset does.
+            link_clis(root, self.site.options.ssh_user, self.agent_bin)
         path = self.authorized_keys(key)
         os.makedirs(os.path.dirname(path), mode=0o700)
         with open(path, 'w', encoding='utf-8') as out:

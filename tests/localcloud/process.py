@@ -2,9 +2,11 @@
 cluster's way (tests/localpve/process.py)."""
 
 import os
+import sys
 
 from tests.localpve import process as pve_process
 from tests.localpve.addresses import AddressPool
+from tests.localpve.config import ClusterError, ensure_agent_clis
 
 from .config import INFO_FILE, CloudError, load_info
 from .control import CloudClient
@@ -29,6 +31,12 @@ def up(options, timeout=UP_TIMEOUT, scope=None):
         raise CloudError('a cloud is already running with state in {0} (pid {1}, endpoint {2}); stop it with '
                          'down first'.format(options.state_dir, info['pid'], info.get('endpoint_url')))
     os.makedirs(options.state_dir, exist_ok=True)
+    if options.agent_clis:
+        # Before the cloud process starts: installing the agent CLIs (once per machine) takes longer than a start.
+        try:
+            ensure_agent_clis(lambda text: print('localcloud: ' + text, file=sys.stderr, flush=True))
+        except ClusterError as err:
+            raise CloudError(str(err).replace('the cluster', 'the cloud')) from None
     extra = ['--scope', scope] if scope else []
     error, returncode, log_path = pve_process.start_serving(MODULE, options.state_dir, options.as_args() + extra,
                                                             'cloud.log', timeout, what='cloud')

@@ -18,6 +18,8 @@ import time
 from tests.localpve import pki, system
 from tests.localpve.guests import stop_leftovers
 from tests.localpve.harness import ControlServer
+from tests.models import NOTES, ModelServer
+from tests.models.tryout import agent_settings
 
 from .azure_site import AzurePart
 from .config import ACCOUNT_ID, INFO_FILE, CloudError
@@ -69,6 +71,8 @@ class CloudSite(object):
         self.moto_url = None
         self.proxy = None
         self.control = None
+        # The cloud's model endpoint: a scripted stand-in of the agents' model APIs (tests/models).
+        self.models = None
         self.secrets = None
         self.info = None
         self._tick = None
@@ -121,6 +125,7 @@ class CloudSite(object):
             await self.proxy.start()
             self.control = ControlServer(self, opts.host, opts.control_port, self.secrets['control_token'])
             await self.control.start()
+            self.models = ModelServer(opts.host, 0, default=NOTES, token=self.secrets['control_token']).start()
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise CloudError('a port on {0} is in use ({1}): choose other ports'.format(opts.host, exc)) from None
@@ -154,6 +159,7 @@ class CloudSite(object):
             'guest_root': guest_root, 'guest_prefix': guest_root, 'agent_user': opts.ssh_user,
             'boot_secs': opts.boot_secs, 'stop_secs': opts.stop_secs, 'shutdown_secs': opts.shutdown_secs,
             'control': {'url': self.control.url, 'token': self.secrets['control_token']},
+            'agents': agent_settings(self.models.url, self.fleet.agent_bin),
         }
 
     async def _ticker(self):
@@ -183,6 +189,8 @@ class CloudSite(object):
         for part in (self.control, self.proxy):
             if part is not None:
                 await part.stop()
+        if self.models is not None:
+            self.models.stop()
         if self.moto is not None:
             self.moto.stop()
             self.moto = None

@@ -13,8 +13,8 @@ Actions are plain dicts, so a script can be JSON:
     {"drop": true}                             start a streamed answer and cut the connection in the middle
     {"hang": 5}  /  {"hang": null}             answer nothing for 5 s (then close) / until the server stops
 
-Options on any action: ``"delay": seconds`` before the answer starts; on a turn (the first action of a list, or
-the one action) ``"times": n`` serves that turn n times before the cursor moves on.
+Options on a turn (its first action): ``"delay": seconds`` before the answer starts, ``"pace": seconds`` between
+streamed events, ``"times": n`` serves that turn n times before the cursor moves on.
 
 How a turn is chosen: each script has a cursor. Every request that carries the agent's tools takes the turn
 under the cursor and moves it on, whatever that turn is, so an error answered to a request is followed by the

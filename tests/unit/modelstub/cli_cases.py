@@ -52,8 +52,9 @@ def writes_file_and_runs_command(kind, agent_bin, stub, workspace):
     assert '%s' % marker in json.dumps(main[2]['body']).replace('\\n', '\n').split('All done')[0]
     assert 'hello from the stub' in json.dumps(main[2]['body'])
     assert marker in run.stdout
-    # The key is in no argument and in no file the CLI wrote.
+    # The key is in no argument, not in the event stream or stderr, and in no file the CLI wrote.
     assert not any(key in part for part in run.argv)
+    assert key not in run.stdout and key not in run.stderr
     tmpdir = run.env['TMPDIR']
     for path in _files_under(workspace.home, tmpdir):
         with open(path, 'rb') as src:
@@ -68,6 +69,7 @@ def unknown_key_fails_fast(kind, agent_bin, stub, workspace):
                     extra_env=FAIL_FAST_ENV.get(kind))
     assert run.returncode not in (0, None) and not run.timed_out, run.explain()
     assert run.seconds < 20, run.explain()
+    assert key not in run.stdout, run.explain()
     assert [r['status'] for r in stub.requests(key=key) if r['protocol']] and \
         all(r['status'] == 401 for r in stub.requests(key=key) if r['protocol'] and r['protocol'] != 'models')
     return run

@@ -159,8 +159,8 @@ class AgentRun:
         return [e.get('type') for e in self.events]
 
     def __repr__(self):
-        return 'AgentRun(%s rc=%r %.1fs, %d events, session %s)' % (self.kind, self.returncode, self.seconds,
-                                                                   len(self.events), self.session)
+        return 'AgentRun(%s rc=%r %.1fs, %d events, session %s)' % (
+            self.kind, self.returncode, self.seconds, len(self.events), self.session)
 
     def explain(self):
         """Everything a failed assertion should show."""

@@ -60,8 +60,8 @@ class StubClient:
 
     def requests(self, key=None, side=None, since=0, path=None):
         side = None if side is None else ('true' if side else 'false')
-        return self._call('GET', '/_stub/requests', params={'key': key, 'side': side, 'since': since,
-                                                              'path': path})['requests']
+        params = {'key': key, 'side': side, 'since': since, 'path': path}
+        return self._call('GET', '/_stub/requests', params=params)['requests']
 
     def wait_for(self, count=1, timeout=10.0, **filters):
         deadline = time.monotonic() + timeout
@@ -70,8 +70,8 @@ class StubClient:
             if len(found) >= count or time.monotonic() > deadline:
                 if len(found) >= count:
                     return found
-                raise StubError('%d request(s) matching %r after %.1fs, wanted %d' % (len(found), filters, timeout,
-                                                                                     count))
+                raise StubError('%d request(s) matching %r after %.1fs, wanted %d'
+                                % (len(found), filters, timeout, count))
             time.sleep(0.1)
 
     def reset(self, scripts=False):

@@ -438,4 +438,3 @@ class Chat(OpenAIErrors, Protocol):
 
 PROTOCOLS = {'anthropic': Anthropic(), 'responses': Responses(), 'chat': Chat()}
 ROUTES = {'/v1/messages': 'anthropic', '/v1/responses': 'responses', '/v1/chat/completions': 'chat'}
-

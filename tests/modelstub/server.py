@@ -120,7 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self):
         stub = self.server.stub
         raw = self._read_body()
-        path, _, query = self.path.partition('?')
+        path, _sep, query = self.path.partition('?')
         try:
             if path.startswith('/_stub/'):
                 stub.control(self, path, query, raw)
@@ -252,7 +252,7 @@ class ModelStub:
     @property
     def url(self):
         """The base URL without /v1 (claude's ANTHROPIC_BASE_URL); codex and opencode want url + '/v1'."""
-        return 'http://%s:%d' % (self.host, self.port)
+        return 'http://%s:%s' % (self.host, self.port)
 
     @property
     def running(self):
@@ -318,8 +318,8 @@ class ModelStub:
                 return found
             left = deadline - time.monotonic()
             if left <= 0:
-                raise StubError('%d request(s) matching %r after %.1fs, wanted %d' % (len(found), filters, timeout,
-                                                                                     count))
+                raise StubError('%d request(s) matching %r after %.1fs, wanted %d'
+                                % (len(found), filters, timeout, count))
             with self._lock:
                 self._lock.wait(min(left, 0.2))
 
@@ -432,8 +432,8 @@ class ModelStub:
         except protocols.PlanError as err:
             texts, calls = ['(modelstub cannot play this turn: %s)' % err], []
             self._update(record, problem=str(err))
-        self._update(record, answer={'texts': texts, 'calls': [{'name': c.name, 'input': c.arguments}
-                                                                 for c in calls]})
+        answer = {'texts': texts, 'calls': [{'name': c.name, 'input': c.arguments} for c in calls]}
+        self._update(record, answer=answer)
         if not stream:
             self._update(record, status=200, outcome='answered')
             return handler.send(200, protocol.json_body(body, texts, calls), self._request_id(anthropic_shaped))

@@ -29,7 +29,7 @@ def _main_requests(stub, key):
 
 def _files_under(*roots):
     for root in roots:
-        for base, _, names in os.walk(root):
+        for base, _dirs, names in os.walk(root):
             for name in names:
                 yield os.path.join(base, name)
 

@@ -45,7 +45,7 @@ def test_parallel_callers_build_once_and_share_the_result(cache, monkeypatch):
     calls = []
     monkeypatch.setattr(agentcli, '_npm_install', _fake_install(calls))
     results = []
-    threads = [threading.Thread(target=lambda: results.append(agentcli.ensure_clis())) for _ in range(4)]
+    threads = [threading.Thread(target=lambda: results.append(agentcli.ensure_clis())) for _caller in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:

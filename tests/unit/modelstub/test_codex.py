@@ -1,7 +1,5 @@
 """codex (the real CLI) against the stand-in model endpoint: codex exec --json -s workspace-write."""
 
-import json
-
 from . import cli_cases
 
 KIND = 'codex'

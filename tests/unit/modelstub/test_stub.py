@@ -13,35 +13,35 @@ from tests.modelstub import (DEFAULT, ModelStub, Script, ScriptError, StubError,
                              hang, shell, text, write)
 
 CWD = '/srv/work/repo'
-CLAUDE_TOOLS = [{'name': 'Write', 'input_schema': {'type': 'object', 'properties': {
+CLAUDE_TOOLS = ({'name': 'Write', 'input_schema': {'type': 'object', 'properties': {
     'file_path': {'type': 'string'}, 'content': {'type': 'string'}}}},
     {'name': 'Bash', 'input_schema': {'type': 'object', 'properties': {
-        'command': {'type': 'string'}, 'description': {'type': 'string'}}}}]
-CODEX_TOOLS = [{'type': 'function', 'name': 'exec_command', 'parameters': {'type': 'object', 'properties': {
+        'command': {'type': 'string'}, 'description': {'type': 'string'}}}})
+CODEX_TOOLS = ({'type': 'function', 'name': 'exec_command', 'parameters': {'type': 'object', 'properties': {
     'cmd': {'type': 'string'}, 'workdir': {'type': 'string'}, 'sandbox_permissions': {'type': 'string'},
     'justification': {'type': 'string'}}}},
-    {'type': 'custom', 'name': 'apply_patch', 'format': {'type': 'grammar'}}]
-OPENCODE_TOOLS = [{'type': 'function', 'function': {'name': 'write', 'parameters': {'type': 'object', 'properties': {
+    {'type': 'custom', 'name': 'apply_patch', 'format': {'type': 'grammar'}})
+OPENCODE_TOOLS = ({'type': 'function', 'function': {'name': 'write', 'parameters': {'type': 'object', 'properties': {
     'filePath': {'type': 'string'}, 'content': {'type': 'string'}}}}},
     {'type': 'function', 'function': {'name': 'bash', 'parameters': {'type': 'object', 'properties': {
-        'command': {'type': 'string'}, 'description': {'type': 'string'}}}}}]
+        'command': {'type': 'string'}, 'description': {'type': 'string'}}}}})
 
 
 def anthropic_body(tools=CLAUDE_TOOLS, stream=True, prompt='Do it'):
-    return {'model': 'claude-test', 'max_tokens': 100, 'stream': stream, 'tools': tools,
+    return {'model': 'claude-test', 'max_tokens': 100, 'stream': stream, 'tools': list(tools),
             'system': [{'type': 'text', 'text': 'Primary working directory: %s\n' % CWD}],
             'messages': [{'role': 'user', 'content': prompt}]}
 
 
 def responses_body(tools=CODEX_TOOLS, stream=True, prompt='Do it'):
-    return {'model': 'gpt-test', 'stream': stream, 'tools': tools, 'instructions': 'You are codex.',
+    return {'model': 'gpt-test', 'stream': stream, 'tools': list(tools), 'instructions': 'You are codex.',
             'input': [{'type': 'message', 'role': 'user', 'content': [
                 {'type': 'input_text', 'text': '<environment_context>\n  <cwd>%s</cwd>\n</environment_context>' % CWD}]},
                 {'type': 'message', 'role': 'user', 'content': [{'type': 'input_text', 'text': prompt}]}]}
 
 
 def chat_body(tools=OPENCODE_TOOLS, stream=True, prompt='Do it', usage=True):
-    body = {'model': 'stub-model', 'stream': stream, 'tools': tools,
+    body = {'model': 'stub-model', 'stream': stream, 'tools': list(tools or ()),
             'messages': [{'role': 'system', 'content': 'Working directory: %s' % CWD},
                          {'role': 'user', 'content': prompt}]}
     if usage:
@@ -88,7 +88,7 @@ def test_anthropic_stream_is_the_messages_event_sequence_with_a_write_tool_use(s
     status, headers, raw = post(stub, '/v1/messages?beta=true', anthropic_body())
     assert status == 200 and headers['content-type'].startswith('text/event-stream')
     seen = events(raw)
-    names = [n for n, _ in seen]
+    names = [n for n, _data in seen]
     assert names[0] == 'message_start' and names[-2:] == ['message_delta', 'message_stop']
     assert all(n == d['type'] for n, d in seen)
     start = dict(seen)['content_block_start']['content_block']
@@ -100,14 +100,14 @@ def test_anthropic_stream_is_the_messages_event_sequence_with_a_write_tool_use(s
 
 def test_anthropic_plain_json_answer_with_text_and_bash(stub):
     stub.add_script('sk-test', [[text('Running it.'), shell('make test')], text('Done.')])
-    status, _, raw = post(stub, '/v1/messages', anthropic_body(stream=False))
+    status, _headers, raw = post(stub, '/v1/messages', anthropic_body(stream=False))
     message = json.loads(raw)
     assert status == 200 and message['type'] == 'message' and message['role'] == 'assistant'
     assert message['content'][0] == {'type': 'text', 'text': 'Running it.'}
     assert message['content'][1]['type'] == 'tool_use' and message['content'][1]['name'] == 'Bash'
     assert message['content'][1]['input']['command'] == 'make test'
     assert message['stop_reason'] == 'tool_use' and message['usage']['input_tokens'] > 0
-    status, _, raw = post(stub, '/v1/messages', anthropic_body(stream=False))
+    status, _headers, raw = post(stub, '/v1/messages', anthropic_body(stream=False))
     assert json.loads(raw)['content'] == [{'type': 'text', 'text': 'Done.'}]
     assert json.loads(raw)['stop_reason'] == 'end_turn'
 
@@ -116,9 +116,9 @@ def test_anthropic_plain_json_answer_with_text_and_bash(stub):
 
 def test_responses_stream_has_codex_event_sequence_and_custom_apply_patch(stub):
     stub.add_script('sk-test', [write('hello.txt', 'one\ntwo\n')])
-    status, _, raw = post(stub, '/v1/responses', responses_body(), bearer=True)
+    status, _headers, raw = post(stub, '/v1/responses', responses_body(), bearer=True)
     seen = events(raw)
-    names = [n for n, _ in seen]
+    names = [n for n, _data in seen]
     assert status == 200
     assert names[:2] == ['response.created', 'response.in_progress'] and names[-1] == 'response.completed'
     assert 'response.custom_tool_call_input.delta' in names
@@ -128,12 +128,12 @@ def test_responses_stream_has_codex_event_sequence_and_custom_apply_patch(stub):
     completed = seen[-1][1]['response']
     assert completed['status'] == 'completed' and completed['output'] == done
     assert completed['usage']['total_tokens'] == completed['usage']['input_tokens'] + completed['usage']['output_tokens']
-    assert [d['sequence_number'] for _, d in seen] == list(range(len(seen)))
+    assert [d['sequence_number'] for _name, d in seen] == list(range(len(seen)))
 
 
 def test_responses_shell_and_approval_are_function_calls_of_exec_command(stub):
     stub.add_script('sk-test', [[shell('ls -la'), approval('curl -sS http://127.0.0.1:9/')]])
-    _, _, raw = post(stub, '/v1/responses', responses_body(), bearer=True)
+    _status, _headers, raw = post(stub, '/v1/responses', responses_body(), bearer=True)
     seen = events(raw)
     calls = [d['item'] for n, d in seen if n == 'response.output_item.done']
     arguments = [json.loads(c['arguments']) for c in calls]
@@ -147,7 +147,7 @@ def test_responses_shell_and_approval_are_function_calls_of_exec_command(stub):
 
 def test_responses_plain_json_answer(stub):
     stub.add_script('sk-test', [text('All done.')])
-    status, _, raw = post(stub, '/v1/responses', responses_body(stream=False), bearer=True)
+    status, _headers, raw = post(stub, '/v1/responses', responses_body(stream=False), bearer=True)
     response = json.loads(raw)
     assert status == 200 and response['object'] == 'response' and response['status'] == 'completed'
     assert response['output'][0]['content'][0] == {'type': 'output_text', 'text': 'All done.', 'annotations': []}
@@ -157,10 +157,10 @@ def test_responses_plain_json_answer(stub):
 
 def test_chat_stream_has_tool_call_deltas_usage_and_done(stub):
     stub.add_script('sk-test', [[write('a.txt', 'A'), shell('cat a.txt')]])
-    status, _, raw = post(stub, '/v1/chat/completions', chat_body(), bearer=True)
+    status, _headers, raw = post(stub, '/v1/chat/completions', chat_body(), bearer=True)
     seen = events(raw)
     assert status == 200 and seen[-1] == (None, '[DONE]')
-    chunks = [d for _, d in seen[:-1]]
+    chunks = [d for _name, d in seen[:-1]]
     assert all(c['object'] == 'chat.completion.chunk' for c in chunks)
     assert chunks[0]['choices'][0]['delta']['role'] == 'assistant'
     assert chunks[-1]['choices'] == [] and chunks[-1]['usage']['total_tokens'] > 0
@@ -172,14 +172,14 @@ def test_chat_stream_has_tool_call_deltas_usage_and_done(stub):
             if 'id' in delta:
                 entry['name'] = delta['function']['name']
             entry['arguments'] += delta['function']['arguments']
-    assert calls[0]['name'] == 'write' and json.loads(calls[0]['arguments']) == {'filePath': CWD + '/a.txt',
-                                                                                  'content': 'A'}
+    assert calls[0]['name'] == 'write'
+    assert json.loads(calls[0]['arguments']) == {'filePath': CWD + '/a.txt', 'content': 'A'}
     assert calls[1]['name'] == 'bash' and json.loads(calls[1]['arguments'])['command'] == 'cat a.txt'
 
 
 def test_chat_plain_json_answer(stub):
     stub.add_script('sk-test', [text('Fine.')])
-    _, _, raw = post(stub, '/v1/chat/completions', chat_body(stream=False), bearer=True)
+    _status, _headers, raw = post(stub, '/v1/chat/completions', chat_body(stream=False), bearer=True)
     answer = json.loads(raw)
     assert answer['object'] == 'chat.completion'
     assert answer['choices'][0]['message']['content'] == 'Fine.' and answer['choices'][0]['finish_reason'] == 'stop'
@@ -190,8 +190,8 @@ def test_chat_plain_json_answer(stub):
 def test_a_request_gets_the_script_of_the_key_it_sent(stub):
     stub.add_script('sk-one', [text('from one')])
     stub.add_script('sk-two', [text('from two')])
-    _, _, raw_two = post(stub, '/v1/messages', anthropic_body(stream=False), key='sk-two')
-    _, _, raw_one = post(stub, '/v1/chat/completions', chat_body(stream=False), key='sk-one', bearer=True)
+    _status, _headers, raw_two = post(stub, '/v1/messages', anthropic_body(stream=False), key='sk-two')
+    _status, _headers, raw_one = post(stub, '/v1/chat/completions', chat_body(stream=False), key='sk-one', bearer=True)
     assert json.loads(raw_two)['content'][0]['text'] == 'from two'
     assert json.loads(raw_one)['choices'][0]['message']['content'] == 'from one'
     assert [(r['key'], r['script']) for r in stub.requests()] == [('sk-two', 'sk-two'), ('sk-one', 'sk-one')]
@@ -202,7 +202,7 @@ def test_a_request_gets_the_script_of_the_key_it_sent(stub):
                                               ('/v1/chat/completions', chat_body(), True)])
 def test_an_unknown_key_gets_the_protocols_401(stub, path, body, bearer):
     stub.add_script('sk-known', [text('no')])
-    status, _, raw = post(stub, path, body, key='sk-unknown', bearer=bearer)
+    status, _headers, raw = post(stub, path, body, key='sk-unknown', bearer=bearer)
     answer = json.loads(raw)
     assert status == 401
     if path == '/v1/messages':
@@ -210,13 +210,13 @@ def test_an_unknown_key_gets_the_protocols_401(stub, path, body, bearer):
     else:
         assert answer['error']['code'] == 'invalid_api_key' and answer['error']['type'] == 'invalid_request_error'
     assert stub.requests()[0]['status'] == 401 and stub.requests()[0]['script'] is None
-    status, _, _ = post(stub, path, body, key=None)
+    status, _headers, _raw = post(stub, path, body, key=None)
     assert status == 401
 
 
 def test_a_default_script_answers_keys_without_one(stub):
     stub.set_default([text('try-out answer')])
-    _, _, raw = post(stub, '/v1/messages', anthropic_body(stream=False), key='any-key-at-all')
+    _status, _headers, raw = post(stub, '/v1/messages', anthropic_body(stream=False), key='any-key-at-all')
     assert json.loads(raw)['content'][0]['text'] == 'try-out answer'
     assert stub.requests()[0]['script'] == DEFAULT
     stub.set_default(None)
@@ -244,26 +244,26 @@ def test_every_request_is_recorded_with_headers_body_and_turn(stub):
 
 def test_side_requests_get_a_short_text_and_leave_the_script_alone(stub):
     stub.add_script('sk-test', [write('x.txt', 'x'), text('Done.')])
-    status, _, raw = post(stub, '/v1/chat/completions', chat_body(tools=None), bearer=True)
-    text_sent = ''.join(d['choices'][0]['delta'].get('content') or '' for _, d in events(raw)[:-1] if d['choices'])
+    status, _headers, raw = post(stub, '/v1/chat/completions', chat_body(tools=None), bearer=True)
+    text_sent = ''.join(d['choices'][0]['delta'].get('content') or '' for _name, d in events(raw)[:-1] if d['choices'])
     assert status == 200 and text_sent == stub.side_text
-    _, _, raw = post(stub, '/v1/chat/completions', chat_body(), bearer=True)
+    _status, _headers, raw = post(stub, '/v1/chat/completions', chat_body(), bearer=True)
     assert b'"name":"write"' in raw
     assert [(r['side'], r['turn']) for r in stub.requests()] == [(True, None), (False, 0)]
 
 
 def test_turn_times_and_then(stub):
     stub.add_script('sk-test', {'turns': [dict(error(429), times=2), text('ok')], 'then': error(500)})
-    statuses = [post(stub, '/v1/messages', anthropic_body(stream=False))[0] for _ in range(5)]
+    statuses = [post(stub, '/v1/messages', anthropic_body(stream=False))[0] for _attempt in range(5)]
     assert statuses == [429, 429, 200, 500, 500]
     assert [r['turn'] for r in stub.requests()] == [0, 0, 1, None, None]
 
 
 def test_a_call_names_any_offered_tool_and_a_missing_tool_is_said_in_text(stub):
     stub.add_script('sk-test', [call('Bash', {'command': 'true', 'run_in_background': True}), call('Nope', {})])
-    _, _, raw = post(stub, '/v1/messages', anthropic_body(stream=False))
+    _status, _headers, raw = post(stub, '/v1/messages', anthropic_body(stream=False))
     assert json.loads(raw)['content'][0]['input'] == {'command': 'true', 'run_in_background': True}
-    _, _, raw = post(stub, '/v1/messages', anthropic_body(stream=False))
+    _status, _headers, raw = post(stub, '/v1/messages', anthropic_body(stream=False))
     assert 'cannot play this turn' in json.loads(raw)['content'][0]['text']
     assert 'Nope' in stub.requests()[1]['problem']
 
@@ -279,7 +279,7 @@ def test_bad_scripts_are_refused():
 
 def test_anthropic_errors_have_the_anthropic_shape(stub):
     stub.add_script('sk-test', [error(429, retry_after=7), error(529), error(500)])
-    found = [post(stub, '/v1/messages', anthropic_body()) for _ in range(3)]
+    found = [post(stub, '/v1/messages', anthropic_body()) for _attempt in range(3)]
     assert [f[0] for f in found] == [429, 529, 500]
     assert [json.loads(f[2])['error']['type'] for f in found] == ['rate_limit_error', 'overloaded_error', 'api_error']
     assert all(json.loads(f[2])['type'] == 'error' and f[1]['request-id'] for f in found)
@@ -291,7 +291,7 @@ def test_openai_errors_have_the_openai_shape(stub):
     status, headers, raw = post(stub, '/v1/chat/completions', chat_body(), bearer=True)
     assert status == 429 and headers['retry-after-ms'] == '50'
     assert json.loads(raw)['error']['code'] == 'rate_limit_exceeded'
-    status, _, raw = post(stub, '/v1/responses', responses_body(), bearer=True)
+    status, _headers, raw = post(stub, '/v1/responses', responses_body(), bearer=True)
     assert status == 500 and json.loads(raw)['error'] == {'message': 'boom', 'type': 'server_error', 'param': None,
                                                           'code': None}
 
@@ -307,7 +307,7 @@ def test_a_dropped_stream_ends_without_its_last_event(stub):
         response.read()
     conn.close()
     assert b'message_start' in cut.value.partial and b'message_stop' not in cut.value.partial
-    status, _, raw = _read_until_closed(stub, '/v1/responses', responses_body(), bearer=True)
+    status, _headers, raw = _read_until_closed(stub, '/v1/responses', responses_body(), bearer=True)
     assert status == 200 and b'response.created' in raw and b'response.completed' not in raw
     assert [r['outcome'] for r in stub.requests()] == ['dropped', 'dropped']
 
@@ -375,8 +375,8 @@ def test_models_list_in_each_shape(stub):
     stub.add_script('sk-test', [])
     conn = http.client.HTTPConnection(stub.host, stub.port, timeout=10)
     conn.request('GET', '/v1/models', headers={'Authorization': 'Bearer sk-test'})
-    assert json.loads(conn.getresponse().read())['data'][0] == {'id': 'stub-model', 'object': 'model',
-                                                                 'created': 1735689600, 'owned_by': 'stub'}
+    listed = json.loads(conn.getresponse().read())['data']
+    assert listed == [{'id': 'stub-model', 'object': 'model', 'created': 1735689600, 'owned_by': 'stub'}]
     conn.request('GET', '/v1/models', headers={'x-api-key': 'sk-test', 'anthropic-version': '2023-06-01'})
     assert json.loads(conn.getresponse().read())['data'][0]['type'] == 'model'
     conn.request('GET', '/npm/left-pad', headers={})
@@ -396,5 +396,5 @@ def test_binding_another_loopback_address():
     with ModelStub(host='127.0.0.2') as other:
         other.add_script('sk-test', [text('from .2')])
         assert other.url.startswith('http://127.0.0.2:')
-        _, _, raw = post(other, '/v1/messages', anthropic_body(stream=False))
+        _status, _headers, raw = post(other, '/v1/messages', anthropic_body(stream=False))
         assert json.loads(raw)['content'][0]['text'] == 'from .2'

@@ -68,7 +68,7 @@ def unknown_key_fails_fast(kind, agent_bin, stub, workspace):
     run = run_agent(kind, agent_bin, stub, key, workspace.repo, workspace.home, 'Say hello', timeout=SECONDS,
                     extra_env=FAIL_FAST_ENV.get(kind))
     assert run.returncode not in (0, None) and not run.timed_out, run.explain()
-    assert run.seconds < 20, run.explain()
+    assert run.seconds < 30, run.explain()  # a retrying CLI takes minutes (docs/agent-cli-facts.md)
     assert key not in run.stdout, run.explain()
     assert [r['status'] for r in stub.requests(key=key) if r['protocol']] and \
         all(r['status'] == 401 for r in stub.requests(key=key) if r['protocol'] and r['protocol'] != 'models')

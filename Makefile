@@ -13,13 +13,14 @@ PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run
 
 .PHONY: help venv system-packages test unit sanity lint integration test-clouds demo collection
 .PHONY: bench-journal bench-queue bench-create bench-reconcile bench-step bench-expire
-.PHONY: bench-inventory bench-template faults faults-clouds soak
+.PHONY: bench-inventory bench-template bench-agent faults faults-clouds soak
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
 .PHONY: molecule
 .PHONY: cloud-up cloud-status cloud-down
 
 help:
 	@echo "make demo          run the main job on the local try-out cluster"
+	@echo "make demo AGENT=codex    the same with codex (or opencode; claude-code is the default)"
 	@echo "make demo PROVIDER=aws   the same on the local try-out cloud for AWS"
 	@echo "make demo PROVIDER=hetzner the same on the try-out cloud's Hetzner Cloud fake"
 	@echo "make demo PROVIDER=azure the same on the try-out cloud's ARM fake for Azure"
@@ -36,6 +37,7 @@ help:
 	@echo "make bench-journal  8 processes x 200 fenced transitions: SQLite and PostgreSQL journals, tx/s"
 	@echo "make bench-expire  one expiry sweep over 1,000 leased workspaces, 50 expired: times and API requests"
 	@echo "make bench-template  a template build by step, and create-to-ready on debian vs default guests"
+	@echo "make bench-agent   the real agent CLIs: create to ready, first edit, idle, and the agents' share"
 
 system-packages:
 	@scripts/system-packages.sh
@@ -122,8 +124,9 @@ soak: venv
 		--json build/soak.json
 
 # PROVIDER=aws|hetzner|gcp|azure: the same job on the try-out cloud (scripts/demo.sh, docs/localcloud.md).
+# AGENT=claude-code|codex|opencode: which real agent CLI works in the workspace (docs/agents.md).
 demo: venv
-	$(PIN_COLLECTION) scripts/demo.sh $(PROVIDER)
+	$(PIN_COLLECTION) AGENT=$(AGENT) scripts/demo.sh $(PROVIDER)
 
 # The local try-out cluster (tests/localpve, docs/localpve.md). CLUSTER_ARGS go to `up`,
 # e.g. make cluster-up CLUSTER_ARGS="--time-scale 0 --addressing dhcp".
@@ -182,6 +185,10 @@ bench-reconcile: venv
 # ones with a real guest, the others at addresses that refuse or never answer; parallel 8 and 32: times, requests.
 bench-expire: venv
 	$(BIN)/python bench/expire.py
+
+# The real claude-code, codex and opencode against a stand-in agent: create to ready, first edit and idle, by step.
+bench-agent: venv
+	$(BIN)/python bench/agent.py
 
 # A template build on the debian guest tier split by step, then create-to-ready from it against the default tier.
 bench-template: venv

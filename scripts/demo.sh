@@ -4,7 +4,11 @@
 #
 #   scripts/demo.sh [PROVIDER]     PROVIDER: proxmox (the default: the try-out cluster, docs/localpve.md),
 #                                  aws, hetzner, gcp or azure (the try-out cloud, docs/localcloud.md)
+#   AGENT=claude-code|codex|opencode scripts/demo.sh   which real agent CLI works in the workspace (default
+#                                  claude-code), against the place's own scripted model endpoint (docs/agents.md)
 #
+# The agent appends its brief, and then a follow-up brief, to EPHEMERA-NOTES.md in the checkout; destroy archives
+# that work (pushed to the branch ephemera/demo of the demo's repository), and the demo shows it from there.
 # aws: an EC2 instance with a real SSH guest, terminated at the end. hetzner: a server whose deletion action
 # succeeds and which then answers 404. gcp: an instance with the expiry guard installed, run once as its timer would,
 # whose deletion operation is DONE without an error and which then answers 404. azure: a VM with its NIC, public IP
@@ -179,17 +183,24 @@ printf 'def greet(name):\n    return "hello " + name\n' > "$repo/greet.py"
 git -C "$repo" add greet.py
 git -C "$repo" -c user.name=demo -c user.email=demo@example.invalid commit --quiet -m "a greeting"
 
-# The demo agent stands in for claude-code/codex/opencode: it works on the brief, then finishes.
+# The real CLI of the agent, from the place's template or image; its model is the place's scripted endpoint.
+agent=${AGENT:-claude-code}
 extra=$(cat <<JSON
 {"workspace": "$workspace", "repo": "file://$repo", "ref": "main",
- "purpose": "Add a farewell function next to greet",
- "agent": "demo",
- "ephemera_agents": {"demo": ["sh", "-c", "echo 'working on: {purpose}'; sleep 5; echo done"]}}
+ "purpose": "Add a farewell function next to greet", "agent": "$agent"}
 JSON
 )
 
-say "creating workspace '$workspace'$on"
+say "creating workspace '$workspace'$on, briefing the real $agent"
 "$bin/ansible-playbook" -i "$inventory" playbooks/create.yml -e "$extra"
+
+say "briefing $agent again: it continues its session"
+"$bin/ansible-playbook" -i "$inventory" playbooks/brief.yml -e "workspace=$workspace" \
+  -e '{"message": "Now add a test for farewell"}'
+
+say "what the agent did, from its own event stream (the status playbook asks it)"
+"$bin/ansible-playbook" -i "$inventory" playbooks/status.yml -e "queue_target=$workspace" \
+  | sed -n '/Print what the agents do/,/^$/p'
 
 say "the workspace as the journal records it"
 "$bin/ansible" localhost -i "$inventory" -m ephemera.workspaces.workspace_info -a "name=$workspace" \
@@ -201,4 +212,10 @@ say "destroying workspace '$workspace'"
 "$bin/ansible-playbook" -i "$inventory" playbooks/destroy.yml -e "workspace=$workspace"
 
 look_gone
+
+say "the agent's work, archived by the destroy: the branch ephemera/$workspace of the repository"
+git -C "$repo" log --oneline -1 "ephemera/$workspace"
+git -C "$repo" show "ephemera/$workspace:EPHEMERA-NOTES.md"
+git -C "$repo" show "ephemera/$workspace:EPHEMERA-NOTES.md" | grep -q 'Now add a test for farewell' ||
+  { echo "the archive should hold both briefs' work" >&2; exit 1; }
 say "demo finished"

@@ -159,7 +159,7 @@ options:
   agent_models:
     description:
       - A model per agent, keyed by the agent's name. claude-code gets it as E(ANTHROPIC_MODEL); codex
-        and opencode in their configuration (default C(gpt-5-codex) with a base URL).
+        and opencode in their configuration (default C(gpt-5.5); opencode without a base URL takes its own).
     type: dict
   brief_timeout:
     description:

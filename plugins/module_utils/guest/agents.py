@@ -63,12 +63,16 @@ BUILTIN = {
         'command': ['opencode', 'run'] + OPENCODE_FLAGS + ['{purpose}'],
         'continue': ['opencode', 'run'] + OPENCODE_FLAGS + ['--session', '{session}', '{purpose}'],
         'continue_latest': ['opencode', 'run'] + OPENCODE_FLAGS + ['--continue', '{purpose}'],
+        # No self-update, no download of the model catalogue or of language servers at each start.
+        'environment': {'OPENCODE_DISABLE_AUTOUPDATE': '1', 'OPENCODE_DISABLE_MODELS_FETCH': '1',
+                        'OPENCODE_DISABLE_LSP_DOWNLOAD': '1'},
         'key_variables': ['OPENAI_API_KEY', 'ANTHROPIC_API_KEY'],
     },
 }
 DEFAULT_AGENT = 'claude-code'
-# What codex and opencode ask a model endpoint of the team's own for, when no model is given.
-DEFAULT_MODELS = {'codex': 'gpt-5-codex', 'opencode': 'gpt-5-codex'}
+# The model codex and opencode ask for when none is given: one codex has metadata for (with a name it does not know it
+# drops its apply_patch tool; with its own default through a provider of ours, 0.171 offered the model no tools).
+DEFAULT_MODELS = {'codex': 'gpt-5.5', 'opencode': 'gpt-5.5'}
 OPENAI_BASE_URL = 'https://api.openai.com/v1'
 # The name of the provider codex and opencode are configured with when a base URL is given.
 PROVIDER = 'ephemera'
@@ -181,12 +185,11 @@ def _toml(value):
 
 def codex_config(base_url=None, model=None):
     """codex's ~/.codex/config.toml: a provider of ours at the endpoint (OpenAI's own by default) that reads the key
-    from OPENAI_API_KEY, the Responses API, and nothing that calls elsewhere."""
-    lines = [
-        '# Written by the ephemera agent runner before each start of codex.',
-        'model = %s' % _toml(model or DEFAULT_MODELS['codex']),
+    from OPENAI_API_KEY, over the Responses API."""
+    lines = ['# Written by the ephemera agent runner before each start of codex.',
+             'model = %s' % _toml(model or DEFAULT_MODELS['codex'])]
+    lines += [
         'model_provider = %s' % _toml(PROVIDER),
-        'check_for_update_on_startup = false',
         '',
         '[model_providers.%s]' % PROVIDER,
         'name = %s' % _toml(PROVIDER),

@@ -2,6 +2,7 @@
 provider runs: create (the CLI edits as scripted) -> active then idle -> a follow-up brief in the same session ->
 destroy archives the agent's work -> a restore shows both changes -> the key is nowhere it must not be."""
 
+import base64
 import glob
 import json
 import os
@@ -36,15 +37,17 @@ class AgentSite:
     collection at it, and ``env`` that names the site's state directory. Extra vars go through files, so no secret
     sits on a command line."""
 
-    def __init__(self, info, inventory, env, workdir, repo_url, checkout_of):
+    def __init__(self, info, inventory, env, workdir, repo_url, checkout_of, journal_path=None, login=None):
         self.info = info
         self.inventory = inventory
         self.workdir = str(workdir)
-        self.journal_path = os.path.join(self.workdir, 'journal.sqlite')
+        self.journal_path = journal_path or os.path.join(self.workdir, 'journal.sqlite')
         self.archives = os.path.join(self.workdir, 'archives')
         self.env = dict(env, EPHEMERA_JOURNAL=self.journal_path)
         self.repo_url = repo_url
         self.checkout_of = checkout_of
+        # git_token and git_username of a repository that wants a login (given to the create and the destroy).
+        self.login = dict(login or {})
         self.stub = StubClient.of_site(info)
         self.runs = []
 
@@ -60,6 +63,7 @@ class AgentSite:
     def create(self, name, agent, key, purpose, **extra):
         values = {'workspace': name, 'repo': self.repo_url, 'ref': 'main', 'purpose': purpose, 'agent': agent,
                   'agent_credentials': {KEY_VARIABLE[agent]: key}}
+        values.update(self.login)
         values.update(extra)
         return self.playbook('create.yml', **values)
 
@@ -100,8 +104,9 @@ def read(path):
         return src.read()
 
 
-def edit_brief_archive_restore(site, agent, name, restore_dir, template_root=None):
-    """The whole life of a workspace whose real CLI works as scripted; asserts each observable outcome."""
+def edit_brief_archive_restore(site, agent, name, restore_dir, template_root=None, while_working=None, **extra):
+    """The whole life of a workspace whose real CLI works as scripted; asserts each observable outcome.
+    ``while_working(ws, key)`` looks at the guest while the agent works; ``extra`` goes to the create."""
     key = new_key(agent)
     site.stub.add_script(key, [
         {'write': 'farewell.py', 'content': FAREWELL},
@@ -111,10 +116,12 @@ def edit_brief_archive_restore(site, agent, name, restore_dir, template_root=Non
         {'text': 'Added a test.'},
     ])
     purpose = 'Add a farewell function next to greet'
-    run = site.create(name, agent, key, purpose)
+    run = site.create(name, agent, key, purpose, **extra)
     assert run.ok, run.explain()
     ws, seen = site.agent_of(name)
     assert ws['status'] == 'ready' and ws['activity'] == 'active', (ws['activity'], seen)
+    if while_working is not None:
+        while_working(ws, key)
     assert seen['name'] == agent and seen['session'] and seen['answered'] and seen['error'] is None
     assert any(e['type'] == 'tool' and 'farewell.py' in e['text'] for e in seen['events']), seen['events']
 
@@ -140,7 +147,7 @@ def edit_brief_archive_restore(site, agent, name, restore_dir, template_root=Non
     assert read(os.path.join(site.checkout(ws), 'test_farewell.py')) == TEST
 
     # Destroy archives the agent's actual work; the archive's own restore commands bring both changes back.
-    gone = site.playbook('destroy.yml', workspace=name)
+    gone = site.playbook('destroy.yml', workspace=name, **site.login)
     assert gone.ok, gone.explain()
     assert site.workspace(name)['status'] == 'destroyed'
     ours = [m for m in glob.glob(os.path.join(site.archives, '**', 'metadata.json'), recursive=True)
@@ -148,7 +155,14 @@ def edit_brief_archive_restore(site, agent, name, restore_dir, template_root=Non
     assert ours, site.archives
     os.makedirs(restore_dir)
     script = 'set -e\n' + '\n'.join(json.loads(read(sorted(ours, key=os.path.getmtime)[-1]))['restore'])
-    subprocess.run(['sh', '-c', script], cwd=restore_dir, check=True, capture_output=True, timeout=120)
+    env = dict(os.environ)
+    if site.login:
+        # The person restoring logs in to the forge as they would: here with the token, in an HTTP header.
+        basic = base64.b64encode(('%(git_username)s:%(git_token)s' % site.login).encode()).decode()
+        env.update(GIT_CONFIG_COUNT='1', GIT_CONFIG_KEY_0='http.extraHeader',
+                   GIT_CONFIG_VALUE_0='Authorization: Basic ' + basic)
+    done = subprocess.run(['sh', '-c', script], cwd=restore_dir, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, (script, done.stderr)
     work = [os.path.dirname(p) for p in glob.glob(os.path.join(restore_dir, '**', 'farewell.py'), recursive=True)]
     assert work, os.listdir(restore_dir)
     assert read(os.path.join(work[0], 'farewell.py')) == FAREWELL
@@ -162,4 +176,6 @@ def edit_brief_archive_restore(site, agent, name, restore_dir, template_root=Non
     for each in site.runs:
         assert key not in each.output
     assert process_lists_containing(key) == []
+    for secret in site.login.values():
+        assert secret == site.login.get('git_username') or process_lists_containing(secret) == []
     return key

@@ -16,6 +16,7 @@ files are removed when the module's tests are done.
 import collections
 import contextlib
 import os
+import secrets
 import shutil
 import time
 
@@ -26,7 +27,9 @@ from ansible_collections.ephemera.workspaces.plugins.modules.workspace_template 
     DEFAULT_PACKAGES,
     DEFAULT_TOOLS,
 )
+from tests.integration.agents.agentsite import AGENTS, AgentSite, edit_brief_archive_restore
 from tests.integration.create.createrun import Controller
+from tests.integration.create.gitserver import GitHttpServer, Repo
 from tests.integration.playbooks import running_cluster
 from tests.localpve import clone_workspace, ssh, ssh_run, system
 
@@ -37,6 +40,7 @@ BUILD = os.path.join(ROOT, 'playbooks', 'template_build.yml')
 NAME = 'toolset'
 AGENT = 'agent'
 AGENT_HOME = '/home/agent'
+GIT_USER = 'ci-bot'
 # A cold build downloads about 1.5 GB (Debian packages, the agent CLIs' native binaries).
 BUILD_TIMEOUT = 2400
 TOOL_NAMES = [t['name'] if isinstance(t, dict) else t for t in DEFAULT_TOOLS]
@@ -203,3 +207,48 @@ def test_a_rebuild_downloads_no_debian_package_again(toolset_template):
         dict((k, toolset_template.tools[k]) for k in ('git', 'node', 'go', 'rustc', 'jq'))
     print('default toolset: first build %.1f s, rebuild %.1f s (%d files from the apt cache)'
           % (toolset_template.seconds, seconds, after['hits'] - before['hits']))
+
+
+# ---------------------------------------------------------------- the real agents in workspaces of the template
+
+@pytest.fixture(scope='module')
+def agent_site(toolset_template, tmp_path_factory):
+    """The agents' scenario (tests/integration/agents/agentsite.py) on workspaces of the toolset template."""
+    ctl = toolset_template.controller
+    repo = Repo(str(tmp_path_factory.mktemp('toolset-repo')))
+    # The guests have file systems of their own: the repository is served over HTTP with a token, as a forge does.
+    token = 'tok-' + secrets.token_hex(16)
+    server = GitHttpServer(os.path.dirname(repo.bare), GIT_USER, token)
+
+    def checkout(ws):
+        return os.path.join(ctl.guest_root(ws['vmid']), 'workspace', 'repo')
+
+    try:
+        yield AgentSite(ctl.info, os.path.join(ROOT, 'inventories', 'localpve'),
+                        {'LOCALPVE_STATE_DIR': ctl.info['state_dir']}, tmp_path_factory.mktemp('toolset-agents'),
+                        server.url_of(repo.bare), checkout, journal_path=ctl.journal_path,
+                        login={'git_token': token, 'git_username': GIT_USER})
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize('agent', AGENTS)
+def test_the_templates_own_cli_works_as_the_agent_user_from_create_to_restore(toolset_template, agent_site, agent,
+                                                                              tmp_path):
+    """Each CLI the template's build verified, run by the runner as the agent user in a Debian guest of its own."""
+    def while_working(ws, key):
+        # The agent runs as the agent user, its key in its environment only: another user of the guest sees every
+        # command line (ps) and none holds it.
+        client = ssh(toolset_template.controller.info, ws['address'], timeout=10)
+        try:
+            status, out, err = ssh_run(client, 'runuser -u nobody -- ps -eo user,args')
+        finally:
+            client.close()
+        assert status == 0, err
+        out = out.decode('utf-8', 'replace')
+        assert key not in out
+        assert [line for line in out.splitlines() if line.startswith(AGENT + ' ')], out
+
+    edit_brief_archive_restore(agent_site, agent, 'deb-%s' % agent, str(tmp_path / 'restore'),
+                               template_root=files_of(toolset_template), while_working=while_working,
+                               ephemera_template=toolset_template.name)

@@ -259,6 +259,10 @@ def parse_codex(obj):
             out.append({'type': 'text', 'text': _short(item['text'])})
         elif kind == 'item.started' and itype == 'command_execution':
             out.append({'type': 'tool', 'text': _tool_text('shell', {'command': item.get('command')})})
+        elif kind == 'item.completed' and itype == 'command_execution' and item.get('status') == 'failed':
+            said = (item.get('aggregated_output') or '').strip().splitlines()
+            out.append({'type': 'notice', 'text': _short('the command failed (exit %s)%s' % (
+                item.get('exit_code'), ': ' + said[-1] if said else ''))})
         elif kind == 'item.completed' and itype == 'file_change':
             paths = [c.get('path') for c in item.get('changes') or [] if isinstance(c, dict)]
             out.append({'type': 'tool', 'text': _short('edit %s' % ', '.join(p for p in paths if p))})

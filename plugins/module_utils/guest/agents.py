@@ -35,7 +35,10 @@ STREAM_FORMATS = ('claude', 'codex', 'opencode', 'lines')
 SPEC_KEYS = ('command', 'continue', 'continue_latest', 'events', 'environment', 'files', 'tool')
 
 CLAUDE_FLAGS = ['--output-format', 'stream-json', '--verbose', '--permission-mode', 'acceptEdits']
-CODEX_FLAGS = ['--json', '--skip-git-repo-check', '--sandbox', 'workspace-write']
+# The workspace is codex's sandbox: its own (bubblewrap) needs user namespaces that a container does not give
+# (in an LXC guest every command failed "bwrap: No permissions to create a new namespace"). codex exec never asks
+# for approvals either way.
+CODEX_FLAGS = ['--json', '--skip-git-repo-check', '--sandbox', 'danger-full-access']
 OPENCODE_FLAGS = ['--format', 'json']
 
 BUILTIN = {

@@ -90,6 +90,17 @@ class AgentSite:
     def checkout(self, ws):
         return self.checkout_of(ws)
 
+    def runner_stream(self, ws):
+        """The agent's raw event stream and log, as the runner in the guest keeps them (for failure messages)."""
+        runner = os.path.join(os.path.dirname(os.path.dirname(self.checkout(ws))), 'var', 'lib', 'ephemera', 'runner')
+        out = []
+        for name in ('stream.jsonl', 'agent.log'):
+            try:
+                out.append('%s:\n%s' % (name, read(os.path.join(runner, name))[-6000:]))
+            except OSError as err:
+                out.append('%s: %s' % (name, err))
+        return '\n'.join(out)
+
     def journal_bytes(self):
         data = b''
         for suffix in ('', '-wal'):
@@ -133,6 +144,7 @@ def edit_brief_archive_restore(site, agent, name, restore_dir, template_root=Non
 
     ws, seen = site.wait_idle(name)
     assert ws['activity'] == 'idle' and seen['exit'] == 0 and seen['error'] is None
+    assert os.path.exists(os.path.join(site.checkout(ws), 'farewell.py')), site.runner_stream(ws)
     assert read(os.path.join(site.checkout(ws), 'farewell.py')) == FAREWELL
     session = seen['session']
 

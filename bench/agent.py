@@ -140,7 +140,7 @@ def median(runs, key, step=None):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
     parser.add_argument('--repeat', type=int, default=3)
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix='ephemera-bench-agent-')

@@ -42,6 +42,7 @@ def up(options, timeout=UP_TIMEOUT):
         raise ClusterError('a cluster is already running with state in {0} (pid {1}, API {2}); stop it with '
                            'down first'.format(options.state_dir, info['pid'], info.get('api_url')))
     os.makedirs(options.state_dir, exist_ok=True)
+
     def announce(text):
         print('localpve: ' + text, file=sys.stderr, flush=True)
 

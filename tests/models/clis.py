@@ -87,8 +87,8 @@ def ensure_clis(announce=None):
                  '--cache', os.path.join(cache, 'npm')] + ['%s@%s' % p for p in sorted(PINS.items())],
                 stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900, check=False)
             if done.returncode != 0:
-                raise CliError('npm install of the agent CLIs failed (%d): %s' % (done.returncode,
-                                                                                 done.stderr.strip()[-1500:]))
+                raise CliError('npm install of the agent CLIs failed (%d): %s' % (
+                    done.returncode, done.stderr.strip()[-1500:]))
             found = versions(os.path.join(tmp, 'bin'))
             with open(os.path.join(tmp, 'versions.json'), 'w', encoding='utf-8') as out:
                 json.dump({'pins': PINS, 'versions': found}, out, indent=2, sort_keys=True)

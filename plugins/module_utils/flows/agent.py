@@ -301,8 +301,9 @@ class AgentFlow:
                 if slow else '')
         return {'changed': True, 'activity': activity, 'agent': agent,
                 'workspaces': [{'name': name, 'activity': activity, 'answered': True, 'agent': agent}],
-                'msg': 'brief: %s continues%s (%s)%s' % (req.get('agent'), ' session %s' % agent['session']
-                                                        if agent.get('session') else '', activity, note)}
+                'msg': 'brief: %s continues%s (%s)%s' % (
+                    req.get('agent'), ' session %s' % agent['session'] if agent.get('session') else '', activity,
+                    note)}
 
     def _send(self, g, layout, ssh_user, text, agents):
         """Send the message; an agent still working is waited for (``wait_idle``), or stopped (``interrupt``)."""

@@ -63,8 +63,9 @@ def test_a_streamed_anthropic_answer_is_a_tool_use_in_the_published_event_order(
     status, kind, data = post(stub, '/v1/messages?beta=true', anthropic())
     assert status == 200 and kind == 'text/event-stream'
     events = sse(data)
-    assert [e for e, dummy in events] == ['message_start', 'content_block_start', 'ping', 'content_block_delta',
-                                         'content_block_stop', 'message_delta', 'message_stop']
+    assert [e for e, dummy in events] == [
+        'message_start', 'content_block_start', 'ping', 'content_block_delta', 'content_block_stop', 'message_delta',
+        'message_stop']
     assert events[1][1]['content_block']['name'] == 'Write'
     # Relative paths are taken from the working directory the request names.
     assert json.loads(events[3][1]['delta']['partial_json']) == {'file_path': '/w/repo/farewell.py',

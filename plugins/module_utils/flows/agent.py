@@ -130,21 +130,6 @@ def record(journal, name, answer, now=None, claim=None, touch_lease=False, check
     return ws, touched
 
 
-def summary(agent):
-    """One line of what the agent did last, for messages."""
-    if not agent:
-        return 'the runner said nothing of its agent'
-    parts = []
-    if agent.get('error'):
-        parts.append('stopped on %s: %s' % (agent['error'].get('kind'), agent['error'].get('message')))
-    if agent.get('waiting'):
-        parts.append('waits for %s' % '; '.join(agent['waiting']))
-    events = [e for e in agent.get('events') or [] if e.get('type') not in ('session',)]
-    if events:
-        parts.append('last event: %s' % events[-1].get('text'))
-    return '; '.join(parts) or 'no events yet'
-
-
 def wait_for_answer(call, timeout, sleep=time.sleep):
     """Poll the runner (``call()`` -> its ping answer) until the model answered the agent, the agent stopped, or
     ``timeout`` seconds passed. Returns the last answer and whether the wait ran out."""
@@ -244,8 +229,9 @@ class AgentFlow:
             seen.append(entry)
         result = {'changed': False, 'workspaces': seen}
         if name is not None:
-            result.update(activity=seen[0]['activity'], msg='%s: %s (%s)' % (
-                name, seen[0]['activity'], summary(seen[0].get('agent')) if seen[0]['answered'] else seen[0]['error']))
+            said = (agent_defs.describe({'activity': seen[0]['activity'], 'agent': seen[0].get('agent')})
+                    if seen[0].get('agent') else 'the runner did not answer: %s' % seen[0].get('error'))
+            result.update(activity=seen[0]['activity'], msg='%s: %s' % (name, said))
             if seen[0].get('agent'):
                 result['agent'] = seen[0]['agent']
         else:

@@ -71,6 +71,10 @@ class AgentSite:
         with Journal.open(self.journal_path, create=False) as journal:
             return journal.get_workspace(name)
 
+    def events(self, name):
+        with Journal.open(self.journal_path, create=False) as journal:
+            return journal.events(name)
+
     def agent_of(self, name):
         ws = self.workspace(name)
         return ws, (ws['facts'] or {}).get('agent') or {}

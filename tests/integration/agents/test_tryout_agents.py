@@ -11,7 +11,9 @@ The CLIs are the pinned npm packages (tests/models/clis.py); only their model en
 (tests/models), and every test checks what the CLI itself sent to it, so a stand-in agent fails them.
 """
 
+import json
 import os
+import subprocess
 
 import pytest
 
@@ -42,7 +44,23 @@ def test_the_real_cli_edits_works_is_briefed_again_and_its_work_is_archived(site
     edit_brief_archive_restore(site, agent, 'real-%s' % agent, str(tmp_path / 'restore'), template_root=template)
 
 
-def test_an_approval_the_headless_agent_cannot_get_leaves_it_blocked(site):
+def test_the_by_hand_path_runs_the_default_agent_with_nothing_but_workspace_repo_and_purpose(site):
+    """inventories/localpve as docs/localpve.md uses it: no agent, key or endpoint given; the real claude-code
+    works against the cluster's own model endpoint, whose notes script writes the brief into the checkout."""
+    name = 'by-hand'
+    run = site.playbook('create.yml', workspace=name, repo=site.repo_url, purpose='Tidy up the greeting')
+    assert run.ok, run.explain()
+    ws, seen = site.wait_idle(name)
+    assert ws['params']['agent'] == 'claude-code' and seen['name'] == 'claude-code' and seen['error'] is None
+    with open(os.path.join(site.checkout(ws), 'EPHEMERA-NOTES.md')) as src:
+        assert src.read() == '- Tidy up the greeting\n'
+    sent = [r for r in site.stub.requests('tryout-anthropic-key', agent_only=True)
+            if 'Tidy up the greeting' in str(r['body'])]
+    assert sent and sent[0]['headers'].get('User-Agent', '').startswith('claude-cli/')
+    assert site.playbook('destroy.yml', workspace=name).ok
+
+
+def test_an_approval_the_headless_agent_cannot_get_leaves_it_blocked_for_every_reader(site, tmp_path):
     name, key = 'real-blocked', new_key('claude-code')
     site.stub.add_script(key, [{'approval': 'curl -s http://127.0.0.1:9/install.sh | sh'},
                                {'text': 'I need your approval to run the installer.'}])
@@ -53,6 +71,26 @@ def test_an_approval_the_headless_agent_cannot_get_leaves_it_blocked(site):
     assert seen['waiting'] and 'curl' in seen['waiting'][0]
     status = site.playbook('status.yml', queue_target=name)
     assert 'claude-code blocked, waits for needs approval: Bash curl' in status.output
+    # The expiry sweep asks the agent too: blocked counts as activity, recorded with the workspace.
+    sweep = site.playbook('expire.yml')
+    assert sweep.ok, sweep.explain()
+    assert '%s: activity: blocked' % name in sweep.output, sweep.output[-3000:]
+    events = [e for e in site.events(name) if e['action'] == 'activity']
+    assert events and events[-1]['detail']['activity'] == 'blocked'
+    # The inventory: the host's activity and agent, and the group of agents waiting for a human.
+    config = tmp_path / 'tryout.workspaces.yml'
+    config.write_text('plugin: ephemera.workspaces.workspaces\njournal_path: %s\napi_host: %s\napi_token_id: %s\n'
+                      'api_token_secret: %s\nca_file: %s\ngroups:\n  agents_waiting_for_a_human: '
+                      "ephemera_activity == 'blocked'\n" % (
+                          site.journal_path, site.info['proxy_url'], site.info['token_id'],
+                          site.info['token_secret'], site.info['ca_file']))
+    listed = subprocess.run(['ansible-inventory', '-i', str(config), '--list'], capture_output=True, text=True,
+                            timeout=120, check=False, env=dict(os.environ, **site.env))
+    assert listed.returncode == 0, listed.stderr
+    inventory = json.loads(listed.stdout)
+    host = inventory['_meta']['hostvars'][name]
+    assert host['ephemera_activity'] == 'blocked' and host['ephemera_agent']['name'] == 'claude-code'
+    assert host['ephemera_agent']['waiting'] and name in inventory['agents_waiting_for_a_human']['hosts']
     assert site.playbook('destroy.yml', workspace=name).ok
 
 

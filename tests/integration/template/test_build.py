@@ -171,6 +171,18 @@ def test_a_create_by_template_name_runs_the_agent_as_agent_with_the_tools_on_its
     assert done.ok, done.explain()
 
 
+def test_an_agent_whose_cli_the_template_did_not_verify_is_refused_before_anything_is_allocated(site, first):
+    """Version 1 verified jq, node and semver: the default agent, claude-code, has no claude there."""
+    before = every_guest(site)
+    request = request_vars(site.repo_url, 'no-claude', git_token=site.token, git_username=GIT_USER,
+                           ephemera_template=NAME, agent='claude-code')
+    request.pop('ephemera_agents')
+    run = site.start(request).wait(300, fail=False)
+    assert not run.ok
+    assert 'Template workspace version 1 has no claude: its build verified jq, node, semver.' in run.output
+    assert site.workspace('no-claude') is None and every_guest(site) == before
+
+
 # ---------------------------------------------------------------------------------------------- failures
 
 def _assert_nothing_behind(site, before_guests, before_pointer, failed_version):

@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run collections-path)" \
 	ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=1
 
-.PHONY: help venv system-packages test unit sanity lint integration test-clouds demo collection
+.PHONY: help venv system-packages test unit static sanity lint integration test-clouds demo collection
 .PHONY: bench-journal bench-queue bench-create bench-reconcile bench-step bench-expire
 .PHONY: bench-inventory bench-template bench-agent faults faults-clouds soak
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
@@ -60,8 +60,12 @@ $(STAMP): requirements.txt requirements-test.txt scripts/link-collection.sh
 # waiting (tasks, SSH, the try-out cluster), so together they take little longer than the integration tests
 # alone. Each one's output is printed whole when it ends.
 test: venv
-	$(MAKE) --no-print-directory unit sanity lint
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit static
 	$(MAKE) --no-print-directory -j2 --output-sync=target integration faults FAULTS_SIZE=ci
+
+# sanity, then ansible-lint: beside the unit tests, which mostly wait on the servers they start.
+static: venv
+	$(MAKE) --no-print-directory sanity lint
 
 # Four workers, each taking whole files: most of the unit tests' time is waiting on the servers they start
 # (PostgreSQL, moto, ansible-galaxy and ansible-builder runs), not on the CPU.

@@ -241,11 +241,14 @@ class GcpFake:
                 def gone():
                     self.instances.pop(name, None)
                     self.serial.pop(name, None)
-                    if self.addresses is not None:
-                        self.addresses.release(name)
                     server = self.metadata_servers.pop(name, None)
+                    # The address goes back to the pool once its metadata server no longer listens on it: a new
+                    # instance given the address at once would find its port taken.
                     if server is not None:
-                        threading.Thread(target=_close, args=(server,), daemon=True).start()
+                        threading.Thread(target=_close, args=(server, lambda: self._release_address(name)),
+                                         daemon=True).start()
+                    else:
+                        self._release_address(name)
                 self.operations[op_name]['then'] = gone
                 if self.op_seconds <= 0:
                     gone()
@@ -300,6 +303,11 @@ class GcpFake:
 
     # ------------------------------------------------------------------ metadata servers
 
+    def _release_address(self, name):
+        if self.addresses is not None:
+            with self.lock:
+                self.addresses.release(name)
+
     def metadata_server(self, name, host=None, port=0):
         """The metadata server of instance ``name`` (started on first use, at ``host``:``port``): its base URL."""
         with self.lock:
@@ -330,9 +338,11 @@ class GcpFake:
             self.serial[name] = self.serial.get(name, '') + text
 
 
-def _close(server):
+def _close(server, then=None):
     server.shutdown()
     server.server_close()
+    if then is not None:
+        then()
 
 
 def _error(status, reason, message):

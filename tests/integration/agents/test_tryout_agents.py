@@ -1,11 +1,10 @@
 """The real agent CLIs working in workspaces of the try-out cluster (host tier), against scripted model endpoints.
 
-claude-code, codex and opencode, each once through the shipped playbooks (agentsite.edit_brief_archive_restore):
-the create briefs the real CLI, which edits the repository as its model's script says, activity goes active then
-idle as the CLI's own event stream says, a follow-up brief continues the same session and makes a second change,
-and destroy archives the agent's actual work, from which a restore shows both changes. Then an approval the headless
-agent cannot get (blocked), and a key the model endpoint refuses (the brief fails with advice, a rerun with the
-right key goes on at the brief).
+The by-hand path (the default agent, no key or endpoint given: the inventory's), an approval the headless agent
+cannot get (blocked, as the status playbook, the expiry sweep and the inventory see it), and a key the model
+endpoint refuses (the brief fails with advice, a rerun with the right key goes on at the brief). Each of claude-code,
+codex and opencode from create to restore: on the debian tier (tests/integration/template/test_toolset.py) and on
+AWS (test_aws_agents.py), with agentsite.edit_brief_archive_restore.
 
 The CLIs are the pinned npm packages (tests/models/clis.py); only their model endpoint is a stand-in
 (tests/models), and every test checks what the CLI itself sent to it, so a stand-in agent fails them.
@@ -13,14 +12,16 @@ The CLIs are the pinned npm packages (tests/models/clis.py); only their model en
 
 import json
 import os
-import subprocess
 
 import pytest
+
+from tests.ansible_run import run_ansible
+from tests.integration.inventory.test_inventory import plain
 
 from tests.integration.create.gitserver import Repo
 from tests.integration.playbooks import running_cluster
 
-from .agentsite import AGENTS, AgentSite, edit_brief_archive_restore, new_key
+from .agentsite import AgentSite, new_key
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -36,12 +37,6 @@ def site(tmp_path_factory):
 
         yield AgentSite(info, os.path.join(ROOT, 'inventories', 'localpve'), {'LOCALPVE_STATE_DIR': info['state_dir']},
                         tmp_path_factory.mktemp('agents-controller'), repo.url, checkout)
-
-
-@pytest.mark.parametrize('agent', AGENTS)
-def test_the_real_cli_edits_works_is_briefed_again_and_its_work_is_archived(site, agent, tmp_path):
-    template = site.info['guest_root'].replace('{vmid}', str(site.info['template_vmid']))
-    edit_brief_archive_restore(site, agent, 'real-%s' % agent, str(tmp_path / 'restore'), template_root=template)
 
 
 def test_the_by_hand_path_runs_the_default_agent_with_nothing_but_workspace_repo_and_purpose(site):
@@ -84,10 +79,9 @@ def test_an_approval_the_headless_agent_cannot_get_leaves_it_blocked_for_every_r
                       "ephemera_activity == 'blocked'\n" % (
                           site.journal_path, site.info['proxy_url'], site.info['token_id'],
                           site.info['token_secret'], site.info['ca_file']))
-    listed = subprocess.run(['ansible-inventory', '-i', str(config), '--list'], capture_output=True, text=True,
-                            timeout=120, check=False, env=dict(os.environ, **site.env))
-    assert listed.returncode == 0, listed.stderr
-    inventory = json.loads(listed.stdout)
+    listed = run_ansible(['ansible-inventory', '-i', str(config), '--list'], env=site.env, callback=None, timeout=120)
+    assert listed.ok, listed.explain()
+    inventory = plain(json.loads(listed.stdout))
     host = inventory['_meta']['hostvars'][name]
     assert host['ephemera_activity'] == 'blocked' and host['ephemera_agent']['name'] == 'claude-code'
     assert host['ephemera_agent']['waiting'] and name in inventory['agents_waiting_for_a_human']['hosts']

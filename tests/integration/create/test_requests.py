@@ -58,7 +58,7 @@ BAD_INPUT = {
     'ref-dots': ({'ref': 'main..feature'}, "Ref 'main..feature' is not a branch, tag or commit name git accepts"),
     'ref-option': ({'ref': '--orphan'}, "Ref '--orphan' is not"),
     'name': ({'workspace': 'Bad_Name'}, "Invalid workspace name 'Bad_Name'"),
-    'agent': ({'agent': 'nobody'}, "Unknown agent 'nobody'; configured agents: worker"),
+    'agent': ({'agent': 'nobody'}, "Unknown agent 'nobody'; configured agents: claude-code, codex, opencode, worker"),
     'no-purpose': ({'purpose': None}, "A new request for workspace 'bad-input-no-purpose' needs template, repo and "
                                       "purpose; purpose is not given. To continue the request recorded for it, set "
                                       "resume=true instead."),

@@ -152,6 +152,14 @@ class GcpFake:
                     op['httpErrorMessage'] = entry['error'][3]
             return op
 
+    def _then(self, op_name, then):
+        """Run ``then`` once, when the operation is done: now if operations take no time, else on the first look at
+        it after its time (the caller holds the lock)."""
+        if self.op_seconds <= 0:
+            then()
+        else:
+            self.operations[op_name]['then'] = then
+
     def _zone_url(self):
         return '%s%s%s/zones/%s' % (self.url, PREFIX, self.project, self.zone)
 
@@ -213,9 +221,7 @@ class GcpFake:
             def running():
                 if name in self.instances:
                     self.instances[name]['status'] = 'RUNNING'
-            self.operations[op_name]['then'] = running
-            if self.op_seconds <= 0:
-                running()
+            self._then(op_name, running)
             return 200, self._op_view(op_name)
 
     def delete(self, name, request_id, fail=None):
@@ -239,7 +245,9 @@ class GcpFake:
                 instance['status'] = 'STOPPING'
 
                 def gone():
-                    self.instances.pop(name, None)
+                    if self.instances.get(name) is not instance:
+                        return  # gone already (another delete's operation), or a new instance of that name
+                    del self.instances[name]
                     self.serial.pop(name, None)
                     server = self.metadata_servers.pop(name, None)
                     # The address goes back to the pool once its metadata server no longer listens on it: a new
@@ -249,9 +257,7 @@ class GcpFake:
                                          daemon=True).start()
                     else:
                         self._release_address(name)
-                self.operations[op_name]['then'] = gone
-                if self.op_seconds <= 0:
-                    gone()
+                self._then(op_name, gone)
             return 200, self._op_view(op_name)
 
     def set_labels(self, name, body, request_id):

@@ -211,8 +211,9 @@ def heartbeat(lease, now, cleanup_started=False):
     return touched
 
 
-def touch_from_activity(lease, activity, now, cleanup_started=False):
-    """The lease after the agent reported ``activity`` at ``now``: touched for ``active`` or ``blocked``.
+def touch_from_activity(lease, activity, now, cleanup_started=False, at=None):
+    """The lease after the agent reported ``activity`` at ``now``: touched for ``active`` or ``blocked``, as of
+    ``at`` (the last time the agent was seen making progress; ``now`` when not given).
 
     An agent that works, or waits for a person, is in use; ``idle``, ``unknown`` and any other value are no evidence
     of use and leave the lease as it is. A report at or after expiry, or once cleanup has started, leaves it as it is
@@ -221,7 +222,7 @@ def touch_from_activity(lease, activity, now, cleanup_started=False):
     """
     if activity not in TOUCHING_ACTIVITIES or cleanup_started or is_expired(lease, now):
         return lease
-    return heartbeat(lease, now)
+    return heartbeat(lease, now if at is None else min(float(at), now))
 
 
 def auto_release(lease):

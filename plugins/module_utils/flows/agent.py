@@ -36,7 +36,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import o
 ACTIVITIES = ('active', 'idle', 'blocked')
 # What the journal keeps of the runner's answer (its events are already bounded by the runner).
 KEPT = ('name', 'session', 'answered', 'error', 'waiting', 'briefs', 'running', 'exit', 'started_at', 'ended_at',
-        'activity_since', 'events', 'events_seen')
+        'activity_since', 'events', 'events_seen', 'progress')
 EVENTS_RECORDED = 10
 # What to do about each kind of error an agent stops on.
 ADVICE = {
@@ -89,37 +89,52 @@ def record(journal, name, answer, now=None, claim=None, touch_lease=False, check
     """Record what the runner answered of the agent on workspace ``name``: its activity, and ``facts.agent``.
 
     With ``touch_lease``, an ``active`` or ``blocked`` agent counts as a heartbeat (never past the ttl, never once
-    expired). An event is written when the activity or the error changes, not at every look. Returns
-    ``(record, touched)``; a record that changed meanwhile is read again (``attempts`` times).
+    expired) *at the time it last made progress*: the activity is the agent's own word, so the lease is touched
+    only as late as the last change of what the runner sees of it (its events, what it wrote, its processes' CPU
+    time; ``progress_at``). An agent that says ``active`` and does nothing expires ``idle_timeout`` after it stopped
+    doing anything. An event is written when the activity or the error changes, or when a look first finds no
+    progress, not at every look. Returns ``(record, touched)``; a record that changed meanwhile is read again
+    (``attempts`` times).
     """
     activity = answer.get('activity')
     now = time.time() if now is None else now
-    seen = observation(answer, now)
     ws = journal.get_workspace(name)
     touched = False
     for dummy in range(attempts):
+        seen = observation(answer, now)
         fields = {}
         if activity in ACTIVITIES and activity != ws['activity']:
             fields['activity'] = activity
         before = (ws.get('facts') or {}).get('agent') or {}
+        progress_at = now
         if seen is not None:
+            progress_at = progressed_at(before, seen, activity == ws['activity'], now)
+            seen['progress_at'] = progress_at
             fields['facts'] = dict(ws.get('facts') or {}, agent=seen)
         lease = ws.get('lease')
+        stalled = False
         if touch_lease and lease and activity in ('active', 'blocked'):
+            # Nothing changed since the last look: the lease counts the agent as of its last progress only.
+            stalled = progress_at < now
             fresh = leasing.touch_from_activity(lease, activity, now, cleanup_started=leasing.cleanup_started(
-                leasing.journal_record(ws, [])))
-            if fresh is not lease:
+                leasing.journal_record(ws, [])), at=progress_at)
+            if fresh != lease:
                 fields.update(lease=fresh, lease_expires_at=fresh['expires_at'])
+        if seen is not None and stalled:
+            seen['stalled'] = True
         if not fields or check_mode:
             return ws, False
         event = None
         error = (seen or {}).get('error')
-        if 'activity' in fields or 'lease' in fields or (error or None) != (before.get('error') or None):
+        if 'activity' in fields or 'lease' in fields or (error or None) != (before.get('error') or None) or \
+                (stalled and not before.get('stalled')):
             detail = {'activity': activity}
             if error:
                 detail['error'] = error.get('kind')
             if 'lease' in fields:
                 detail['expires_at'] = leasing.format_time(fields['lease']['expires_at'])
+            if stalled:
+                detail['no_progress_since'] = leasing.format_time(progress_at)
             event = {'kind': 'observed', 'action': 'activity', 'detail': detail}
         try:
             ws = journal.update_workspace(name, ws['generation'], event=event, claim=claim, **fields)
@@ -128,6 +143,17 @@ def record(journal, name, answer, now=None, claim=None, touch_lease=False, check
         except StaleGenerationError:
             ws = journal.get_workspace(name)
     return ws, touched
+
+
+def progressed_at(before, seen, same_activity, now):
+    """When the agent last made progress: ``now`` if what the runner saw of it (``progress``) or its activity changed
+    since the last look (``before``), else the time recorded then. A runner that reports no progress (an older
+    protocol) counts every look as progress."""
+    progress = seen.get('progress')
+    if progress is None or not same_activity or progress != before.get('progress') or \
+            not isinstance(before.get('progress_at'), (int, float)):
+        return now
+    return min(float(before['progress_at']), now)
 
 
 def wait_for_answer(call, timeout, sleep=time.sleep):

@@ -116,6 +116,46 @@ def _start_time(pid):
         return None
 
 
+def _proc_stats():
+    """Each process's parent and CPU seconds (its own and its reaped children's): ``{pid: (ppid, seconds)}``."""
+    ticks = float(os.sysconf('SC_CLK_TCK')) if hasattr(os, 'sysconf') else 100.0
+    found = {}
+    try:
+        pids = [int(p) for p in os.listdir('/proc') if p.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        try:
+            with open('/proc/%d/stat' % pid) as stat_file:
+                raw = stat_file.read()
+            fields = raw[raw.rfind(')') + 1:].split()
+            # After the name: state ppid ... utime(11) stime(12) cutime(13) cstime(14), counted from state = 0.
+            found[pid] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / ticks)
+        except (IOError, OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def cpu_seconds(pid):
+    """The CPU seconds of process ``pid`` and every live descendant (with the children each has reaped), or None
+    when it is gone."""
+    stats = _proc_stats()
+    if pid not in stats:
+        return None
+    children = {}
+    for each, (parent, dummy) in stats.items():
+        children.setdefault(parent, []).append(each)
+    total, todo, seen = 0.0, [pid], set()
+    while todo:
+        each = todo.pop()
+        if each in seen:
+            continue
+        seen.add(each)
+        total += stats[each][1]
+        todo.extend(children.get(each, ()))
+    return total
+
+
 def agent_home(root='/'):
     """The agent's home: its passwd entry's, under ``root`` (the guest's root; ``/`` on a real guest)."""
     try:
@@ -486,7 +526,21 @@ class Runner:
                 'running': self._agent_running(), 'exit': process.get('exit'), 'started_at': process.get('started_at'),
                 'ended_at': process.get('ended_at'), 'activity_since': self.state.get('activity_since'),
                 'events': (self.state.get('events') or [])[-events:] if events else [],
-                'events_seen': self.state.get('events_seen', 0)}
+                'events_seen': self.state.get('events_seen', 0), 'progress': self.progress()}
+
+    def progress(self):
+        """What changes while the agent works: its events, what it wrote, and the CPU time of its processes (whole
+        seconds). The controller counts an agent as working only while this changes."""
+        process = self.state.get('agent_process') or {}
+        cpu = cpu_seconds(process['pid']) if process.get('pid') and self._agent_running() else None
+        written = 0
+        for path in (self.stream_path, self.log_path):
+            try:
+                written += os.stat(path).st_size
+            except OSError:
+                pass
+        return {'events': self.state.get('events_seen', 0), 'written': written,
+                'cpu': None if cpu is None else int(cpu)}
 
     def op_ping(self, request):
         self.read_stream()

@@ -1,6 +1,6 @@
 """The expiry sweep on the try-out cluster, with short leases: an idle workspace is released (its unsaved work
 archived first) and nothing of it remains; a workspace whose agent works survives its idle expiry and goes at its
-ttl; a failed release is kept with its attempt, error and retry time, and the next due sweep finishes it; a
+ttl, but one whose agent only says it works (runs, and does nothing) goes at its idle expiry; a failed release is kept with its attempt, error and retry time, and the next due sweep finishes it; a
 release without delete retains the workspace and expiry leaves it alone.
 """
 
@@ -15,7 +15,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 EXPIRE = os.path.join(ROOT, 'playbooks', 'expire.yml')
 # The agent finishes at once: the workspace is idle.
 DONE_AGENT = ['sh', '-c', 'echo done']
-WORKING_AGENT = ['sh', '-c', 'sleep 300']
+# The agent works: it writes a line every second.
+WORKING_AGENT = ['sh', '-c', 'while :; do echo working; sleep 1; done']
+# The agent runs, so it is "active", and does nothing: no event, no output, no CPU time.
+IDLING_AGENT = ['sh', '-c', 'sleep 300']
 
 
 def sweep(ctl, **extra):
@@ -85,6 +88,32 @@ def test_a_working_agent_keeps_its_workspace_past_idle_expiry_until_its_ttl(cont
     ws = controller.workspace('busy')
     assert ws['status'] == 'destroyed' and ws['lease']['expires_at'] == end_of_life
     assert any(e['action'] == 'activity' for e in controller.events('busy'))
+
+
+def test_an_agent_that_says_it_works_and_does_nothing_goes_at_its_idle_expiry(controller, repo):
+    """Its activity is its own word: the lease counts it only as late as the agent last made progress."""
+    run = controller.create(request_vars(repo.url, 'posing', ttl=600, idle_timeout=20,
+                                         ephemera_agents={'worker': IDLING_AGENT}))
+    assert run.ok, run.explain()
+    beat = controller.create({'workspace': 'posing'}, playbook=os.path.join(ROOT, 'playbooks', 'heartbeat.yml'))
+    assert beat.ok, beat.explain()
+    first = sweep(controller)
+    assert actions(first, 'posing') == ['activity'] and controller.workspace('posing')['activity'] == 'active'
+    touched = controller.workspace('posing')['lease']['last_touched_at']
+    released = None
+    while time.time() < touched + 20 + 45:
+        result = sweep(controller)
+        if 'released' in actions(result, 'posing'):
+            released = time.time()
+            break
+        assert controller.workspace('posing')['activity'] == 'active'
+        time.sleep(2)
+    assert released is not None, 'an agent that does nothing kept its workspace past its idle timeout'
+    ws = controller.workspace('posing')
+    assert ws['status'] == 'destroyed' and ws['lease']['expires_at'] < ws['lease']['created_at'] + 600
+    stalled = [e for e in controller.events('posing') if e['action'] == 'activity'
+               and e['detail'].get('no_progress_since')]
+    assert stalled and stalled[0]['detail']['activity'] == 'active', controller.events('posing')
 
 
 def test_a_failed_release_is_kept_with_its_attempt_and_retried_when_due(controller, repo):

@@ -22,7 +22,12 @@ def runner(tmp_path):
     flag = tmp_path / 'finish'
     config.write_text(json.dumps({'agents': {
         'fake': ['sh', '-c', 'echo "working on: {purpose}"; while [ ! -e %s ]; do sleep 0.05; done; echo done' % flag],
-        'missing': ['/nonexistent/agent']}, 'workdir': str(tmp_path)}))
+        'missing': ['/nonexistent/agent'],
+        # Does nothing for 2 s; works 4 s in a process of its own (CPU time, no output).
+        'still': ['sleep', '2'],
+        'busy': [sys.executable, '-c', 'import os, time\nif os.fork() == 0:\n    t = time.time()\n'
+                 '    while time.time() - t < 4:\n        pass\n    os._exit(0)\nos.wait()']},
+        'workdir': str(tmp_path)}))
     procs = []
 
     def start():
@@ -94,6 +99,24 @@ def test_runner_restart_keeps_the_brief_and_the_running_agent(runner):
     assert ping['briefed'] and ping['activity'] == 'active'  # the agent outlived its runner
     assert runner.call({'op': 'status'})['brief']['purpose'] == 'keep me'
     runner.flag.touch()
+    wait_activity(runner, 'idle')
+
+
+def test_progress_moves_with_the_agents_cpu_time_and_not_while_it_only_runs(runner):
+    """What the controller counts as work: an agent that runs and does nothing shows the same progress at every
+    look; one whose child process computes shows its CPU time grow."""
+    assert runner.call({'op': 'brief', 'purpose': 'wait', 'agent': 'still'})['activity'] == 'active'
+    first = runner.call({'op': 'ping'})['agent']['progress']
+    time.sleep(1)
+    again = runner.call({'op': 'ping'})
+    assert again['activity'] == 'active' and again['agent']['progress'] == first and first['cpu'] == 0
+    wait_activity(runner, 'idle')
+    runner.call({'op': 'brief', 'purpose': 'compute', 'agent': 'busy'})
+    deadline, seen = time.monotonic() + 15, first
+    while time.monotonic() < deadline and not (seen.get('cpu') or 0) >= 1:
+        time.sleep(0.2)
+        seen = runner.call({'op': 'ping'})['agent']['progress']
+    assert seen['cpu'] >= 1 and seen['events'] > first['events'], seen
     wait_activity(runner, 'idle')
 
 

@@ -5,6 +5,7 @@ import tomllib
 
 import pytest
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import agent as agent_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import agents
@@ -126,6 +127,24 @@ def test_a_working_agent_touches_the_lease_when_the_sweep_asks_never_past_its_tt
     assert touched and ws['lease']['expires_at'] == 3800.0
     ws, touched = agent_flow.record(journal, 'w1', answer('idle'), now=2100.0, touch_lease=True)
     assert not touched and ws['lease']['expires_at'] == 3800.0
+
+
+def test_an_agent_that_says_active_counts_only_as_late_as_its_last_progress(journal):
+    """Its activity is its own word: the lease is touched as of the last look that saw its events, output or CPU
+    time change, so one that says active and does nothing expires idle_timeout after it stopped."""
+    working = {'events': 4, 'written': 300, 'cpu': 2}
+    ws, touched = agent_flow.record(journal, 'w1', answer('active', progress=working), now=2000.0, touch_lease=True)
+    assert touched and ws['lease']['expires_at'] == 3800.0 and ws['facts']['agent']['progress_at'] == 2000.0
+    # Nothing changed since: the lease stays as of 2000, one event says since when.
+    for now in (2500.0, 3000.0, 3500.0):
+        ws, touched = agent_flow.record(journal, 'w1', answer('active', progress=working), now=now, touch_lease=True)
+        assert not touched and ws['lease']['expires_at'] == 3800.0 and ws['facts']['agent']['progress_at'] == 2000.0
+    stalled = [e['detail'] for e in journal.events('w1') if e['detail'].get('no_progress_since')]
+    assert stalled == [{'activity': 'active', 'no_progress_since': leasing.format_time(2000.0)}]
+    # The CPU time moved: progress again, the lease runs from now.
+    ws, touched = agent_flow.record(journal, 'w1', answer('active', progress=dict(working, cpu=3)), now=3600.0,
+                                    touch_lease=True)
+    assert touched and ws['lease']['expires_at'] == 5400.0 and ws['facts']['agent']['progress_at'] == 3600.0
 
 
 def test_check_mode_records_nothing_and_a_runner_without_an_agent_view_keeps_the_facts(journal):

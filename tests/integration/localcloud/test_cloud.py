@@ -194,7 +194,7 @@ def test_throttle_reset_delay_and_a_lost_terminate_answer(localcloud):
 
 def test_a_new_instance_id_is_invisible_for_a_while(localcloud):
     ec2 = localcloud.ec2(retries=ONE_TRY)
-    localcloud.invisible(1.5)
+    localcloud.invisible(6)
     instance_id = launch(localcloud, ec2)['InstanceId']
     for call in (lambda: describe(ec2, instance_id), lambda: ec2.terminate_instances(InstanceIds=[instance_id])):
         with pytest.raises(botocore.exceptions.ClientError) as caught:
@@ -203,7 +203,7 @@ def test_a_new_instance_id_is_invisible_for_a_while(localcloud):
     assert instance_id not in str(ec2.describe_instances())
     # Nothing named it in moto: the terminate did not happen.
     assert [i['moto_state'] for i in localcloud.instances() if i['instance_id'] == instance_id] == ['running']
-    assert wait_for(lambda: instance_id in str(ec2.describe_instances()), timeout=3)
+    assert wait_for(lambda: instance_id in str(ec2.describe_instances()), timeout=12)
     assert describe(ec2, instance_id)['InstanceId'] == instance_id
 
 

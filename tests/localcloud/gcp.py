@@ -34,7 +34,8 @@ PERMISSIONS = {'insert': 'compute.instances.create', 'list': 'compute.instances.
                'set_metadata': 'compute.instances.setMetadata', 'set_scheduling': 'compute.instances.setScheduling',
                'permissions': None, 'serial': 'compute.instances.getSerialPortOutput'}
 POWER_PERMISSIONS = {'start': 'compute.instances.start', 'stop': 'compute.instances.stop'}
-_RFC3339 = re.compile(r'^([0-9]{4}-[0-9]{2}-[0-9]{2})[Tt]([0-9]{2}:[0-9]{2}:[0-9]{2})(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$')
+_RFC3339 = re.compile(r'^([0-9]{4}-[0-9]{2}-[0-9]{2})[Tt]([0-9]{2}:[0-9]{2}:[0-9]{2})(\.[0-9]+)?'
+                      r'([Zz]|[+-][0-9]{2}:[0-9]{2})$')
 
 
 def _now():

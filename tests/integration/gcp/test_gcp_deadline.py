@@ -84,8 +84,9 @@ def test_nothing_in_an_instance_gets_a_token_or_touches_another_workspace(gcpfak
                                                  'labelFingerprint': fingerprint}),
             ('POST', other_path + '/setMetadata', {'fingerprint': 'AAAAAAAAAAA=',
                                                    'items': [{'key': 'ssh-keys', 'value': 'root:ssh-ed25519 AAAA x'}]}),
-            ('POST', 'instances/%s/setLabels' % mine, {'labels': {'ephemera': 'workspace', 'keep': 'true'},
-                                                        'labelFingerprint': gcpfake.instances[mine]['labelFingerprint']}),
+            ('POST', 'instances/%s/setLabels' % mine,
+             {'labels': {'ephemera': 'workspace', 'keep': 'true'},
+              'labelFingerprint': gcpfake.instances[mine]['labelFingerprint']}),
             ('DELETE', other_path, None)):
         status, text = guest_call(gcpfake, method, path, 'ya29.made-up-by-the-agent', body)
         assert status == 401, (method, path, status, text)

@@ -165,3 +165,34 @@ def test_a_bad_grace_is_refused_before_an_insert(gcpfake, grace):
     p = provider(gcpfake, deadline_grace=grace)
     with pytest.raises(base.InvalidRequest, match='gcp_deadline_grace'):
         p.check_source('debian-12', None, 'scope-a')
+
+
+def test_a_retain_that_stopped_before_the_deadline_was_lifted_is_finished_by_the_next(gcpfake, tmp_path):
+    """The destroy flow's retain on a Compute Engine workspace: a run that recorded the retain and died before the
+    termination time was taken off leaves it on; the retain run again (\"retained already\") takes it off."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import DestroyFlow
+    from ansible_collections.ephemera.workspaces.plugins.modules import workspace_destroy
+    from tests.integration.gcp.test_gcp_provider import SECRET
+    p, name, ends_at = make(gcpfake, 'retain-rerun')
+    now = time.time()
+    lease = leasing.new_lease(now, ttl=3600)
+    params = dict((k, v.get('default')) for k, v in workspace_destroy.argument_spec().items())
+    params.update(name='retain-rerun', provider='gcp', lock_timeout=2, task_timeout=30, shutdown_timeout=5)
+    with Journal.open(str(tmp_path / 'journal.db')) as journal:
+        journal.create_workspace('retain-rerun', status='ready', desired_state='present', provider='gcp',
+                                 location=gcpfake.zone, candidate_id=name, resource_id=name, lease=lease,
+                                 lease_expires_at=lease['expires_at'], repo='file:///x', ref='main', purpose='p',
+                                 params={'pool': 'scope-a'})
+        ws = journal.get_workspace('retain-rerun')
+        # The first run recorded the retain, then died.
+        journal.update_workspace('retain-rerun', ws['generation'], cleanup={'retained': True, 'retained_at': now})
+        assert p.deadline_of(name)[0] is not None
+        result = DestroyFlow(journal, p, params, SECRET).run('retain')
+        assert result.changed and 'retained already' in result.msg and 'taken off' in result.msg, result.msg
+        assert p.deadline_of(name) == (None, None)
+        actions = [e['action'] for e in journal.events('retain-rerun')]
+        assert actions[-2:] == ['lift_deadline', 'deadline_lifted']
+        again = DestroyFlow(journal, p, params, SECRET).run('retain')
+        assert not again.changed and again.msg == 'retain: retain-rerun is retained already'
+    p.wait(p.delete(p.find(name)), 10)

@@ -403,9 +403,9 @@ class GcpFake:
                 return _not_found(self, name)
             if instance['status'] != 'TERMINATED':
                 # instances.setScheduling: "You can only call this method on a stopped instance".
-                return _error(400, 'resourceNotReady', "The resource 'projects/%s/zones/%s/instances/%s' is not ready: "
-                              "scheduling can be set only on a stopped (TERMINATED) instance." % (self.project,
-                                                                                                   self.zone, name))
+                where = 'projects/%s/zones/%s/instances/%s' % (self.project, self.zone, name)
+                return _error(400, 'resourceNotReady', "The resource '%s' is not ready: scheduling can be set only on "
+                              "a stopped (TERMINATED) instance." % where)
             scheduled = self._scheduling(body)
             if not isinstance(scheduled[1], (tuple, type(None))):
                 return scheduled

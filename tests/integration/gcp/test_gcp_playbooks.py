@@ -79,9 +79,8 @@ def created(site):
     site.cloud.clear()
     before, calls = site.cloud.gcp('inserts'), len(site.cloud.gcp('calls'))
     site.fault('drop', 'POST', r'/instances$', times=1, match=FAULTS)
-    run = site.create_many({HAPPY: {}, FAULTS: {}, KEEP: {'ephemera_gcp_guard': 'refuse',
-                                                         'ephemera_gcp_service_account_email': 'default'}},
-                           site.repo)
+    deprecated = {'ephemera_gcp_guard': 'refuse', 'ephemera_gcp_service_account_email': 'default'}
+    run = site.create_many({HAPPY: {}, FAULTS: {}, KEEP: deprecated}, site.repo)
     return {'run': run, 'inserts': site.cloud.gcp('inserts') - before, 'insert_calls': insert_calls(site, calls)}
 
 
@@ -116,8 +115,8 @@ def test_inside_an_instance_no_token_and_no_reach_to_others(site, created):  # p
     meta = 'http://%s:%d' % (ws['address'], info['gcp']['metadata_port'])
     client = ssh(info, ws['address'], timeout=5)
     try:
-        status, out, err = ssh_run(client, ' '.join(shlex.quote(a) for a in ('python3', '-c', IN_THE_GUEST, meta,
-                                                                              api, '-', fingerprint)))
+        argv = ('python3', '-c', IN_THE_GUEST, meta, api, '-', fingerprint)
+        status, out, err = ssh_run(client, ' '.join(shlex.quote(a) for a in argv))
     finally:
         client.close()
     assert status == 0, err

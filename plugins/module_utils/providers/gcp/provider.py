@@ -16,7 +16,7 @@ gives no token, and nothing in it can call Google APIs as anyone. Its hard deadl
 insert sets ``scheduling.terminationTime`` to the lease's end (created_at + ttl) plus ``gcp_deadline_grace``, with
 ``instanceTerminationAction: DELETE``, so Compute Engine deletes the instance then even when no controller runs. The
 idle expiry is the controller's (the expiry sweep, the label cleanup sweep). A retain, which keeps a workspace past
-its lease, lifts the deadline (``release_deadline``).
+its lease, lifts the deadline (``lift_deadline``).
 
 A delete is done when its zone operation is DONE without an error **and** a GET of the instance then answers 404; an
 operation DONE with an error is a failure with Compute Engine's message.

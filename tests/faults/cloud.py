@@ -248,7 +248,7 @@ class CloudSite(FaultSite):
 
     adapter = None
     # How long a run may take before it is killed as overdue: a cloud create does more than a container's (the
-    # provider's SDK imported in every step's worker, a guard installed), and on a loaded machine a GCP create took
+    # provider's SDK imported in every step's worker), and on a loaded machine a GCP create took
     # more than the three minutes of the Proxmox rows.
     run_timeout = 420
 

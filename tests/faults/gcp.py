@@ -1,6 +1,6 @@
 """The Compute Engine rows of the crash-safety matrix, on a try-out cloud of their own: the cloud parts' shape
 (tests/faults/cloud.py) on the cloud's Compute Engine fake (tests/localcloud/gcp.py; docs/gcp.md), with real sshd
-guests on the instances' external addresses and the expiry guard installed in each.
+guests on the instances' external addresses; the instances run with no service account and a termination time.
 
 Kill points: besides the steps, journal commits and guest commands, the provider's own failpoints: right after the
 answer of every call that acts (``gcp instances.insert``, ``gcp instances.setLabels`` (the lease labels at ready),
@@ -76,7 +76,6 @@ class GcpAdapter(cloud.Adapter):
 
     def provider_vars(self, info):
         g = info['gcp']
-        metadata = 'http://{address}:%d' % g['metadata_port']
         return {
             'ephemera_provider': 'gcp', 'ephemera_gcp_endpoint_url': g['endpoint'],
             'ephemera_gcp_auth_kind': 'anonymous', 'ephemera_gcp_project': g['project'],
@@ -84,9 +83,6 @@ class GcpAdapter(cloud.Adapter):
             'ephemera_gcp_network': g['network'], 'ephemera_gcp_ssh_public_key': g['ssh_public_key'],
             'ephemera_gcp_retry_timeout': 20, 'ephemera_template': g['image'],
             'ephemera_pool': 'disposable-workspaces', 'ephemera_guest_root': g['guest_prefix'],
-            # The guard in each instance reaches the instance's own metadata server and the fake's API.
-            'ephemera_gcp_guard_metadata_url': metadata, 'ephemera_gcp_guard_api_url': g['endpoint'],
-            'ephemera_gcp_guard_serial': metadata + '/serial',
         }
 
     def items(self, site):

@@ -1,6 +1,12 @@
-"""A Compute Engine fake for the try-out cloud: the v1 REST paths the GCP provider and its guard use, over plain-HTTP
-loopback, with zone operations, request ids, labels with fingerprints, serial port output, testIamPermissions, and a
-metadata server per instance (its own loopback port: the guard in that guest reads its identity and a token there).
+"""A Compute Engine fake for the try-out cloud: the v1 REST paths the GCP provider uses, over plain-HTTP loopback, with
+zone operations, request ids, labels with fingerprints, scheduling (an instance past its ``terminationTime`` or
+``maxRunDuration`` is deleted or stopped, as its ``instanceTerminationAction`` says, at the next tick or request),
+serial port output, testIamPermissions, and a metadata server per instance (its own loopback port: identity,
+attributes, and a token only for an instance that runs with a service account, as Google's metadata server).
+
+Who calls: a request without an ``Authorization`` header is the operator's (the controller's anonymous credentials of
+the try-out cloud); a bearer token must be one the fake issued (an instance's service account), else 401; a token's
+account is refused (403) every permission it was denied (``deny``).
 
 Every response goes through ``validate`` (tests/localcloud/gcpschema.py, the Compute v1 discovery document) when a
 schema is loaded; a response that does not validate is answered 500 and kept in ``violations``.
@@ -10,6 +16,7 @@ acting, ``ratelimit`` answers 429 without acting, ``fail_delete`` makes the next
 error (the instance stays). ``op_seconds`` keeps operations RUNNING that long.
 """
 
+import calendar
 import hashlib
 import http.server
 import json
@@ -21,10 +28,34 @@ import urllib.parse
 
 PREFIX = '/compute/v1/projects/'
 DELETE_PERMISSION = 'compute.instances.delete'
+# The IAM permission each routed call needs (docs of each method's "IAM Permissions").
+PERMISSIONS = {'insert': 'compute.instances.create', 'list': 'compute.instances.list', 'get': 'compute.instances.get',
+               'delete': DELETE_PERMISSION, 'set_labels': 'compute.instances.setLabels',
+               'set_metadata': 'compute.instances.setMetadata', 'set_scheduling': 'compute.instances.setScheduling',
+               'permissions': None, 'serial': 'compute.instances.getSerialPortOutput'}
+POWER_PERMISSIONS = {'start': 'compute.instances.start', 'stop': 'compute.instances.stop'}
+_RFC3339 = re.compile(r'^([0-9]{4}-[0-9]{2}-[0-9]{2})[Tt]([0-9]{2}:[0-9]{2}:[0-9]{2})(\.[0-9]+)?'
+                      r'([Zz]|[+-][0-9]{2}:[0-9]{2})$')
 
 
 def _now():
     return time.strftime('%Y-%m-%dT%H:%M:%S.000-00:00', time.gmtime())
+
+
+def parse_rfc3339(text):
+    """Unix seconds of an RFC 3339 time with an offset, or None."""
+    m = _RFC3339.match(text or '')
+    if not m:
+        return None
+    try:
+        moment = calendar.timegm(time.strptime('%s %s' % (m.group(1), m.group(2)), '%Y-%m-%d %H:%M:%S'))
+    except ValueError:
+        return None
+    offset = m.group(4)
+    if offset not in ('Z', 'z'):
+        sign = 1 if offset[0] == '+' else -1
+        moment -= sign * (int(offset[1:3]) * 3600 + int(offset[4:6]) * 60)
+    return moment + float(m.group(3) or 0)
 
 
 class Fault:
@@ -64,6 +95,10 @@ class GcpFake:
         self.next_id = 4000000000000000000
         self.tokens = {}
         self.denied = {}
+        # name -> (unix seconds, action) of an instance's time limit (Compute Engine's terminationTime/maxRunDuration)
+        self.deadlines = {}
+        # What Compute Engine did at a time limit: (instance name, action, unix seconds).
+        self.terminated = []
         self.serial = {}
         self.metadata_servers = {}
         # When set, every instance with an external address gets its metadata server at that address and this port
@@ -105,7 +140,72 @@ class GcpFake:
 
     def live(self):
         with self.lock:
+            self.tick()
             return sorted(self.instances)
+
+    def tick(self, now=None):
+        """Compute Engine's time limits: every instance past its deadline is deleted or stopped, as its
+        instanceTerminationAction says (the try-out cloud calls this on its ticks, the fake before every request)."""
+        now = time.time() if now is None else now
+        with self.lock:
+            for name, (at, action) in list(self.deadlines.items()):
+                instance = self.instances.get(name)
+                if instance is None:
+                    self.deadlines.pop(name, None)
+                    continue
+                if now < at or instance['status'] not in ('PROVISIONING', 'STAGING', 'RUNNING'):
+                    continue
+                self.deadlines.pop(name, None)
+                self.terminated.append((name, action, now))
+                if action == 'DELETE':
+                    self._gone(name, instance)
+                else:
+                    instance['status'] = 'TERMINATED'
+
+    def _gone(self, name, instance):
+        """Instance ``name`` deleted (its serial output, metadata server and address released; the caller holds the
+        lock)."""
+        if self.instances.get(name) is not instance:
+            return  # gone already (another delete's operation), or a new instance of that name
+        del self.instances[name]
+        self.deadlines.pop(name, None)
+        self.serial.pop(name, None)
+        server = self.metadata_servers.pop(name, None)
+        # The address goes back to the pool once its metadata server no longer listens on it: a new instance given
+        # the address at once would find its port taken.
+        if server is not None:
+            threading.Thread(target=_close, args=(server, lambda: self._release_address(name)), daemon=True).start()
+        else:
+            self._release_address(name)
+
+    def _scheduling(self, body):
+        """(the instance's scheduling, its deadline (seconds, action) or None), or an error answer, for the
+        ``scheduling`` of an insert or setScheduling body: what Compute Engine refuses, the fake refuses."""
+        scheduling = dict(body or {})
+        when = scheduling.get('terminationTime')
+        duration = scheduling.get('maxRunDuration')
+        action = scheduling.get('instanceTerminationAction') or 'STOP'
+        if action not in ('STOP', 'DELETE'):
+            return _error(400, 'invalid', "Invalid value for field 'resource.scheduling.instanceTerminationAction': "
+                          "'%s'." % action)
+        if when is not None and duration is not None:
+            return _error(400, 'invalid', 'Only one of terminationTime and maxRunDuration can be specified.')
+        if when is not None:
+            at = parse_rfc3339(when)
+            if at is None:
+                return _error(400, 'invalid', "Invalid value for field 'resource.scheduling.terminationTime': '%s'. "
+                              "Must be an RFC 3339 timestamp." % when)
+            if at <= time.time():
+                return _error(400, 'invalid', "Invalid value for field 'resource.scheduling.terminationTime': '%s'. "
+                              "The termination time must be in the future." % when)
+            return scheduling, (at, action)
+        if duration is not None:
+            seconds = int((duration or {}).get('seconds') or 0)
+            if seconds < 30:
+                return _error(400, 'invalid', "Invalid value for field 'resource.scheduling.maxRunDuration': must be "
+                              "at least 30 seconds.")
+            return scheduling, (time.time() + seconds, action)
+        return scheduling, None
 
     def _take_fault(self, method, path, body=b''):
         with self.lock:
@@ -185,6 +285,10 @@ class GcpFake:
                 return _error(400, 'invalid', "Invalid value for field 'resource.machineType': '%s'. Machine type "
                               "with name '%s' does not exist in zone '%s'." % (body.get('machineType'), machine,
                                                                                self.zone))
+            scheduled = self._scheduling(body.get('scheduling'))
+            if not isinstance(scheduled[1], (tuple, type(None))):
+                return scheduled
+            scheduling, limit = scheduled
             self.next_id += 1
             self.inserts += 1
             labels = dict(body.get('labels') or {})
@@ -197,7 +301,8 @@ class GcpFake:
                     view['accessConfigs'] = [{'kind': 'compute#accessConfig', 'name': 'External NAT',
                                               'type': 'ONE_TO_ONE_NAT', 'natIP': public}]
                 nics.append(view)
-            accounts = body.get('serviceAccounts') or [{'email': 'default', 'scopes': []}]
+            # Through the API (not gcloud), an instance without serviceAccounts runs with none.
+            accounts = body.get('serviceAccounts') or []
             instance = {'kind': 'compute#instance', 'id': str(self.next_id), 'name': name,
                         'creationTimestamp': _now(), 'zone': self._zone_url(),
                         'machineType': self._zone_url() + '/machineTypes/' + machine, 'status': 'PROVISIONING',
@@ -210,8 +315,11 @@ class GcpFake:
                         'serviceAccounts': [{'email': a.get('email') or 'default', 'scopes': a.get('scopes') or []}
                                             for a in accounts],
                         'deletionProtection': bool(body.get('deletionProtection')),
+                        'scheduling': scheduling,
                         'selfLink': self._zone_url() + '/instances/' + name}
             self.instances[name] = instance
+            if limit is not None:
+                self.deadlines[name] = limit
             if self.metadata_port and nics and nics[0].get('accessConfigs'):
                 self.metadata_server(name, nics[0]['accessConfigs'][0]['natIP'], self.metadata_port)
             op_name = self._operation('insert', name, instance_id=instance['id'])
@@ -244,20 +352,7 @@ class GcpFake:
             if error is None:
                 instance['status'] = 'STOPPING'
 
-                def gone():
-                    if self.instances.get(name) is not instance:
-                        return  # gone already (another delete's operation), or a new instance of that name
-                    del self.instances[name]
-                    self.serial.pop(name, None)
-                    server = self.metadata_servers.pop(name, None)
-                    # The address goes back to the pool once its metadata server no longer listens on it: a new
-                    # instance given the address at once would find its port taken.
-                    if server is not None:
-                        threading.Thread(target=_close, args=(server, lambda: self._release_address(name)),
-                                         daemon=True).start()
-                    else:
-                        self._release_address(name)
-                self._then(op_name, gone)
+                self._then(op_name, lambda: self._gone(name, instance))
             return 200, self._op_view(op_name)
 
     def set_labels(self, name, body, request_id):
@@ -273,13 +368,55 @@ class GcpFake:
             op_name = self._operation('setLabels', name, instance_id=instance['id'])
             return 200, self._op_view(op_name)
 
+    def set_metadata(self, name, body):
+        with self.lock:
+            instance = self.instances.get(name)
+            if instance is None:
+                return _not_found(self, name)
+            if body.get('fingerprint') != instance['metadata']['fingerprint']:
+                return _error(412, 'conditionNotMet', 'Supplied fingerprint does not match current metadata '
+                              'fingerprint.')
+            items = list(body.get('items') or [])
+            instance['metadata'] = {'kind': 'compute#metadata', 'items': items,
+                                    'fingerprint': self._fingerprint(items)}
+            return 200, self._op_view(self._operation('setMetadata', name, instance_id=instance['id']))
+
     def power(self, name, verb):
         with self.lock:
             instance = self.instances.get(name)
             if instance is None:
                 return _not_found(self, name)
             instance['status'] = 'RUNNING' if verb == 'start' else 'TERMINATED'
+            scheduling = instance.get('scheduling') or {}
+            if verb == 'start' and scheduling.get('maxRunDuration'):
+                # A run's duration counts from its start.
+                self.deadlines[name] = (time.time() + int(scheduling['maxRunDuration'].get('seconds') or 0),
+                                        scheduling.get('instanceTerminationAction') or 'STOP')
             return 200, self._op_view(self._operation(verb, name, instance_id=instance['id']))
+
+    def set_scheduling(self, name, body, request_id):
+        with self.lock:
+            if request_id and request_id in self.requests:
+                return 200, self._op_view(self.requests[request_id])
+            instance = self.instances.get(name)
+            if instance is None:
+                return _not_found(self, name)
+            if instance['status'] != 'TERMINATED':
+                # instances.setScheduling: "You can only call this method on a stopped instance".
+                where = 'projects/%s/zones/%s/instances/%s' % (self.project, self.zone, name)
+                return _error(400, 'resourceNotReady', "The resource '%s' is not ready: scheduling can be set only on "
+                              "a stopped (TERMINATED) instance." % where)
+            scheduled = self._scheduling(body)
+            if not isinstance(scheduled[1], (tuple, type(None))):
+                return scheduled
+            instance['scheduling'], limit = scheduled
+            self.deadlines.pop(name, None)
+            if limit is not None:
+                self.deadlines[name] = limit
+            op_name = self._operation('setScheduling', name, instance_id=instance['id'])
+            if request_id:
+                self.requests[request_id] = op_name
+            return 200, self._op_view(op_name)
 
     def list(self, query):
         with self.lock:
@@ -332,11 +469,13 @@ class GcpFake:
             return 'http://%s:%d' % server.server_address
 
     def token_for(self, name):
+        """A token of the service account instance ``name`` runs with, or None when it runs with none."""
         with self.lock:
-            instance = self.instances.get(name)
-            account = (instance or {}).get('serviceAccounts', [{}])[0].get('email', 'default')
+            accounts = (self.instances.get(name) or {}).get('serviceAccounts') or []
+            if not accounts:
+                return None
             token = 'ya29.fake-' + secrets.token_hex(12)
-            self.tokens[token] = account
+            self.tokens[token] = accounts[0].get('email') or 'default'
             return token
 
     def serial_write(self, name, text):
@@ -373,6 +512,8 @@ ROUTES = [
     ('GET', r'^zones/([^/]+)/instances/([^/]+)$', 'get', 'Instance'),
     ('DELETE', r'^zones/([^/]+)/instances/([^/]+)$', 'delete', 'Operation'),
     ('POST', r'^zones/([^/]+)/instances/([^/]+)/setLabels$', 'set_labels', 'Operation'),
+    ('POST', r'^zones/([^/]+)/instances/([^/]+)/setMetadata$', 'set_metadata', 'Operation'),
+    ('POST', r'^zones/([^/]+)/instances/([^/]+)/setScheduling$', 'set_scheduling', 'Operation'),
     ('POST', r'^zones/([^/]+)/instances/([^/]+)/(start|stop)$', 'power', 'Operation'),
     ('POST', r'^zones/([^/]+)/instances/([^/]+)/testIamPermissions$', 'permissions', 'TestPermissionsResponse'),
     ('GET', r'^zones/([^/]+)/instances/([^/]+)/serialPort$', 'serial', 'SerialPortOutput'),
@@ -412,9 +553,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _account(self):
-        auth = self.headers.get('Authorization') or ''
+        """None for a request without credentials (the operator's, in the try-out cloud); the account of a token the
+        fake issued; False for any other credentials."""
+        auth = self.headers.get('Authorization')
+        if auth is None:
+            return None
         token = auth[7:] if auth.startswith('Bearer ') else None
-        return self.owner.tokens.get(token) if token else None
+        with self.owner.lock:
+            return self.owner.tokens.get(token, False) if token else False
 
     def _serve(self, method):
         fake = self.owner
@@ -447,11 +593,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if fault is not None and fault.kind == 'delay':
             time.sleep(fault.seconds)
         request_id = (query.get('requestId') or [None])[0]
+        fake.tick()
         account = self._account()
-        if account and action in ('delete', 'insert', 'set_labels', 'power'):
-            if DELETE_PERMISSION in fake.denied.get(account, set()) and action == 'delete':
-                return self._send(*_error(403, 'forbidden', "Required '%s' permission for 'projects/%s/zones/%s/"
-                                          "instances/%s'" % (DELETE_PERMISSION, fake.project, fake.zone, args[1])))
+        if account is False:
+            return self._send(*_error(401, 'authError', 'Request had invalid authentication credentials. Expected '
+                                      'OAuth 2 access token, login cookie or other valid authentication credential.'))
+        permission = POWER_PERMISSIONS.get(args[2]) if action == 'power' else PERMISSIONS.get(action)
+        if account and permission and permission in fake.denied.get(account, set()):
+            target = ('instances/%s' % args[1]) if len(args) > 1 else 'instances'
+            return self._send(*_error(403, 'forbidden', "Required '%s' permission for 'projects/%s/zones/%s/%s'"
+                                      % (permission, fake.project, fake.zone, target)))
         status, answer = self._dispatch(action, args, body, query, request_id, account,
                                         fault if fault is not None and fault.kind == 'fail_delete' else None)
         if fault is not None and fault.kind == 'drop':
@@ -498,6 +649,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return fake.delete(args[1], request_id, fail)
         if action == 'set_labels':
             return fake.set_labels(args[1], body, request_id)
+        if action == 'set_scheduling':
+            return fake.set_scheduling(args[1], body, request_id)
+        if action == 'set_metadata':
+            return fake.set_metadata(args[1], body)
         if action == 'power':
             return fake.power(args[1], args[2])
         if action == 'permissions':
@@ -566,6 +721,9 @@ class _MetadataHandler(http.server.BaseHTTPRequestHandler):
             return self._reply(200, instance['id'])
         if key == 'instance/service-accounts/default/token':
             token = fake.token_for(self.instance)
+            if token is None:
+                # Google's metadata server, for an instance that runs with no service account.
+                return self._reply(404, 'not found')
             return self._reply(200, json.dumps({'access_token': token, 'expires_in': 3599, 'token_type': 'Bearer'}),
                                'application/json')
         if key.startswith('instance/attributes/') and instance:

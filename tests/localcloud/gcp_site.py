@@ -48,13 +48,19 @@ class GcpPart(CloudPart):
 
     # ------------------------------------------------------------ operations (control API: op gcp)
 
+    async def tick(self):
+        # Compute Engine's time limits first: an instance past its termination time goes, and its guest with it.
+        self.fake.tick()
+        await super(GcpPart, self).tick()
+
     def op_instances(self):
         guests = self.guests.view() if self.guests is not None else {}
         out = []
         with self.fake.lock:
             for name, instance in sorted(self.fake.instances.items()):
                 view = {'name': name, 'id': instance['id'], 'status': instance['status'],
-                        'labels': dict(instance['labels']),
+                        'labels': dict(instance['labels']), 'scheduling': dict(instance.get('scheduling') or {}),
+                        'service_accounts': [a['email'] for a in instance.get('serviceAccounts') or []],
                         'metadata': dict((i['key'], i['value']) for i in instance['metadata'].get('items') or [])}
                 view.update(guests.get(name, {'sshd': 'stopped', 'sshd_pid': None}))
                 out.append(view)
@@ -77,9 +83,14 @@ class GcpPart(CloudPart):
         self.fake.op_seconds = float(seconds)
         return []
 
-    def op_deny(self, service_account='default'):
-        self.fake.deny(service_account)
+    def op_deny(self, service_account='default', permission='compute.instances.delete'):
+        self.fake.deny(service_account, permission)
         return []
+
+    def op_terminated(self):
+        """What Compute Engine did at instances' time limits: [name, action, unix seconds]."""
+        with self.fake.lock:
+            return [list(t) for t in self.fake.terminated]
 
     def op_metadata(self, name):
         return self.fake.metadata_server(name)

@@ -627,9 +627,14 @@ class CreateFlow(Flow):
         options = None
         if req.get('launch') is not None:
             terms = self.ws.get('lease') or {}
-            # The lease id is the life's client token; created_by the controller host that recorded the request.
-            options = dict(req['launch'], lease={'id': terms.get('id') or candidate,
-                                                 'created_by': terms.get('created_by') or req.get('created_by')})
+            # The lease id is the life's client token; created_by the controller host that recorded the request;
+            # ends_at the lease's cap (created_at + ttl), which no heartbeat moves: a provider whose cloud deletes a
+            # machine by itself at a time (Compute Engine) sets it from this.
+            lease = {'id': terms.get('id') or candidate,
+                     'created_by': terms.get('created_by') or req.get('created_by')}
+            if terms.get('created_at') is not None and terms.get('ttl') is not None:
+                lease['ends_at'] = float(terms['created_at']) + float(terms['ttl'])
+            options = dict(req['launch'], lease=lease)
         return Allocation(candidate, self.name, self.source_id, req['node'], 'agent-%s' % self.name, req['pool'],
                           full=req['full_clone'], storage=req['storage'], labels=self._labels('provisioning'),
                           nonce=ownership.record_nonce(self.ws), options=options)
@@ -963,8 +968,8 @@ class CreateFlow(Flow):
         with self._guest().connect() as connected:
             keys = self._renew_host_keys(connected)
         self._with_guest(lambda g: guest_ops.bootstrap(g, self._layout(), self.ssh_user, credentials))
-        # What a provider puts into its machines besides (the GCP expiry guard), from the launch settings the request
-        # recorded (a guest step has no provider connection): refused, or a sentence and warnings.
+        # What a provider puts into its machines besides, from the launch settings the request recorded (a guest step
+        # has no provider connection): refused, or a sentence and warnings.
         setup = getattr(providers.provider_class(self.ws.get('provider') or 'proxmox'), 'guest_setup', None)
         said, warned = self._with_guest(lambda g: setup(g, self._layout(), self.ws['address'], req.get('launch') or {})) \
             if setup else ('', [])

@@ -252,14 +252,18 @@ class DestroyFlow(Flow):
                                '-e workspace=%s); it cannot be retained now.' % (self.name, self.name))
         cleanup = dict(self.ws.get('cleanup') or {})
         if cleanup.get('retained'):
-            return StepResult(False, 'retain: %s is retained already' % self.name)
+            # A retain that stopped before the cloud's own deletion time was lifted finishes it.
+            lifted = None if self.check_mode else lease_flow.lift_deadline(self.journal, self.provider, self.ws)
+            return StepResult(bool(lifted), 'retain: %s is retained already%s'
+                              % (self.name, '; %s' % lifted if lifted else ''))
         if self.check_mode:
             return StepResult(True, 'retain: would retain %s (released without delete)' % self.name)
         cleanup.update(retained=True, retained_at=time.time())
         self.ws = self.save('retained', kind='recorded', detail={'status': self.ws['status']}, cleanup=cleanup)
-        note = lease_flow.write_labels(self.journal, self.provider, self.ws)
+        notes = [lease_flow.write_labels(self.journal, self.provider, self.ws),
+                 lease_flow.lift_deadline(self.journal, self.provider, self.ws)]
         return StepResult(True, 'retain: %s released without delete; its resource and record stay%s'
-                          % (self.name, '; %s' % note if note else ''))
+                          % (self.name, ''.join('; %s' % n for n in notes if n)))
 
     # --------------------------------------------------------------- 1. mark
 

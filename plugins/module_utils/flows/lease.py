@@ -91,3 +91,29 @@ def write_labels(journal, provider, ws, state=None, claim=None):
         return 'the lease labels on %s were not updated (%s)' % (provider.label(resource_id), err)
     journal.append_event(name, 'observed', 'labels_written', {'vmid': resource_id, 'labels': labels}, claim=claim)
     return None
+
+
+def lift_deadline(journal, provider, ws, claim=None):
+    """Take a cloud's own deletion time off a retained workspace's resource (Compute Engine's termination time), for
+    providers that set one: None, a sentence of what was done, or a note when it could not be done. Journal first,
+    as write_labels."""
+    if provider is None or ws.get('resource_id') is None:
+        return None
+    provider = providers.bind(provider, None)
+    lift = getattr(provider, 'lift_deadline', None)
+    if lift is None or (ws.get('provider') or provider.name) != provider.name:
+        return None
+    name, resource_id = ws['name'], ws['resource_id']
+    try:
+        resource = provider.find(resource_id, ws.get('location'))
+        if resource is None:
+            return None
+        journal.append_event(name, 'dispatched', 'lift_deadline', {'vmid': resource_id}, claim=claim)
+        done = lift(resource)
+    except ProviderError as err:
+        journal.append_event(name, 'observed', 'deadline_not_lifted', {'vmid': resource_id, 'error': str(err)},
+                             claim=claim)
+        return ('the deletion time on %s was not taken off (%s): it is deleted then unless a retain is run again'
+                % (provider.label(resource_id), err))
+    journal.append_event(name, 'observed', 'deadline_lifted', {'vmid': resource_id, 'done': done}, claim=claim)
+    return done

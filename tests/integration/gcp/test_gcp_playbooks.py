@@ -2,28 +2,48 @@
 (google-cloud-compute making the requests, real sshd guests on the instances' external addresses, every answer
 checked against the Compute v1 discovery document): create to ready and a confirmed destroy; a lost insert answer
 gives one instance; a deletion operation DONE with an error fails the destroy with its message; a lost delete answer
-is finished by the next run; a service account that may not delete its instance refuses the create, and the guard
-in that machine logs its refused self-delete loudly, then deletes the machine once it may; bad zone, image and labels
-refused before an instance is made (the other bad input is tested on the provider: test_gcp_provider.py); the
-inventory. One cloud and one controller for the file: the three workspaces are made in one create run (an inventory
-host per workspace, each fault aimed at its own workspace) and destroyed in two or three runs."""
+is finished by the next run; an instance runs with no service account and a termination time at its lease's end
+plus the grace, and from inside it (over SSH) no token can be had and another workspace can be neither relabelled
+nor deleted; a retain takes the termination time off; the cloud deletes an instance at its termination time with no
+controller running; bad zone, image and labels refused before an instance is made (the other bad input is tested on
+the provider: test_gcp_provider.py); the inventory. One cloud and one controller for the file: the three workspaces
+are made in one create run (an inventory host per workspace, each fault aimed at its own workspace) and destroyed in
+two or three runs."""
 
 import json
-import os
+import math
 import shlex
-import subprocess
+import time
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp import guard
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 
 from tests.integration.playbooks import make_repo
+from tests.localpve import ssh, ssh_run
 
 from .gcprun import GcpSite
 
-HAPPY, FAULTS, GUARD = 'gce-happy', 'gce-faults', 'gce-guard'
-# The service account of the guard's machine, denied compute.instances.delete until its test grants it.
-GUARD_ACCOUNT = 'guard-test@ephemera-localcloud.iam.gserviceaccount.com'
+HAPPY, FAULTS, KEEP = 'gce-happy', 'gce-faults', 'gce-keep'
+# What a process in an instance tries, over SSH as the agent would: a token from its metadata server, then
+# relabelling and deleting another workspace's instance with the only token it has, one it made up.
+IN_THE_GUEST = r"""
+import json, sys, urllib.error, urllib.request
+meta, api, other, fingerprint = sys.argv[1:5]  # other: unused
+def status(request):
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status
+    except urllib.error.HTTPError as err:
+        return err.code
+out = {'token': status(urllib.request.Request(meta + '/computeMetadata/v1/instance/service-accounts/default/token',
+                                              headers={'Metadata-Flavor': 'Google'}))}
+auth = {'Authorization': 'Bearer ya29.made-up', 'Content-Type': 'application/json'}
+body = json.dumps({'labels': {'ephemera': 'workspace', 'state': 'failed'}, 'labelFingerprint': fingerprint}).encode()
+out['relabel'] = status(urllib.request.Request(api + '/setLabels', data=body, method='POST', headers=auth))
+out['delete'] = status(urllib.request.Request(api, method='DELETE', headers=auth))
+print(json.dumps(out))
+"""
 
 
 @pytest.fixture(scope='module')
@@ -43,14 +63,6 @@ def cloud(site):
     site.cloud.clear()
 
 
-def run_service(root, service):
-    """The guard's service command, as its timer runs it (the script at its place in the guest's root)."""
-    line = [l for l in service.splitlines() if l.startswith('ExecStart=')][0][len('ExecStart='):]
-    argv = [os.path.join(root, a.lstrip('/')) if a == guard.INSTALL_PATH else a for a in shlex.split(line)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    return done.returncode, done.stdout + done.stderr
-
-
 def said(run, host):
     """Everything the run's tasks answered for ``host`` (one workspace), as text."""
     return json.dumps(run.results(host))
@@ -62,19 +74,18 @@ def insert_calls(site, since=0):
 
 @pytest.fixture(scope='module')
 def created(site):
-    """One create run for three workspaces: a clean one, one whose insert answer is lost, and one whose service
-    account may not delete its instance (gcp_guard refuse)."""
+    """One create run for three workspaces: a clean one, one whose insert answer is lost, and one to be retained
+    (set, as an inventory may still, with the deprecated guard options, which are ignored)."""
     site.cloud.clear()
     before, calls = site.cloud.gcp('inserts'), len(site.cloud.gcp('calls'))
     site.fault('drop', 'POST', r'/instances$', times=1, match=FAULTS)
-    site.cloud.gcp('deny', service_account=GUARD_ACCOUNT)
-    run = site.create_many({HAPPY: {}, FAULTS: {}, GUARD: {'ephemera_gcp_service_account_email': GUARD_ACCOUNT}},
-                           site.repo)
+    deprecated = {'ephemera_gcp_guard': 'refuse', 'ephemera_gcp_service_account_email': 'default'}
+    run = site.create_many({HAPPY: {}, FAULTS: {}, KEEP: deprecated}, site.repo)
     return {'run': run, 'inserts': site.cloud.gcp('inserts') - before, 'insert_calls': insert_calls(site, calls)}
 
 
 def test_create_to_ready(site, created):  # pylint: disable=redefined-outer-name
-    for name in (HAPPY, FAULTS):
+    for name in (HAPPY, FAULTS, KEEP):
         ws = site.workspace(name)
         assert ws['status'] == 'ready' and ws['provider'] == 'gcp', said(created['run'], name)
     ws = site.workspace(HAPPY)
@@ -85,23 +96,39 @@ def test_create_to_ready(site, created):  # pylint: disable=redefined-outer-name
     assert instance['status'] == 'RUNNING' and instance['sshd'] == 'up'
     assert instance['labels']['ephemera'] == 'workspace' and instance['labels']['state'] == 'ready'
     assert site.provider().verify(site.provider().find(ws['resource_id']), HAPPY) == 'verified'
-    # The expiry guard is installed (script, service, timer) in the guest; run as its service would run it, it logs
-    # its decision (a live lease: skip) to its output and the serial console.
-    root = instance['root']
-    assert os.path.exists(os.path.join(root, guard.INSTALL_PATH.lstrip('/')))
-    service = open(os.path.join(root, 'etc/systemd/system/%s.service' % guard.UNIT_NAME)).read()
-    assert '--metadata' in service and '--serial' in service
-    code, out = run_service(root, service)
-    assert code == 0 and 'skip (state ready' in out, out
-    assert 'skip (state ready' in site.provider().compute.call(
-        'serial', site.provider().compute.instances.get_serial_port_output, project=info['project'],
-        zone=ws['location'], instance=ws['resource_id']).contents
+    # No credential in the instance; Compute Engine itself deletes it at the lease's end plus the grace.
+    assert instance['service_accounts'] == []
+    lease = ws['lease']
+    deadline = int(math.ceil(float(lease['created_at']) + float(lease['ttl']))) + 3600
+    assert instance['scheduling'] == {'terminationTime': leasing.format_time(deadline),
+                                      'instanceTerminationAction': 'DELETE'}
+    assert 'ephemera-gcp-guard' not in json.dumps(instance)
+
+
+def test_inside_an_instance_no_token_and_no_reach_to_others(site, created):  # pylint: disable=redefined-outer-name
+    info = site.cloud.info
+    ws, other = site.workspace(HAPPY), site.workspace(FAULTS)
+    [theirs] = site.instances(FAULTS)
+    fingerprint = site.provider().native(other['resource_id']).label_fingerprint
+    api = '%s/compute/v1/projects/%s/zones/%s/instances/%s' % (info['gcp']['endpoint'], info['gcp']['project'],
+                                                               other['location'], other['resource_id'])
+    meta = 'http://%s:%d' % (ws['address'], info['gcp']['metadata_port'])
+    client = ssh(info, ws['address'], timeout=5)
+    try:
+        argv = ('python3', '-c', IN_THE_GUEST, meta, api, '-', fingerprint)
+        status, out, err = ssh_run(client, ' '.join(shlex.quote(a) for a in argv))
+    finally:
+        client.close()
+    assert status == 0, err
+    assert json.loads(out.decode()) == {'token': 404, 'relabel': 401, 'delete': 401}
+    [after] = site.instances(FAULTS)
+    assert after['labels'] == theirs['labels'] and after['status'] == 'RUNNING'
 
 
 def test_lost_insert_gives_one_instance(site, created):  # pylint: disable=redefined-outer-name
     assert site.workspace(FAULTS)['status'] == 'ready', said(created['run'], FAULTS)
     # One instance per workspace of the run (three inserts carried out), the lost one's retry the same request.
-    assert [len(site.instances(n)) for n in (HAPPY, FAULTS, GUARD)] == [1, 1, 1]
+    assert [len(site.instances(n)) for n in (HAPPY, FAULTS, KEEP)] == [1, 1, 1]
     assert created['inserts'] == 3
     ids = [q['requestId'] for q in created['insert_calls']]
     assert len(ids) >= 4 and len(set(ids)) == 3
@@ -109,43 +136,40 @@ def test_lost_insert_gives_one_instance(site, created):  # pylint: disable=redef
 
 
 @pytest.fixture(scope='module')
-def guard_ticks(site, created):  # pylint: disable=redefined-outer-name
-    """The guard of the machine whose create was refused, run as its timer would: a live lease, then a stale one
-    while its service account is still denied, then once granted. Each tick's (exit code, output)."""
-    [instance] = site.instances(GUARD)
-    ws = site.workspace(GUARD)
-    service = open(os.path.join(instance['root'], 'etc/systemd/system/%s.service' % guard.UNIT_NAME)).read()
-    ticks = {'live': run_service(instance['root'], service)}
-    # Time passes (its expiry written 12 hours and more into the past): stale, so the guard would delete it.
+def retained(site, created):  # pylint: disable=redefined-outer-name
+    """The third workspace released without delete (destroy.yml -e delete=false)."""
+    run = site.destroy_many(dict.fromkeys([KEEP]), delete=False)
+    return {'run': run, 'instances': site.instances(KEEP)}
+
+
+def test_a_retained_workspace_loses_its_termination_time(site, retained):  # pylint: disable=redefined-outer-name
+    """Kept past its lease, the instance must not be deleted by Compute Engine: the retain stops it, takes the
+    termination time off (instances.setScheduling takes only a stopped instance) and starts it again."""
+    assert retained['run'].ok, retained['run'].explain()
+    ws = site.workspace(KEEP)
+    assert (ws.get('cleanup') or {}).get('retained') is True
+    [instance] = retained['instances']
+    assert 'terminationTime' not in instance['scheduling'] and instance['status'] == 'RUNNING'
+    assert instance['labels']['keep'] == 'true'
+    assert 'termination time' in said(retained['run'], KEEP)
+
+
+def test_the_cloud_deletes_an_instance_at_its_termination_time_with_no_controller(site, cloud):
+    """No playbook runs: the try-out cloud's own ticks delete the instance at its termination time, as Compute
+    Engine does, and its guest goes with it."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
     provider = site.provider()
-    provider.write_labels(provider.find(ws['resource_id']), {'expires_at': '1000'})
-    ticks['denied'] = run_service(instance['root'], service)
-    ticks['left'] = len(site.instances(GUARD))
-    site.cloud.clear()
-    ticks['granted'] = run_service(instance['root'], service)
-    ticks['after'] = site.instances(GUARD)
-    return ticks
-
-
-def test_guard_refused_at_create_then_deletes_the_failed_machine(site, created, guard_ticks):  # pylint: disable=redefined-outer-name
-    """A service account that may not delete its instance: the create refuses (gcp_guard refuse) and says what to
-    grant. Once granted, the guard in that machine deletes it (its labels say failed), logging its decision; the
-    next destroy finds it gone."""
-    text = said(created['run'], GUARD)
-    assert not created['run'].ok
-    assert 'cannot delete it when it expires' in text and guard.PERMISSION in text, text
-    ws = site.workspace(GUARD)
-    assert ws['status'] == 'failed'
-    # Its labels say provisioning with a live lease: the guard leaves it.
-    code, out = guard_ticks['live']
-    assert code == 0 and 'skip (state provisioning' in out, out
-    # Stale and still denied: the self-delete is refused and said loudly; the machine stays for the next tick.
-    code, out = guard_ticks['denied']
-    assert code == 1 and 'GUARD FAILED: the self-delete of instance %s was refused' % ws['resource_id'] in out, out
-    assert guard_ticks['left'] == 1
-    code, out = guard_ticks['granted']
-    assert code == 0 and 'delete (state provisioning and stale' in out, out
-    assert guard_ticks['after'] == []
+    name = provider.candidate_for('gce-deadline', 'deadline')
+    options = {'lease': {'ends_at': time.time() + 20}, 'deadline_grace': 0}
+    provider.wait(provider.allocate(base.Allocation(name, 'gce-deadline', cloud_image(site), provider.zone, 'x',
+                                                    'disposable-workspaces', options=options)), 30)
+    assert [i['name'] for i in cloud.gcp('instances') if i['name'] == name] == [name]
+    for dummy in range(240):
+        if name in [t[0] for t in cloud.gcp('terminated')]:
+            break
+        time.sleep(0.5)
+    assert [t[1] for t in cloud.gcp('terminated') if t[0] == name] == ['DELETE']
+    assert name not in [i['name'] for i in cloud.gcp('instances')]
 
 
 @pytest.fixture(scope='module')
@@ -158,13 +182,13 @@ def first_destroy(site, created):  # pylint: disable=redefined-outer-name
 
 
 @pytest.fixture(scope='module')
-def second_destroy(site, first_destroy, guard_ticks):  # pylint: disable=redefined-outer-name
+def second_destroy(site, first_destroy, retained):  # pylint: disable=redefined-outer-name
     """The next destroy run (and one more when it asks for it): the faults' workspace with its delete answer lost,
-    and the guard's, whose machine the guard deleted."""
+    and the retained one (a destroy with delete resumes its cleanup)."""
     name = site.workspace(FAULTS)['resource_id']
     deletes = len([c for c in site.cloud.gcp('calls') if c[0] == 'DELETE'])
     site.fault('drop', 'DELETE', r'/instances/%s$' % name, times=1)
-    runs = [site.destroy_many(dict.fromkeys([FAULTS, GUARD]))]
+    runs = [site.destroy_many(dict.fromkeys([FAULTS, KEEP]))]
     if site.workspace(FAULTS)['status'] != 'destroyed':
         runs.append(site.destroy_many(dict.fromkeys([FAULTS])))
     return {'runs': runs, 'deletes': deletes}
@@ -194,8 +218,7 @@ def test_failed_then_lost_deletes(site, first_destroy, second_destroy):  # pylin
     assert runs[-1].ok, runs[-1].explain()
     assert len([c for c in site.cloud.gcp('calls') if c[0] == 'DELETE']) > second_destroy['deletes']
     destroyed(site, FAULTS)
-    # The guard's machine was gone already: its destroy completes without it.
-    destroyed(site, GUARD)
+    destroyed(site, KEEP)
 
 
 BAD_INPUT = {

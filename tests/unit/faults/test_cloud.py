@@ -198,8 +198,8 @@ def test_the_playbook_variables_of_each_provider_come_from_the_cloud_s_settings(
                     'guest_prefix': '/g/gce-{vmid}/root', 'metadata_port': 8081}}
     values = gcp.GcpAdapter().provider_vars(info)
     assert values['ephemera_provider'] == 'gcp' and values['ephemera_gcp_auth_kind'] == 'anonymous'
-    assert values['ephemera_gcp_guard_metadata_url'] == 'http://{address}:8081'
-    assert values['ephemera_gcp_guard_serial'] == 'http://{address}:8081/serial'
+    # Nothing of an expiry guard any more: the instances run with no service account and no guard.
+    assert not [k for k in values if 'guard' in k or 'service_account' in k]
 
 
 class ReadySite(Stub):

@@ -9,6 +9,8 @@ __metaclass__ = type
 
 from ansible.module_utils.basic import env_fallback
 
+DEPRECATED = dict(removed_in_version='1.0.0', removed_from_collection='ephemera.workspaces')
+
 
 def gcp_argument_spec():
     """The GCP options (credentials the Google way: a service-account file, GOOGLE_APPLICATION_CREDENTIALS, or
@@ -22,15 +24,18 @@ def gcp_argument_spec():
         gcp_retry_timeout=dict(type='int', default=60),
         gcp_machine_type=dict(type='str', default='e2-small'),
         gcp_network=dict(type='str', default='default'),
-        gcp_service_account_email=dict(type='str', default='default'),
         gcp_ssh_public_key=dict(type='str', no_log=False),
         gcp_ssh_user=dict(type='str', default='root'),
         gcp_address=dict(type='str', default='public', choices=['public', 'private']),
         gcp_labels=dict(type='dict', default={}),
-        gcp_guard=dict(type='str', default='refuse', choices=['refuse', 'warn']),
-        gcp_guard_metadata_url=dict(type='str'),
-        gcp_guard_api_url=dict(type='str'),
-        gcp_guard_serial=dict(type='str'),
+        gcp_deadline_grace=dict(type='int', default=3600),
+        # No longer used: instances run with no service account and no guard inside (docs/gcp.md). Still accepted,
+        # with a deprecation warning, so that inventories that set them keep working.
+        gcp_service_account_email=dict(type='str', **DEPRECATED),
+        gcp_guard=dict(type='str', choices=['refuse', 'warn'], **DEPRECATED),
+        gcp_guard_metadata_url=dict(type='str', **DEPRECATED),
+        gcp_guard_api_url=dict(type='str', **DEPRECATED),
+        gcp_guard_serial=dict(type='str', **DEPRECATED),
     )
 
 

@@ -11,6 +11,13 @@ and Compute Engine answers it with the same operation instead of a second instan
 metadata item ``ephemera-marker`` (a label value holds 63 characters, a marker more); the lease labels, the scope and
 the workspace go on as labels, all in the insert itself.
 
+An instance holds no credential: it runs with no service account (``serviceAccounts`` empty), so its metadata server
+gives no token, and nothing in it can call Google APIs as anyone. Its hard deadline is Compute Engine's own: the
+insert sets ``scheduling.terminationTime`` to the lease's end (created_at + ttl) plus ``gcp_deadline_grace``, with
+``instanceTerminationAction: DELETE``, so Compute Engine deletes the instance then even when no controller runs. The
+idle expiry is the controller's (the expiry sweep, the label cleanup sweep). A retain, which keeps a workspace past
+its lease, lifts the deadline (``lift_deadline``).
+
 A delete is done when its zone operation is DONE without an error **and** a GET of the instance then answers 404; an
 operation DONE with an error is a failure with Compute Engine's message.
 """
@@ -18,6 +25,7 @@ operation DONE with an error is a failure with Compute Engine's message.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import math
 import re
 import time
 import uuid
@@ -26,7 +34,6 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import fa
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import cloud
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp import guard
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.client import (
     ENDPOINT_ENV,
     PROJECT_ENV,
@@ -53,6 +60,10 @@ ZONE_FORM = re.compile(r'^[a-z]+-[a-z]+[0-9]+-[a-z]$')
 RUNNING_STATES = ('PROVISIONING', 'STAGING', 'RUNNING', 'REPAIRING')
 ENDING = ('STOPPING', 'SUSPENDING')
 DEFAULT_MACHINE_TYPE = 'e2-small'
+# Seconds past the lease's end (created_at + ttl) at which Compute Engine deletes the instance by itself: the expiry
+# sweep, which archives unsaved work before it deletes, comes first.
+DEFAULT_DEADLINE_GRACE = 3600
+MAX_DEADLINE_GRACE = 7 * 86400
 REQUEST_NAMESPACE = uuid.UUID('5d0c6d8e-8f0b-4c59-9a51-8b0e6c2d7a11')
 
 
@@ -109,16 +120,28 @@ def launch_options(params):
     return {
         'machine_type': params.get('gcp_machine_type') or DEFAULT_MACHINE_TYPE,
         'network': params.get('gcp_network') or 'default',
-        'service_account': params.get('gcp_service_account_email') or 'default',
         'ssh_public_key': params.get('gcp_ssh_public_key'),
         'ssh_user': params.get('gcp_ssh_user') or 'root',
         'address': params.get('gcp_address') or 'public',
         'labels': dict(params.get('gcp_labels') or {}),
-        'guard': params.get('gcp_guard') or 'refuse',
-        'guard_metadata_url': params.get('gcp_guard_metadata_url'),
-        'guard_api_url': params.get('gcp_guard_api_url'),
-        'guard_serial': params.get('gcp_guard_serial'),
+        'deadline_grace': DEFAULT_DEADLINE_GRACE if params.get('gcp_deadline_grace') is None
+        else params.get('gcp_deadline_grace'),
     }
+
+
+def rfc3339(seconds):
+    """Unix seconds as the RFC 3339 text Compute Engine takes for ``terminationTime`` (UTC, whole seconds)."""
+    return leasing.format_time(seconds)
+
+
+def deadline(launch):
+    """Unix seconds at which Compute Engine is to delete the instance (the lease's end plus the grace), or None when
+    the request has no lease (a workspace made before leases)."""
+    ends_at = (launch.get('lease') or {}).get('ends_at')
+    if ends_at is None:
+        return None
+    grace = launch.get('deadline_grace')
+    return int(math.ceil(float(ends_at))) + int(DEFAULT_DEADLINE_GRACE if grace is None else grace)
 
 
 def enum_name(value):
@@ -223,6 +246,11 @@ class GcpProvider(cloud.CloudProvider):
         if not LABEL_VALUE.match(str(scope or '')):
             raise base.InvalidRequest('Scope %r cannot be a Compute Engine label value: at most 63 lowercase letters, '
                                       'digits, "_" and "-".' % (scope,))
+        grace = launch.get('deadline_grace')
+        if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int) or grace < 0
+                                  or grace > MAX_DEADLINE_GRACE):
+            raise base.InvalidRequest('gcp_deadline_grace is %r: give a whole number of seconds from 0 to %d (the '
+                                      'default %d).' % (grace, MAX_DEADLINE_GRACE, DEFAULT_DEADLINE_GRACE))
         if launch.get('address') not in ('public', 'private'):
             raise base.InvalidRequest('gcp_address is %r: give public or private.' % (launch.get('address'),))
         if not launch.get('ssh_public_key'):
@@ -299,18 +327,27 @@ class GcpProvider(cloud.CloudProvider):
         nic = t.NetworkInterface(network='projects/%s/global/networks/%s' % (self.project, short(network)))
         if (launch.get('address') or 'public') == 'public':
             nic.access_configs = [t.AccessConfig(name='External NAT', type_='ONE_TO_ONE_NAT')]
-        return t.Instance(
+        instance = t.Instance(
             name=a.candidate, machine_type='zones/%s/machineTypes/%s' % (self.zone, machine),
             labels=self._labels(a), metadata=t.Metadata(items=items), network_interfaces=[nic],
             disks=[t.AttachedDisk(boot=True, auto_delete=True, initialize_params=t.AttachedDiskInitializeParams(
                 source_image=self._image_path(a.source)))],
-            service_accounts=[t.ServiceAccount(email=launch.get('service_account') or 'default',
-                                               scopes=['https://www.googleapis.com/auth/compute'])])
+            # No service account: the metadata server of the instance gives no token to anything in it.
+            service_accounts=[])
+        ends = deadline(launch)
+        if ends is not None:
+            instance.scheduling = t.Scheduling(termination_time=rfc3339(ends), instance_termination_action='DELETE')
+        return instance
 
     def allocate(self, allocation):
         a = allocation
         if not INSTANCE_NAME.match(a.candidate or ''):
             raise base.InvalidRequest('%r is not a Compute Engine instance name.' % (a.candidate,))
+        ends = deadline(dict(self.launch, **(a.options or {})))
+        if ends is not None and ends <= time.time():
+            raise base.InvalidRequest('The lease of %s ended at %s (with gcp_deadline_grace), before its instance was '
+                                      'requested: Compute Engine would delete it at once. Request a new workspace.'
+                                      % (a.workspace, rfc3339(ends)))
         request = self.compute.types.InsertInstanceRequest(project=self.project, zone=self.zone,
                                                            instance_resource=self.instance_body(a),
                                                            request_id=request_id(a.candidate, 'insert'))
@@ -412,54 +449,45 @@ class GcpProvider(cloud.CloudProvider):
         return self._act('delete', 'instances.delete', self.compute.instances.delete_unary,
                          self.compute.types.DeleteInstanceRequest, resource, uuid.uuid4().hex)
 
-    # ------------------------------------------------------------------------ the guest's guard
+    # ------------------------------------------------------------------------------ the deadline
 
-    @staticmethod
-    def guard_command(launch, address, command='run'):
-        """The guard's command line in the instance for the launch settings ``launch`` (``address``: the
-        instance's, for URLs that name it)."""
-        argv = ['/usr/bin/python3', guard.INSTALL_PATH, command]
-        for flag, key in (('--metadata', 'guard_metadata_url'), ('--api', 'guard_api_url'),
-                          ('--serial', 'guard_serial')):
-            if launch.get(key):
-                argv += [flag, str(launch[key]).replace('{address}', address or '')]
-        return argv
+    def deadline_of(self, resource_id):
+        """The termination time Compute Engine holds for instance ``resource_id`` (RFC 3339 text) and its action, or
+        (None, None)."""
+        instance = self.compute.get_instance(resource_id)
+        scheduling = getattr(instance, 'scheduling', None) if instance is not None else None
+        if scheduling is None or not scheduling.termination_time:
+            return None, None
+        return scheduling.termination_time, enum_name(scheduling.instance_termination_action)
 
-    @classmethod
-    def guest_setup(cls, connected, layout, address, launch):
-        """Install the expiry guard in the instance over ``connected`` (script, service and timer; the timer enabled
-        where systemd runs), then check that the instance's service account may delete the instance. ``launch``: the
-        launch settings the request recorded. Refused when it may not and ``gcp_guard`` is refuse; a warning
-        (returned) when it is warn. (message, warnings)."""
-        import shlex
-        argv = cls.guard_command(launch, address)
-        service = guard.SERVICE_UNIT.replace('ExecStart=/usr/bin/python3 %s run' % guard.INSTALL_PATH,
-                                             'ExecStart=' + ' '.join(shlex.quote(a) for a in argv))
-        with open(guard.__file__, 'rb') as f:
-            script = f.read()
-        connected.put(layout.path(guard.INSTALL_PATH), script, mode=0o755)
-        units = layout.path('/etc/systemd/system')
-        connected.put(units + '/%s.service' % guard.UNIT_NAME, service, mode=0o644)
-        connected.put(units + '/%s.timer' % guard.UNIT_NAME, guard.TIMER_UNIT, mode=0o644)
-        enabled = connected.run('if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then '
-                                'systemctl daemon-reload && systemctl enable --now %s.timer && echo enabled; '
-                                'else echo no-systemd; fi' % guard.UNIT_NAME, what='enable the expiry guard')
-        timer = 'timer enabled' if 'enabled' in (enabled.stdout if hasattr(enabled, 'stdout') else str(enabled)) \
-            else 'no systemd in this guest: timer not enabled'
-        check = [layout.path(guard.INSTALL_PATH) if a == guard.INSTALL_PATH else a
-                 for a in cls.guard_command(launch, address, 'check')]
-        done = connected.run(' '.join(shlex.quote(a) for a in check), check=False, what='check the expiry guard')
-        rc = getattr(done, 'rc', None)
-        said = (getattr(done, 'stdout', '') or '').strip()
-        if rc == 0:
-            return 'expiry guard installed (%s); its service account may delete the instance' % timer, []
-        problem = ('the expiry guard of this instance cannot delete it when it expires: %s. Grant the instance\'s '
-                   'service account (gcp_service_account_email) %s on the instance (roles/compute.instanceAdmin.v1), '
-                   'or set gcp_guard to warn to go on without a working guard.'
-                   % (said or 'the check failed', guard.PERMISSION))
-        if (launch.get('guard') or 'refuse') == 'refuse':
-            raise base.Refused(problem[0].upper() + problem[1:])
-        return 'expiry guard installed (%s), but it cannot work' % timer, [problem]
+    def lift_deadline(self, resource):
+        """Take the termination time off the instance (a retained workspace stays past its lease): a sentence of
+        what was done, or None when it had none. Compute Engine changes scheduling only on a stopped instance
+        (instances.setScheduling), so a running instance is stopped, given scheduling without a termination time,
+        and started again."""
+        instance = self.compute.get_instance(resource.id)
+        if instance is None:
+            raise base.NotFound('%s does not exist.' % self.label(resource.id, self.zone))
+        scheduling = instance.scheduling
+        if scheduling is None or not scheduling.termination_time:
+            return None
+        running = instance.status in RUNNING_STATES
+        if running:
+            self.wait(self.act_stop(resource), 300)
+        kept = self.compute.types.Scheduling()
+        for field in ('automatic_restart', 'on_host_maintenance', 'provisioning_model', 'preemptible'):
+            if field in scheduling:
+                setattr(kept, field, getattr(scheduling, field))
+        request = self.compute.types.SetSchedulingInstanceRequest(
+            project=self.project, zone=self.zone, instance=resource.id, scheduling_resource=kept,
+            request_id=request_id(resource.id, 'scheduling', scheduling.termination_time))
+        op = self.compute.call('instances.setScheduling', self.compute.instances.set_scheduling_unary, acts=True,
+                               repeatable=True, request=request)
+        self.wait(task_handle('scheduling', self.zone, resource.id, op.name), 60)
+        if running:
+            self.wait(self.act_start(resource), 300)
+        return ('the termination time %s taken off %s%s' % (scheduling.termination_time, self.label(resource.id),
+                                                            ' (stopped for it and started again)' if running else ''))
 
     # --------------------------------------------------------------------------------- tasks
 
@@ -488,7 +516,7 @@ class GcpProvider(cloud.CloudProvider):
         if instance is None:
             return '%s does not exist after its %s operation.' % (self.label(name, zone), action)
         want = {'insert': ('RUNNING',), 'start': ('RUNNING',), 'stop': ('TERMINATED', 'STOPPED'),
-                'labels': None}.get(action)
+                'labels': None, 'scheduling': None}.get(action)
         if want is None or instance.status in want:
             return 'done'
         if instance.status in ('PROVISIONING', 'STAGING', 'STOPPING'):

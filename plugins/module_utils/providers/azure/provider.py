@@ -209,6 +209,7 @@ class AzureProvider(base.Provider):
     name = NAME
     noun = 'set'
     sweeps_sets = True
+    login_options = (('azure_admin_username', 'admin_username'),)
     # A set's base name carries a digest of its record: a new life of a workspace never reuses one.
     unique_ids = True
 

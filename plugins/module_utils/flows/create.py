@@ -474,7 +474,9 @@ class CreateFlow(Flow):
     def _check_agent_user(self, req, step='request'):
         """Refuse an agent user that is root, the SSH user or a login the provider makes (validate_agent_user)."""
         try:
-            logins = self.provider.login_users()
+            # The guest steps run without a provider: the logins it makes were checked at the request, and only the
+            # SSH user is a setting of each run.
+            logins = self.provider.login_users() if self.provider is not None else {}
         except ProviderError as err:
             raise CreateError(str(err), step=step)
         ssh_user = self.ssh_user if step != 'request' else req.get('ssh_user') or 'root'

@@ -83,6 +83,51 @@ class Inside(object):
         self.client.close()
 
 
+def check_the_agent_reaches_nothing_of_roots(inside, key, token, admin=None):
+    """The agent's user in a guest (``inside(command, user=None)`` runs a command there as root or as ``user``): its
+    own, unprivileged; its credentials, its runner's socket and its processes' environment are out of others'
+    reach; it writes none of root's files. ``key`` is its credential, ``token`` the git token; ``admin`` a user the
+    machine was made with for the controller's login, which must be another."""
+    # SSH is root's; the agent's user is the bootstrap's, unprivileged: no uid 0, no admin group, no sudo rule.
+    assert inside('id -u')[1].strip() == '0'
+    status, out, dummy = inside('id -u agent; id -nG agent')
+    uid, groups = out.split('\n', 1)
+    assert status == 0 and int(uid) >= 1000, out
+    assert not set(groups.split()) & {'root', 'sudo', 'wheel', 'adm', 'admin'}, groups
+    assert inside('grep -rsw agent /etc/sudoers /etc/sudoers.d')[1] == ''
+    if admin:
+        assert inside('id -u %s' % admin)[0] == 0 and admin != 'agent'
+    # The runner and the agent run as the agent user.
+    status, out, dummy = inside('ps -eo user=,args= | grep -E "agent_runner|brief: " | grep -v grep')
+    owners = set(line.split(None, 1)[0] for line in out.splitlines())
+    assert status == 0 and owners == {'agent'}, out
+    # Its credentials are its own (0600, the agent's) and no one else's; root's key is not its.
+    assert inside('stat -c "%U %a" /var/lib/ephemera/agent.env')[1].split() == ['agent', '600']
+    assert inside('cat /var/lib/ephemera/agent.env', user='agent')[1].count(key) == 1
+    assert inside('cat /var/lib/ephemera/agent.env', user='nobody')[0] != 0
+    assert inside('cat /root/.ssh/authorized_keys', user='agent')[0] != 0
+    # The runner's socket answers the agent's user only.
+    assert inside('stat -c "%U %a" /var/lib/ephemera/runner')[1].split() == ['agent', '700']
+    probe = 'import socket; s = socket.socket(socket.AF_UNIX); s.connect("/var/lib/ephemera/runner/runner.sock")'
+    assert inside('python3 -c %s' % shlex.quote(probe), user='agent')[0] == 0
+    status, dummy, err = inside('python3 -c %s' % shlex.quote(probe), user='nobody')
+    assert status != 0 and 'Permission denied' in err, err
+    # Another user's ps sees every command line (no hidepid here), and none carries the key or the token.
+    status, out, dummy = inside('ps -eo args=', user='nobody')
+    assert status == 0 and 'brief: ' in out, out
+    assert key not in out and token not in out
+    # The agent writes none of root's files, and cannot become root.
+    for path in ROOTS_FILES:
+        status, dummy, dummy = inside('echo planted >>%s' % shlex.quote(path), user='agent')
+        assert status != 0, path
+    assert inside('test -e /var/lib/ephemera/helpers/planted || test -e /etc/sudoers.d/agent')[0] != 0
+    assert inside('su -c true root </dev/null', user='agent')[0] != 0
+    # Nothing of the key or the token lies where root keeps its own files.
+    status, out, dummy = inside('grep -rlsF -e %s -e %s /root /etc /opt /var/lib/ephemera /workspace || true'
+                                % (shlex.quote(key), shlex.quote(token)))
+    assert out.split() == ['/var/lib/ephemera/agent.env'], out
+
+
 @pytest.mark.parametrize('provider', sorted(INVENTORIES))
 def test_the_agent_is_a_user_of_its_own_that_reaches_nothing_of_roots(site, provider):
     ws = create(site, provider)
@@ -90,44 +135,8 @@ def test_the_agent_is_a_user_of_its_own_that_reaches_nothing_of_roots(site, prov
     assert (params['ssh_user'], params['agent_user'], params['agent_user_is_ssh_user']) == ('root', 'agent', False)
     inside = Inside(site['info'], ws['address'])
     try:
-        # SSH is root's; the agent's user is the bootstrap's, unprivileged: no uid 0, no admin group, no sudo rule.
-        assert inside('id -u')[1].strip() == '0'
-        status, out, dummy = inside('id -u agent; id -nG agent')
-        uid, groups = out.split('\n', 1)
-        assert status == 0 and int(uid) >= 1000, out
-        assert not set(groups.split()) & {'root', 'sudo', 'wheel', 'adm', 'admin'}, groups
-        assert inside('grep -rsw agent /etc/sudoers /etc/sudoers.d')[1] == ''
-        if provider == 'azure':
-            # The VM's administrator user is Azure's, made from osProfile: another user than the agent's.
-            assert inside('id -u ephemera')[0] == 0
-        # The runner and the agent run as the agent user.
-        status, out, dummy = inside('ps -eo user=,args= | grep -E "agent_runner|brief: " | grep -v grep')
-        owners = set(line.split(None, 1)[0] for line in out.splitlines())
-        assert status == 0 and owners == {'agent'}, out
-        # Its credentials are its own (0600, the agent's) and no one else's; root's key is not its.
-        assert inside('stat -c "%U %a" /var/lib/ephemera/agent.env')[1].split() == ['agent', '600']
-        assert inside('cat /var/lib/ephemera/agent.env', user='agent')[1].count(site['key']) == 1
-        assert inside('cat /var/lib/ephemera/agent.env', user='nobody')[0] != 0
-        assert inside('cat /root/.ssh/authorized_keys', user='agent')[0] != 0
-        # The runner's socket answers the agent's user only.
-        assert inside('stat -c "%U %a" /var/lib/ephemera/runner')[1].split() == ['agent', '700']
-        probe = 'import socket; s = socket.socket(socket.AF_UNIX); s.connect("/var/lib/ephemera/runner/runner.sock")'
-        assert inside('python3 -c %s' % shlex.quote(probe), user='agent')[0] == 0
-        status, dummy, err = inside('python3 -c %s' % shlex.quote(probe), user='nobody')
-        assert status != 0 and 'Permission denied' in err, err
-        # Another user's ps sees every command line (no hidepid here), and none carries the key or the token.
-        status, out, dummy = inside('ps -eo args=', user='nobody')
-        assert status == 0 and 'brief: work on own-' in out, out
-        assert site['key'] not in out and site['token'] not in out
-        # The agent writes none of root's files, and cannot become root.
-        for path in ROOTS_FILES:
-            status, dummy, dummy = inside('echo planted >>%s' % shlex.quote(path), user='agent')
-            assert status != 0, path
-        assert inside('test -e /var/lib/ephemera/helpers/planted || test -e /etc/sudoers.d/agent')[0] != 0
-        assert inside('su -c true root </dev/null', user='agent')[0] != 0
-        # Nothing of the key or the token lies where root keeps its own files.
-        status, out, dummy = inside('grep -rlsF -e %s -e %s /root /etc /opt /var/lib/ephemera /workspace || true'
-                                    % (shlex.quote(site['key']), shlex.quote(site['token'])))
-        assert out.split() == ['/var/lib/ephemera/agent.env'], out
+        # Azure's administrator user (made from osProfile, given sudo by Azure) is another user than the agent's.
+        check_the_agent_reaches_nothing_of_roots(inside, site['key'], site['token'],
+                                                 admin='ephemera' if provider == 'azure' else None)
     finally:
         inside.close()

@@ -72,9 +72,9 @@ options:
     default: ephemera
   azure_ssh_public_key:
     description:
-      - The public key the VM's administrator user accepts, and root too: the VM's C(osProfile.customData) is a
-        cloud-init cloud-config that authorizes it for root (C(disable_root: false)), since the controller logs in as
-        root and the agent is an unprivileged user the bootstrap makes.
+      - The public key the VM's administrator user accepts, and root too. The VM's C(osProfile.customData) is a
+        cloud-init cloud-config that authorizes it for root (C(disable_root) V(false)), since the controller logs in
+        as root and the agent is an unprivileged user the bootstrap makes.
     type: str
   azure_tags:
     description:

@@ -218,7 +218,7 @@ options:
   ssh_user:
     description:
       - User to log in to the guest as. It runs the bootstrap, the checkout's hand-over and the archive as root, so it
-        is V(root) (the guest's image must authorize the controller's key for root: every provider here does).
+        is V(root) (the guest's image must authorize the controller's key for root, as every provider here does).
     type: str
     default: root
   ssh_port:
@@ -235,14 +235,14 @@ options:
     description:
       - User the agent runner and the agent run as; made by the V(bootstrap) step if missing, unprivileged (no sudo).
       - Never V(root), O(ssh_user), or a user the provider makes for the controller's login (O(azure_admin_username),
-        O(gcp_ssh_user)): the request is refused, since the agent would hold that login.
+        O(gcp_ssh_user)); the request is refused, since the agent would hold that login.
     type: str
     default: agent
   agent_user_is_ssh_user:
     description:
-      - Run the agent as O(ssh_user) itself (O(agent_user) must then equal it). B(Unsafe:) the agent holds the
+      - Run the agent as O(ssh_user) itself (O(agent_user) must then equal it). B(Unsafe) - the agent holds the
         controller's login to the guest, root's rights where O(ssh_user) is root, and none of the guest-side
-        defences hold (docs/security.md). Only for a guest that has no user of its own for the agent: the try-out
+        defences hold (docs/security.md). Only for a guest that has no user of its own for the agent, as the try-out
         cluster's and try-out cloud's host tier, where every guest is this machine's SSH user.
     type: bool
     default: false

@@ -65,12 +65,16 @@ options:
     type: str
   azure_admin_username:
     description:
-      - The VM's administrator user, whose authorized key is O(azure_ssh_public_key).
+      - The VM's administrator user (Azure gives it sudo), whose authorized key is O(azure_ssh_public_key). The
+        controller logs in as root (O(ssh_user)), so this user is not used by the collection; the agent is never it
+        (O(agent_user) is refused when it names this user).
     type: str
-    default: agent
+    default: ephemera
   azure_ssh_public_key:
     description:
-      - The public key the VM's administrator user accepts.
+      - The public key the VM's administrator user accepts, and root too. The VM's C(osProfile.customData) is a
+        cloud-init cloud-config that authorizes it for root (C(disable_root) V(false)), since the controller logs in
+        as root and the agent is an unprivileged user the bootstrap makes.
     type: str
   azure_tags:
     description:

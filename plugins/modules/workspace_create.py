@@ -216,7 +216,9 @@ options:
     type: str
     default: /
   ssh_user:
-    description: User to log in to the guest as.
+    description:
+      - User to log in to the guest as. It runs the bootstrap, the checkout's hand-over and the archive as root, so it
+        is V(root) (the guest's image must authorize the controller's key for root, as every provider here does).
     type: str
     default: root
   ssh_port:
@@ -230,9 +232,20 @@ options:
         credential); the key file wins when both are there.
     type: path
   agent_user:
-    description: User the agent runner and the agent run as; made by the V(bootstrap) step if missing.
+    description:
+      - User the agent runner and the agent run as; made by the V(bootstrap) step if missing, unprivileged (no sudo).
+      - Never V(root), O(ssh_user), or a user the provider makes for the controller's login (O(azure_admin_username),
+        O(gcp_ssh_user)); the request is refused, since the agent would hold that login.
     type: str
     default: agent
+  agent_user_is_ssh_user:
+    description:
+      - Run the agent as O(ssh_user) itself (O(agent_user) must then equal it). B(Unsafe) - the agent holds the
+        controller's login to the guest, root's rights where O(ssh_user) is root, and none of the guest-side
+        defences hold (docs/security.md). Only for a guest that has no user of its own for the agent, as the try-out
+        cluster's and try-out cloud's host tier, where every guest is this machine's SSH user.
+    type: bool
+    default: false
   agent_credentials:
     description:
       - Environment variables the agent needs (API keys, such as E(ANTHROPIC_API_KEY) for claude-code, E(OPENAI_API_KEY) for
@@ -464,6 +477,7 @@ def argument_spec():
         ssh_port=dict(type='int', default=22),
         ssh_private_key=dict(type='path'),
         agent_user=dict(type='str', default='agent'),
+        agent_user_is_ssh_user=dict(type='bool', default=False),
         agent_credentials=dict(type='dict', no_log=True),
         git_token=dict(type='str', no_log=True),
         git_username=dict(type='str', default='git'),

@@ -313,7 +313,8 @@ class CloudSite(FaultSite):
         info = self.info
         values = {'ephemera_journal_path': self.journal_path, 'ephemera_agents': AGENTS,
                   'ephemera_ssh_user': info['ssh_user'], 'ephemera_ssh_port': info['ssh_port'],
-                  'ephemera_ssh_private_key': info['ssh_private_key'], 'ephemera_agent_user': info['agent_user']}
+                  'ephemera_ssh_private_key': info['ssh_private_key'], 'ephemera_agent_user': info['agent_user'],
+                  'ephemera_agent_user_is_ssh_user': info['agent_user'] == info['ssh_user']}
         values.update(TIMEOUTS)
         values.update(self.adapter.provider_vars(info))
         values.update(op.get('secrets') or {})

@@ -179,6 +179,8 @@ class FaultSite:
             'repo': self.repo_url, 'ref': 'main', 'purpose': 'work on %s' % name, 'agent': 'fake', 'agents': AGENTS,
             'guest_root': info['guest_root'], 'ssh_user': info['ssh_user'], 'ssh_port': info['ssh_port'],
             'ssh_private_key': info['ssh_private_key'], 'agent_user': info['ssh_user'],
+            # The host tier: every guest is this machine's SSH user.
+            'agent_user_is_ssh_user': True,
         }
 
     def op_secrets(self):
@@ -217,6 +219,7 @@ class FaultSite:
             'ephemera_pool': info['pool'], 'ephemera_agents': AGENTS, 'ephemera_guest_root': info['guest_root'],
             'ephemera_ssh_user': info['ssh_user'], 'ephemera_ssh_port': info['ssh_port'],
             'ephemera_ssh_private_key': info['ssh_private_key'], 'ephemera_agent_user': info['ssh_user'],
+            'ephemera_agent_user_is_ssh_user': True,
             'ephemera_task_timeout': 60, 'ephemera_lock_timeout': 30, 'ephemera_address_timeout': 30,
             'ephemera_ssh_timeout': 30, 'ephemera_runner_timeout': 20,
         }
@@ -229,6 +232,8 @@ class FaultSite:
             # The debian tier: root logs in, the agent user is the guests' own; the guests' files are their own root.
             values.update(BUILD_LISTS, template=op['template'], source=op['source'],
                           ephemera_agent_user=info.get('agent_user') or info['ssh_user'],
+                          ephemera_agent_user_is_ssh_user=info.get('agent_user',
+                                                                   info['ssh_user']) == info['ssh_user'],
                           ephemera_guest_root=info.get('guest_prefix') or info['guest_root'])
         return values
 

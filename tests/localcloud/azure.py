@@ -11,6 +11,11 @@ authority host pointed here and instance discovery off), azure-mgmt-compute and 
 - VM sizes of a location and platform image versions;
 - long-running operations in both polling styles: an Azure-AsyncOperation status document and Location polling.
 
+A VM's osProfile.customData is taken as Azure takes it (base64 of at most 65535 bytes, never answered, never changed
+after the VM is made) and read as cloud-init reads a #cloud-config: the administrator user is authorized the
+osProfile's keys and the cloud-config's ssh_authorized_keys, and root the same keys only with disable_root: false
+(vms() says which keys each user has; the guests authorize them).
+
 ARM's behaviour it keeps: a VM's OS disk is created with it and lives on after it (unless the VM says
 deleteOption Delete, which is then honoured, as are the NIC's and the public IP's); deleting a NIC still attached
 to a VM, a public IP still bound to a NIC, or a disk still attached answers an in-use error; a DELETE of a
@@ -37,6 +42,8 @@ make the foreign principal's resources.
 """
 
 import asyncio
+import base64
+import binascii
 import copy
 import fnmatch
 import ipaddress
@@ -50,6 +57,7 @@ import time
 import urllib.parse
 import uuid
 
+import yaml
 from aiohttp import web
 
 from tests.localpve.proxy import _reset
@@ -74,6 +82,9 @@ IMAGES = {('debian', 'debian-12', '12-gen2'): ['0.20250601.2137', '0.20251001.22
           ('canonical', 'ubuntu-24_04-lts', 'server'): ['24.04.202510010']}
 IMAGE_NAMES = {'debian': 'Debian', 'canonical': 'Canonical'}
 SCOPE = 'https://management.azure.com/.default'
+# osProfile.customData: at most 65535 bytes once decoded, so at most 87380 characters of base64.
+CUSTOM_DATA_BYTES = 65535
+CUSTOM_DATA_CHARS = 87380
 TOKEN_SECS = 3600
 ACTIONS = ('drop-response', 'reset', 'delay', 'error', 'throttle', 'lro', 'pages', 'log')
 MAX_LISTINGS = 50
@@ -512,11 +523,13 @@ class AzureFake(object):
                     public = public or pip.doc['properties'].get('ipAddress')
             keys = [k.get('keyData', '').strip() for k in
                     props.get('osProfile', {}).get('linuxConfiguration', {}).get('ssh', {}).get('publicKeys', [])]
+            admin_keys, root_keys = cloud_init_keys(vm.doc.get('_custom_data'), [k for k in keys if k])
             running = vm.state == 'Succeeded' and vm.doc.get('_power', 'running') == 'running'
             # The guest's directory is <state>/guests/azure<ARM id of the VM>: a guest_root of
             # <state>/guests/azure{vmid}/root with the VM's id for {vmid}.
             out.append({'key': 'azure' + vm.id, 'vm': vm, 'vm_id': props['vmId'], 'private': private,
-                        'public': public, 'keys': [k for k in keys if k], 'running': running})
+                        'public': public, 'keys': root_keys, 'running': running,
+                        'users': {props['osProfile']['adminUsername']: admin_keys}})
         return out
 
     # ------------------------------------------------------------ operations
@@ -1093,6 +1106,10 @@ class AzureFake(object):
 
     def _check_vm(self, resource, props, payload, existing):
         if existing is not None:
+            given = (props.get('osProfile') or {}).get('customData')
+            if given is not None and _custom_data(given) != existing.doc.get('_custom_data'):
+                raise ArmError(409, 'PropertyChangeNotAllowed', "Changing property 'customData' is not allowed.",
+                               target='customData')
             # Only tags change on an existing VM here.
             return copy.deepcopy(existing.doc)
         size = (props.get('hardwareProfile') or {}).get('vmSize')
@@ -1185,9 +1202,10 @@ class AzureFake(object):
                            'provisionVMAgent': True},
                        'secrets': [], 'allowExtensionOperations': True,
                        'requireGuestProvisionSignal': True}
-        if profile.get('customData'):
+        custom = _custom_data(profile['customData']) if profile.get('customData') is not None else None
+        if custom is not None:
             out_profile['customData'] = None  # ARM never answers it
-        return {'properties': {
+        return {'_custom_data': custom, 'properties': {
             'vmId': str(uuid.uuid4()), 'hardwareProfile': {'vmSize': size},
             'storageProfile': {'imageReference': {'publisher': image.get('publisher'), 'offer': image.get('offer'),
                                                   'sku': image.get('sku'), 'version': version,
@@ -1328,6 +1346,41 @@ class AzureFake(object):
             return web.Response(status=204)
         current = self.resources.get(op.resource.id.lower())
         return _json(200, current.answer() if current is not None else {})
+
+
+def _custom_data(value):
+    """The bytes of an osProfile.customData, or ArmError as Azure answers one that is not base64 of at most 65535
+    bytes."""
+    refused = ArmError(400, 'InvalidParameter', 'Custom data in OSProfile must be in Base64 encoding and with a '
+                       'maximum length of {0} characters.'.format(CUSTOM_DATA_CHARS), target='customData')
+    if not isinstance(value, str) or len(value) > CUSTOM_DATA_CHARS:
+        raise refused
+    try:
+        data = base64.b64decode(value.encode('ascii'), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise refused from None
+    if len(data) > CUSTOM_DATA_BYTES:
+        raise refused
+    return data
+
+
+def cloud_init_keys(custom_data, public_keys):
+    """(the administrator user's keys, root's keys) as cloud-init makes them from the VM's custom data (bytes or
+    None) and its osProfile keys: a #cloud-config's ssh_authorized_keys join the osProfile's for the administrator
+    user; root gets them too only with disable_root: false (else cloud-init leaves root a key that only says to log
+    in as the administrator user, which is no login)."""
+    config = {}
+    text = (custom_data or b'').decode('utf-8', 'replace')
+    if text.startswith('#cloud-config'):
+        try:
+            config = yaml.safe_load(text) or {}
+        except yaml.YAMLError:
+            config = {}
+    if not isinstance(config, dict):
+        config = {}
+    extra = [str(k).strip() for k in (config.get('ssh_authorized_keys') or []) if str(k).strip()]
+    keys = list(public_keys) + [k for k in extra if k not in public_keys]
+    return keys, (keys if config.get('disable_root', True) is False else [])
 
 
 def _merge(target, patch):

@@ -1,7 +1,8 @@
 """The Azure VMs' guests: one sshd per running VM of the ARM fake, on the NIC's private address and the public
 IP resource's ipAddress (both loopback addresses the fake gave out), authorizing the keys of the VM's
-osProfile.linuxConfiguration.ssh.publicKeys. The try-out cluster's guest machinery (host tier,
-tests/localcloud/machines.py), as the EC2 instances' guests; their files live under
+osProfile.linuxConfiguration.ssh.publicKeys for its administrator user, and for root only as cloud-init would
+(the fake's cloud_init_keys: the VM's customData says disable_root: false). The try-out cluster's guest machinery
+(tests/localcloud/machines.py), as the EC2 instances' guests; their files live under
 <state>/guests/azure<the VM's ARM id>/root.
 """
 
@@ -29,7 +30,7 @@ class AzureGuests(MachineGuests):
                 await self.gone(key)
             if key not in self.rooted:
                 self.identity[key] = item['vm_id']
-                self.make_keyed_root(key, item['keys'])
+                await self.make_keyed_root(key, item['keys'], item.get('users'))
             await self.follow(key, item['running'] and item['private'] is not None, item['private'], now)
         for key in sorted(self.rooted - set(current)):
             await self.gone(key)

@@ -41,6 +41,9 @@ def _cloud_options(parser):
         'shutting-down')
     add('--scope', default=None, help='the ephemera:scope tag of the seeded tag-copy instance (default '
         'disposable-workspaces)')
+    add('--guests', choices=('host', 'debian'), default=UP_DEFAULTS.guests,
+        help='host: the machines run on this host as the current user, who is the agent too (default); debian: each '
+        'machine is a Debian userland of its own where root logs in and the agent is a user of its own (needs root)')
     add('--no-agent-clis', dest='agent_clis', action='store_false',
         help='guests without the real agent CLIs (claude, codex, opencode), which are otherwise installed once per '
         'machine from the npm registry')
@@ -50,7 +53,8 @@ def _options(args):
     return Options(state_dir=args.state_dir, host=args.host, port=args.port, moto_port=args.moto_port,
                    control_port=args.control_port, region=args.region, guest_range=args.guest_range,
                    public_range=args.public_range, ssh_port=args.ssh_port, sshd=args.sshd, boot_secs=args.boot_secs,
-                   stop_secs=args.stop_secs, shutdown_secs=args.shutdown_secs, agent_clis=args.agent_clis).check()
+                   stop_secs=args.stop_secs, shutdown_secs=args.shutdown_secs, agent_clis=args.agent_clis,
+                   guests=args.guests).check()
 
 
 def _print(data):

@@ -5,6 +5,8 @@ import getpass
 import os
 import re
 
+from tests.localpve.debian import check_host
+
 from tests.localpve.config import (
     ClusterError,
     _port as pve_port,
@@ -74,6 +76,8 @@ class Options:
     # Fixed for the guest machinery: every address is a static one, guests run on this machine.
     addressing: str = 'static'
     dhcp_delay: float = None
+    # host: the machines' commands run on this host as the current user, who is the agent too; debian: each machine is
+    # a Debian userland of its own where root logs in and the agent is a user of its own (needs root here).
     guests: str = 'host'
     # The guests carry the real agent CLIs (tests/models/clis.py), installed once per machine.
     agent_clis: bool = True
@@ -107,7 +111,15 @@ class Options:
             raise CloudError('the private range {0} and the public range {1} overlap: every address belongs to one '
                              'instance field only'.format(self.guest_range, self.public_range))
         self.ssh_port = guest_ssh_port(self.ssh_port, CloudError)
-        check_sshd(self.sshd, CloudError)
+        if self.guests not in ('host', 'debian'):
+            raise CloudError('guests must be host or debian, not {0!r}'.format(self.guests))
+        if self.guests == 'debian':
+            try:
+                check_host()
+            except ClusterError as exc:
+                raise CloudError(str(exc)) from None
+        else:
+            check_sshd(self.sshd, CloudError)
         self.boot_secs = _seconds(self.boot_secs, 'boot seconds')
         self.stop_secs = _seconds(self.stop_secs, 'stop seconds')
         self.shutdown_secs = _seconds(self.shutdown_secs, 'shutdown seconds')
@@ -115,8 +127,15 @@ class Options:
 
     @property
     def ssh_user(self):
-        """The guests' sshd runs as the current user and lets in that user only."""
-        return getpass.getuser()
+        """The host tier's sshd runs as the current user and lets in that user only; the debian tier's lets in the
+        machines' root."""
+        return 'root' if self.guests == 'debian' else getpass.getuser()
+
+    @property
+    def agent_user(self):
+        """The user the agent runs as: on the host tier the SSH user, on the debian tier one of its own (made by the
+        collection's bootstrap, as on a cloud image)."""
+        return 'agent' if self.guests == 'debian' else self.ssh_user
 
     def as_args(self):
         """The command line of `up`/`serve` that gives these options."""
@@ -124,5 +143,6 @@ class Options:
                 '--moto-port', str(self.moto_port), '--control-port', str(self.control_port),
                 '--region', self.region, '--guest-range', self.guest_range, '--public-range', self.public_range,
                 '--ssh-port', str(self.ssh_port), '--sshd', self.sshd, '--boot-secs', repr(self.boot_secs),
-                '--stop-secs', repr(self.stop_secs), '--shutdown-secs', repr(self.shutdown_secs)] + (
+                '--stop-secs', repr(self.stop_secs), '--shutdown-secs', repr(self.shutdown_secs),
+                '--guests', self.guests] + (
                     [] if self.agent_clis else ['--no-agent-clis'])

@@ -11,7 +11,6 @@ its private and its public loopback address, with its files under <state>/guests
 
 import base64
 import logging
-import shutil
 import time
 
 import yaml
@@ -272,7 +271,7 @@ class Fleet(MachineGuests):
         for instance in list(self.instances.values()):
             if instance.state != 'terminated' and instance.id not in self.rooted:
                 # Root's authorized keys: the key pair's public key and the ssh_authorized_keys of its user data.
-                self.make_keyed_root(instance.id, instance.keys)
+                await self.make_keyed_root(instance.id, instance.keys)
             guest = self.guests.setdefault(instance.id, pve_guests.Guest(instance.id))
             running = instance.state == 'running' and instance.private is not None
             if running and self.boots.get(instance.id) != instance.since:
@@ -291,8 +290,7 @@ class Fleet(MachineGuests):
     def _destroy_instance(self, instance):
         """A terminated instance: its root volume is deleted (its files go), its addresses are released."""
         pve_guests.end_guest_processes(self.root(instance.id))
-        shutil.rmtree(self.guest_dir(instance.id), ignore_errors=True)
-        self.rooted.discard(instance.id)
+        self.remove_root(instance.id)
         self.pool.release(instance.id)
         self.public_pool.release(instance.id)
         self.guests.pop(instance.id, None)

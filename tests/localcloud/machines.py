@@ -1,14 +1,22 @@
-"""What the fake clouds' guests do alike: the try-out cluster's guest machinery (host tier, tests/localpve/guests.py)
-following a fake's machines (EC2 instances, Hetzner servers, Compute Engine instances, Azure VMs) instead of
-containers. A machine's files live under <state>/guests/<key>/root, with root's authorized keys the machine was made
-with; its sshd listens on its addresses while it runs; its known hosts go to a file of the cloud's own.
+"""What the fake clouds' guests do alike: the try-out cluster's guest machinery (tests/localpve/guests.py) following a
+fake's machines (EC2 instances, Hetzner servers, Compute Engine instances, Azure VMs) instead of containers. A
+machine's files live under <state>/guests/<key>/root, with root's authorized keys the machine was made with; its sshd
+listens on its addresses while it runs; its known hosts go to a file of the cloud's own.
+
+Two tiers, as the try-out cluster's. host (the default): sshd runs commands on this host as the current user, in a
+directory of the machine's own. debian (`up --guests debian`): each machine is a Debian userland of its own
+(tests/localpve/debian.py, the base root without any user but root, as a cloud image), running in namespaces of its
+own with its own sshd that lets in root; users the machine is made with (Azure's administrator user) are made in it,
+and the agent user is the one the collection's bootstrap makes.
 """
 
 import asyncio
 import json
 import os
+import re
 import shutil
 
+from tests.localpve import debian
 from tests.localpve import guests as pve_guests
 from tests.models.tryout import link_clis
 from tests.localpve import pki
@@ -30,6 +38,10 @@ class MachineGuests(pve_guests.GuestManager):
         self.known_hosts = os.path.join(site.options.state_dir, 'ssh', self.known_hosts_name)
         # What machines() said at the last reconcile.
         self.current = {}
+        if self.tier == 'debian':
+            # One set of roots for every fake's machines: they share the guests directory, and a set of roots removes
+            # the layers its own containers do not use.
+            self.roots = site.machine_roots()
 
     def machines(self):
         """The fake's machines now: {key: {'address', 'keys', 'running', ...}} (for the _reconcile below)."""
@@ -44,7 +56,7 @@ class MachineGuests(pve_guests.GuestManager):
         self.current = current
         for key, item in current.items():
             if key not in self.rooted:
-                self.make_keyed_root(key, item['keys'])
+                await self.make_keyed_root(key, item['keys'], item.get('users'))
             await self.follow(key, item['running'] and item['address'] is not None, item['address'], now)
         for key in sorted(self.rooted - set(current)):
             await self.gone(key)
@@ -61,8 +73,17 @@ class MachineGuests(pve_guests.GuestManager):
                 'sshd_pid': guest.sshd_pid if guest is not None and guest.proc is not None else None}
         return out
 
-    def make_keyed_root(self, key, keys):
-        """A new machine's files: /workspace, and root's authorized keys (``keys``, public keys)."""
+    async def make_keyed_root(self, key, keys, users=None):
+        """A new machine's files: /workspace, and root's authorized keys (``keys``, public keys); on the debian tier
+        also the users of ``users`` ({name: their authorized keys})."""
+        if self.roots is not None:
+            await self.roots.make(key, ('create', '\n'.join(keys)))
+            root = self.root(key)
+            os.makedirs(os.path.join(root, 'workspace'), mode=0o755, exist_ok=True)
+            for name, user_keys in sorted((users or {}).items()):
+                debian.add_user(root, name, user_keys)
+            self.rooted.add(key)
+            return
         root = self.root(key)
         shutil.rmtree(self.guest_dir(key), ignore_errors=True)
         os.makedirs(os.path.join(root, 'workspace'))
@@ -108,9 +129,19 @@ class MachineGuests(pve_guests.GuestManager):
         if guest is not None and guest.proc is not None:
             await self._stop(guest, everything=True)
         pve_guests.end_guest_processes(self.root(key))
-        shutil.rmtree(self.guest_dir(key), ignore_errors=True)
-        self.rooted.discard(key)
+        self.remove_root(key)
         self.boots.pop(key, None)
+
+    def remove_root(self, key):
+        """The machine's files go (on the debian tier unmounted first)."""
+        if self.roots is not None:
+            self.roots.destroy(key)
+        else:
+            shutil.rmtree(self.guest_dir(key), ignore_errors=True)
+        self.rooted.discard(key)
+
+    def hostname(self, vmid):
+        return re.sub(r'[^a-z0-9-]+', '-', str(vmid).lower().rsplit('/', 1)[-1])[-40:].strip('-') or 'machine'
 
     # ------------------------------------------------------------ addresses
 
@@ -125,6 +156,13 @@ class MachineGuests(pve_guests.GuestManager):
     def _argv(self, vmid, address, host_key, log):
         argv = super()._argv(vmid, address, host_key, log)
         public = self.public_address(vmid)
+        if public and public != address:
+            argv += ['-o', 'ListenAddress=' + public]
+        return argv
+
+    def debian_sshd_argv(self, guest, address):
+        argv = super().debian_sshd_argv(guest, address)
+        public = self.public_address(guest.vmid)
         if public and public != address:
             argv += ['-o', 'ListenAddress=' + public]
         return argv

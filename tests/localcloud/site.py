@@ -15,7 +15,7 @@ import shutil
 import string
 import time
 
-from tests.localpve import pki, system
+from tests.localpve import debian, pki, system
 from tests.localpve.guests import stop_leftovers
 from tests.localpve.harness import ControlServer
 from tests.models import NOTES, ModelServer
@@ -77,10 +77,17 @@ class CloudSite(object):
         self.info = None
         self._tick = None
         self._started = None
+        self._machine_roots = None
         self.fleet = Fleet(self)
         self.hetzner = HetznerPart(self)
         self.azure = AzurePart(self)
         self.gcp = GcpPart(self)
+
+    def machine_roots(self):
+        """debian tier: the machines' roots (one set for every fake's machines), on the Debian base root."""
+        if self._machine_roots is None:
+            self._machine_roots = debian.Roots(self._path('guests'), debian.ensure_base())
+        return self._machine_roots
 
     def _path(self, *parts):
         return os.path.join(self.options.state_dir, *parts)
@@ -134,6 +141,10 @@ class CloudSite(object):
         info['hetzner'] = await self.hetzner.start(public_key)
         info['azure'] = await self.azure.start(public_key)
         info['gcp'] = await self.gcp.start(public_key)
+        if opts.guests == 'debian':
+            # The machines are Debian userlands of their own: the collection uses their paths as they are.
+            for part in ('hetzner', 'azure', 'gcp'):
+                info[part]['guest_prefix'] = '/'
         loop = asyncio.get_running_loop()
         info['seed'] = await loop.run_in_executor(None, seed, info, self.scope)
         await self.fleet.reconcile()
@@ -156,7 +167,8 @@ class CloudSite(object):
             'ssh_private_key': private_key, 'ssh_public_key': public_key, 'ssh_user': opts.ssh_user,
             'ssh_port': opts.ssh_port, 'ssh_known_hosts': self.fleet.known_hosts,
             'address_range': opts.guest_range, 'public_range': opts.public_range,
-            'guest_root': guest_root, 'guest_prefix': guest_root, 'agent_user': opts.ssh_user,
+            'guest_root': guest_root, 'guest_prefix': guest_root if opts.guests == 'host' else '/',
+            'guests': opts.guests, 'agent_user': opts.agent_user,
             'boot_secs': opts.boot_secs, 'stop_secs': opts.stop_secs, 'shutdown_secs': opts.shutdown_secs,
             'control': {'url': self.control.url, 'token': self.secrets['control_token']},
             'agents': agent_settings(self.models.url, self.fleet.agent_bin),

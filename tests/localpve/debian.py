@@ -36,6 +36,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -336,7 +337,8 @@ class Roots(object):
     async def _make(self, vmid, source_root, lowers):
         """A new stack: a layer on ``lowers`` where overlays mount, else a copy of ``source_root``."""
         self.destroy(vmid)
-        name = '{0}-{1}'.format(vmid, uuid.uuid4().hex[:8])
+        # A layer is a directory of layers/ itself, whatever the container's key holds (a cloud's machine ids: '/').
+        name = '{0}-{1}'.format(re.sub(r'[^A-Za-z0-9_.-]', '_', str(vmid))[-60:], uuid.uuid4().hex[:8])
         own = os.path.join(self.layers, name)
         os.makedirs(own, mode=0o755)
         if not (lowers and self.overlay):
@@ -473,6 +475,20 @@ def _authorize(root, keys):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, 'w', encoding='utf-8') as out:
         out.write(keys.rstrip('\n') + '\n')
+
+
+def add_user(root, name, keys):
+    """A user of the guest's own (a cloud's administrator user), with ``keys`` (public keys) authorized for it."""
+    _run(['chroot', root, 'useradd', '--create-home', '--user-group', '--shell', '/bin/bash', name])
+    uid, gid = (int(v) for v in _run(['chroot', root, 'sh', '-c', 'id -u "$0"; id -g "$0"', name]).stdout.split())
+    ssh = os.path.join(root, 'home', name, '.ssh')
+    os.makedirs(ssh, mode=0o700, exist_ok=True)
+    path = os.path.join(ssh, 'authorized_keys')
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, 'w', encoding='utf-8') as out:
+        out.writelines(k + '\n' for k in keys)
+    for item in (ssh, path):
+        os.chown(item, uid, gid)
 
 
 def _trust_local_authorities(root):

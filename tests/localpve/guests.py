@@ -410,16 +410,24 @@ class GuestManager(object):
         """debian tier: the guest's namespaces and their first process, once per start of the container."""
         if guest.holder is not None:
             return
-        ct = self.site.pve.ct(guest.vmid)
         started = time.monotonic()
         cache = getattr(self.site, 'package_cache', None)
-        guest.holder, guest.init_pid = await debian.boot(self.root(guest.vmid), ct.name if ct else 'CT{0}'.format(
-            guest.vmid), os.path.join(self.guest_dir(guest.vmid), 'init.log'),
-            setup=cache.guest_setup() if cache is not None else None)
+        guest.holder, guest.init_pid = await debian.boot(self.root(guest.vmid), self.hostname(guest.vmid),
+                                                         os.path.join(self.guest_dir(guest.vmid), 'init.log'),
+                                                         setup=cache.guest_setup() if cache is not None else None)
         guest.boot_secs = time.monotonic() - started
         with open(os.path.join(self.guest_dir(guest.vmid), 'init.pid'), 'w', encoding='ascii') as out:
             out.write('{0}\n'.format(guest.holder.pid))
         LOG.info('CT %s: namespaces up (first process %s) after %.3fs', guest.vmid, guest.init_pid, guest.boot_secs)
+
+    def hostname(self, vmid):
+        """debian tier: the host name of the guest's namespaces."""
+        ct = self.site.pve.ct(vmid)
+        return ct.name if ct else 'CT{0}'.format(vmid)
+
+    def debian_sshd_argv(self, guest, address):
+        """debian tier: the guest's own sshd, listening on ``address``."""
+        return debian.sshd_argv(guest.init_pid, self.port, address)
 
     async def _shut_down(self, guest):
         """debian tier: end the guest's namespaces and with them every process of the guest."""
@@ -455,7 +463,7 @@ class GuestManager(object):
                 guest.host_key = pki.ssh_key(own, 'root@CT{0}'.format(vmid)).rsplit(' ', 1)[0]
             else:
                 self.roots.install_host_key(vmid, host_key)
-            argv = debian.sshd_argv(guest.init_pid, self.port, address)
+            argv = self.debian_sshd_argv(guest, address)
         else:
             argv = self._argv(vmid, address, host_key, log)
         guest.proc = system.spawn(argv, log)

@@ -103,6 +103,8 @@ CHECKOUT_CHARS = re.compile(r'^[A-Za-z0-9._/+@-]+$')
 SYSTEM_DIRS = ('/bin', '/boot', '/dev', '/etc', '/home', '/lib', '/lib32', '/lib64', '/libx32', '/media', '/mnt',
                '/opt', '/proc', '/root', '/run', '/sbin', '/srv', '/sys', '/tmp', '/usr', '/var', '/var/lib',
                '/var/tmp', '/var/lib/ephemera')
+# What useradd takes as a user name (Debian's default NAME_REGEX, without upper case).
+AGENT_USER = re.compile(r'^[a-z_][a-z0-9_-]{0,31}$')
 SYSTEM_TREES = ('/bin', '/boot', '/dev', '/etc', '/lib', '/lib32', '/lib64', '/libx32', '/proc', '/root', '/run',
                 '/sbin', '/sys', '/usr', '/var/lib/ephemera')
 
@@ -193,6 +195,39 @@ def validate_checkout_path(path, step='request'):
     if problem:
         raise CreateError('checkout_path %r is refused: %s. Use a directory of its own, such as /workspace/repo.'
                           % (path, problem), step=step)
+
+
+def validate_agent_user(agent_user, ssh_user, shared=False, logins=None, step='request'):
+    """Refuse an agent user the agent must not be: root, the user the controller logs in as (``ssh_user``), or a user
+    the provider makes for the controller's login (``logins``: {option: user}); ``shared`` (the request's
+    agent_user_is_ssh_user) lets the agent run as the SSH user itself, where a guest has no other user (the try-out
+    cluster's host tier)."""
+    text = agent_user if isinstance(agent_user, str) else ''
+    if not AGENT_USER.match(text):
+        raise CreateError('agent_user %r is not a user name: give lower-case letters, digits, "_" and "-", starting '
+                          'with a letter or "_" (at most 32): the name of an unprivileged user of its own, such as '
+                          'agent.' % (agent_user,), step=step)
+    if shared:
+        if text != ssh_user:
+            raise CreateError('agent_user_is_ssh_user is true, but agent_user %r is not ssh_user %r: with it the agent '
+                              'runs as the SSH user itself. Set agent_user to %r, or (better) leave '
+                              'agent_user_is_ssh_user false and give an unprivileged user of its own.'
+                              % (text, ssh_user, ssh_user), step=step)
+        return
+    give = ('Give an unprivileged user of its own that is neither root nor the SSH user, such as agent (the default; '
+            'the bootstrap step makes it), and keep ssh_user root.')
+    if text == 'root':
+        raise CreateError('agent_user root is refused: the agent runs whatever a prompt talks it into, and as root it '
+                          'would own the guest, its credentials and the controller\'s login to it. ' + give, step=step)
+    if text == ssh_user:
+        raise CreateError('agent_user %r is ssh_user as well: the agent would hold the controller\'s own login to the '
+                          'guest (and with it whatever that user may do, root\'s rights where it has them). %s Only '
+                          'a guest that has no other user (the try-out cluster\'s host tier) may set '
+                          'agent_user_is_ssh_user: true.' % (text, give), step=step)
+    for option, user in sorted((logins or {}).items()):
+        if text == user:
+            raise CreateError('agent_user %r is the user %s makes for the controller\'s login: the agent would hold '
+                              'that login (and its sudo). %s' % (text, option, give), step=step)
 
 
 def validate_ref(ref):
@@ -307,6 +342,9 @@ class CreateFlow(Flow):
             # A request recorded before these checks existed is checked again where it is used.
             if step == 'checkout':
                 validate_checkout_path(self.request.get('checkout_path'), step=step)
+            if step == 'bootstrap':
+                # The SSH user is a setting of each run: the agent is never the one this run logs in as.
+                self._check_agent_user(self.request, step=step)
             if step == 'brief':
                 validate_purpose(self.request.get('purpose'), step=step)
             if self.check_mode and step == 'configure' and self.diff and self.resource_id:
@@ -350,7 +388,8 @@ class CreateFlow(Flow):
         req = dict((k, self.params[k]) for k in (
             'template', 'node', 'pool', 'full_clone', 'storage', 'repo', 'ref', 'purpose', 'agent', 'agents', 'cores',
             'memory', 'bridge', 'address_mode', 'address_range', 'address_prefix', 'gateway', 'checkout_path',
-            'guest_root', 'ssh_user', 'ssh_port', 'agent_user', 'tags', 'agent_base_urls', 'agent_models'))
+            'guest_root', 'ssh_user', 'ssh_port', 'agent_user', 'agent_user_is_ssh_user', 'tags', 'agent_base_urls',
+            'agent_models'))
         req['agents'] = req['agents'] or {}
         req['agent_base_urls'] = req['agent_base_urls'] or {}
         req['agent_models'] = req['agent_models'] or {}
@@ -365,6 +404,7 @@ class CreateFlow(Flow):
         validate_ref(req['ref'])
         validate_purpose(req['purpose'])
         validate_checkout_path(req['checkout_path'])
+        self._check_agent_user(req)
         self._check_agent(req)
         if req['address_mode'] == 'static':
             address_candidates(req['address_range'])
@@ -430,6 +470,20 @@ class CreateFlow(Flow):
             check_private_key(self.params.get('ssh_private_key'))
         except SshError as err:
             raise CreateError(str(err), step='request')
+
+    def _check_agent_user(self, req, step='request'):
+        """Refuse an agent user that is root, the SSH user or a login the provider makes (validate_agent_user)."""
+        try:
+            # The guest steps run without a provider: the logins it makes were checked at the request, and only the
+            # SSH user is a setting of each run.
+            logins = self.provider.login_users() if self.provider is not None else {}
+        except ProviderError as err:
+            raise CreateError(str(err), step=step)
+        ssh_user = self.ssh_user if step != 'request' else req.get('ssh_user') or 'root'
+        # A request recorded before the option existed says nothing: this run's setting counts.
+        shared = req['agent_user_is_ssh_user'] if 'agent_user_is_ssh_user' in req else self.params.get(
+            'agent_user_is_ssh_user')
+        validate_agent_user(req.get('agent_user'), ssh_user, shared=bool(shared), logins=logins, step=step)
 
     def _check_agent(self, req):
         """Refuse, before anything is recorded, an agent that is not configured, an ``agents`` entry that cannot be

@@ -282,6 +282,10 @@ class TemplateBuild:
             provisioning.check_spec(p['packages'], p['npm_packages'], p['agent_commands'], tools, p['agent_user'])
         except provisioning.ProvisionError as err:
             raise TemplateError(str(err))
+        if p['agent_user'] == p['ssh_user']:
+            raise TemplateError('agent_user %r is ssh_user as well: the agent of every workspace of this template '
+                                'would hold the controller\'s login to it. Give an unprivileged user of its own, such '
+                                'as agent (the default), and keep ssh_user root.' % (p['agent_user'],))
         return {'template': self.name, 'packages': list(p['packages']), 'npm_packages': list(p['npm_packages']),
                 'agent_commands': list(p['agent_commands']), 'tools': tools, 'agent_user': p['agent_user']}
 

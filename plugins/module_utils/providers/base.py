@@ -239,6 +239,9 @@ class Provider:
     # True when a deletion is complete only once its recorded task ends well (a Hetzner action): absence alone does
     # not complete a deletion whose task the journal holds, since the provider may hide a resource it still deletes.
     confirms_delete_by_task = False
+    # (option, launch option key) of each user the provider makes on a machine for the controller's login (an admin
+    # user, the user of an SSH key in metadata): the agent is never one of them.
+    login_options = ()
 
     def __init__(self, secret=None):
         self.secret = secret
@@ -351,6 +354,11 @@ class Provider:
     def launch_options(self):
         """The provider's own settings of an allocation, for the request's record (None: it has none)."""
         return None
+
+    def login_users(self):
+        """{option: user} of the users the provider makes on a machine for the controller's login."""
+        launch = self.launch_options() or {}
+        return dict((option, launch[key]) for option, key in self.login_options if launch.get(key))
 
     def resource_of(self, candidate, task, location=None):
         """The id of the resource the allocation of ``candidate`` made (``task``: its handle, or None): the

@@ -64,7 +64,8 @@ def job(site, name, playbook, extravars, credential=None):
         'ephemera_node': info['template_node'], 'ephemera_template_vmid': info['template_vmid'],
         'ephemera_pool': info['pool'], 'ephemera_guest_root': info.get('guest_prefix') or info['guest_root'],
         'ephemera_ssh_user': info['ssh_user'], 'ephemera_ssh_port': info['ssh_port'],
-        'ephemera_agent_user': info.get('agent_user') or info['ssh_user']}}}}))
+        'ephemera_agent_user': info.get('agent_user') or info['ssh_user'],
+        'ephemera_agent_user_is_ssh_user': info.get('agent_user', info['ssh_user']) == info['ssh_user']}}}}))
     (private / 'env').mkdir()
     ca = top / 'credential-ca.pem'
     shutil.copy(info['ca_file'], str(ca))

@@ -99,6 +99,7 @@ def test_an_interrupted_create_is_reported_and_resumed_adopting_its_clone(site):
     args = dict(name='r-crashed', step='request', template=info['template_vmid'], repo=site.repo,
                 purpose='resume-me', agent='fake', agents={'fake': ['sh', '-c', 'sleep 120']},
                 guest_root=info['guest_root'], ssh_user=info['ssh_user'], agent_user=info['ssh_user'],
+                agent_user_is_ssh_user=True,
                 ssh_private_key=info['ssh_private_key'])
     for step in ('request', 'vmid', 'clone'):
         args['step'] = step

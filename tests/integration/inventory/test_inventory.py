@@ -53,6 +53,7 @@ def _create_runs(info, journal_path, repo, names_and_agents):
                      ephemera_ca_file=info['ca_file'], ephemera_guest_root=info['guest_root'],
                      ephemera_ssh_user=info['ssh_user'], ephemera_ssh_port=info['ssh_port'],
                      ephemera_ssh_private_key=info['ssh_private_key'], ephemera_agent_user=info['ssh_user'],
+                     ephemera_agent_user_is_ssh_user=True,
                      ephemera_journal_path=journal_path)
         runs.append(Run.start(['ansible-playbook', 'ephemera.workspaces.create', '-e', json.dumps(extra)],
                               callback=None))

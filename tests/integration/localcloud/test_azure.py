@@ -5,6 +5,7 @@ SSH, and the shapes checked against the SDK's own model classes.
 One cloud process for the module (tests/localcloud/fixtures.py); each test clears the rules it set.
 """
 
+import base64
 import json
 import os
 import subprocess
@@ -63,17 +64,26 @@ def make_nic(net, seed, name, pip_id=None, delete_option=None, tags=None):
         location=seed['location'], ip_configurations=[conf], tags=tags or {})).result()
 
 
-def vm_model(seed, name, nic_id, key, disk_delete=None, nic_delete=None, size=None, image=None):
+def root_login(key):
+    """osProfile.customData that authorizes ``key`` for root, as the collection sends it."""
+    text = '#cloud-config\nssh_authorized_keys:\n  - {0}\ndisable_root: false\n'.format(key)
+    return base64.b64encode(text.encode()).decode()
+
+
+def vm_model(seed, name, nic_id, key, disk_delete=None, nic_delete=None, size=None, image=None, custom_data=True):
     image = dict(seed['image'], **(image or {}))
+    if custom_data is True:
+        custom_data = root_login(key)
     return cm.VirtualMachine(
         location=seed['location'], tags={'workspace': name},
         hardware_profile=cm.HardwareProfile(vm_size=size or seed['vm_size']),
         storage_profile=cm.StorageProfile(
             image_reference=cm.ImageReference(**image),
             os_disk=cm.OSDisk(name=name + '-osdisk', create_option='FromImage', delete_option=disk_delete)),
-        os_profile=cm.OSProfile(computer_name=name, admin_username='agent', linux_configuration=cm.LinuxConfiguration(
-            disable_password_authentication=True, ssh=cm.SshConfiguration(public_keys=[
-                cm.SshPublicKey(path='/home/agent/.ssh/authorized_keys', key_data=key)]))),
+        os_profile=cm.OSProfile(computer_name=name, admin_username='ephemera', custom_data=custom_data or None,
+                                linux_configuration=cm.LinuxConfiguration(
+                                    disable_password_authentication=True, ssh=cm.SshConfiguration(public_keys=[
+                                        cm.SshPublicKey(path='/home/ephemera/.ssh/authorized_keys', key_data=key)]))),
         network_profile=cm.NetworkProfile(network_interfaces=[
             cm.NetworkInterfaceReference(id=nic_id, delete_option=nic_delete)]))
 
@@ -216,6 +226,45 @@ def test_workspace_set_create_in_use_and_ordered_delete(az, tmp_path):
     # A DELETE of what is not there: 204, as ARM answers.
     assert Raw(info)('DELETE', '/subscriptions/{0}/resourceGroups/{1}/providers/Microsoft.Compute/disks/ws-a-osdisk'.format(
         seed['subscription_id'], rg), version='2026-03-02').status_code == 204
+
+
+def test_custom_data_is_taken_as_azure_takes_it_and_root_logs_in_only_where_it_says_so(az, tmp_path):
+    cloud, net, comp, seed = az
+    info = cloud.info
+    rg = seed['resource_group']
+    key = str(tmp_path / 'id_ed25519')
+    public = ssh_key_pair(key, 'controller')
+    # Not base64, or more than 65535 bytes once decoded: refused, nothing made.
+    for bad in ('not base64!', base64.b64encode(b'#' * 65536).decode()):
+        nic = make_nic(net, seed, 'cd-bad-nic')
+        with pytest.raises(HttpResponseError) as err:
+            comp.virtual_machines.begin_create_or_update(rg, 'cd-bad', vm_model(seed, 'cd-bad', nic.id, public,
+                                                                                custom_data=bad)).result()
+        assert err.value.error.code == 'InvalidParameter' and 'Base64' in err.value.error.message
+        assert 'cd-bad' not in resources(cloud)
+        net.network_interfaces.begin_delete(rg, 'cd-bad-nic').result()
+    # Without custom data root has no login (cloud-init's disable_root); with the collection's, it has.
+    for name, custom in (('cd-none', None), ('cd-root', True)):
+        pip = make_pip(net, seed, name + '-pip')
+        nic = make_nic(net, seed, name + '-nic', pip.id, delete_option='Delete')
+        comp.virtual_machines.begin_create_or_update(rg, name, vm_model(
+            seed, name, nic.id, public, disk_delete='Delete', nic_delete='Delete', custom_data=custom)).result()
+        wait(lambda n=name: resources(cloud)[n].get('sshd') == 'up')
+        done = ssh(info, key, pip.ip_address, 'true')
+        assert (done.returncode == 0) == (custom is True), (name, done.stderr)
+    # Never answered; never changed once the VM is made.
+    raw = Raw(info)
+    path = '/subscriptions/{0}/resourceGroups/{1}/providers/Microsoft.Compute/virtualMachines/cd-root'.format(
+        seed['subscription_id'], rg)
+    doc = raw('GET', path, version='2026-04-01').json()
+    assert not doc['properties']['osProfile'].get('customData')
+    doc['properties']['osProfile']['customData'] = root_login('ssh-ed25519 AAAAother other')
+    changed = raw('PUT', path, body={'location': doc['location'], 'properties': doc['properties']},
+                  version='2026-04-01')
+    assert changed.status_code == 409 and changed.json()['error']['code'] == 'PropertyChangeNotAllowed'
+    for name in ('cd-none', 'cd-root'):
+        comp.virtual_machines.begin_delete(rg, name).result()
+    wait(lambda: not [n for n in resources(cloud) if n.startswith('cd-')] or None, timeout=10)
 
 
 def test_delete_options_cascade_when_set(az, tmp_path):

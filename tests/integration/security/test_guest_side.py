@@ -29,6 +29,10 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh impo
 )
 from tests.integration.create.createrun import DESTROY, Controller, request_vars
 from tests.integration.create.gitserver import GitHttpServer, Repo, git
+from tests.integration.security.test_agent_user_on_every_cloud import (
+    CREDENTIAL,
+    check_the_agent_reaches_nothing_of_roots,
+)
 from tests.faults.site import Kill
 from tests.localpve import pki, ssh, ssh_run
 from tests.localpve.clients import wait_task
@@ -56,10 +60,12 @@ def created(tmp_path_factory):
     server = GitHttpServer(os.path.dirname(repo.bare), GIT_USER, token)
     ctl = Controller(cluster, tmp_path_factory.mktemp('controller'))
     try:
+        key = 'sk-probe-' + secrets.token_hex(16)
         run = ctl.create(request_vars(server.url_of(repo.bare), NAME, ref='main', git_token=token,
-                                      git_username=GIT_USER, ephemera_agents={'worker': AGENT}))
+                                      git_username=GIT_USER, ephemera_agents={'worker': AGENT},
+                                      agent_credentials={CREDENTIAL: key}))
         assert run.ok, run.explain()
-        ctl.repo, ctl.token, ctl.server = repo, token, server
+        ctl.repo, ctl.token, ctl.server, ctl.key = repo, token, server, key
         ctl.archive_dir = str(tmp_path_factory.mktemp('archives'))
         yield ctl
     finally:
@@ -104,6 +110,17 @@ def guest_of(ctl, host_key):
     ws = ctl.workspace(NAME)
     return Guest(ws['address'], port=ctl.info['ssh_port'], user='root', key_file=ctl.info['ssh_private_key'],
                  host_key=host_key)
+
+
+# ------------------------------------------------------------------ the agent is a user of its own
+
+def test_the_agent_is_a_user_of_its_own_that_reaches_nothing_of_roots(created):
+    """What the same test checks on every cloud (test_agent_user_on_every_cloud.py), on Proxmox VE."""
+    def run(command, user=None):
+        if user is not None:
+            command = 'runuser -u %s -- sh -c %s' % (user, shlex.quote(command))
+        return inside(created, command)
+    check_the_agent_reaches_nothing_of_roots(run, created.key, created.token)
 
 
 # ------------------------------------------------------------------ finding 7: host keys

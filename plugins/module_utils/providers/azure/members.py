@@ -20,6 +20,7 @@ durable (the journal) and raise when it cannot write, which stops the work and l
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import base64
 import copy
 import hashlib
 import json
@@ -34,6 +35,10 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azur
 
 VERSION = {VM: API_VERSIONS['compute'], DISK: API_VERSIONS['disks'], NIC: API_VERSIONS['network'],
            PIP: API_VERSIONS['network']}
+# The VM's administrator user when none is given: never the agent's (the bootstrap makes that one, unprivileged).
+ADMIN_USER = 'ephemera'
+# What osProfile.customData may hold once decoded (Azure's limit).
+CUSTOM_DATA_LIMIT = 65535
 DONE = 'done'
 DELETED = 'deleted'
 ACCEPTED = 'accepted'
@@ -109,7 +114,7 @@ class WorkspaceSet:
                 'publicIPAddress': {'id': ids[PIP], 'properties': {'deleteOption': 'Detach'}}}}]}
         elif member == VM:
             image = dict(o.get('image') or {})
-            user = o.get('admin_username') or 'agent'
+            user = o.get('admin_username') or ADMIN_USER
             out['properties'] = {
                 'hardwareProfile': {'vmSize': o.get('vm_size') or 'Standard_B1s'},
                 'storageProfile': {
@@ -119,7 +124,8 @@ class WorkspaceSet:
                 'osProfile': {'computerName': o.get('hostname') or p['names'][VM][:64], 'adminUsername': user,
                               'linuxConfiguration': {'disablePasswordAuthentication': True, 'ssh': {'publicKeys': [
                                   {'path': '/home/%s/.ssh/authorized_keys' % user,
-                                   'keyData': o.get('ssh_public_key') or ''}]}}},
+                                   'keyData': o.get('ssh_public_key') or ''}]}},
+                              'customData': custom_data(o.get('ssh_public_key') or '')},
                 'networkProfile': {'networkInterfaces': [
                     {'id': ids[NIC], 'properties': {'primary': True, 'deleteOption': 'Detach'}}]}}
         return out
@@ -210,6 +216,7 @@ class WorkspaceSet:
             raise base.InvalidRequest('No subnet: give azure_subnet_id (the id of a subnet of a virtual network in %s).'
                                       % p['location'])
         self._check('Subnet %s' % subnet, subnet, VERSION[NIC], 'Give the id of an existing subnet (azure_subnet_id).')
+        custom_data(o.get('ssh_public_key') or '')
 
     def create(self):
         """Make what is missing of the set, public IP -> NIC -> VM, recording each stable id; then tag the OS disk
@@ -441,6 +448,18 @@ INVENTORIES = 2
 class Incomplete(base.Transient):
     """A listing of the resource group that could not be read whole: it says nothing of what is absent, and it
     counts as no inventory."""
+
+
+def custom_data(public_key):
+    """osProfile.customData: a cloud-init cloud-config (base64, as Azure takes it) that authorizes ``public_key`` for
+    root as well as the administrator user. The controller logs in as root; the agent is a user of its own, made by
+    the bootstrap without sudo, never the administrator user, which Azure gives sudo."""
+    key = ' '.join(str(public_key).split())
+    text = '#cloud-config\nssh_authorized_keys:\n  - %s\ndisable_root: false\n' % key
+    if len(text.encode('utf-8')) > CUSTOM_DATA_LIMIT:
+        raise base.InvalidRequest('The SSH public key is %d bytes long; Azure takes at most %d bytes of custom data. '
+                                  'Give a public key of one line.' % (len(key), CUSTOM_DATA_LIMIT))
+    return base64.b64encode(text.encode('utf-8')).decode('ascii')
 
 
 def inventory(arm, subscription, group):

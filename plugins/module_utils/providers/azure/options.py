@@ -29,7 +29,7 @@ def azure_argument_spec():
         azure_location=dict(type='str', fallback=(env_fallback, ['EPHEMERA_AZURE_LOCATION'])),
         azure_vm_size=dict(type='str', default='Standard_B1s'),
         azure_subnet_id=dict(type='str'),
-        azure_admin_username=dict(type='str', default='agent'),
+        azure_admin_username=dict(type='str', default='ephemera'),
         azure_ssh_public_key=dict(type='str', no_log=False),
         azure_tags=dict(type='dict', default={}),
         azure_lost_answer_window=dict(type='int', default=120),

@@ -186,7 +186,7 @@ def launch_options(params):
     """The settings of a set, as a request records them (no credentials)."""
     return {'resource_group': params.get('azure_resource_group'), 'location': params.get('azure_location'),
             'vm_size': params.get('azure_vm_size') or 'Standard_B1s', 'subnet_id': params.get('azure_subnet_id'),
-            'admin_username': params.get('azure_admin_username') or 'agent',
+            'admin_username': params.get('azure_admin_username') or azset.ADMIN_USER,
             'ssh_public_key': params.get('azure_ssh_public_key'), 'tags': dict(params.get('azure_tags') or {})}
 
 
@@ -209,6 +209,7 @@ class AzureProvider(base.Provider):
     name = NAME
     noun = 'set'
     sweeps_sets = True
+    login_options = (('azure_admin_username', 'admin_username'),)
     # A set's base name carries a digest of its record: a new life of a workspace never reuses one.
     unique_ids = True
 

@@ -165,6 +165,7 @@ class GcpProvider(cloud.CloudProvider):
     noun = 'instance'
     candidate_noun = 'A Compute Engine instance name'
     image_hint = 'on GCP give an image'
+    login_options = (('gcp_ssh_user', 'ssh_user'),)
     # Instance names are derived from the workspace's record (a digest of it): the collection never gives one name to
     # two records, and an instance at that name made by anyone else fails the marker check.
     unique_ids = True

@@ -3,6 +3,7 @@ ARM errors mapped onto the seam's kinds, and the set's create, delete, creation-
 against a recorded-answer ARM double (an in-memory Resource Manager with ARM's in-use rules). The same paths run
 against the try-out cloud's ARM fake in tests/integration/azure/."""
 
+import base64
 import copy
 
 import pytest
@@ -10,6 +11,8 @@ import pytest
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import client as azclient
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import options as azoptions
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import provider as azprovider
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import plan as azplan
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.plan import DISK, NIC, PIP, VM
 
@@ -766,3 +769,23 @@ def test_a_put_that_surely_did_not_happen_may_be_sent_again():
     ws.create()
     assert double.puts().count('virtualMachines') == 2 and VM in ws.record['ids']
     assert len([d for d in double.docs.values() if d['type'] == azplan.TYPES[VM]]) == 1
+
+
+def test_the_vm_lets_root_in_through_custom_data_and_its_administrator_is_not_the_agent():
+    ws, double, journal = new_set()
+    ws.create()
+    profile = ws.body(VM)['properties']['osProfile']
+    assert profile['adminUsername'] == 'ephemera' and profile['adminUsername'] == azset.ADMIN_USER
+    config = base64.b64decode(profile['customData']).decode()
+    assert config.startswith('#cloud-config\n') and 'disable_root: false' in config
+    assert '  - ssh-ed25519 AAAA test\n' in config
+    assert azprovider.launch_options({})['admin_username'] == 'ephemera'
+    assert azoptions.azure_argument_spec()['azure_admin_username']['default'] == 'ephemera'
+
+
+def test_a_public_key_larger_than_azure_takes_is_refused_before_anything_is_made():
+    ws, double, journal = new_set()
+    ws.options = dict(ws.options, ssh_public_key='ssh-ed25519 ' + 'A' * 70000)
+    with pytest.raises(base.InvalidRequest, match='at most 65535 bytes of custom data'):
+        ws.create()
+    assert not double.puts()

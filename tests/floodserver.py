@@ -99,4 +99,3 @@ class FloodServer:
         while self.hung_up + self.completed < answers and time.monotonic() < end:
             time.sleep(0.02)
         return self.hung_up + self.completed >= answers
-

@@ -5,7 +5,7 @@
 #
 # Whatever else a checkout holds never reaches the tarball, whatever its name: the state of `make demo` or of
 # the try-out cluster (a journal, its controller secret, a CA key, SSH private keys), virtualenvs, archives,
-# caches. galaxy.yml's build_ignore then leaves out the tracked files that are for development only.
+# caches. galaxy.yml's manifest (an allow-list) then takes only the tracked files meant to ship.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$top/build}

@@ -145,6 +145,7 @@ stderr_tail:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_location
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.agent import AgentFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step
@@ -183,7 +184,8 @@ def run(module):
                 if params['name'] is not None:
                     module.fail_json(msg='No journal at %s: workspace %s was never created with it. Check '
                                          'journal_path (ephemera_journal_path, EPHEMERA_JOURNAL).'
-                                         % (params['journal_path'] or params.get('journal_url'), params['name']))
+                                         % (resolve_location(params['journal_path'], params.get('journal_url')),
+                                            params['name']))
                 module.exit_json(changed=False, workspaces=[], msg='no journal yet: no workspace to ask')
             try:
                 if params['text'] is not None:

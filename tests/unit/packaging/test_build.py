@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import types
 
 import pytest
 import yaml
@@ -149,18 +150,103 @@ def test_installed_tarball_documents_every_module(built, tmp_path):
         assert doc['doc']['short_description'] and doc['return'], name
 
 
-# What `make demo` and the try-out cluster leave in a checkout: a journal, its controller secret, the cluster's CA key
-# and settings (with its API token), an SSH private key, archives of agents' work.
-STATE = ('journal.sqlite', 'journal.sqlite-wal', 'journal.sqlite.secret', 'cluster/pki/ca.key', 'cluster/pki/ca.pem',
-         'cluster/pki/server.key', 'cluster/ssh/id_ed25519', 'cluster/ssh/id_ed25519.pub', 'cluster/cluster.json',
-         'archives/demo/bundle.git')
-# The demo's state directory under its default name, and under another (DEMO_DIR=demo-state make demo).
-STATE_DIRS = ('.localpve-demo', 'demo-state', 'docs/scratch')
+# The demo's state directory under its default name, under another (make demo DEMO_DIR=demo-state) and deeper in
+# the tree, each holding what every try-out place and the demo write (plant_tryout_state).
+STATE_DIRS = ('.localpve-demo', 'demo-state', 'docs/scratch', 'playbooks/demo-state')
+PLANTED = b'PLANTED STATE'
+
+
+def _planted(path, text=''):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'wb') as out:
+        out.write(PLANTED + b' ' + text.encode() + b'\n')
+
+
+def _guest_files(guests, key, debian=False):
+    """A guest's directory as the try-out places leave it (tests/localpve/guests.py, debian.py)."""
+    names = ['ssh_host_ed25519_key', 'ssh_host_ed25519_key.pub', 'sshd.log', 'sshd.pid',
+             'root/etc/ssh/ssh_host_ed25519_key', 'root/root/.ssh/authorized_keys', 'root/var/lib/ephemera/agent.env',
+             'root/srv/work/.git/config']
+    if debian:
+        names += ['stack.json', 'init.log', 'init.pid', 'work/work/x']
+    for name in names:
+        _planted(os.path.join(guests, str(key), name), name)
+
+
+def plant_tryout_state(directory):
+    """Every kind of file the try-out places and the demo write into their state directories, written by their own
+    code where it is cheap (secrets, CA and SSH keys, the journal and its secret) and planted by the names their code
+    uses for the rest. Returns the secrets written (none may be in a tarball)."""
+    from tests.localcloud import config as cloud_config
+    from tests.localcloud.azure_guests import AzureGuests
+    from tests.localcloud.azure_site import AzurePart
+    from tests.localcloud.gcp_guests import GcpGuests
+    from tests.localcloud.hetzner_guests import HetznerGuests
+    from tests.localcloud.hetzner_site import HetznerPart
+    from tests.localcloud.machines import MachineGuests
+    from tests.localcloud.site import CloudSite
+    from tests.localpve import config as pve_config, harness, pki
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+
+    found = []
+    # The try-out cluster (tests/localpve, docs/localpve.md "Files of a state directory").
+    cluster = os.path.join(directory, 'cluster')
+    site = harness.Site.__new__(harness.Site)
+    site.options = types.SimpleNamespace(state_dir=cluster)
+    for sub in ('ssh', 'pki', 'guests'):  # as the cluster's start makes them
+        os.makedirs(os.path.join(cluster, sub), exist_ok=True)
+    found += list(site._load_secrets().values())  # pylint: disable=protected-access
+    pki.ensure_pki(os.path.join(cluster, 'pki'), ('127.0.0.1',))
+    pki.ssh_key_pair(os.path.join(cluster, 'ssh', 'id_ed25519'), 'localpve')
+    for name in (pve_config.INFO_FILE, harness.DATACENTER_FILE, 'cluster.log', 'ssh/known_hosts'):
+        _planted(os.path.join(cluster, name), name)
+    _guest_files(os.path.join(cluster, 'guests'), 9000)
+    _guest_files(os.path.join(cluster, 'guests'), 9001, debian=True)
+    _planted(os.path.join(cluster, 'guests', 'layers', 'base', 'etc', 'shadow'))
+    # The debian tier's cache and its package cache (tests/localpve/debian.py, pkgcache.py), when their variables
+    # point into the checkout.
+    cache = os.path.join(directory, 'debian-cache')
+    _planted(os.path.join(cache, 'bookworm-0123abcd', 'etc', 'shadow'))
+    _planted(os.path.join(cache, 'packages', 'deb.debian.org', 'pool', 'main', 'g', 'git', 'git_2.39_amd64.deb'))
+    _planted(os.path.join(cache, 'packages', 'pypi', 'requests-2.32.3-py3-none-any.whl'))
+    # The try-out cloud (tests/localcloud, docs/localcloud.md): AWS, Hetzner, Azure and Compute Engine parts.
+    cloud = os.path.join(directory, 'cloud')
+    for sub in ('ssh', 'pki', 'guests'):
+        os.makedirs(os.path.join(cloud, sub), exist_ok=True)
+    csite = CloudSite.__new__(CloudSite)
+    csite.options = types.SimpleNamespace(state_dir=cloud)
+    found += list(csite._load_secrets().values())  # pylint: disable=protected-access
+    for part in (HetznerPart, AzurePart):
+        one = part.__new__(part)
+        one.site = csite
+        found += list(one.stored_secrets({'planted': 'PLANTED-%s' % part.secrets_file}).values())
+    pki.ensure_pki(os.path.join(cloud, 'pki'), ('127.0.0.1',))
+    pki.ssh_key_pair(os.path.join(cloud, 'ssh', 'id_ed25519'), 'localcloud')
+    for guests in (MachineGuests, HetznerGuests, AzureGuests, GcpGuests):
+        _planted(os.path.join(cloud, 'ssh', guests.known_hosts_name))
+    for name in (cloud_config.INFO_FILE, 'cloud.log'):
+        _planted(os.path.join(cloud, name), name)
+    for key in ('i-0123456789abcdef0', 'azure1', 'hetzner42', 'gcp7'):
+        _guest_files(os.path.join(cloud, 'guests'), key)
+    # The demo (scripts/demo.sh): a journal with its controller secret and write-ahead files, archives.
+    journal_path = os.path.join(directory, 'journal.sqlite')
+    with Journal.open(journal_path) as journal:
+        journal.create_workspace('demo', repo='file:///srv/repo.git', ref='main', purpose='try it')
+    secret = ownership.load_secret(journal_path)  # the controller secret, made beside the journal as a run makes it
+    found.append(secret.decode('ascii') if isinstance(secret, bytes) else secret)
+    for name in ('journal.sqlite-wal', 'journal.sqlite-shm'):
+        _planted(os.path.join(directory, name))
+    for name in ('metadata.json', 'bundle.git', 'work.patch', 'events.jsonl'):
+        _planted(os.path.join(directory, 'archives', 'demo', '20260101T000000Z', name))
+    _planted(os.path.join(directory, 'known_hosts'))
+    return [value for value in found if isinstance(value, str) and len(value) >= 8]
 
 
 @pytest.fixture(scope='module')
 def planted(tmp_path_factory):
-    """A copy of this checkout's tracked files, a git work tree of its own, with the demo's state planted in it."""
+    """A copy of this checkout's tracked files, a git work tree of its own, with the try-out places' and the demo's
+    state in it under several names. Returns the copy, the tracked files, every state file and every secret."""
     copy = tmp_path_factory.mktemp('checkout')
     tracked = [p for p in run(['git', '-C', ROOT, 'ls-files', '-z']).split('\0') if p and os.path.isfile(
         os.path.join(ROOT, p))]
@@ -171,12 +257,15 @@ def planted(tmp_path_factory):
         os.chmod(str(copy / path), os.stat(os.path.join(ROOT, path)).st_mode & 0o777)
     run(['git', '-C', str(copy), 'init', '-q'])
     run(['git', '-C', str(copy), 'add', '-A'])
+    found = []
     for directory in STATE_DIRS:
-        for name in STATE:
-            path = copy / directory / name
-            os.makedirs(str(path.parent), exist_ok=True)
-            path.write_text('PLANTED SECRET %s/%s\n' % (directory, name))
-    return str(copy), set(tracked)
+        found += plant_tryout_state(str(copy / directory))
+    state = sorted(os.path.relpath(os.path.join(top, name), str(copy)) for directory in STATE_DIRS
+                   for top, _dirs, names in os.walk(str(copy / directory)) for name in names)
+    for name in ('secrets.json', 'hetzner-secrets.json', 'azure-secrets.json', 'ca.key', 'id_ed25519',
+                 'journal.sqlite.secret'):
+        assert any(path.endswith('/' + name) for path in state), name  # the planting wrote every kind of secret
+    return str(copy), set(tracked), state, found
 
 
 def contents_of(tarball):
@@ -184,26 +273,59 @@ def contents_of(tarball):
         return dict((m.name.rstrip('/'), tar.extractfile(m).read() if m.isfile() else b'') for m in tar.getmembers())
 
 
-def assert_no_state(members):
-    leaked = sorted(name for name, data in members.items() if b'PLANTED SECRET' in data
-                    or any(name.endswith(part) for part in STATE))
+def assert_no_state(members, state, found):
+    leaked = sorted(name for name in members if name in state or name.startswith(tuple(
+        directory + '/' for directory in STATE_DIRS)))
     assert leaked == []
+    holding = sorted(name for name, data in members.items() if PLANTED in data or b'OPENSSH PRIVATE KEY' in data
+                     or b'PRIVATE KEY-----' in data or any(value.encode() in data for value in found))
+    assert holding == []
+
+
+def meant_to_ship(tracked):
+    """What the tarball is for, from the files git tracks: the tops of TOP (the directories whole, unless ONLY says
+    less), nothing else."""
+    ship = set()
+    for name in tracked:
+        top = name.split('/')[0]
+        if top not in TOP or name.startswith(NEVER) or os.path.basename(name) in NEVER_NAMES:
+            continue
+        if top in ONLY and name not in ONLY[top]:
+            continue
+        ship.add(name)
+    return ship
+
+
+def files_of(tarball):
+    with tarfile.open(tarball) as tar:
+        return set(m.name for m in tar.getmembers() if m.isfile()) - {'MANIFEST.json', 'FILES.json'}
+
+
+def test_a_plain_build_ships_exactly_the_collection_whatever_state_the_tryout_places_left(planted, tmp_path):
+    """ansible-galaxy collection build in a checkout holding the state of every try-out place and of the demo under
+    several names: the tarball holds what galaxy.yml's manifest allows, which is every tracked file meant to ship and
+    nothing else; none of the state files, none of their secrets."""
+    copy, tracked, state, found = planted
+    run([ANSIBLE_GALAXY, 'collection', 'build', '--output-path', str(tmp_path), copy])
+    [tarball] = glob.glob(str(tmp_path / '*.tar.gz'))
+    assert_no_state(contents_of(tarball), state, found)
+    assert files_of(tarball) == meant_to_ship(tracked)
 
 
 def test_a_plain_galaxy_build_of_a_checkout_where_the_demo_ran_holds_none_of_its_state(planted, tmp_path):
-    copy, dummy = planted
+    copy, dummy, state, found = planted
     run([ANSIBLE_GALAXY, 'collection', 'build', '--output-path', str(tmp_path), copy])
     [tarball] = glob.glob(str(tmp_path / '*.tar.gz'))
-    assert_no_state(contents_of(tarball))
+    assert_no_state(contents_of(tarball), state, found)
 
 
 def test_the_clean_build_holds_only_tracked_files(planted, tmp_path):
-    copy, tracked = planted
+    copy, tracked, state, found = planted
     run([os.path.join(copy, 'scripts', 'build-collection.sh'), str(tmp_path)],
         env=dict(os.environ, ANSIBLE_GALAXY=ANSIBLE_GALAXY))
     [tarball] = glob.glob(str(tmp_path / '*.tar.gz'))
     members = contents_of(tarball)
-    assert_no_state(members)
+    assert_no_state(members, state, found)
     files = set(name for name, data in members.items() if name not in ('MANIFEST.json', 'FILES.json')
                 and not tarfile.open(tarball).getmember(name).isdir())
     assert files and files <= tracked, sorted(files - tracked)

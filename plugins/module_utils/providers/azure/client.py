@@ -21,7 +21,7 @@ import os
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import answers, base
 
 # The API versions azure-mgmt-compute 39.0.0 and azure-mgmt-network 33.1.0 use.
 API_VERSIONS = {'compute': '2026-04-01', 'disks': '2026-03-02', 'network': '2026-03-01'}
@@ -212,7 +212,20 @@ class Arm:
             request = HttpRequest(method, path, params=params, json=body) if body is not None else \
                 HttpRequest(method, path, params=params)
             try:
-                response = self._client(path).send_request(request)
+                # Streamed, so that the answer is read here up to CLOUD_ANSWER_MAX and never further.
+                response = self._client(path).send_request(request, stream=True)
+                try:
+                    sent = getattr(getattr(response, 'request', None), 'url', None) or request.url
+                    text = answers.read_bounded(response.iter_bytes(), answers.CLOUD_ANSWER_MAX, sent,
+                                                response.headers).decode('utf-8', 'replace')
+                finally:
+                    response.close()
+            except answers.AnswerTooLarge as err:
+                # A repeat would get the same: a read is refused; a request that acts may have been carried out.
+                if acts:
+                    raise base.UnknownOutcome('%s: %s (azure_endpoint_url). It may have been carried out: look before '
+                                              'repeating it.' % (what, err))
+                raise base.Refused('%s: %s (azure_endpoint_url).' % (what, err))
             except ClientAuthenticationError as err:
                 raise base.Refused('Azure refused the credentials: %s. Check AZURE_TENANT_ID, AZURE_CLIENT_ID and '
                                    'AZURE_CLIENT_SECRET (or what DefaultAzureCredential finds).'
@@ -223,7 +236,7 @@ class Arm:
                 cls = base.UnknownOutcome if acts else base.Transient
                 raise cls('%s: the answer was lost (%s)%s' % (what, str(err).splitlines()[0],
                                                               '; look before repeating it' if acts else ''))
-            answer = Answer(response.status_code, dict(response.headers), _body(response.text()))
+            answer = Answer(response.status_code, dict(response.headers), _body(text))
             if acts and answer.status < 400:
                 # Azure acted (or accepted the request); the record does not know yet.
                 failpoint.reached(api_point(method, path))

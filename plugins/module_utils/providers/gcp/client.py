@@ -25,7 +25,7 @@ import random
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import answers, base
 
 ENDPOINT_ENV = ('EPHEMERA_GCP_ENDPOINT_URL',)
 PROJECT_ENV = ('GOOGLE_CLOUD_PROJECT', 'CLOUDSDK_CORE_PROJECT', 'GCP_PROJECT')
@@ -113,12 +113,22 @@ class Compute:
         self.machine_types = compute_v1.MachineTypesClient(**kw)
         self.images = compute_v1.ImagesClient(**kw)
         self.networks = compute_v1.NetworksClient(**kw)
+        # Every answer is read up to CLOUD_ANSWER_MAX, never further (providers/answers.py): the REST transports'
+        # requests sessions read the body themselves otherwise.
+        for api in (self.instances, self.operations, self.zones, self.machine_types, self.images, self.networks):
+            answers.bound_session(api.transport._session, answers.CLOUD_ANSWER_MAX)  # pylint: disable=protected-access
 
     # ------------------------------------------------------------------------------- calls
 
     def _error(self, err, what, acts):
         """The seam's error for a library exception ``err`` of the call ``what``."""
         exc = self._exc
+        if isinstance(err, answers.AnswerTooLarge):
+            # A repeat would get the same: a read is refused; a call that acts may have been carried out.
+            if acts:
+                return base.UnknownOutcome('%s: %s (gcp_endpoint_url). It may have been carried out: look before '
+                                           'repeating it.' % (what, err))
+            return base.Refused('%s: %s (gcp_endpoint_url).' % (what, err))
         message = getattr(err, 'message', None) or str(err)
         code = getattr(err, 'code', None)
         if isinstance(err, self._auth_exc.GoogleAuthError):

@@ -24,7 +24,7 @@ import random
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import answers, base
 
 # The SDK this client imports when it is first used (and providers.preload before a run forks its workers).
 LIBRARIES = ('hcloud',)
@@ -125,6 +125,8 @@ class HCloud:
         base_client._retry_max_retries = 0  # pylint: disable=protected-access
         self._last_status = [None]
         base_client._session.hooks['response'].append(self._hook)  # pylint: disable=protected-access
+        # Every answer is read up to CLOUD_ANSWER_MAX, never further (providers/answers.py).
+        answers.bound_session(base_client._session, answers.CLOUD_ANSWER_MAX)  # pylint: disable=protected-access
 
     def _hook(self, response, *args, **kwargs):
         self._last_status[0] = response.status_code
@@ -133,6 +135,15 @@ class HCloud:
         """The seam's error for ``exc`` raised by a call, or None when it is not a failure of the call."""
         import requests
         what = '%s %s' % (method, path)
+        if isinstance(exc, answers.AnswerTooLarge):
+            # A repeat would get the same: a read is refused; a call that acts may have been carried out.
+            kind = base.UnknownOutcome if acts else base.Refused
+            err = kind('%s: %s (hetzner_endpoint or HCLOUD_ENDPOINT)%s.' % (
+                what, exc, '; it may have been carried out: look before repeating it' if acts else ''))
+            err.transport = 'too_large'
+            err.status = self._last_status[0]
+            err.code = ''
+            return err
         if isinstance(exc, self._api_exception):
             status = self._last_status[0]
             code = exc.code if isinstance(exc.code, str) else ''

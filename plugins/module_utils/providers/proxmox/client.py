@@ -33,7 +33,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.waiter import TIMEOUT, Backoff, done, pending, wait_for
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import answers, base
 
 # The libraries the client needs, imported by load_libraries() when the first client is made: a step that never
 # talks to the API (the guest steps) does not pay the tenth of a second requests and proxmoxer take to import.
@@ -640,10 +640,21 @@ class PveClient:
                                          timeout=self._timeouts(timeout))
         except requests.exceptions.RequestException as exc:
             raise self._transport_error(exc, method, path, timeout)
+        except answers.AnswerTooLarge as exc:
+            raise self._too_large(exc, method, path)
         if method != 'GET':
             # The cluster has acted on the request; nothing has been recorded about its answer yet.
             failpoint.reached(failpoint.api_point(method, path))
         return self._answer(answer, method, path)
+
+    def _too_large(self, exc, method, path):
+        """An answer over the cap (answers.PVE_ANSWER_MAX): a read is refused as it is (a repeat would get the same);
+        a request that acts may have been carried out."""
+        text = '{0} {1} on {2}: {3}.'.format(method, path, self.base_url, exc)
+        if method == 'GET':
+            return PveApiError(text, method=method, path=path, transport='too_large')
+        return PveUnknownOutcome('{0} {1}'.format(text, HINTS['unknown_outcome']), method=method, path=path,
+                                 transport='too_large')
 
     @contextlib.contextmanager
     def _quiet_tls(self):
@@ -689,7 +700,8 @@ class PveClient:
         except (ValueError, KeyError, TypeError) as exc:
             raise PveApiError('{0} answered the login with something other than a PVE ticket ({1}): is api_host a '
                               'Proxmox VE API?'.format(self.base_url, exc), method='POST', path='/access/ticket')
-        self._http = backend.get_session()
+        # Every answer of the session is read up to PVE_ANSWER_MAX, never further (providers/answers.py).
+        self._http = answers.bound_session(backend.get_session(), answers.PVE_ANSWER_MAX)
 
     def _login_failed(self, exc):
         text = str(exc)

@@ -66,6 +66,38 @@ def test_password_is_never_shown(pg_server):
         pg_server.url_for(database=name, password=False) + '?sslmode=require'
 
 
+def test_no_secret_query_parameter_is_ever_shown(pg_server):
+    """sslpassword (the pass phrase of the client key) and any parameter named as a secret are masked like the
+    password: in the journal's path and actor, its messages, its rows, and a driver's error that quotes the URL."""
+    name, url = fresh(pg_server)
+    # libpq takes sslpassword on any connection (it is used only to open an encrypted sslkey).
+    secret_url = url + ('&' if '?' in url else '?') + 'sslpassword=Key-Phrase-9f3c&application_name=ephemera'
+    with Journal.open(url=secret_url) as j:
+        assert 'Key-Phrase-9f3c' not in j.path and 'Key-Phrase-9f3c' not in j.actor
+        assert j.path == pg_server.url_for(database=name, password=False) + '?application_name=ephemera'
+        j.create_workspace('ws1')
+        with pytest.raises(JournalError) as err:
+            j.create_workspace('ws1')
+        assert 'Key-Phrase-9f3c' not in str(err.value) and j.path in str(err.value)
+    assert 'Key-Phrase-9f3c' not in '\n'.join(contents(pg_server, name))
+    assert journal_mod.resolve_location(url=secret_url) == j.path
+    # Every secret of libpq's parameters, and any parameter whose name says it holds one; files are named.
+    base = 'postgresql://ephemera:pw-1@db.example/ephemera?sslmode=verify-full'
+    shown = journal_pg.display(base + '&sslpassword=s-2&oauth_client_secret=s-3&PassWord=s-4&ssl%70assword=s-5'
+                               '&sslkey=/etc/ephemera/client.key&passfile=/etc/ephemera/pgpass')
+    assert shown == ('postgresql://ephemera@db.example/ephemera?sslmode=verify-full'
+                     '&sslkey=/etc/ephemera/client.key&passfile=/etc/ephemera/pgpass')
+    # A value libpq cannot decode is quoted in its error: the message masks it.
+    for bad in (url + ('&' if '?' in url else '?') + 'sslpassword=%zzKey-Phrase-9f3c',
+                url.replace(':%s@' % pg_server.password, ':%%zz%s@' % pg_server.password)):
+        with pytest.raises(JournalError) as err:
+            Journal.open(url=bad)
+        message = str(err.value)
+        assert 'invalid percent-encoded token: "***"' in message and 'Nothing was' in message
+        assert 'Key-Phrase-9f3c' not in message and pg_server.password not in message
+        assert 'Key-Phrase-9f3c' not in str(err.value.details) and pg_server.password not in str(err.value.details)
+
+
 @pytest.mark.parametrize('url', ['mysql://ephemera@127.0.0.1/ephemera', 'sqlite:///var/lib/ephemera/journal.sqlite',
                                  'http://127.0.0.1:5432/ephemera'])
 def test_wrong_scheme_is_refused_before_connecting(url):

@@ -120,6 +120,12 @@ class Response:
     def text(self):
         return self._text
 
+    def iter_bytes(self):
+        yield self._text.encode()
+
+    def close(self):
+        pass
+
 
 class Recorded:
     """An SDK client's send_request that plays recorded answers (or raises recorded exceptions)."""
@@ -128,7 +134,7 @@ class Recorded:
         self.answers = list(answers)
         self.sent = []
 
-    def send_request(self, request):
+    def send_request(self, request, stream=False):
         self.sent.append((request.method, request.url))
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):

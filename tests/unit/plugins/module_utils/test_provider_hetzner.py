@@ -242,3 +242,23 @@ def test_missing_and_wrong_token(cloud):
                                   {'ssh_public_key': PUBLIC_KEY})
     with pytest.raises(base.InvalidRequest, match='Check the API token'):
         p.check_source('ubuntu-24.04', 'fsn1', 'disposable-workspaces')
+
+
+def test_an_answer_larger_than_the_cap_is_not_read_and_fails_clearly():
+    """A server in the API's place answers 48 MiB (more than twice CLOUD_ANSWER_MAX) to hcloud's own requests: the
+    client stops reading at the cap and fails saying what was wrong; a read is not repeated, a call that acts is an
+    unknown outcome."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import answers
+    from tests.floodserver import MIB, FloodServer
+    assert answers.CLOUD_ANSWER_MAX == 16 * MIB
+    with FloodServer(48 * MIB, key='servers') as server:
+        api = hclient.HCloud(TOKEN, server.url + '/v1', request_timeout=15, retry_timeout=15)
+        with pytest.raises(base.Refused) as info:
+            api.call('GET', '/servers')
+        with pytest.raises(base.UnknownOutcome) as acted:
+            api.call('POST', '/servers', acts=True, json={'name': 'ws'})
+        assert server.settled(2)
+    assert (server.hung_up, server.completed) == (2, 0)
+    assert [method for method, dummy in server.requests] == ['GET', 'POST']  # neither repeated
+    assert 'GET /servers: the answer of %s/v1/servers is larger than 16 MiB' % server.url in str(info.value)
+    assert 'hetzner_endpoint' in str(info.value) and 'look before repeating it' in str(acted.value)

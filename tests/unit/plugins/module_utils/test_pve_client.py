@@ -641,3 +641,32 @@ def test_request_count_counts_every_http_request(fakepve, fakepve_cafile):
 def test_module_utils_reports_missing_libraries_cleanly():
     assert pvemod.load_libraries() == (None, None)
     assert pvemod.PVE_IMPORT_ERROR is None and pvemod.PVE_MISSING_LIBRARY is None
+
+
+# --------------------------------------------------------------- answers beyond the cap
+
+@pytest.mark.parametrize('declare', [False, True], ids=['close-delimited', 'announced'])
+def test_an_answer_larger_than_the_cap_is_not_read_and_fails_clearly(tmp_path, declare):
+    """A server in the API's place answers 80 MiB (more than twice PVE_ANSWER_MAX): the client stops reading at the
+    cap, hangs up, and fails saying what was wrong and what to check; a GET is not repeated, a POST is an unknown
+    outcome."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import answers
+    from tests.floodserver import MIB, FloodServer
+    assert answers.PVE_ANSWER_MAX == 32 * MIB
+    with FloodServer(80 * MIB, declare=declare, tls_dir=tmp_path) as server:
+        client = connect('127.0.0.1', api_port=server.port, api_token_id='root@pam!ci', api_token_secret='x',
+                         ca_file=server.ca_file, get_retries=3)
+        with pytest.raises(PveApiError) as info:
+            client.get('/cluster/resources')
+        assert not isinstance(info.value, (PveTransient, PveUnknownOutcome))
+        with pytest.raises(PveUnknownOutcome) as acted:
+            client.post('/nodes/pve1/lxc/105/status/start')
+        assert server.settled(2)
+    assert (server.hung_up, server.completed) == (2, 0)
+    assert server.requests == [('GET', '/api2/json/cluster/resources'),
+                               ('POST', '/api2/json/nodes/pve1/lxc/105/status/start')]
+    message = str(info.value)
+    assert 'GET /cluster/resources on https://127.0.0.1:%d' % server.port in message
+    assert 'larger than 32 MiB' in message and 'check that the endpoint is the API itself' in message
+    assert info.value.transport == acted.value.transport == 'too_large'
+    assert 'look at the cluster before retrying' in str(acted.value)

@@ -1,6 +1,8 @@
 """Owner liveness across hosts: a run's queue claim carries a lease that its writes renew; a controller on another
 host takes over only a claim whose lease expired; on one host the pid and start time still decide. On both backends,
-with real processes standing for ansible-playbook runs (their host is the run identity's name for the controller)."""
+with real processes standing for ansible-playbook runs (their host is the run identity's name for the controller).
+On PostgreSQL the leases are written and judged by the database's clock: a controller whose own clock is off (a
+forked process whose Python clock is shifted) sees the same as the others."""
 
 import subprocess
 import sys
@@ -100,3 +102,83 @@ def test_on_one_host_a_dead_pid_is_taken_over_at_once(store, processes):
         kill(a_proc)
         turn = b.poll(request)  # long before the lease would expire
         assert turn.outcome == CLAIMED and turn.resumed
+
+
+# ------------------------------------------------ clocks: a journal on PostgreSQL judges by the database's clock
+
+SKEW = 2 * 3600.0  # two hours: far more than a lease
+
+
+def _as_skewed_controller(url, skew, host, run_pid, action, out):
+    """In a process of its own (forked): controller ``host`` whose clock is ``skew`` seconds off, standing for the run
+    ``run_pid``, does ``action`` on the journal at ``url``; what it saw goes to ``out``."""
+    import os as _os
+    real = time.time
+    time.time = lambda: real() + skew  # this process's clock only
+    _os.environ['EPHEMERA_CONTROLLER_HOST'] = host
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+    try:
+        with Journal.open(url=url) as journal:
+            queue = Queue(journal, owner=Owner(host, run_pid, proc_start_time(run_pid)), lease=600)
+            if action == 'claim':
+                turn = queue.poll(queue.enqueue('create', 'ws1').request_id)
+                out.put((turn.outcome, turn.claim))
+            elif action == 'poll':
+                turn = queue.poll(queue.enqueue('create', 'ws1').request_id)
+                out.put((turn.outcome, None))
+            else:
+                claimed = journal.begin_idempotent('key-1', 'create', {'workspace': 'ws1'})
+                out.put(('claimed', claimed.replayed))
+    except Exception as exc:  # pylint: disable=broad-except
+        out.put(('error', '%s: %s' % (type(exc).__name__, exc)))
+
+
+def _run_skewed(url, skew, host, run_pid, action):
+    import multiprocessing
+    fork = multiprocessing.get_context('fork')
+    out = fork.Queue()
+    child = fork.Process(target=_as_skewed_controller, args=(url, skew, host, run_pid, action, out))
+    child.start()
+    result = out.get(timeout=120)
+    child.join(timeout=120)
+    return result
+
+
+@pytest.mark.parametrize('who', ['the-viewer-runs-ahead', 'the-claimant-runs-behind'])
+def test_a_controller_whose_clock_is_off_judges_anothers_claim_as_the_database_does(pg_server, processes, who):
+    """Two controllers share a journal on PostgreSQL; one's clock is two hours off. Whether it is the one that looks
+    at the other's claim (it would think the lease ran out) or the one that holds the claim (its lease would be
+    written as long expired), the claim is judged alive: the other waits, and the holder's writes go on."""
+    url = pg_server.new_database('clock_%s' % who.replace('-', '_'))
+    a_proc, b_proc = processes(), processes()
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+    with Journal.open(url=url) as journal:
+        if who == 'the-viewer-runs-ahead':
+            first = claim(run_on(journal, 'controller-a', a_proc, lease=600))
+            seen = _run_skewed(url, SKEW, 'controller-b', b_proc.pid, 'poll')
+            holder = first.claim
+        else:
+            outcome, holder = _run_skewed(url, -SKEW, 'controller-a', a_proc.pid, 'claim')
+            assert outcome == CLAIMED
+            b = run_on(journal, 'controller-b', b_proc, lease=600)
+            seen = (b.poll(b.enqueue('create', 'ws1').request_id).outcome, None)
+        assert seen == (WAITING, None)
+        journal.append_event('ws1', 'note', 'the holder still writes', claim=holder)
+        [entry] = [e for e in run_on(journal, 'controller-b', b_proc, lease=600).entries(target='ws1')
+                   if e['state'] == 'running']
+        assert entry['owner']['host'] == 'controller-a' and entry['claims'] == 1 and entry['runner_alive'] is True
+        actions = [e['action'] for e in journal.events('ws1')]
+        assert 'runner_lost' not in actions and 'resumed' not in actions
+
+
+def test_an_idempotency_record_is_not_expired_by_a_clock_that_runs_ahead(pg_server):
+    """A create holds an idempotency key (records last 24 h); a controller whose clock is 25 h ahead repeats the
+    request with the same key: it is told the first is still running, not handed a fresh claim to create again."""
+    url = pg_server.new_database('clock_idempotency')
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+    with Journal.open(url=url) as journal:
+        first = journal.begin_idempotent('key-1', 'create', {'workspace': 'ws1'})
+        assert first.replayed is False
+        outcome, said = _run_skewed(url, 25 * 3600.0, 'controller-b', 1, 'idempotency')
+        assert outcome == 'error' and said.startswith('IdempotencyError: A create with this idempotency key is still '
+                                                      'running'), said

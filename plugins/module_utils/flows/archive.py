@@ -708,6 +708,11 @@ class ArchiveFlow:
         except SshError as err:
             # What the agent was doing is a note in the metadata; the work is captured already.
             runner = {'ok': False, 'alive': None, 'error': 'the runner could not be asked: %s' % err}
+        if UNTRACKED_TAR in files:
+            # The checked extractor the restore commands run on untracked.tar, from the controller, not the guest.
+            write_durable(os.path.join(path, RESTORE_UNTRACKED), EXTRACT_PROGRAM)
+            files[RESTORE_UNTRACKED] = {'bytes': len(EXTRACT_PROGRAM.encode('utf-8')),
+                                        'sha256': hashlib.sha256(EXTRACT_PROGRAM.encode('utf-8')).hexdigest()}
         metadata = self._metadata(state, path, now, push, files, bundle_refs, runner)
         write_durable(os.path.join(path, METADATA), json.dumps(metadata, indent=2, sort_keys=True, default=str) + '\n')
         record = {
@@ -716,7 +721,7 @@ class ArchiveFlow:
             'pushed_commit': push.get('commit') if push.get('ok') else None,
             'remote': redact_url(self.ws['params'].get('repo') or self.ws.get('repo')),
             'files': sorted(list(files) + [METADATA]),
-            'work_files': sorted(name for name in files if name != UNTRACKED_TAR),
+            'work_files': sorted(name for name in files if name not in (UNTRACKED_TAR, RESTORE_UNTRACKED)),
         }
         self._set_fact('archived', 'archive', record, detail=dict(record, notes=self.notes))
         return self._result(True, NOTHING if state.clean else SAVED, 'archived %s: %s' % (self.name, self._what(record, push)),
@@ -943,6 +948,10 @@ class ArchiveFlow:
                 count = captured.get('untracked_included') or '0'
                 count = int(count) if count.isdigit() else 0
                 self.untracked_included = count
+                refused = captured.get('untracked_refused') or '0'
+                if refused.isdigit() and int(refused):
+                    self.notes.append('%s untracked name(s) left out of %s: absolute, with "..", or in a .git '
+                                      'directory' % (refused, UNTRACKED_TAR))
                 if not count:
                     wanted.remove(UNTRACKED_TAR)
                     self.notes.append('no untracked file matched %s' % ', '.join(self.params['include_untracked']))
@@ -958,16 +967,19 @@ class ArchiveFlow:
         """The capture, run as root: each agent command's output goes into a file of root's directory."""
         ssh_user = self.ws['params'].get('ssh_user') or 'root'
 
+        def capture(name, command, stdin='/dev/null'):
+            """Run ``command``, its output into ``$w/name`` (cut at the cap)."""
+            # Standard output into the file, standard error (64 KiB at most) into .err, the exit status into .rc.
+            run = ('( { rc=0; %s <%s 2>&4 4>&- || rc=$?; echo "$rc" >"$w/.rc"; } 4>&1 >&3 3>&- '
+                   '| head -c 65536 >"$w/.err" ) 3>&1 | head -c %d >"$w/%s"' % (command, stdin, MAX_CAPTURE + 1, name))
+            return [run,
+                    '[ "$(wc -c <"$w/%s")" -le %d ] || exit %d' % (name, MAX_CAPTURE, CAPTURE_TOO_LARGE),
+                    'rc=$(cat "$w/.rc"); [ "$rc" = 0 ] || { tail -n 5 "$w/.err" >&2; exit "$rc"; }']
+
         def agent(name, lines):
             """Run ``lines`` as the agent in its checkout, its output into ``$w/name`` (cut at the cap)."""
             body = '\n'.join(['set -eu', GIT_ENV, 'cd %s' % q(layout.checkout)] + lines)
-            # Standard output into the file, standard error (64 KiB at most) into .err, the exit status into .rc.
-            capture = ('( { rc=0; %s </dev/null 2>&4 4>&- || rc=$?; echo "$rc" >"$w/.rc"; } 4>&1 >&3 3>&- '
-                       '| head -c 65536 >"$w/.err" ) 3>&1 | head -c %d >"$w/%s"' % (
-                           agent_command(layout, ssh_user, body), MAX_CAPTURE + 1, name))
-            return [capture,
-                    '[ "$(wc -c <"$w/%s")" -le %d ] || exit %d' % (name, MAX_CAPTURE, CAPTURE_TOO_LARGE),
-                    'rc=$(cat "$w/.rc"); [ "$rc" = 0 ] || { tail -n 5 "$w/.err" >&2; exit "$rc"; }']
+            return capture(name, agent_command(layout, ssh_user, body))
 
         lines = ['set -eu', GIT_ENV,
                  'mkdir -p %s && chmod 0700 %s' % (q(layout.private), q(layout.private)),
@@ -1002,9 +1014,16 @@ class ArchiveFlow:
                 self.notes.append('the index holds unresolved merge conflicts; index.patch was not made')
         patterns = self.params.get('include_untracked') or []
         if patterns:
-            lines += agent(UNTRACKED_TAR, ['git ls-files -o -z -- %s | python3 -c %s %s' % (
-                ' '.join(q(p) for p in patterns), q(TAR_PROGRAM), q(self._excluded(layout)))])
+            # The names come from the agent's git; the tar is made by the guest's own python3, started by root in
+            # isolated mode with an empty environment (none of the agent's start-up code, modules or variables),
+            # which drops to the agent's user before it opens anything: it reads only what the agent may read.
+            lines += agent('.untracked', ['git ls-files -o -z -- %s' % ' '.join(q(p) for p in patterns)])
+            lines += capture(UNTRACKED_TAR, 'sh -c %s' % q(
+                'cd %s && exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin python3 -I -S -c %s "$(id -u %s)" '
+                '"$(id -g %s)" %s' % (q(layout.checkout), q(TAR_PROGRAM), q(layout.agent_user), q(layout.agent_user),
+                                      q(self._excluded(layout)))), stdin='"$w/.untracked"')
             lines.append('echo "untracked_included $(tail -n 1 "$w/.err" | tr -cd 0-9)"')
+            lines.append('echo "untracked_refused $(tail -n 2 "$w/.err" | head -n 1 | tr -cd 0-9)"')
             wanted.append(UNTRACKED_TAR)
         return '\n'.join(lines), wanted
 
@@ -1069,18 +1088,119 @@ class ArchiveFlow:
         }
 
 
-# A tar of the files named on standard input (NUL-separated), run by the guest's python3: no GNU tar
-# needed. Symbolic links are stored as links, never followed, so a link cannot smuggle in a file
-# from outside the checkout; the credentials file is skipped by name.
+# A tar of the files named on standard input (NUL-separated), made by the guest's python3 (no GNU tar needed), started
+# by root in isolated mode (-I -S, an empty environment: nothing of the agent's runs in it) with the agent's uid and gid:
+# it takes the agent's user before it opens anything, so it reads only what the agent may read, and as a process
+# whose ids changed it cannot be traced by the agent. A name that is absolute, holds "..", or has a .git part is
+# never put in (a restore would write it into the repository's own directory); symbolic links are stored as links,
+# never followed; the credentials file is skipped by name. Standard error ends with the count refused, then the
+# count put in.
 TAR_PROGRAM = '''
-import sys, tarfile
-excluded = sys.argv[1]
+import os, sys, tarfile
+uid, gid, excluded = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+if os.getuid() != uid:
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
 names = [n.decode('utf-8', 'surrogateescape') for n in sys.stdin.buffer.read().split(b'\\0') if n]
-names = [n for n in names if n.rstrip('/') != excluded]
+kept, refused = [], 0
+for name in names:
+    parts = name.rstrip('/').split('/')
+    if name.startswith('/') or '..' in parts or any(p.lower() == '.git' for p in parts):
+        refused += 1
+    elif name.rstrip('/') != excluded:
+        kept.append(name)
 with tarfile.open(fileobj=sys.stdout.buffer, mode='w|', format=tarfile.PAX_FORMAT) as tar:
-    for name in names:
+    for name in kept:
         tar.add(name, recursive=False)
-sys.stderr.write('%d\\n' % len(names))
+sys.stderr.write('%d\\n%d\\n' % (refused, len(kept)))
+'''
+
+# The extractor that a restore runs on untracked.tar (written next to metadata.json as RESTORE_UNTRACKED): an
+# archive is the agent's work, and the agent may have made it hostile. It puts in regular files and directories
+# only, each below the current directory through directories only (never through a link, whether in the archive or
+# already in the clone), never a name that is absolute, holds "..", or has a .git part; links, devices and other
+# kinds are listed and left out. A name it must refuse stops it before it writes anything.
+RESTORE_UNTRACKED = 'restore-untracked.py'
+EXTRACT_PROGRAM = '''#!/usr/bin/env python3
+"""Extract an archive's untracked.tar into the current directory (the restored clone), checked entry by entry.
+
+    python3 -I restore-untracked.py untracked.tar
+
+Regular files and directories only; never an absolute name, "..", a .git part, or a path through a link."""
+import os
+import stat
+import sys
+import tarfile
+
+
+def problem(member):
+    parts = member.name.rstrip('/').split('/')
+    if member.name.startswith('/'):
+        return 'an absolute name'
+    if '..' in parts or '' in parts:
+        return 'a name with ".." or an empty part'
+    if any(p.lower() == '.git' for p in parts):
+        return "a name in the repository's own .git directory"
+    return None
+
+
+def through_links(top, parts):
+    path = top
+    for part in parts:
+        path = os.path.join(path, part)
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return path
+        except FileNotFoundError:
+            return None
+    return None
+
+
+def main(argv):
+    if len(argv) != 2:
+        sys.exit('usage: python3 -I restore-untracked.py untracked.tar  (run it inside the restored clone)')
+    top = os.getcwd()
+    with tarfile.open(argv[1], 'r:') as tar:
+        members = tar.getmembers()
+        bad = [(m.name, problem(m)) for m in members if problem(m)]
+        if bad:
+            for name, why in bad:
+                sys.stderr.write('refused: %r is %s\\n' % (name, why))
+            sys.exit('%s holds entries a restore must not write; nothing was extracted.' % argv[1])
+        put, left = 0, []
+        for member in members:
+            parts = member.name.rstrip('/').split('/')
+            if not (member.isreg() or member.isdir()):
+                left.append('%s (%s)' % (member.name, 'a link' if member.issym() or member.islnk() else 'not a file'))
+                continue
+            link = through_links(top, parts[:-1] if member.isreg() else parts)
+            if link:
+                left.append('%s (through the link %s)' % (member.name, link))
+                continue
+            target = os.path.join(top, *parts)
+            if member.isdir():
+                os.makedirs(target, exist_ok=True)
+                continue
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if through_links(top, parts[:-1]):
+                left.append('%s (through a link)' % member.name)
+                continue
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, member.mode & 0o755 | 0o600)
+            with os.fdopen(fd, 'wb') as out, tar.extractfile(member) as src:
+                while True:
+                    block = src.read(1 << 20)
+                    if not block:
+                        break
+                    out.write(block)
+            put += 1
+    for entry in left:
+        sys.stderr.write('left out: %s\\n' % entry)
+    print('%d file(s) extracted, %d entr%s left out' % (put, len(left), 'y' if len(left) == 1 else 'ies'))
+
+
+if __name__ == '__main__':
+    main(sys.argv)
 '''
 
 
@@ -1136,5 +1256,5 @@ def restore_commands(state, push, files, bundle_refs, remote_url):
         if WORKTREE_PATCH in files:
             lines.append('git apply ../%s' % WORKTREE_PATCH)
     if UNTRACKED_TAR in files:
-        lines.append('tar -xf ../%s' % UNTRACKED_TAR)
+        lines.append('python3 -I ../%s ../%s' % (RESTORE_UNTRACKED, UNTRACKED_TAR))
     return lines

@@ -14,6 +14,7 @@ import os
 import secrets
 import shlex
 import subprocess
+import tarfile
 
 import pytest
 
@@ -204,33 +205,81 @@ def test_the_archive_push_hands_the_token_to_nothing_the_agent_controls(created)
         trap.stop()
 
 
-def test_root_reads_nothing_the_agent_swapped_into_its_capture(created):
+# What the agent runs while root captures its work: a process of its own that swaps whatever it can reach of the
+# directories the capture uses (root's private directory and its archive.* directories, and the scratch directory it
+# shares) for links to root's files, and logs what it could and could not reach.
+WATCHER = r"""
+import glob, os, sys, time
+log = open('/home/agent/watch.log', 'a', buffering=1)
+trap = '/home/agent/trap'
+os.makedirs(trap, exist_ok=True)
+for name in ('worktree.patch', 'untracked.tar', '.untracked', '.refs', '.rc', '.err'):
+    if not os.path.lexists(os.path.join(trap, name)):
+        os.symlink('/root/secret.txt', os.path.join(trap, name))
+end = time.time() + 300
+while time.time() < end:
+    for top in ('/var/lib/ephemera/private', '/var/lib/ephemera/tmp'):
+        try:
+            found = [os.path.join(top, n) for n in os.listdir(top)]
+        except OSError as err:
+            log.write('denied %s %s\n' % (top, err.errno))
+            found = []
+        for path in found:
+            if os.path.basename(path).startswith('archive.') and not os.path.islink(path):
+                try:
+                    os.rename(path, path + '.moved')
+                    os.symlink(trap, path)
+                    log.write('swapped %s\n' % path)
+                except OSError as err:
+                    log.write('refused %s %s\n' % (path, err.errno))
+    time.sleep(0.002)
+"""
+
+
+def test_nothing_of_the_agents_reaches_or_writes_into_the_capture(created):
     secret = 'root-only-' + secrets.token_hex(8)
     inside(created, 'umask 077; echo %s >/root/secret.txt' % secret)
-    # Python start-up code of the agent: it runs in every python3 the agent's user starts, the capture's tar included,
-    # and swaps what it finds in the agent's scratch directories for links to root's files.
+    # Python start-up code of the agent: it runs in every python3 the agent's user starts, and puts an entry into any
+    # tar that python makes: a .git/config whose fsmonitor runs a command at the restored clone's next git status.
     site = as_agent(created, 'python3 -c "import site; print(site.getusersitepackages())"').strip()
     as_agent(created, 'mkdir -p %s && cat >%s/usercustomize.py' % (site, site) + " <<'EOF'\n" + '\n'.join([
-        'import glob, os',
-        'for d in glob.glob("/var/lib/ephemera/tmp/archive.*"):',
-        '    for name in ("worktree.patch", "head.bundle"):',
-        '        path = os.path.join(d, name)',
-        '        if os.path.lexists(path):',
-        '            os.unlink(path)',
-        '            os.symlink("/root/secret.txt", path)',
+        'import io, tarfile',
+        '_add = tarfile.TarFile.add',
+        'def add(self, name, *args, **kwargs):',
+        '    _add(self, name, *args, **kwargs)',
+        '    if not getattr(self, "planted", False):',
+        '        self.planted = True',
+        '        data = b"[core]\\n\\tfsmonitor = touch /tmp/pwned-by-the-agent\\n"',
+        '        info = tarfile.TarInfo(".git/config")',
+        '        info.size = len(data)',
+        '        self.addfile(info, io.BytesIO(data))',
+        'tarfile.TarFile.add = add',
     ]) + '\nEOF')
+    as_agent(created, 'cat >/home/agent/watcher.py' + " <<'EOF'\n" + WATCHER + '\nEOF')
+    as_agent(created, 'rm -f /home/agent/watch.log; setsid python3 /home/agent/watcher.py </dev/null >/dev/null 2>&1 & '
+                      'echo $! >/home/agent/watcher.pid')
     try:
         as_agent(created, 'echo "more work" >>README && echo "a note" >note.md')
         result = archive(created, push=False, include_untracked=['*.md'])
         assert result['changed'] and sorted(result['archive']['files']) == [
-            'metadata.json', 'untracked.tar', 'worktree.patch'], result
+            'metadata.json', 'restore-untracked.py', 'untracked.tar', 'worktree.patch'], result
         path = result['archive']['path']
         for name in result['archive']['files']:
             with open(os.path.join(path, name), 'rb') as f:
                 assert secret.encode() not in f.read(), name
         with open(os.path.join(path, 'worktree.patch')) as f:
             assert '+more work' in f.read()
+        # The tar holds the agent's file and nothing its start-up code added.
+        with tarfile.open(os.path.join(path, 'untracked.tar')) as tar:
+            assert tar.getnames() == ['note.md']
+        # Root wrote nothing through the agent's links, and the agent reached none of the capture's directories.
+        assert inside(created, 'cat /root/secret.txt')[1].strip() == secret
+        status, log, dummy = inside(created, 'cat /home/agent/watch.log; kill -0 "$(cat /home/agent/watcher.pid)"')
+        assert status == 0, 'the watcher was not running through the capture'
+        assert 'denied /var/lib/ephemera/private 13' in log and 'swapped /var/lib/ephemera/private' not in log, log
     finally:
+        inside(created, 'kill "$(cat /home/agent/watcher.pid)"; rm -rf /home/agent/watcher.* /home/agent/watch.log '
+                        '/home/agent/trap')
         as_agent(created, 'rm -f %s/usercustomize.py; git checkout -q -- README; rm -f note.md' % site)
         inside(created, 'rm -f /root/secret.txt')
 

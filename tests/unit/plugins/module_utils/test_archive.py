@@ -168,7 +168,7 @@ def test_restore_commands_follow_what_was_captured():
     assert lines == ['git clone -- file:///o.git restored', 'cd restored', 'git bundle verify ../head.bundle',
                      "git fetch ../head.bundle '+refs/*:refs/archive/*' +HEAD:refs/archive/HEAD",
                      'git checkout -B main ' + 'a' * 40, 'git apply --cached ../index.patch',
-                     'git apply ../worktree.patch', 'tar -xf ../untracked.tar']
+                     'git apply ../worktree.patch', 'python3 -I ../restore-untracked.py ../untracked.tar']
     pushed = archive.restore_commands(_state(branch=''), {'ok': True, 'ref': 'refs/heads/ephemera/w', 'commit': 'c' * 40},
                                       {}, [], 'file:///o.git')
     assert pushed[2:] == ['git fetch origin refs/heads/ephemera/w', 'git checkout --detach ' + 'c' * 40,

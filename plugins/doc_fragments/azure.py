@@ -66,8 +66,8 @@ options:
   azure_admin_username:
     description:
       - The VM's administrator user (Azure gives it sudo), whose authorized key is O(azure_ssh_public_key). The
-        controller logs in as root (O(ssh_user)), so this user is not used by the collection; the agent is never it
-        (O(agent_user) is refused when it names this user).
+        controller logs in as root (C(ssh_user)), so this user is not used by the collection; the agent is never it
+        (C(agent_user) is refused when it names this user).
     type: str
     default: ephemera
   azure_ssh_public_key:

@@ -140,8 +140,8 @@ def test_refused_push_falls_back_to_bundle_and_patches(workspace, work, original
     assert result['verdict'] == 'saved' and result['unsaved'] is False
     archive = result['archive']
     assert archive['pushed_ref'] is None and archive['head'] == originals['head'] and archive['branch'] == 'main'
-    assert sorted(archive['files']) == ['head.bundle', 'index.patch', 'metadata.json', 'restore-untracked.py',
-                                      'untracked.tar', 'worktree.patch']
+    assert sorted(archive['files']) == [
+        'head.bundle', 'index.patch', 'metadata.json', 'restore-untracked.py', 'untracked.tar', 'worktree.patch']
     assert result['push']['attempted'] and not result['push']['ok']
     assert any('this remote takes no pushes' in note and 'bundle and patches' in note for note in result['notes'])
     path = archive['path']

@@ -1,7 +1,8 @@
 """The expiry sweep on the try-out cluster, with short leases: an idle workspace is released (its unsaved work
 archived first) and nothing of it remains; a workspace whose agent works survives its idle expiry and goes at its
-ttl, but one whose agent only says it works (runs, and does nothing) goes at its idle expiry; a failed release is kept with its attempt, error and retry time, and the next due sweep finishes it; a
-release without delete retains the workspace and expiry leaves it alone.
+ttl, but one whose agent only says it works (runs, and does nothing) goes at its idle expiry; a failed release is
+kept with its attempt, error and retry time, and the next due sweep finishes it; a release without delete retains
+the workspace and expiry leaves it alone.
 """
 
 import os

@@ -14,6 +14,8 @@ NS = 'http://ec2.amazonaws.com/doc/2016-11-15'
 ET.register_namespace('', NS)
 INSTANCE_ID = re.compile(r'^i-[0-9a-f]{8,17}$')
 NAMING_KEYS = re.compile(r'^(InstanceId|InstanceIds|ResourceId)(\.\d+)?$')
+# What moto records as the ClientToken of a RunInstances that gave none; EC2 records none (an empty clientToken).
+MOTO_NO_TOKEN = 'ABCDE'
 STATE_CODES = {'pending': 0, 'running': 16, 'shutting-down': 32, 'terminated': 48, 'stopping': 64, 'stopped': 80}
 
 
@@ -85,6 +87,14 @@ def _set_state(element, state):
             child.text = str(STATE_CODES[state])
         elif child.tag == tag('name'):
             child.text = state
+
+
+def show_client_token(item):
+    """The item's clientToken as EC2 shows it: empty for an instance launched without one (moto shows a
+    placeholder)."""
+    found = item.find(tag('clientToken'))
+    if found is not None and found.text == MOTO_NO_TOKEN:
+        found.text = None
 
 
 def rewrite_instance(item, view):

@@ -26,6 +26,13 @@ LOG = logging.getLogger('localcloud.fleet')
 TIMING_KEYS = ('boot_secs', 'stop_secs', 'shutdown_secs')
 
 
+def teach_moto():
+    """What moto lacks of EC2's DescribeInstances, added to the moto of this process: the ``client-token`` filter
+    (the instances launched with one of the filter's client tokens), which the EC2 API reference documents."""
+    from moto.ec2 import utils  # pylint: disable=import-outside-toplevel
+    utils.filter_dict_attribute_mapping.setdefault('client-token', 'client_token')
+
+
 def moto_instances():
     """(account, region, instance) for every instance moto holds, without making backends that do not exist yet."""
     from moto.ec2.models import ec2_backends  # pylint: disable=import-outside-toplevel

@@ -7,6 +7,8 @@ It forwards EC2 Query API requests to moto and
   would launch another), and refuses one with other parameters (IdempotentParameterMismatch);
 - hides a new instance id while the fleet says it is not visible yet (InvalidInstanceID.NotFound when named,
   absent from filtered listings);
+- shows an instance launched without a ClientToken with an empty clientToken, as EC2 does (moto shows a
+  placeholder; the client-token filter moto lacks is added to it, fleet.teach_moto);
 - applies its rules, which match an operation (the Action, a glob) and, with `match`, only requests with a field
   value matching that glob (an instance id, a ClientToken), and act on `times` requests after letting `skip`
   through:
@@ -264,6 +266,7 @@ class FaultProxy(ProxyServer):
         hidden = set()
         for parent, item in ec2xml.instance_items(root):
             instance_id = ec2xml.item_id(item)
+            ec2xml.show_client_token(item)
             instance = self.fleet.instances.get(instance_id)
             if instance is None:
                 continue

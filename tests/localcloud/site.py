@@ -23,7 +23,7 @@ from tests.models.tryout import agent_settings
 
 from .azure_site import AzurePart
 from .config import ACCOUNT_ID, INFO_FILE, CloudError
-from .fleet import Fleet
+from .fleet import Fleet, teach_moto
 from .gcp_site import GcpPart
 from .hetzner_site import HetznerPart
 from .proxy import FaultProxy
@@ -53,6 +53,7 @@ def start_moto(host, port):
     from moto.server import ThreadedMotoServer
     for attribute in MOTO_SETTINGS.values():
         setattr(settings, attribute, True)
+    teach_moto()
     logging.getLogger('werkzeug').setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
     server.start()

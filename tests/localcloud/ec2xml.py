@@ -89,11 +89,16 @@ def _set_state(element, state):
             child.text = state
 
 
-def show_client_token(item):
-    """The item's clientToken as EC2 shows it: empty for an instance launched without one (moto shows a
+def shown_client_token(token):
+    """An instance's client token as EC2 shows it: '' for an instance launched without one (moto records a
     placeholder)."""
+    return '' if token in (None, MOTO_NO_TOKEN) else token
+
+
+def show_client_token(item):
+    """The item's clientToken as EC2 shows it (shown_client_token)."""
     found = item.find(tag('clientToken'))
-    if found is not None and found.text == MOTO_NO_TOKEN:
+    if found is not None and not shown_client_token(found.text):
         found.text = None
 
 

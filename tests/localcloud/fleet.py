@@ -19,6 +19,7 @@ import yaml
 from tests.localpve import guests as pve_guests
 from tests.localpve.addresses import AddressPool
 
+from . import ec2xml
 from .config import CloudError
 from .machines import MachineGuests
 
@@ -122,7 +123,7 @@ class Instance(object):
                 'moto_state': self.moto_state, 'private_ip': self.private if self.state != 'terminated' else None,
                 'public_ip': self.public if self.state not in ('terminated', 'stopped', 'stopping') else None,
                 'key_name': self.key_name, 'tags': self.tags(),
-                'client_token': getattr(self.raw, 'client_token', None),
+                'client_token': ec2xml.shown_client_token(getattr(self.raw, 'client_token', None)),
                 'invisible_for': max(0.0, round(self.invisible_until - now, 3)),
                 'timing': dict(self.timing)}
 

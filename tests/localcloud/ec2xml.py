@@ -14,6 +14,7 @@ NS = 'http://ec2.amazonaws.com/doc/2016-11-15'
 ET.register_namespace('', NS)
 INSTANCE_ID = re.compile(r'^i-[0-9a-f]{8,17}$')
 NAMING_KEYS = re.compile(r'^(InstanceId|InstanceIds|ResourceId)(\.\d+)?$')
+FILTER_FIELD = re.compile(r'^Filter\.(\d+)\.(.+)$')
 # What moto records as the ClientToken of a RunInstances that gave none; EC2 records none (an empty clientToken).
 MOTO_NO_TOKEN = 'ABCDE'
 STATE_CODES = {'pending': 0, 'running': 16, 'shutting-down': 32, 'terminated': 48, 'stopping': 64, 'stopped': 80}
@@ -87,6 +88,40 @@ def _set_state(element, state):
             child.text = str(STATE_CODES[state])
         elif child.tag == tag('name'):
             child.text = state
+
+
+def take_filter(fields, name):
+    """(the fields without the filters named ``name``, the others renumbered from 1; the values those filters ask
+    for, or None when no filter has that name)."""
+    named = set(m.group(1) for k, v in fields.items() for m in [FILTER_FIELD.match(k)] if m and m.group(2) == 'Name'
+                and v == name)
+    if not named:
+        return fields, None
+    out, values, others = {}, set(), {}
+    for key, value in fields.items():
+        found = FILTER_FIELD.match(key)
+        if found is None:
+            out[key] = value
+        elif found.group(1) in named:
+            if found.group(2).startswith('Value.'):
+                values.add(value)
+        else:
+            others.setdefault(found.group(1), []).append((found.group(2), value))
+    for number, old in enumerate(sorted(others, key=int), 1):
+        for rest, value in others[old]:
+            out['Filter.{0}.{1}'.format(number, rest)] = value
+    return out, values
+
+
+def keep_client_tokens(root, tokens):
+    """Remove from an answer the instances whose client token is not one of ``tokens``."""
+    drop_instances(root, set(item_id(item) for parent, item in instance_items(root)
+                             if shown_client_token(client_token(item)) not in tokens))
+
+
+def client_token(item):
+    found = item.find(tag('clientToken'))
+    return found.text if found is not None else None
 
 
 def shown_client_token(token):

@@ -4,7 +4,9 @@ EC2 answers in XML under one namespace; an error is <Response><Errors><Error><Co
 </Error></Errors><RequestID>..</RequestID></Response> with an HTTP status of 4xx or 5xx.
 """
 
+import base64
 import re
+import time
 import urllib.parse
 import uuid
 import xml.etree.ElementTree as ET
@@ -194,6 +196,16 @@ def page(root, start, size, token):
     if token is not None:
         ET.SubElement(root, tag('nextToken')).text = token
     return root
+
+
+def console_answer(instance_id, text):
+    """A GetConsoleOutput answer: the console's text, base64-encoded as EC2 sends it."""
+    out = ET.Element(tag('GetConsoleOutputResponse'))
+    ET.SubElement(out, tag('requestId')).text = str(uuid.uuid4())
+    ET.SubElement(out, tag('instanceId')).text = instance_id
+    ET.SubElement(out, tag('timestamp')).text = time.strftime('%Y-%m-%dT%H:%M:%S.000Z', time.gmtime())
+    ET.SubElement(out, tag('output')).text = base64.b64encode(text.encode('utf-8')).decode('ascii')
+    return out
 
 
 def run_answer(describe_root, request_id=None):

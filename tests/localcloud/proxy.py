@@ -11,6 +11,8 @@ It forwards EC2 Query API requests to moto and
   placeholder; the client-token filter moto lacks is added to it, fleet.teach_moto); a paged listing with that
   filter is cut into pages first and filtered page by page, so that its pages may be short or empty, as EC2's
   filtered pages may be;
+- answers GetConsoleOutput (moto's is a fixed sample) with the console of the instance: once its guest's sshd
+  serves, the host key block cloud-init prints, with that sshd's key (fleet.console_output);
 - applies its rules, which match an operation (the Action, a glob) and, with `match`, only requests with a field
   value matching that glob (an instance id, a ClientToken), and act on `times` requests after letting `skip`
   through:
@@ -207,6 +209,11 @@ class FaultProxy(ProxyServer):
                 return _error(*ec2xml.not_found(instance_id), status=400)
         if rule is not None and rule.action == 'pages':
             return await self._first_page(request, fields, rule)
+        if operation == 'GetConsoleOutput':
+            text = self.fleet.console_output(fields.get('InstanceId'))
+            if text is not None:
+                return web.Response(status=200, body=ec2xml.dump(ec2xml.console_answer(fields['InstanceId'], text)),
+                                    content_type='text/xml', charset='UTF-8')
         replay = None
         if operation == 'RunInstances' and fields.get('ClientToken'):
             replay = self._replay(request, fields)

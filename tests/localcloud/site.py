@@ -247,6 +247,10 @@ class CloudSite(object):
     def op_instance_fault(self, kind, instance_id=None, times=1, seconds=None, boot_secs=None, stop_secs=None,
                           shutdown_secs=None):
         self.fleet.refresh()
+        if kind in ('console_key', 'console_silent'):
+            if seconds is not None or boot_secs is not None or stop_secs is not None or shutdown_secs is not None:
+                raise CloudError('a {0} fault takes no seconds'.format(kind))
+            return self.fleet.arm(kind, instance_id, times=times)
         if kind == 'invisible':
             if boot_secs is not None or stop_secs is not None or shutdown_secs is not None:
                 raise CloudError('an invisible fault takes seconds only')

@@ -66,7 +66,8 @@ AMI_ID = re.compile(r'^ami-[0-9a-f]{8,17}$')
 # line maybe behind a syslog prefix ("<14>Dec  5 00:00:00 ec2: ").
 HOST_KEYS_BEGIN = '-----BEGIN SSH HOST KEY KEYS-----'
 HOST_KEYS_END = '-----END SSH HOST KEY KEYS-----'
-HOST_KEY_LINE = re.compile(r'(?:^|\s)(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)) ([A-Za-z0-9+/]{32,}={0,2})(?:\s|$)')
+HOST_KEY_LINE = re.compile(r'(?:^|\s)(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)) '
+                           r'([A-Za-z0-9+/]{32,}={0,2})(?:\s|$)')
 
 
 def console_host_keys(text):
@@ -192,6 +193,8 @@ class AwsProvider(cloud.CloudProvider):
     image_hint = 'on AWS give an AMI'
     # An instance id is never given to another instance.
     unique_ids = True
+    # cloud-init prints the host keys to the console, which EC2 keeps (published_host_keys).
+    host_key_source = 'the console output (GetConsoleOutput)'
 
     def __init__(self, ec2, secret=None, launch=None, visibility_window=DEFAULT_VISIBILITY_WINDOW,
                  absence_window=DEFAULT_ABSENCE_WINDOW, sleep=time.sleep):
@@ -475,8 +478,6 @@ class AwsProvider(cloud.CloudProvider):
 
     def native(self, resource_id):
         return self._describe(resource_id)
-
-    host_key_source = 'the console output (GetConsoleOutput)'
 
     def published_host_keys(self, resource):
         """The host keys the instance's cloud-init printed to its console at boot, read from EC2 (GetConsoleOutput)

@@ -974,8 +974,8 @@ class CreateFlow(Flow):
         warning = ('%s published no SSH host key in %s within %d s: the first SSH connection trusts the key it is '
                    'shown. An image whose cloud-init prints the keys to the console (its default) avoids that.'
                    % (self.provider.label(resource.id), source, timeout))
-        self.save('host_keys_published', kind='observed', detail={'source': source, 'host_keys': [],
-                                                                   'reason': warning})
+        self.save('host_keys_published', kind='observed',
+                  detail={'source': source, 'host_keys': [], 'reason': warning})
         return None, '; no host keys published', [warning]
 
     # ----------------------------------------------------------------- 8. ssh

@@ -7,8 +7,10 @@ takes two instances that another principal launched without a client token and c
 destroyed workspace's instance (which EC2 still lists, terminated), with a lease that ended long ago: one carries
 the marker as it is now, the other the marker the launch wrote, as it was readable in the seconds before the create
 signed it again. Neither the applied cleanup sweep nor reconcile in delete mode terminates them; both report them
-as not ours."""
+as not ours. Reconcile does not take such a copy for an instance of ours either when the copied tags are those of a
+workspace whose create died right after RunInstances (its destroy found the instance by its client token)."""
 
+import json
 import time
 
 import pytest
@@ -106,3 +108,34 @@ def test_copied_tags_on_an_instance_without_a_client_token_are_never_taken_for_o
     configured = [e['detail']['marker'] for e in site.events('aws-gone')
                   if e['action'] == 'configure' and e['kind'] == 'dispatched' and 'marker' in e['detail']]
     assert configured == [copied['ephemera:marker']], configured
+
+
+def test_reconcile_never_takes_copied_tags_for_an_instance_of_ours(site, tmp_path):
+    trace = tmp_path / 'trace'
+    trace.write_text('')
+    kill = {'workspace': 'aws-lost-answer', 'point': 'create.clone aws RunInstances', 'nth': 1}
+    run = site.create('aws-lost-answer', site.repo, agent='tool', ephemera_agents={'tool': ['true']},
+                      env={'EPHEMERA_FAILPOINT_TRACE': str(trace), 'EPHEMERA_FAILPOINT_KILL': json.dumps(kill)})
+    assert not run.ok
+    ws = site.workspace('aws-lost-answer')
+    assert ws['resource_id'] is None and ws['candidate_id']
+    run = site.destroy('aws-lost-answer')
+    assert run.ok, run.explain()
+    [gone] = [i for i in site.cloud.instances() if i['tags'].get('ephemera:workspace') == 'aws-lost-answer']
+    assert gone['state'] == 'terminated'
+
+    ec2 = foreign_client(site.cloud.info)
+    victim = _launch_without_client_token(ec2, site.cloud.info['seed'])
+    tags = dict(gone['tags'], **{'ephemera:expires_at': str(int(time.time()) - 7200)})
+    ec2.create_tags(Resources=[victim], Tags=[{'Key': k, 'Value': v} for k, v in sorted(tags.items())])
+    assert dict((t['Key'], t['Value']) for t in _described(ec2, victim)['Tags'])['ephemera:token'] == \
+        ws['candidate_id']
+
+    run = site.playbook('reconcile.yml', reconcile_resume_creates=False, ephemera_orphans='delete')
+    assert run.ok, run.explain()
+    findings = dict((f['vmid'], f) for f in run.task(RECONCILE_TASK)['findings'])
+    # Not an instance of ours without a record ('orphan', with the advice to remove it by hand): a stranger's.
+    assert (findings[victim]['kind'], findings[victim]['workspace']) == ('foreign', None), findings[victim]
+    assert 'made for another resource' in findings[victim]['detail'], findings[victim]
+    states = dict((i['instance_id'], i['state']) for i in site.cloud.instances())
+    assert states[victim] in ('pending', 'running'), states

@@ -7,7 +7,8 @@ cuts the connection before the answer, each rule matching only its own workspace
 ``ephemera:workspace`` tag, the later calls by the instance id).
 
 A machine is an instance; it is ours when its ``ephemera:marker`` tag verifies for this controller, bound to the
-instance's ClientToken; a live instance is one moto does not hold as terminated. The foreign instances are the
+instance's ClientToken (the launch's marker) or to its ClientToken and id (the marker the configure step signs
+again); a live instance is one moto does not hold as terminated. The foreign instances are the
 cloud's seed (an untagged one, an otherwise tagged one, one with our tag keys and a marker no controller made), and
 one made after the traced create that copies that workspace's tags, marker included, onto an instance of another
 principal (its ClientToken is not the workspace's, so the marker does not verify for it). Events: every RunInstances
@@ -35,6 +36,22 @@ def token_number(token):
     from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.provider import (
         token_number as bound)
     return bound(token)
+
+
+def instance_number(token, instance_id):
+    """The number a re-signed marker binds: its provider's own function."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.provider import (
+        instance_number as bound)
+    return bound(token, instance_id)
+
+
+def bound_number(token, instance_id, marker):
+    """The number the instance's marker must bind: the re-signed one when the marker claims it, else the launch's
+    (-1 without a client token: nothing of ours binds such an instance)."""
+    if not token:
+        return -1
+    resigned = instance_number(token, instance_id)
+    return resigned if ('vmid=%d ' % resigned) in (marker or '') else token_number(token)
 
 
 def aws_decisive(points):
@@ -69,11 +86,11 @@ class AwsAdapter(cloud.Adapter):
         out = {}
         for i in site.cloud.instances():
             tags = i['tags']
-            token = i.get('client_token') or tags.get(TAG_TOKEN)
+            token = i.get('client_token')
             out[i['instance_id']] = {
                 'id': i['instance_id'], 'state': i['moto_state'], 'running': i['state'] == 'running',
                 'live': i['moto_state'] != 'terminated', 'tags': tags, 'workspace': tags.get(TAG_WORKSPACE),
-                'marker': tags.get(TAG_MARKER), 'bound': token_number(token) if token else -1,
+                'marker': tags.get(TAG_MARKER), 'bound': bound_number(token, i['instance_id'], tags.get(TAG_MARKER)),
                 'client_token': i.get('client_token')}
         return out
 

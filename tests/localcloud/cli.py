@@ -189,13 +189,17 @@ def _fault_parsers(sub, common):
     timing = ikind.add_parser('timing', parents=[common], help='seconds pending, stopping, shutting-down')
     for name in ('--boot-secs', '--stop-secs', '--shutdown-secs'):
         timing.add_argument(name, type=float)
-    for parser in (invisible, timing):
+    console = ikind.add_parser('console-key', parents=[common], help='the console shows a host key no sshd of the '
+                               'instance serves (--silent: none at all)')
+    console.add_argument('--silent', action='store_true')
+    for parser in (invisible, timing, console):
         parser.add_argument('--instance-id', help='this instance (default: the next ones launched)')
         parser.add_argument('--times', type=_times, default=1, help="new instances it hits, or 'always'")
     invisible.set_defaults(fault=lambda c, a: c.invisible(a.seconds, instance_id=a.instance_id, times=a.times))
     timing.set_defaults(fault=lambda c, a: c.timing(instance_id=a.instance_id, times=a.times,
                                                     boot_secs=a.boot_secs, stop_secs=a.stop_secs,
                                                     shutdown_secs=a.shutdown_secs))
+    console.set_defaults(fault=lambda c, a: c.console_key(instance_id=a.instance_id, times=a.times, silent=a.silent))
     ikind.add_parser('clear', parents=[common]).set_defaults(fault=lambda c, a: c.instance_clear())
 
     guest = kinds.add_parser('guest', parents=[common], help="faults of the guests' sshd")

@@ -70,6 +70,12 @@ class CloudApi(object):
         return self._op('instance_fault', kind='timing', instance_id=instance_id, times=times, boot_secs=boot_secs,
                         stop_secs=stop_secs, shutdown_secs=shutdown_secs)
 
+    def console_key(self, instance_id=None, times=1, silent=False):
+        """The console of the next `times` new instances (or instance_id) shows a host key that is not the one their
+        guest's sshd serves (silent: no host key at all)."""
+        return self._op('instance_fault', kind='console_silent' if silent else 'console_key', instance_id=instance_id,
+                        times=times)
+
     def instance_clear(self):
         return self._op('instance_clear')
 

@@ -4,7 +4,9 @@ EC2 answers in XML under one namespace; an error is <Response><Errors><Error><Co
 </Error></Errors><RequestID>..</RequestID></Response> with an HTTP status of 4xx or 5xx.
 """
 
+import base64
 import re
+import time
 import urllib.parse
 import uuid
 import xml.etree.ElementTree as ET
@@ -14,6 +16,9 @@ NS = 'http://ec2.amazonaws.com/doc/2016-11-15'
 ET.register_namespace('', NS)
 INSTANCE_ID = re.compile(r'^i-[0-9a-f]{8,17}$')
 NAMING_KEYS = re.compile(r'^(InstanceId|InstanceIds|ResourceId)(\.\d+)?$')
+FILTER_FIELD = re.compile(r'^Filter\.(\d+)\.(.+)$')
+# What moto records as the ClientToken of a RunInstances that gave none; EC2 records none (an empty clientToken).
+MOTO_NO_TOKEN = 'ABCDE'
 STATE_CODES = {'pending': 0, 'running': 16, 'shutting-down': 32, 'terminated': 48, 'stopping': 64, 'stopped': 80}
 
 
@@ -87,6 +92,53 @@ def _set_state(element, state):
             child.text = state
 
 
+def take_filter(fields, name):
+    """(the fields without the filters named ``name``, the others renumbered from 1; the values those filters ask
+    for, or None when no filter has that name)."""
+    named = set(m.group(1) for k, v in fields.items() for m in [FILTER_FIELD.match(k)] if m and m.group(2) == 'Name'
+                and v == name)
+    if not named:
+        return fields, None
+    out, values, others = {}, set(), {}
+    for key, value in fields.items():
+        found = FILTER_FIELD.match(key)
+        if found is None:
+            out[key] = value
+        elif found.group(1) in named:
+            if found.group(2).startswith('Value.'):
+                values.add(value)
+        else:
+            others.setdefault(found.group(1), []).append((found.group(2), value))
+    for number, old in enumerate(sorted(others, key=int), 1):
+        for rest, value in others[old]:
+            out['Filter.{0}.{1}'.format(number, rest)] = value
+    return out, values
+
+
+def keep_client_tokens(root, tokens):
+    """Remove from an answer the instances whose client token is not one of ``tokens``."""
+    drop_instances(root, set(item_id(item) for parent, item in instance_items(root)
+                             if shown_client_token(client_token(item)) not in tokens))
+
+
+def client_token(item):
+    found = item.find(tag('clientToken'))
+    return found.text if found is not None else None
+
+
+def shown_client_token(token):
+    """An instance's client token as EC2 shows it: '' for an instance launched without one (moto records a
+    placeholder)."""
+    return '' if token in (None, MOTO_NO_TOKEN) else token
+
+
+def show_client_token(item):
+    """The item's clientToken as EC2 shows it (shown_client_token)."""
+    found = item.find(tag('clientToken'))
+    if found is not None and not shown_client_token(found.text):
+        found.text = None
+
+
 def rewrite_instance(item, view):
     """One instance item as this cloud shows it: view = {'state', 'addresses': {moto address: ours},
     'private': bool, 'public': bool} (False: the field is gone, as on a terminated or stopped instance)."""
@@ -144,6 +196,16 @@ def page(root, start, size, token):
     if token is not None:
         ET.SubElement(root, tag('nextToken')).text = token
     return root
+
+
+def console_answer(instance_id, text):
+    """A GetConsoleOutput answer: the console's text, base64-encoded as EC2 sends it."""
+    out = ET.Element(tag('GetConsoleOutputResponse'))
+    ET.SubElement(out, tag('requestId')).text = str(uuid.uuid4())
+    ET.SubElement(out, tag('instanceId')).text = instance_id
+    ET.SubElement(out, tag('timestamp')).text = time.strftime('%Y-%m-%dT%H:%M:%S.000Z', time.gmtime())
+    ET.SubElement(out, tag('output')).text = base64.b64encode(text.encode('utf-8')).decode('ascii')
+    return out
 
 
 def run_answer(describe_root, request_id=None):

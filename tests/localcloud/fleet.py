@@ -10,19 +10,31 @@ its private and its public loopback address, with its files under <state>/guests
 """
 
 import base64
+import hashlib
 import logging
+import os
 import time
 
 import yaml
 
 from tests.localpve import guests as pve_guests
+from tests.localpve import pki
 from tests.localpve.addresses import AddressPool
 
+from . import ec2xml
 from .config import CloudError
 from .machines import MachineGuests
 
 LOG = logging.getLogger('localcloud.fleet')
 TIMING_KEYS = ('boot_secs', 'stop_secs', 'shutdown_secs')
+CONSOLE_FAULTS = ('console_key', 'console_silent')
+
+
+def teach_moto():
+    """What moto lacks of EC2's DescribeInstances, added to the moto of this process: the ``client-token`` filter
+    (the instances launched with one of the filter's client tokens), which the EC2 API reference documents."""
+    from moto.ec2 import utils  # pylint: disable=import-outside-toplevel
+    utils.filter_dict_attribute_mapping.setdefault('client-token', 'client_token')
 
 
 def moto_instances():
@@ -84,6 +96,9 @@ class Instance(object):
         self.since = now
         self.timing = dict(timing)
         self.invisible_until = 0.0
+        # Instance faults: the console shows a host key that is not the one the guest's sshd serves, or none.
+        self.console_other_key = False
+        self.console_silent = False
         self.moto_private = None
         self.moto_public = None
         self.private = None
@@ -114,7 +129,7 @@ class Instance(object):
                 'moto_state': self.moto_state, 'private_ip': self.private if self.state != 'terminated' else None,
                 'public_ip': self.public if self.state not in ('terminated', 'stopped', 'stopping') else None,
                 'key_name': self.key_name, 'tags': self.tags(),
-                'client_token': getattr(self.raw, 'client_token', None),
+                'client_token': ec2xml.shown_client_token(getattr(self.raw, 'client_token', None)),
                 'invisible_for': max(0.0, round(self.invisible_until - now, 3)),
                 'timing': dict(self.timing)}
 
@@ -153,8 +168,9 @@ class Fleet(MachineGuests):
     def arm(self, kind, instance_id=None, times=1, **values):
         """timing (boot_secs, stop_secs, shutdown_secs) or invisible (seconds) for one instance id, or for the next
         `times` instances launched (times None: every one)."""
-        if kind not in ('timing', 'invisible'):
-            raise CloudError("an instance fault is 'timing' or 'invisible', not {0!r}".format(kind))
+        if kind not in ('timing', 'invisible') + CONSOLE_FAULTS:
+            raise CloudError("an instance fault is 'timing', 'invisible', 'console_key' or 'console_silent', not "
+                             "{0!r}".format(kind))
         clean = {}
         for key, value in values.items():
             if value is None:
@@ -165,8 +181,10 @@ class Fleet(MachineGuests):
                 raise CloudError('{0} must be a number of seconds, not {1!r}'.format(key, value)) from None
             if clean[key] < 0:
                 raise CloudError('{0} cannot be negative'.format(key))
-        if not clean:
+        if not clean and kind not in CONSOLE_FAULTS:
             raise CloudError('a {0} fault needs seconds'.format(kind))
+        if clean and kind in CONSOLE_FAULTS:
+            raise CloudError('a {0} fault takes no seconds'.format(kind))
         if times is not None and int(times) < 1:
             raise CloudError('times must be at least 1 (or none for every instance)')
         arm = {'kind': kind, 'instance_id': instance_id, 'times': None if times is None else int(times),
@@ -183,6 +201,10 @@ class Fleet(MachineGuests):
     def _apply(self, arm, instance, now):
         if arm['kind'] == 'timing':
             instance.timing.update(arm['values'])
+        elif arm['kind'] == 'console_key':
+            instance.console_other_key = True
+        elif arm['kind'] == 'console_silent':
+            instance.console_silent = True
         else:
             instance.invisible_until = now + arm['values']['seconds']
         arm['hits'].append({'instance_id': instance.id, 'time': time.time()})
@@ -295,6 +317,34 @@ class Fleet(MachineGuests):
         self.public_pool.release(instance.id)
         self.guests.pop(instance.id, None)
         LOG.info('instance %s terminated: its files are removed', instance.id)
+
+    def console_output(self, instance_id):
+        """The instance's console as EC2 keeps it: a few lines of boot, then, once its guest's sshd serves, the host
+        key block cloud-init prints (write-ssh-key-fingerprints through logger, tag ec2), with that sshd's key, or
+        with a key of no sshd for an instance with the console_key fault (none at all with console_silent, as an
+        image whose cloud-init prints no keys). None for an instance this fleet lacks."""
+        instance = self.instances.get(instance_id)
+        if instance is None:
+            return None
+        name = 'ip-' + (instance.private or '0.0.0.0').replace('.', '-')
+        lines = ['Linux version 6.1.0-cloud-amd64 (localcloud)', 'Booting the instance {0}'.format(instance.id)]
+        guest = self.guests.get(instance.id)
+        key = guest.host_key if guest is not None and guest.proc is not None and guest.state == 'up' else None
+        if key and instance.state == 'running' and not instance.console_silent:
+            if instance.console_other_key:
+                path = os.path.join(self.guest_dir(instance.id), 'console_other_key')
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                key = pki.ssh_key(path, 'other').rsplit(' ', 1)[0]
+            kind, blob = key.split()[:2]
+            digest = base64.b64encode(hashlib.sha256(base64.b64decode(blob)).digest()).decode().rstrip('=')
+            stamp = time.strftime('%b %d %H:%M:%S', time.gmtime())
+            fingerprints = ['#' * 61, '-----BEGIN SSH HOST KEY FINGERPRINTS-----',
+                            '256 SHA256:{0} root@{1} ({2})'.format(digest, name, kind.split('-')[-1].upper()),
+                            '-----END SSH HOST KEY FINGERPRINTS-----', '#' * 61]
+            lines += ['<14>{0} ec2: {1}'.format(stamp, line) for line in fingerprints]
+            lines += ['-----BEGIN SSH HOST KEY KEYS-----', '{0} {1} root@{2}'.format(kind, blob, name),
+                      '-----END SSH HOST KEY KEYS-----']
+        return '\n'.join(lines) + '\n'
 
     def public_address(self, key):
         instance = self.instances.get(key)

@@ -7,6 +7,12 @@ It forwards EC2 Query API requests to moto and
   would launch another), and refuses one with other parameters (IdempotentParameterMismatch);
 - hides a new instance id while the fleet says it is not visible yet (InvalidInstanceID.NotFound when named,
   absent from filtered listings);
+- shows an instance launched without a ClientToken with an empty clientToken, as EC2 does (moto shows a
+  placeholder; the client-token filter moto lacks is added to it, fleet.teach_moto); a paged listing with that
+  filter is cut into pages first and filtered page by page, so that its pages may be short or empty, as EC2's
+  filtered pages may be;
+- answers GetConsoleOutput (moto's is a fixed sample) with the console of the instance: once its guest's sshd
+  serves, the host key block cloud-init prints, with that sshd's key (fleet.console_output);
 - applies its rules, which match an operation (the Action, a glob) and, with `match`, only requests with a field
   value matching that glob (an instance id, a ClientToken), and act on `times` requests after letting `skip`
   through:
@@ -203,6 +209,11 @@ class FaultProxy(ProxyServer):
                 return _error(*ec2xml.not_found(instance_id), status=400)
         if rule is not None and rule.action == 'pages':
             return await self._first_page(request, fields, rule)
+        if operation == 'GetConsoleOutput':
+            text = self.fleet.console_output(fields.get('InstanceId'))
+            if text is not None:
+                return web.Response(status=200, body=ec2xml.dump(ec2xml.console_answer(fields['InstanceId'], text)),
+                                    content_type='text/xml', charset='UTF-8')
         replay = None
         if operation == 'RunInstances' and fields.get('ClientToken'):
             replay = self._replay(request, fields)
@@ -264,6 +275,7 @@ class FaultProxy(ProxyServer):
         hidden = set()
         for parent, item in ec2xml.instance_items(root):
             instance_id = ec2xml.item_id(item)
+            ec2xml.show_client_token(item)
             instance = self.fleet.instances.get(instance_id)
             if instance is None:
                 continue
@@ -278,34 +290,35 @@ class FaultProxy(ProxyServer):
     async def _listing(self, request, fields):
         """The whole DescribeInstances answer (every reservation, rewritten) for a paged listing."""
         plain = dict((k, v) for k, v in fields.items() if k not in ('NextToken', 'MaxResults'))
+        plain, tokens = ec2xml.take_filter(plain, 'client-token')
         status, headers, payload = await self._forward(request, plain, None)
         if status != 200:
-            return status, headers, payload, None
+            return status, headers, payload, None, None
         payload = self._rewrite(payload)
-        return status, headers, payload, ec2xml.parse(payload)
+        return status, headers, payload, ec2xml.parse(payload), tokens
 
     async def _first_page(self, request, fields, rule):
         listing = next(self._listings)
         try:
-            status, headers, payload, root = await self._listing(request, fields)
+            status, headers, payload, root, tokens = await self._listing(request, fields)
         except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
             return _reset(request)
         if root is None:
             return web.Response(status=status, headers=headers, body=payload)
-        self.listings[listing] = (rule, headers, payload)
+        self.listings[listing] = (rule, headers, payload, tokens)
         for old in sorted(self.listings)[:-MAX_LISTINGS]:
             del self.listings[old]
-        return self._page(rule, headers, payload, listing, 1, 0)
+        return self._page(rule, headers, payload, listing, 1, 0, tokens=tokens)
 
     async def _next_page(self, request, fields, token):
         try:
             listing, number, offset = [int(x) for x in token[len(TOKEN_PREFIX):].split('.')]
-            rule, headers, payload = self.listings[listing]
+            rule, headers, payload, tokens = self.listings[listing]
         except (ValueError, KeyError):
             return _error('InvalidParameterValue', 'The value of NextToken is not valid: {0}'.format(token), 400)
-        return self._page(rule, headers, payload, listing, number, offset, asked=token)
+        return self._page(rule, headers, payload, listing, number, offset, asked=token, tokens=tokens)
 
-    def _page(self, rule, headers, payload, listing, number, offset, asked=None):
+    def _page(self, rule, headers, payload, listing, number, offset, asked=None, tokens=None):
         if rule.fail_at == number:
             LOG.info('listing %s: page %s fails with %s', listing, number, rule.code)
             return _error(rule.code, rule.message, rule.status)
@@ -316,6 +329,8 @@ class FaultProxy(ProxyServer):
         if rule.repeat_at == number and asked:
             token = asked
         ec2xml.page(root, offset, rule.size, token)
+        if tokens is not None:
+            ec2xml.keep_client_tokens(root, tokens)
         LOG.info('listing %s: page %s (reservations %s-%s of %s), next token %s', listing, number, offset,
                  offset + rule.size, total, token)
         return web.Response(status=200, headers=headers, body=ec2xml.dump(root))

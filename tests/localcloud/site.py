@@ -23,7 +23,7 @@ from tests.models.tryout import agent_settings
 
 from .azure_site import AzurePart
 from .config import ACCOUNT_ID, INFO_FILE, CloudError
-from .fleet import Fleet
+from .fleet import Fleet, teach_moto
 from .gcp_site import GcpPart
 from .hetzner_site import HetznerPart
 from .proxy import FaultProxy
@@ -53,6 +53,7 @@ def start_moto(host, port):
     from moto.server import ThreadedMotoServer
     for attribute in MOTO_SETTINGS.values():
         setattr(settings, attribute, True)
+    teach_moto()
     logging.getLogger('werkzeug').setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
     server.start()
@@ -258,6 +259,10 @@ class CloudSite(object):
     def op_instance_fault(self, kind, instance_id=None, times=1, seconds=None, boot_secs=None, stop_secs=None,
                           shutdown_secs=None):
         self.fleet.refresh()
+        if kind in ('console_key', 'console_silent'):
+            if seconds is not None or boot_secs is not None or stop_secs is not None or shutdown_secs is not None:
+                raise CloudError('a {0} fault takes no seconds'.format(kind))
+            return self.fleet.arm(kind, instance_id, times=times)
         if kind == 'invisible':
             if boot_secs is not None or stop_secs is not None or shutdown_secs is not None:
                 raise CloudError('an invisible fault takes seconds only')

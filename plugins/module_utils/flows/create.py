@@ -55,6 +55,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils import provide
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import (
     Guest,
     SshError,
+    SshHostKeyMismatch,
     check_private_key,
     wait_for_guest,
 )
@@ -319,9 +320,12 @@ class CreateFlow(Flow):
 
     def _guest(self):
         req = self.request
+        facts = self.ws['facts']
+        # Before the first connection pinned a key: the keys the machine published through the provider, if any.
+        keys = [facts.get('host_key'), facts.get('host_key_next')] if facts.get('host_key') else \
+            list(facts.get('host_keys_published') or [])
         return Guest(self.ws['address'], port=self.params.get('ssh_port') or req['ssh_port'], user=self.ssh_user,
-                     key_file=self.params.get('ssh_private_key') or req.get('ssh_key_path'),
-                     host_key=[self.ws['facts'].get('host_key'), self.ws['facts'].get('host_key_next')])
+                     key_file=self.params.get('ssh_private_key') or req.get('ssh_key_path'), host_key=keys)
 
     def run(self, step):
         if step not in STEPS:
@@ -999,14 +1003,56 @@ class CreateFlow(Flow):
                        % (self.provider.label(resource.id), what, self.params['address_timeout'], result.attempts,
                           self.provider.address_advice))
             raise CreateError(message)
-        self.done('address', address=result.value)
-        return StepResult(True, 'wait address: %s' % result.value, address=result.value)
+        facts, said, warned = self._published_host_keys(resource)
+        self.done('address', address=result.value, **({'facts': facts} if facts else {}))
+        return StepResult(True, 'wait address: %s%s' % (result.value, said), address=result.value,
+                          **({'warnings': warned} if warned else {}))
+
+    def _published_host_keys(self, resource):
+        """(facts with ``host_keys_published``, or None; a sentence; warnings): the SSH host keys the machine published
+        through the provider's API (docs/security.md, host keys), waited for up to ``ssh_timeout``, so that the first
+        connection is pinned to them rather than trusting whatever key answers at the address."""
+        source = self.provider.host_key_source
+        facts = self.ws['facts']
+        if source is None or facts.get('host_key'):
+            return None, '', []
+        if facts.get('host_keys_published'):
+            return None, '; host keys from %s' % source, []
+
+        def probe(remaining):
+            try:
+                keys = self.provider.published_host_keys(resource)
+            except ProviderError:
+                return waiter.pending()
+            return waiter.done(keys) if keys else waiter.pending()
+        timeout = self.params['ssh_timeout']
+        result = waiter.wait_for(probe, timeout, waiter.Backoff(start=0.5, maximum=5.0))
+        if result.ok:
+            self.save('host_keys_published', kind='observed', detail={'source': source, 'host_keys': result.value})
+            return dict(facts, host_keys_published=result.value), '; host keys from %s' % source, []
+        warning = ('%s published no SSH host key in %s within %d s: the first SSH connection trusts the key it is '
+                   'shown. An image whose cloud-init prints the keys to the console (its default) avoids that.'
+                   % (self.provider.label(resource.id), source, timeout))
+        self.save('host_keys_published', kind='observed',
+                  detail={'source': source, 'host_keys': [], 'reason': warning})
+        return None, '; no host keys published', [warning]
 
     # ----------------------------------------------------------------- 8. ssh
 
     def step_ssh(self):
-        with wait_for_guest(self._guest, self.params['ssh_timeout']) as connected:
-            host_key, attempts = connected.host_key, connected.attempts
+        published = not self.ws['facts'].get('host_key') and self.ws['facts'].get('host_keys_published')
+        try:
+            with wait_for_guest(self._guest, self.params['ssh_timeout']) as connected:
+                host_key, attempts = connected.host_key, connected.attempts
+        except SshHostKeyMismatch as err:
+            if not published:
+                raise
+            self.save('ssh', kind='observed', detail={'refused': str(err)})
+            raise CreateError('%s answers at %s with a host key that is not one of those it published in %s (%s); '
+                              'nothing was sent to it. Something else may answer at its address: look at the '
+                              'instance\'s console output and the network path, then destroy this workspace and '
+                              'create it again.' % (self.naming.label(self.resource_id), self.ws['address'],
+                                                    self.naming.host_key_source, err))
         self.done('ssh', facts=dict(self.ws['facts'], host_key=host_key))
         return StepResult(True, 'ssh: %s answers (attempt %d)' % (self.ws['address'], attempts), attempts=attempts)
 

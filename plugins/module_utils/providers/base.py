@@ -402,6 +402,15 @@ class Provider:
         left out; [] when it has none (or is not running)."""
         raise NotImplementedError
 
+    # Where the provider publishes a new machine's SSH host keys out of band, through its API (None: nowhere, and the
+    # first SSH connection trusts the key it is shown).
+    host_key_source = None
+
+    def published_host_keys(self, resource):
+        """The SSH host keys ("type base64") the machine published through the provider's API, read now: [] while
+        none are published yet. Only for a provider with a ``host_key_source``."""
+        raise NotImplementedError
+
     def unlock_hint(self, resource_id):
         """What to do about a resource that stays locked (a sentence), or ''."""
         return ''

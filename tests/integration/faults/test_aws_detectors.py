@@ -35,7 +35,8 @@ def test_a_clean_create_passes_every_invariant_and_its_trace_names_the_ec2_calls
     points = [point for point, nth in points_of(cloud_site.trace, 'ok1')]
     assert 'create.clone aws RunInstances' in points and 'create.ready aws CreateTags' in points
     assert [p for p, n in aws.aws_decisive(points_of(cloud_site.trace, 'ok1'))] == [
-        'create.clone journal clone', 'create.clone aws RunInstances', 'create.ready aws CreateTags']
+        'create.clone journal clone', 'create.clone aws RunInstances', 'create.configure aws CreateTags',
+        'create.ready aws CreateTags']
 
 
 def test_an_instance_of_ours_the_journal_does_not_know_is_a_leak(cloud_site):

@@ -7,9 +7,16 @@ Ids are instance ids, locations are regions, the scope is the ``ephemera:scope``
 instance and what was asked of it (``ec2/run/<region>/<id>/<epoch>``), and the ownership marker is the value of
 the ``ephemera:marker`` tag. The candidate id a create records before it dispatches is the ``ClientToken`` of
 ``RunInstances`` (derived from the workspace and its record), so a retry after a lost answer asks for the same
-instance; the marker binds that token, and every tag goes on the instance and its volumes in the ``RunInstances``
-call itself (``TagSpecifications``), so the claim and the resource are one act. The instance id of the answer is
-in the handle the flow records at once.
+instance; every tag goes on the instance and its volumes in the ``RunInstances`` call itself
+(``TagSpecifications``), so the claim and the resource are one act. The instance id of the answer is in the handle
+the flow records at once.
+
+The marker binds what EC2 itself records about the instance, never a tag (anyone who may tag instances can copy
+tags): at launch, the ``ClientToken`` EC2 keeps with the instance; once the instance id is known, the configure
+step signs it again over the client token and the instance id (:meth:`AwsProvider.plan_settings`). An instance
+without a client token (launched by a request that gave none) verifies no marker of ours, and an instance is looked
+up by its token with EC2's ``client-token`` filter, never by the ``ephemera:token`` tag, which is only a hint for
+people.
 
 A new instance id may be unknown to ``DescribeInstances`` for a while: within ``visibility_window`` seconds of
 learning it, ``InvalidInstanceID.NotFound`` means "not visible yet", never "absent". A delete is done when
@@ -25,6 +32,7 @@ import re
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import cloud
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.client import (
@@ -54,6 +62,47 @@ INSTANCE_ID = re.compile(r'^i-[0-9a-f]{8,17}$')
 AMI_ID = re.compile(r'^ami-[0-9a-f]{8,17}$')
 
 
+# cloud-init prints the instance's host keys to its console between these lines (its keys_to_console module), each
+# line maybe behind a syslog prefix ("<14>Dec  5 00:00:00 ec2: ").
+HOST_KEYS_BEGIN = '-----BEGIN SSH HOST KEY KEYS-----'
+HOST_KEYS_END = '-----END SSH HOST KEY KEYS-----'
+HOST_KEY_LINE = re.compile(r'(?:^|\s)(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)) '
+                           r'([A-Za-z0-9+/]{32,}={0,2})(?:\s|$)')
+
+
+def console_host_keys(text):
+    """The host keys ("type base64") of the last complete block cloud-init printed to the console (a later boot
+    prints it again), each checked for its form: its encoded key names its own type. [] when there is none."""
+    found, block = [], None
+    for line in (text or '').splitlines():
+        if HOST_KEYS_BEGIN in line:
+            block = []
+        elif HOST_KEYS_END in line:
+            if block is not None:
+                found = block
+            block = None
+        elif block is not None:
+            match = HOST_KEY_LINE.search(line)
+            if match and _encoded_type(match.group(2)) == match.group(1):
+                block.append('%s %s' % match.groups())
+    return found
+
+
+def _encoded_type(blob):
+    """The key type an SSH public key blob (base64) starts with, or None."""
+    try:
+        raw = base64.b64decode(blob, validate=True)
+    except (ValueError, TypeError):
+        return None
+    size = int.from_bytes(raw[:4], 'big') if len(raw) >= 4 else -1
+    if not 0 < size <= 64 or len(raw) < 4 + size:
+        return None
+    try:
+        return raw[4:4 + size].decode('ascii')
+    except UnicodeDecodeError:
+        return None
+
+
 def tag_label(name):
     """The tag key of a lease label."""
     return TAG_PREFIX + name
@@ -73,8 +122,13 @@ def check_tag(key, value):
                                   'spaces and "+-=._:/@". Change the value.' % (key, text))
 
 
-# The number an ownership marker binds for a client token.
+# The number an ownership marker binds for a client token (the marker written at launch).
 token_number = cloud.bound_number
+
+
+def instance_number(client_token, instance_id):
+    """The number a re-signed marker binds: the client token and the instance id, both as EC2 records them."""
+    return cloud.bound_number('%s\n%s' % (client_token, instance_id))
 
 
 def tags_of(instance):
@@ -139,6 +193,8 @@ class AwsProvider(cloud.CloudProvider):
     image_hint = 'on AWS give an AMI'
     # An instance id is never given to another instance.
     unique_ids = True
+    # cloud-init prints the host keys to the console, which EC2 keeps (published_host_keys).
+    host_key_source = 'the console output (GetConsoleOutput)'
 
     def __init__(self, ec2, secret=None, launch=None, visibility_window=DEFAULT_VISIBILITY_WINDOW,
                  absence_window=DEFAULT_ABSENCE_WINDOW, sleep=time.sleep):
@@ -187,12 +243,61 @@ class AwsProvider(cloud.CloudProvider):
 
     @staticmethod
     def token_of(resource):
-        """The client token an instance was launched with: AWS's own field where the API reports it, else our tag."""
+        """The client token EC2 recorded for the instance (its own ``ClientToken`` field), or None when it was
+        launched without one. Never a tag: anyone who may tag instances can write those."""
         native = resource.native or {}
-        return native.get('ClientToken') or tags_of(native).get(TAG_TOKEN)
+        return native.get('ClientToken') or None
 
     def bound_id(self, resource):
         return self.token_of(resource)
+
+    def _numbers(self, resource):
+        """The numbers a marker of ours on ``resource`` may bind, the re-signed one first: () without a client
+        token."""
+        token = self.token_of(resource)
+        if not token:
+            return ()
+        instance_id = (resource.native or {}).get('InstanceId') or resource.id
+        return (instance_number(token, instance_id), token_number(token)) if instance_id else (token_number(token),)
+
+    def verify(self, resource, workspace=None, nonce=ownership.ANY):
+        """The marker's verdict against EC2's own facts of the instance: its client token and its id (the marker
+        its launch wrote binds the token alone). An instance without a client token has nothing a marker of ours
+        can bind: a genuine marker on it was copied there (MISMATCH)."""
+        if resource is None:
+            return ownership.ABSENT
+        verdict = ownership.ABSENT
+        for number in self._numbers(resource) or (-1,):
+            verdict = ownership.verdict(resource.marker_text, self.secret, self.controller, workspace, number, nonce)
+            if verdict != ownership.MISMATCH:
+                return verdict
+        return verdict
+
+    def _resigned(self, resource):
+        """The marker that binds the instance id, for an instance that carries the verifying marker its launch wrote
+        (None otherwise: it is re-signed already, or not ours to sign)."""
+        numbers = self._numbers(resource)
+        if self.secret is None or len(numbers) != 2:
+            return None
+        text = resource.marker_text
+        launched = ownership.verdict(text, self.secret, self.controller, None, numbers[1])
+        if launched != ownership.VERIFIED:
+            return None
+        fields = ownership.parse(text)
+        return ownership.render(self.secret, self.controller, fields['workspace'], numbers[0],
+                                fields.get('nonce') if fields['version'] == ownership.VERSION else None)
+
+    def plan_settings(self, resource, settings):
+        """The only setting of an instance that changes after its launch: its marker, signed again to bind the
+        instance id once EC2 named it ({'marker': (before, after)}), else nothing."""
+        resigned = self._resigned(resource)
+        return {'marker': (resource.marker_text, resigned)} if resigned else {}
+
+    def apply_settings(self, resource, changes):
+        marker = (changes.get('marker') or (None, None))[1]
+        if marker:
+            ids = [resource.id] + self._volumes(resource)
+            self.ec2.call('create_tags', acts=True, Resources=ids, Tags=[{'Key': TAG_MARKER, 'Value': marker}])
 
     # ------------------------------------------------------------------- the lease
 
@@ -316,19 +421,20 @@ class AwsProvider(cloud.CloudProvider):
             return parse_handle(task)[2]
         found = self._by_token(candidate)
         if len(found) != 1:
-            raise base.Refused('%d live instances carry the client token %s; expected one. Look at them (tag %s) '
-                               'before going on.' % (len(found), candidate, TAG_TOKEN))
+            raise base.Refused('%d live instances were launched with the client token %s; expected one. Look at them '
+                               '(aws ec2 describe-instances --filters Name=client-token,Values=%s) before going on.'
+                               % (len(found), candidate, candidate))
         return found[0]['InstanceId']
 
     # ------------------------------------------------------------------------------- looking
 
     def _by_token(self, token):
-        """Every live instance launched with ``token`` (a complete read, or IncompleteInventory)."""
-        # Every instance that carries a token, every page, matched here: a lookup that proves absence must have
-        # seen the whole listing (a filter on the value would hide a listing's faults behind a short answer).
-        found = self.ec2.describe_instances(Filters=[{'Name': 'tag-key', 'Values': [TAG_TOKEN]}])
-        return [i for i in found if tags_of(i).get(TAG_TOKEN) == token
-                and (i.get('State') or {}).get('Name') not in GONE]
+        """Every live instance EC2 launched with the client token ``token`` (a complete read, or
+        IncompleteInventory)."""
+        # EC2's own filter on the token it recorded, every page, and the field checked again here; the
+        # ephemera:token tag is never asked: anyone who may tag an instance can copy it.
+        found = self.ec2.describe_instances(Filters=[{'Name': 'client-token', 'Values': [token]}])
+        return [i for i in found if i.get('ClientToken') == token and (i.get('State') or {}).get('Name') not in GONE]
 
     def _resource(self, instance):
         state = (instance.get('State') or {}).get('Name')
@@ -372,6 +478,12 @@ class AwsProvider(cloud.CloudProvider):
 
     def native(self, resource_id):
         return self._describe(resource_id)
+
+    def published_host_keys(self, resource):
+        """The host keys the instance's cloud-init printed to its console at boot, read from EC2 (GetConsoleOutput)
+        over its API, which nobody on the network path to the instance can answer for. [] until they are there."""
+        answer = self.ec2.call('get_console_output', InstanceId=resource.id)
+        return console_host_keys(answer.get('Output'))
 
     def native_running(self, native):
         return native['State']['Name'] in ('pending', 'running')

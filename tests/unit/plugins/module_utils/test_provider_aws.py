@@ -11,6 +11,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, provider_class
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws import client as awsclient
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws import provider as awsprovider
+from tests.localcloud.fleet import teach_moto
 
 boto3 = pytest.importorskip('boto3')
 SECRET = b's' * 32
@@ -24,6 +25,7 @@ def moto_url():
     saved = dict((k, os.environ.get(k)) for k in ('MOTO_ENABLE_AMI_VALIDATION', 'MOTO_ENABLE_KEYPAIR_VALIDATION'))
     os.environ['MOTO_ENABLE_AMI_VALIDATION'] = '1'
     os.environ['MOTO_ENABLE_KEYPAIR_VALIDATION'] = '1'
+    teach_moto()
     server = ThreadedMotoServer(ip_address='127.0.0.1', port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -126,6 +128,87 @@ def test_create_tags_identity_and_confirmed_termination(ec2, seeded):
     assert p.find(instance_id, REGION) is None
     assert p.find(a.candidate) is None
     assert p.power(resource).state is None
+
+
+def test_the_marker_binds_what_ec2_records_never_a_tag(ec2, seeded):
+    p = provider(ec2, seeded)
+    a, task, launched = allocate(p, seeded, 'unit-bound')
+    # The launch's marker binds the client token EC2 recorded; the configure step signs it again over the
+    # instance id too, on the instance and its volumes, once.
+    assert p.verify(launched, 'unit-bound', NONCE) == ownership.VERIFIED
+    before, after = p.plan_settings(launched, None)['marker']
+    assert before == launched.marker_text and after != before
+    p.apply_settings(launched, {'marker': (before, after)})
+    resigned = p.find(launched.id, REGION)
+    assert resigned.marker_text == after and p.verify(resigned, 'unit-bound', NONCE) == ownership.VERIFIED
+    assert p.plan_settings(resigned, None) == {}
+    volumes = ec2.call('describe_volumes', Filters=[{'Name': 'attachment.instance-id', 'Values': [launched.id]}])
+    assert volumes['Volumes'] and all({'Key': 'ephemera:marker', 'Value': after} in v['Tags']
+                                      for v in volumes['Volumes'])
+    # Someone who may only tag instances copies every tag of ours (the launch's marker, then the re-signed one)
+    # onto an instance someone else launched: it verifies neither way, whatever client token it has, none included.
+    other = ec2.call('run_instances', ImageId=seeded['image'], InstanceType='t3.micro', MinCount=1, MaxCount=1,
+                     SubnetId=seeded['subnet'])['Instances'][0]['InstanceId']
+    for marker in (before, after):
+        tags = dict(awsprovider.tags_of(resigned.native), **{'ephemera:marker': marker})
+        ec2.call('create_tags', Resources=[other], Tags=[{'Key': k, 'Value': v} for k, v in tags.items()])
+        copy = p.find(other, REGION)
+        assert copy.marker_text == marker and copy.native['ClientToken'] != a.candidate
+        untokened = base.Resource(other, REGION, marker_text=marker, native=dict(copy.native, ClientToken=''))
+        for each in (copy, untokened):
+            assert p.verify(each) == ownership.MISMATCH
+            assert p.verify(each, 'unit-bound', NONCE) == ownership.MISMATCH
+            assert p.plan_settings(each, None) == {}
+    # A copy of the re-signed marker onto an instance that has the client token is no good either: it binds the id.
+    elsewhere = base.Resource(other, REGION, marker_text=after, native=dict(copy.native, ClientToken=a.candidate))
+    assert p.verify(elsewhere) == ownership.MISMATCH
+    # The client token finds the instance EC2 launched with it, never one that only carries the tag.
+    assert p.find(a.candidate).id == launched.id
+    assert p.resource_of(a.candidate, None) == launched.id
+    p.wait(p.delete(resigned), 10)
+
+
+def _public_key(kind):
+    """A real public key of ``kind`` (ed25519 or ecdsa) as "type base64"."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+    key = ed25519.Ed25519PrivateKey.generate() if kind == 'ed25519' else ec.generate_private_key(ec.SECP256R1())
+    return key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                         serialization.PublicFormat.OpenSSH).decode('ascii')
+
+
+def test_the_host_keys_cloud_init_printed_are_read_from_the_console():
+    ed, ecdsa, old = _public_key('ed25519'), _public_key('ecdsa'), _public_key('ed25519')
+    block = ['-----BEGIN SSH HOST KEY KEYS-----', ecdsa + ' root@ip-10-0-0-5', ed + ' root@ip-10-0-0-5',
+             '-----END SSH HOST KEY KEYS-----']
+    boot = ['Linux version 6.1.0', '<14>Dec  5 00:00:00 ec2: -----BEGIN SSH HOST KEY FINGERPRINTS-----',
+            '<14>Dec  5 00:00:00 ec2: 256 SHA256:abc root@ip-10-0-0-5 (ED25519)',
+            '<14>Dec  5 00:00:00 ec2: -----END SSH HOST KEY FINGERPRINTS-----']
+    assert awsprovider.console_host_keys('\n'.join(boot + block)) == [ecdsa, ed]
+    # Behind a syslog or journal prefix, with carriage returns, as serial consoles show them.
+    prefixed = ['[   12.345] cloud-init[812]: ' + line + '\r' for line in block]
+    assert awsprovider.console_host_keys('\n'.join(boot + prefixed)) == [ecdsa, ed]
+    # A later boot's block replaces an earlier one; a block cut off (the console still being written) counts not.
+    earlier = ['-----BEGIN SSH HOST KEY KEYS-----', old + ' root@x', '-----END SSH HOST KEY KEYS-----']
+    assert awsprovider.console_host_keys('\n'.join(earlier + block)) == [ecdsa, ed]
+    assert awsprovider.console_host_keys('\n'.join(earlier + block[:2])) == [old]
+    assert awsprovider.console_host_keys('\n'.join(block[:2])) == []
+    # Nothing to read, a fingerprint, and a key line whose encoded key is of another type or no key are left out.
+    kind, blob = ed.split()
+    forged = ['-----BEGIN SSH HOST KEY KEYS-----', 'ssh-rsa ' + blob, 'ssh-ed25519 ' + 'A' * 68,
+              'ssh-ed25519 not+base64!', '256 SHA256:abc root@x (ED25519)', '-----END SSH HOST KEY KEYS-----']
+    assert awsprovider.console_host_keys('\n'.join(forged)) == []
+    assert awsprovider.console_host_keys(None) == [] and awsprovider.console_host_keys('') == []
+
+
+def test_the_console_of_an_instance_is_read_through_ec2(ec2, seeded):
+    p = provider(ec2, seeded)
+    a, task, resource = allocate(p, seeded, 'unit-console')
+    # moto's console is a fixed sample without cloud-init's block: nothing published (the try-out cloud's proxy
+    # serves the real block, tests/integration/aws/test_host_keys.py).
+    assert p.host_key_source == 'the console output (GetConsoleOutput)'
+    assert p.published_host_keys(resource) == []
+    p.wait(p.delete(resource), 10)
 
 
 def test_stop_and_start(ec2, seeded):

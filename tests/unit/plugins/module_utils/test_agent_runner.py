@@ -23,8 +23,8 @@ def runner(tmp_path):
     config.write_text(json.dumps({'agents': {
         'fake': ['sh', '-c', 'echo "working on: {purpose}"; while [ ! -e %s ]; do sleep 0.05; done; echo done' % flag],
         'missing': ['/nonexistent/agent'],
-        # Does nothing for 2 s; works 4 s in a process of its own (CPU time, no output).
-        'still': ['sleep', '2'],
+        # Does nothing until stopped; works 4 s in a process of its own (CPU time, no output).
+        'still': ['sleep', '120'],
         'busy': [sys.executable, '-c', 'import os, time\nif os.fork() == 0:\n    t = time.time()\n'
                  '    while time.time() - t < 4:\n        pass\n    os._exit(0)\nos.wait()']},
         'workdir': str(tmp_path)}))
@@ -110,6 +110,7 @@ def test_progress_moves_with_the_agents_cpu_time_and_not_while_it_only_runs(runn
     time.sleep(1)
     again = runner.call({'op': 'ping'})
     assert again['activity'] == 'active' and again['agent']['progress'] == first and first['cpu'] == 0
+    os.kill(runner.call({'op': 'status'})['agent_process']['pid'], signal.SIGTERM)
     wait_activity(runner, 'idle')
     runner.call({'op': 'brief', 'purpose': 'compute', 'agent': 'busy'})
     deadline, seen = time.monotonic() + 15, first

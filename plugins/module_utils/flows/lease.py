@@ -17,6 +17,7 @@ import time
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import StaleGenerationError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import ProviderError
 
 # The label ``state`` of a workspace in each status (core/lease.py's sweep table reads these words).
@@ -100,16 +101,16 @@ def lift_deadline(journal, provider, ws, claim=None):
     if provider is None or ws.get('resource_id') is None:
         return None
     provider = providers.bind(provider, None)
-    lift = getattr(provider, 'lift_deadline', None)
-    if lift is None or (ws.get('provider') or provider.name) != provider.name:
-        return None
+    if type(provider).lift_deadline is base.Provider.lift_deadline or \
+            (ws.get('provider') or provider.name) != provider.name:
+        return None  # the provider sets no deletion time of its own
     name, resource_id = ws['name'], ws['resource_id']
     try:
         resource = provider.find(resource_id, ws.get('location'))
         if resource is None:
             return None
         journal.append_event(name, 'dispatched', 'lift_deadline', {'vmid': resource_id}, claim=claim)
-        done = lift(resource)
+        done = provider.lift_deadline(resource)
     except ProviderError as err:
         journal.append_event(name, 'observed', 'deadline_not_lifted', {'vmid': resource_id, 'error': str(err)},
                              claim=claim)

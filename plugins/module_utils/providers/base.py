@@ -411,6 +411,11 @@ class Provider:
         none are published yet. Only for a provider with a ``host_key_source``."""
         raise NotImplementedError
 
+    def lift_deadline(self, resource):
+        """Take the provider's own deletion time off a retained resource (a sentence of what was done), or None when
+        the provider sets no such time."""
+        return None
+
     def unlock_hint(self, resource_id):
         """What to do about a resource that stays locked (a sentence), or ''."""
         return ''

@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run collections-path)" \
 	ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=1
 
-.PHONY: help venv system-packages test unit static sanity lint integration test-clouds demo collection
+.PHONY: help venv system-packages test unit static sanity lint integration test-clouds test-cores demo collection
 .PHONY: bench-journal bench-queue bench-create bench-reconcile bench-step bench-expire
 .PHONY: bench-inventory bench-template bench-agent faults faults-clouds soak
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
@@ -30,6 +30,7 @@ help:
 	@echo "make collection    build the collection tarball into build/ from the files git tracks only"
 	@echo "make unit | sanity | lint | integration    one part of 'make test'"
 	@echo "make test-clouds   the cloud providers' integration tests alone (make test runs them too)"
+	@echo "make test-cores    the playbook paths on the older ansible-core releases the collection supports (CORES=...)"
 	@echo "make molecule      the Molecule scenarios of the create, destroy and archive roles (make test runs them too)"
 	@echo "make faults        the crash-safety matrix (FAULTS_SIZE=full, the default, or ci as in make test)"
 	@echo "make faults-clouds its Hetzner, Compute Engine and Azure rows, side by side (FAULTS_SIZE=full or ci)"
@@ -85,6 +86,27 @@ TEST_JOBS ?= 3
 # `time` (bash's) prints the wall and CPU time of the part, its children included; --durations names the slowest.
 integration: venv
 	time $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --durations=25 tests/integration
+
+# The integration tests of every shipped playbook (and the inventory and lookup plugins) on each ansible-core release
+# meta/runtime.yml claims other than the one requirements-test.txt pins (on which make test runs them all): each in a
+# venv of its own under build/ (scripts/core-venv.sh), which runs the playbooks and the modules; the other
+# collections (the JSON callback) still come from $(VENV). CI runs it after make test (.ci/run).
+# tests/unit/test_supported_cores.py checks that CORES is every minor release from the oldest claimed to the pinned.
+CORES ?= 2.17 2.18
+CORE_TESTS := tests/integration/create/test_happy.py tests/integration/create/test_lease.py \
+	tests/integration/create/test_expire.py tests/integration/create/test_cleanup_sweep.py \
+	tests/integration/create/test_rerun_and_report.py tests/integration/destroy tests/integration/archive \
+	tests/integration/inventory tests/integration/plugins tests/integration/template/test_build.py \
+	tests/integration/queue tests/integration/aws/test_aws_playbooks.py \
+	tests/integration/hetzner/test_hetzner_playbooks.py tests/integration/gcp/test_gcp_playbooks.py \
+	tests/integration/azure/test_azure_playbooks.py
+test-cores: venv
+	set -e; for core in $(CORES); do \
+		scripts/core-venv.sh $$core build/ansible-core-$$core $(BIN)/python; \
+		echo "== the playbook paths on ansible-core $$core"; \
+		time EPHEMERA_TEST_ANSIBLE=$(abspath build)/ansible-core-$$core/bin \
+			$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile $(CORE_TESTS); \
+	done
 
 # The cloud providers' integration tests alone (Hetzner, Compute Engine, Azure); make test runs them with the rest.
 CLOUD_TESTS := tests/integration/hetzner tests/integration/gcp tests/integration/azure \

@@ -27,14 +27,17 @@ import time
 
 from tests.localpve import system
 
-BIN = os.path.dirname(sys.executable)
+# EPHEMERA_TEST_ANSIBLE names the bin directory of another virtualenv, with another ansible-core (make test-cores):
+# its programs run the playbooks and its Python the modules; the other collections (ansible.posix's callback) are
+# still this venv's.
+BIN = os.environ.get('EPHEMERA_TEST_ANSIBLE') or os.path.dirname(sys.executable)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JSON_CALLBACK = 'ansible.posix.json'
 # Every process of a run carries this variable, with the run's own value, in its environment: the run's processes
 # are found by it even after a dead parent handed them to init, or after they started a session of their own.
 RUN_MARK = 'EPHEMERA_TEST_RUN'
 QUIET = {'ANSIBLE_NOCOLOR': '1', 'ANSIBLE_LOCALHOST_WARNING': '0', 'ANSIBLE_INVENTORY_UNPARSED_WARNING': '0',
-         'ANSIBLE_RETRY_FILES_ENABLED': '0', 'ANSIBLE_PYTHON_INTERPRETER': sys.executable}
+         'ANSIBLE_RETRY_FILES_ENABLED': '0', 'ANSIBLE_PYTHON_INTERPRETER': os.path.join(BIN, 'python')}
 
 
 def collections_path():
@@ -54,6 +57,23 @@ def collections_path():
     return top
 
 
+def other_collections():
+    """Where the collections this venv installed are, when the runs use another venv's ansible-core (which has none
+    of them): [] otherwise (its own sys.path finds them)."""
+    if BIN == os.path.dirname(sys.executable):
+        return []
+    import ansible_collections  # pylint: disable=import-outside-toplevel
+    return [os.path.dirname(path) for path in ansible_collections.__path__
+            if os.path.dirname(path) != collections_path()]
+
+
+def core_version():
+    """The version of the ansible-core that runs the playbooks, as a tuple of ints: (2, 17, 14)."""
+    found = subprocess.run([os.path.join(BIN, 'python'), '-c', 'import ansible.release as r; print(r.__version__)'],
+                           capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    return tuple(int(part) for part in found.split('.')[:3] if part.isdigit())
+
+
 def environment(env=None, callback=JSON_CALLBACK, pin=True, unset=()):
     """The environment of a run: this process's (but for the names that start with one of ``unset``), quiet and
     plain, the callback, ``env`` on top, then the pin."""
@@ -65,7 +85,8 @@ def environment(env=None, callback=JSON_CALLBACK, pin=True, unset=()):
         out.update(ANSIBLE_STDOUT_CALLBACK=callback, ANSIBLE_LOAD_CALLBACK_PLUGINS='1')
     out.update(env or {})
     if pin:
-        out.update(ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_COLLECTIONS_SCAN_SYS_PATH='1')
+        out.update(ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([collections_path()] + other_collections()),
+                   ANSIBLE_COLLECTIONS_SCAN_SYS_PATH='1')
     else:
         out.pop('ANSIBLE_COLLECTIONS_PATH', None)
     return out
@@ -86,6 +107,24 @@ def parse_json(text):
             return json.loads(text[position + 1:])
         except ValueError:
             position += 1
+
+
+def plain(value):
+    """``value`` (parsed JSON) with ansible-inventory's unsafe markers taken off: before ansible-core 2.19 it prints a
+    string marked unsafe as {"__ansible_unsafe": text}, from 2.19 on as the text."""
+    if isinstance(value, dict):
+        if set(value) == {'__ansible_unsafe'}:
+            return value['__ansible_unsafe']
+        return dict((k, plain(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def said(text, out):
+    """True when ``out`` holds ``text``, whatever lines it was wrapped into (ansible-core before 2.19 wraps warnings
+    and errors at the terminal's width, even within a path)."""
+    return ''.join(text.split()) in ''.join(out.split())
 
 
 class RunTimedOut(AssertionError):
@@ -144,7 +183,7 @@ class Run:
         stdout, stderr = (self._read(f) for f in self._files)
         self._files = None
         self.stdout, self.output = stdout, stdout + stderr
-        self.data = parse_json(stdout)
+        self.data = plain(parse_json(stdout))
         if self.timed_out and fail:
             raise RunTimedOut('%s did not finish within %s s:\n%s' % (
                 os.path.basename(self.argv[0]), timeout, self.output[-4000:]))

@@ -58,7 +58,8 @@ notes:
     error with O(strict)); refused credentials are an error.
   - With O(cache), the whole inventory (journal and cluster) is kept for O(cache_timeout) seconds and a cache hit
     makes no API request and does not open the journal. An inventory made while the cluster was unreachable is
-    not cached. C(ansible-inventory --flush-cache) reads afresh.
+    not cached. C(ansible-playbook --flush-cache) reads afresh (and C(ansible-inventory --flush-cache) from
+    ansible-core 2.19).
   - Host variables hold data from the journal and the cluster; every string of them is marked unsafe, so a workspace
     purpose or a container name that looks like a template is never evaluated (on ansible-core 2.17 and 2.18, a
     C(#jinja2:) header would otherwise choose other delimiters than braces).
@@ -853,6 +854,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         super(InventoryModule, self).parse(inventory, loader, path)
         self._path = path
         config = self._read_config_data(path)
+        self._config_data = config
         self._check_config(config)
         cache_key = self.get_cache_key(path)
         use_cache = self.get_option('cache') and cache
@@ -897,9 +899,15 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             self._fail('option max_concurrency must be at least 1, not %d.' % self.get_option('max_concurrency'))
 
     def _given(self, name):
-        """The option's value if the file (or an env entry of its own) sets it; None for a bare default."""
-        value, origin = self.get_option_and_origin(name)
-        return None if origin == 'default' else value
+        """The option's value if the file (or an env entry of its own) sets it; None for a bare default. Read from the
+        file's data and the environment: before 2.19, ansible-core's get_option_and_origin does not know the file's
+        values (it says 'default' for them)."""
+        if name in self._config_data:
+            return self.get_option(name)
+        for entry in self.option_definitions.get(name, {}).get('env') or []:
+            if entry.get('name') in os.environ:
+                return self.get_option(name)
+        return None
 
     def _where(self, *names):
         """'option api_user (from PROXMOX_USER)': which options (and where their values came from) a message means."""

@@ -15,8 +15,7 @@ import os
 
 import pytest
 
-from tests.ansible_run import run_ansible
-from tests.integration.inventory.test_inventory import plain
+from tests.ansible_run import plain, run_ansible
 
 from tests.integration.create.gitserver import Repo
 from tests.integration.playbooks import running_cluster

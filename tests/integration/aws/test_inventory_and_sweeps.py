@@ -143,14 +143,6 @@ def inventory(site, tmp_path):  # pylint: disable=redefined-outer-name
     return run
 
 
-def plain(value):
-    if isinstance(value, dict):
-        if set(value) == {'__ansible_unsafe'}:
-            return value['__ansible_unsafe']
-        return dict((k, plain(v)) for k, v in value.items())
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
 
 
 def test_the_inventory_shows_aws_hosts_with_their_vars_groups_and_orphans(site, inventory):
@@ -167,7 +159,7 @@ def test_the_inventory_shows_aws_hosts_with_their_vars_groups_and_orphans(site, 
     hits = rules['log']['hits']
     assert [h['operation'] for h in hits] == ['DescribeInstances'] and not hits[0]['instances'], hits
     assert len(rules['pages']['hits']) == 1
-    data = plain(run.data)
+    data = run.data
 
     def groups(name):
         return sorted(data.get(name, {}).get('hosts', []))
@@ -207,7 +199,7 @@ def test_an_incomplete_listing_leaves_the_journals_view_and_strict_makes_it_an_e
         run = inventory()
         assert run.returncode == 0, run.output
         assert 'incomplete' in run.output and 'come from the journal alone' in run.output
-        data = plain(run.data)
+        data = run.data
         ready = data['_meta']['hostvars']['aws-ready']
         assert ready['ephemera_live_status'] == 'unknown' and ready['ansible_host']
         assert not data.get('orphans', {}).get('hosts')

@@ -18,7 +18,7 @@ import pytest
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import CLAIMED, Queue
-from tests.ansible_run import Run, run_ansible
+from tests.ansible_run import Run, core_version, run_ansible, said
 from tests.localpve import LocalCluster, clone_workspace, proxmox
 from tests.localpve.addresses import closed_port
 
@@ -136,15 +136,8 @@ def config(site, **options):
     return dict((k, v) for k, v in data.items() if v is not None)
 
 
-def plain(value):
-    """A value of ansible-inventory's output with its unsafe markers taken off."""
-    if isinstance(value, dict):
-        if set(value) == {'__ansible_unsafe'}:
-            return value['__ansible_unsafe']
-        return dict((k, plain(v)) for k, v in value.items())
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
+
+
 
 
 def hosts_of(data, group):
@@ -182,7 +175,7 @@ def test_groups_and_variables_of_ready_failed_destroying_and_orphans(site, inven
     assert hosts_of(data, 'node_' + site.info['template_node']) == ['ws-broken', 'ws-gone', 'ws-ready']
     assert hosts_of(data, 'orphans') == sorted('orphan-%d' % v for v in site.orphans.values())
     assert 'missing' not in data
-    hv = plain(data['_meta']['hostvars'])
+    hv = data['_meta']['hostvars']
 
     ready = hv['ws-ready']
     assert (ready['ansible_host'], ready['ansible_user'], ready['ansible_port']) == (
@@ -312,7 +305,7 @@ def test_compose_groups_keyed_groups_and_filters(site, inventory):
     assert hosts_of(data, 'needs_attention') == ['ws-broken']
     assert hosts_of(data, 'live_running') == ['ws-broken', 'ws-ready']
     assert 'ws_orphans' not in data and 'ws_status_ready' in data
-    hv = plain(data['_meta']['hostvars'])
+    hv = data['_meta']['hostvars']
     assert hv['ws-ready']['ansible_user'] == 'ops' and hv['ws-ready']['short_repo'] == 'repo'
 
     code, data, out = inventory(config(site, filters={'node': 'no-such-node', 'tag': 'ephemera'}))
@@ -345,9 +338,21 @@ def test_cache_hit_makes_no_api_call(site, inventory, tmp_path):
     assert site.requests_since(mark) == []
     assert second == first  # nor was the journal read: ws-new is not there yet
 
-    code, third, out = inventory(options, '--list', '--flush-cache')
-    assert code == 0, out
-    assert site.requests_since(mark)[0] == ('GET', '/cluster/resources')
+    if core_version() >= (2, 19):
+        code, third, out = inventory(options, '--list', '--flush-cache')
+        assert code == 0, out
+        assert site.requests_since(mark)[0] == ('GET', '/cluster/resources')
+    else:
+        # ansible-inventory has --flush-cache from 2.19 on; before, a playbook run with it renews the cache.
+        play = tmp_path / 'nothing.yml'
+        play.write_text('- hosts: localhost\n  gather_facts: false\n  tasks: []\n')
+        code, dummy, out = inventory(options, '--flush-cache', str(play), command='ansible-playbook')
+        assert code == 0, out
+        assert site.requests_since(mark)[0] == ('GET', '/cluster/resources')
+        mark = site.mark()
+        code, third, out = inventory(options)
+        assert code == 0, out
+        assert site.requests_since(mark) == [], 'the renewed cache answers'
     assert 'ws-new' in hosts_of(third, 'workspaces')
 
 
@@ -355,15 +360,16 @@ def test_unreachable_cluster_lists_the_journal_with_a_warning(site, inventory):
     options = config(site, api_host='https://127.0.0.1:%d' % closed_port(), request_timeout=5)
     code, data, out = inventory(options)
     assert code == 0, out
-    assert inventory.path() in out and 'option api_host' in out and 'from the journal alone' in out
+    assert said(inventory.path(), out) and said('option api_host', out) and said('from the journal alone', out)
     assert hosts_of(data, 'workspaces') == ['ws-broken', 'ws-gone', 'ws-ready']
-    hv = plain(data['_meta']['hostvars'])
+    hv = data['_meta']['hostvars']
     assert hv['ws-ready']['ephemera_live_status'] == 'unknown'
     assert hv['ws-ready']['ansible_host'] == site.addresses['ws-ready']
     assert hosts_of(data, 'orphans') == []
 
     code, data, out = inventory(dict(options, strict=True))
-    assert code != 0 and inventory.path() in out and 'option api_host' in out and 'connection refused' in out
+    assert code != 0 and said(inventory.path(), out) and said('option api_host', out), out
+    assert said('connection refused', out), out
 
 
 def test_journal_alone_without_a_cluster(site, inventory):
@@ -393,9 +399,9 @@ def test_journal_alone_without_a_cluster(site, inventory):
 def test_bad_input_names_the_file_and_the_option(site, inventory, case, change, env, expected):
     code, data, out = inventory(config(site, **change), env=env)
     assert code != 0, out
-    assert inventory.path() in out
+    assert said(inventory.path(), out), out
     for text in expected:
-        assert text in out, case
+        assert said(text, out), case
 
 
 def test_templates_in_journal_data_are_never_evaluated(site, inventory, tmp_path):
@@ -425,6 +431,6 @@ def test_current_step_comes_from_the_running_operation(site, inventory, tmp_path
         queue.step(turn.claim, 'wait_clone')
     code, data, out = inventory(config(site, journal_path=journal_path, api_host=None, filters={'status': 'provisioning'}))
     assert code == 0, out
-    busy = plain(data['_meta']['hostvars'])['ws-busy']
+    busy = data['_meta']['hostvars']['ws-busy']
     assert busy['ephemera_step'] == 'wait_clone'
     assert (busy['ephemera_operation']['kind'], busy['ephemera_operation']['step']) == ('create', 'wait_clone')

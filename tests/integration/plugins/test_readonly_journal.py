@@ -16,7 +16,7 @@ import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
-from tests.ansible_run import BIN, run_ansible
+from tests.ansible_run import BIN, run_ansible, said
 
 UNSHARE = shutil.which('unshare') or '/usr/bin/unshare'
 HOST_KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHRlc3Qta2V5LW9mLXdzLWEtMDAwMDAwMDAwMDAwMDAw'
@@ -132,15 +132,6 @@ def play(tmp_path, text=PLAY):
     return str(book)
 
 
-def plain(value):
-    """A value of ansible-inventory's output with its unsafe markers taken off."""
-    if isinstance(value, dict):
-        if set(value) == {'__ansible_unsafe'}:
-            return value['__ansible_unsafe']
-        return dict((k, plain(v)) for k, v in value.items())
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
 
 
 def inventory_file(tmp_path, journal_path, **options):
@@ -180,7 +171,7 @@ def test_inventory_lists_a_journal_on_a_read_only_file_system(journal_dir, tmp_p
     assert run.ok, run.explain()
     assert sorted(run.data['workspaces']['hosts']) == ['ws-a', 'ws-b', 'ws-c']
     assert sorted(run.data['status_ready']['hosts']) == ['ws-a', 'ws-b']
-    ws_a = plain(run.data['_meta']['hostvars']['ws-a'])
+    ws_a = run.data['_meta']['hostvars']['ws-a']
     assert (ws_a['ansible_host'], ws_a['ansible_port'], ws_a['ansible_user'], ws_a['ansible_ssh_private_key_file']) == (
         '127.0.0.7', 2222, 'root', '/keys/id_ed25519')
     assert ws_a['ansible_ssh_common_args'] == '-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes' % known_hosts
@@ -199,9 +190,8 @@ def test_inventory_whose_known_hosts_file_cannot_be_written_still_lists_and_says
     assert run.ok, run.explain()
     assert sorted(run.data['workspaces']['hosts']) == ['ws-a', 'ws-b', 'ws-c']
     assert 'ansible_ssh_common_args' not in run.data['_meta']['hostvars']['ws-a']
-    text = ' '.join(run.output.split())
-    assert 'cannot write the known-hosts file %s' % known_hosts in text
-    assert 'known_hosts_file (or EPHEMERA_KNOWN_HOSTS)' in text
+    assert said('cannot write the known-hosts file %s' % known_hosts, run.output)
+    assert said('known_hosts_file (or EPHEMERA_KNOWN_HOSTS)', run.output)
     assert contents(directory) == before
 
 
@@ -220,10 +210,9 @@ def test_damaged_journal_names_the_file_and_the_recovery(tmp_path):
         damaged = f.read()
 
     def assert_names_the_damage(text):
-        text = ' '.join(text.split())
-        assert 'The journal %s is damaged' % path in text, text
-        assert 'database disk image is malformed' in text
-        assert 'docs/journal.md, "A damaged journal"' in text and 'sqlite3 .recover' in text
+        assert said('The journal %s is damaged' % path, text), text
+        assert said('database disk image is malformed', text)
+        assert said('docs/journal.md, "A damaged journal"', text) and said('sqlite3 .recover', text)
 
     run = run_reader(['ansible-playbook', play(tmp_path, DAMAGED_PLAY)], tmp_path, env={'EPHEMERA_JOURNAL': path})
     failed = dict(run.failures())
@@ -234,6 +223,6 @@ def test_damaged_journal_names_the_file_and_the_recovery(tmp_path):
     run = run_reader(['ansible-inventory', '-i', inventory_file(tmp_path, path), '--list'], tmp_path, callback=None)
     assert run.returncode != 0
     assert_names_the_damage(run.output)
-    assert 'option journal_path' in run.output
+    assert said('option journal_path', run.output)
     with open(path, 'rb') as f:
         assert f.read() == damaged

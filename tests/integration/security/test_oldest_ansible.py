@@ -32,20 +32,13 @@ def oldest_claimed():
 
 @pytest.fixture(scope='module')
 def oldest_ansible():
-    """The bin directory of a virtualenv with the oldest ansible-core the collection claims."""
+    """The bin directory of a virtualenv with the oldest ansible-core the collection claims (the one make test-cores
+    uses, made by scripts/core-venv.sh if it is not there yet)."""
     version = oldest_claimed()
     venv = os.path.join(ROOT, 'build', 'ansible-core-%s' % version)
-    stamp = os.path.join(venv, '.installed')
-    if not os.path.exists(stamp):
-        subprocess.run([sys.executable, '-m', 'venv', '--clear', venv], check=True, timeout=120)
-        major, minor = version.split('.')
-        spec = 'ansible-core>=%s.0,<%s.%d' % (version, major, int(minor) + 1)
-        done = subprocess.run([os.path.join(venv, 'bin', 'pip'), 'install', '-q', spec, '-r',
-                               os.path.join(ROOT, 'requirements.txt')], capture_output=True, text=True, timeout=600,
-                              check=False)
-        assert done.returncode == 0, 'cannot install %s from the package index:\n%s' % (spec, done.stderr[-2000:])
-        with open(stamp, 'w') as out:
-            out.write(spec + '\n')
+    done = subprocess.run([os.path.join(ROOT, 'scripts', 'core-venv.sh'), version, venv, sys.executable],
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, 'cannot make the venv of ansible-core %s:\n%s' % (version, done.stderr[-2000:])
     found = subprocess.run([os.path.join(venv, 'bin', 'ansible'), '--version'], capture_output=True, text=True,
                            timeout=120, check=True).stdout
     assert 'core %s.' % version in found.splitlines()[0], found

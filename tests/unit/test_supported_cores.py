@@ -1,0 +1,44 @@
+"""The ansible-core releases the collection claims are the ones its tests run on: make test on the release
+requirements-test.txt pins, make test-cores (run by CI after it) on every older minor release down to the lower
+bound of meta/runtime.yml's requires_ansible."""
+
+import os
+import re
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def read(name):
+    with open(os.path.join(ROOT, name), encoding='utf-8') as f:
+        return f.read()
+
+
+def claimed_lower_bound():
+    found = re.match(r'^>=\s*(\d+)\.(\d+)', yaml.safe_load(read('meta/runtime.yml'))['requires_ansible'])
+    assert found, 'requires_ansible has no lower bound'
+    return int(found.group(1)), int(found.group(2))
+
+
+def pinned():
+    found = re.search(r'^ansible-core==(\d+)\.(\d+)\.\d+$', read('requirements-test.txt'), re.M)
+    assert found, 'requirements-test.txt pins no ansible-core'
+    return int(found.group(1)), int(found.group(2))
+
+
+def make_cores():
+    found = re.search(r'^CORES \?= (.+)$', read('Makefile'), re.M)
+    assert found, 'the Makefile sets no CORES'
+    return found.group(1).split()
+
+
+def test_test_cores_runs_every_minor_release_from_the_claimed_oldest_to_the_pinned():
+    (major, oldest), (pinned_major, newest) = claimed_lower_bound(), pinned()
+    assert major == pinned_major
+    assert make_cores() == ['%d.%d' % (major, minor) for minor in range(oldest, newest)]
+
+
+def test_ci_runs_the_tests_and_then_the_older_cores():
+    commands = [line for line in read('.ci/run').splitlines() if line and not line.startswith(('#', 'set ', 'cd '))]
+    assert commands == ['make test', 'make test-cores']

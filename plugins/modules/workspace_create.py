@@ -105,9 +105,15 @@ options:
         O(git_token).
     type: str
   ref:
-    description: Branch, tag or commit to check out.
+    description:
+      - Branch, tag or commit to check out.
+      - Left out, or blank (a blank AWX survey answer comes as null or an empty string), the repository's default
+        branch, the one its HEAD names. Where the controller can ask the repository (an http, https or git URL), the
+        V(request) step asks (C(git ls-remote --symref)) and records that branch as the workspace's ref; otherwise
+        the clone in the guest takes it and the V(checkout) step records it in the workspace's facts
+        (C(default_branch)).
+      - A later request for the same workspace without a ref means the same branch.
     type: str
-    default: main
   purpose:
     description:
       - What the agent is asked to do; its brief. Required for a new request.
@@ -453,7 +459,7 @@ def argument_spec():
         full_clone=dict(type='bool', default=False),
         storage=dict(type='str'),
         repo=dict(type='str'),
-        ref=dict(type='str', default='main'),
+        ref=dict(type='str'),
         purpose=dict(type='str'),
         ttl=dict(type='int'),
         idle_timeout=dict(type='int'),

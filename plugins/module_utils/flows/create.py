@@ -405,7 +405,10 @@ class CreateFlow(Flow):
                          'git_login': bool(self.params.get('git_token'))}
         req['template'] = template_value(req['template'])
         validate_repo(req['repo'])
-        validate_ref(req['ref'])
+        # Left out or blank (a blank AWX survey answer: None or ''): the repository's default branch.
+        req['ref'] = req['ref'] or None
+        if req['ref'] is not None:
+            validate_ref(req['ref'])
         validate_purpose(req['purpose'])
         validate_checkout_path(req['checkout_path'])
         self._check_agent_user(req)
@@ -536,13 +539,21 @@ class CreateFlow(Flow):
 
     def _check_repository(self, req):
         """Ask the repository from the controller whether it has the ref (where the controller can reach it);
-        a note for the step's message when it could not tell."""
+        a note for the step's message when it could not tell. A request without a ref gets the repository's default
+        branch here, recorded as its ref; where the controller cannot ask, the guest's clone takes the default
+        branch and the checkout step records which it was."""
         try:
             verdict = preflight.probe_repository(req['repo'], req['ref'], token=self.params.get('git_token'),
                                                  username=self.params.get('git_username') or 'git')
         except preflight.RepositoryRefused as err:
             raise CreateError(str(err), step='request')
-        return ' (%s)' % verdict.note if verdict.note else ''
+        notes = [verdict.note] if verdict.note else []
+        if verdict.branch:
+            req['ref'] = verdict.branch
+            notes.insert(0, 'ref: %s, the default branch' % verdict.branch)
+        elif req['ref'] is None:
+            notes.insert(0, 'ref: the default branch, which the checkout names')
+        return ' (%s)' % '; '.join(notes) if notes else ''
 
     def _resume(self):
         """Continue the request recorded for the workspace (reconcile resumes creates by name this way)."""
@@ -562,7 +573,10 @@ class CreateFlow(Flow):
         if ws['desired_state'] == 'destroyed' or ws['status'] == 'destroying':
             raise CreateError('Workspace %r is being destroyed; wait for that to finish, then create it again.'
                               % self.name, step='request')
-        different = [k for k in IDENTITY if ws['params'].get(k) != req[k] and not (k == 'node' and not req[k])]
+        # No node: wherever it is. No ref: the default branch, which the record holds resolved (or None, when only
+        # the guest could ask and its checkout names the branch it found).
+        different = [k for k in IDENTITY if ws['params'].get(k) != req[k] and not (k in ('node', 'ref') and not req[k])
+                     and not (k == 'ref' and req[k] == (ws['facts'] or {}).get('default_branch'))]
         recorded = ws.get('lease') or {}
         different += ['%s' % k for k in ('ttl', 'idle_timeout', 'keep')
                       if self.params.get(k) is not None and recorded.get(k) != self.params[k]]
@@ -1115,7 +1129,7 @@ class CreateFlow(Flow):
         req = self.request
         debt = '%s@%s' % (ASKPASS_DEBT, self.naming.resource_key(self.resource_id))
         try:
-            head = self._with_guest(lambda g: guest_ops.checkout(
+            head, branch = self._with_guest(lambda g: guest_ops.checkout(
                 g, self._layout(), self.ssh_user, req['repo'], req['ref'], git_token=self.params.get('git_token'),
                 git_username=self.params.get('git_username') or 'git'))
         except guest_ops.GuestError as err:
@@ -1124,8 +1138,13 @@ class CreateFlow(Flow):
                 self.journal.record_cleanup_debt(self.name, debt, err, retry_in=60, claim=self.claim)
             raise
         self.journal.clear_cleanup_debt(self.name, debt, claim=self.claim)
-        self.done('checkout', facts=dict(self.ws['facts'], head=head))
-        return StepResult(True, 'checkout: %s at %s (%s)' % (req['repo'], req['ref'], head[:12]), head=head)
+        facts = dict(self.ws['facts'], head=head)
+        if req['ref'] is None:
+            # Asked for the default branch and only the guest could ask: the branch its clone found.
+            facts['default_branch'] = branch
+        self.done('checkout', facts=facts)
+        at = req['ref'] if req['ref'] is not None else '%s (the default branch)' % (branch or 'HEAD')
+        return StepResult(True, 'checkout: %s at %s (%s)' % (req['repo'], at, head[:12]), head=head)
 
     # -------------------------------------------------------------- 11. runner
 

@@ -46,15 +46,22 @@ class RepositoryRefused(EphemeraError):
 
 class Verdict:
     """``checked``: the repository answered and has the ref; otherwise ``note`` says why a URL the controller
-    asked could not be checked (empty for a file path or SSH URL, which it does not ask)."""
+    asked could not be checked (empty for a file path or SSH URL, which it does not ask). ``branch``: for a request
+    without a ref, the repository's default branch (what its HEAD names), when it answered."""
 
-    def __init__(self, checked, note=''):
+    def __init__(self, checked, note='', branch=None):
         self.checked = checked
         self.note = note
+        self.branch = branch
+
+
+# ls-remote --symref's line for the remote's HEAD: "ref: refs/heads/<branch>\tHEAD".
+SYMREF = re.compile(r'^ref: refs/heads/(\S+)\tHEAD$', re.M)
 
 
 def probe_repository(url, ref, token=None, username='git', timeout=TIMEOUT):
-    """Ask ``url`` for ``ref`` with ``git ls-remote`` from the controller: a Verdict, or RepositoryRefused."""
+    """Ask ``url`` for ``ref`` with ``git ls-remote`` from the controller: a Verdict, or RepositoryRefused. With no
+    ``ref`` (None), ask which branch its HEAD names: the Verdict's ``branch``."""
     try:
         gitlogin.check_token_transport(url, token)
     except gitlogin.GitLoginError as err:
@@ -71,7 +78,7 @@ def probe_repository(url, ref, token=None, username='git', timeout=TIMEOUT):
     git = shutil.which('git')
     if git is None:
         return Verdict(False, 'repository not checked: git is not installed on the controller')
-    commit = bool(COMMIT.match(ref))
+    commit = bool(ref and COMMIT.match(ref))
     scratch = tempfile.mkdtemp(prefix='ephemera-probe-')
     try:
         env = dict((k, v) for k, v in os.environ.items() if not k.startswith('GIT_'))
@@ -84,7 +91,10 @@ def probe_repository(url, ref, token=None, username='git', timeout=TIMEOUT):
             env.update(gitlogin.askpass_env(url, username, token), GIT_ASKPASS=askpass)
             options += gitlogin.NO_REDIRECTS
         # A commit id cannot be asked for by name: then only the repository is checked.
-        argv = [git] + options + ['ls-remote', '--exit-code', url] + (['HEAD'] if commit else [ref])
+        if ref is None:
+            argv = [git] + options + ['ls-remote', '--exit-code', '--symref', url, 'HEAD']
+        else:
+            argv = [git] + options + ['ls-remote', '--exit-code', url] + (['HEAD'] if commit else [ref])
         try:
             proc = run_bounded(argv, cwd=scratch, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -94,8 +104,16 @@ def probe_repository(url, ref, token=None, username='git', timeout=TIMEOUT):
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     said = _said(proc.stderr, token)
+    if proc.returncode == 0 and ref is None:
+        found = SYMREF.search(proc.stdout)
+        if found is None:
+            return Verdict(False, 'default branch not asked: %s did not say which branch its HEAD names' % url)
+        return Verdict(True, branch=found.group(1))
     if proc.returncode == 0:
         return Verdict(True)
+    if proc.returncode == 2 and ref is None:
+        raise RepositoryRefused('Repository %s has no default branch (its HEAD names no branch: an empty '
+                                'repository?): give ref, an existing branch, tag or commit id.' % url, step='request')
     if proc.returncode == 2 and not commit:
         raise RepositoryRefused('Ref %r is neither a branch nor a tag of %s (git ls-remote from the controller found '
                                 'none): give an existing branch, tag or commit id as ref.' % (ref, url), step='request')

@@ -195,7 +195,8 @@ def host_keys_install(guest, layout, stamp, install=True):
 
 
 def checkout(guest, layout, ssh_user, repo, ref, git_token=None, git_username='git', timeout=600):
-    """Clone ``repo`` into the checkout path and check out ``ref``; returns the HEAD commit.
+    """Clone ``repo`` into the checkout path and check out ``ref`` (None: the default branch, the one the remote's
+    HEAD names); returns (the HEAD commit, the branch checked out or None for a detached HEAD).
 
     A partial checkout from an earlier attempt is removed first. A ``git_token`` reaches git through
     the environment of the clone (sent on its standard input, never written to a file) and a helper
@@ -247,18 +248,22 @@ def _clone(guest, layout, ssh_user, repo, ref, askpass, git_token, git_username,
         'rm -rf %s' % q(layout.checkout),
         '%s clone --quiet --no-checkout -- %s %s' % (git, q(repo), q(layout.checkout)),
         'cd %s' % q(layout.checkout),
-        '%s checkout --quiet %s --' % (git, q(ref)),
-        'git rev-parse HEAD',
+        # No ref: the clone's HEAD is the default branch; --force fills the work tree --no-checkout left empty.
+        '%s checkout --quiet %s --' % (git, q(ref)) if ref is not None else '%s checkout --quiet --force' % git,
+        'echo "head $(git rev-parse HEAD)"',
+        'echo "branch $(git symbolic-ref --quiet --short HEAD || true)"',
     ])
     try:
         result = guest.run(as_agent(layout, ssh_user, script), stdin=stdin, timeout=timeout, what='git clone')
     except SshCommandFailed as exc:
         said = '%s' % (exc.details.get('stderr_tail') or exc)
         hint = _credentials_hint(said, git_token)
-        raise GuestError('Cloning %s at %r into %s failed: %s%s. Fix the repository, ref or login and run the create '
+        raise GuestError('Cloning %s at %s into %s failed: %s%s. Fix the repository, ref or login and run the create '
                          'again (it goes on at the checkout), or destroy the workspace.'
-                         % (repo, ref, layout.checkout, said.rstrip('.'), hint), step='checkout')
-    return result.stdout.split()[-1]
+                         % (repo, repr(ref) if ref is not None else 'its default branch', layout.checkout,
+                            said.rstrip('.'), hint), step='checkout')
+    said = dict(line.partition(' ')[::2] for line in result.stdout.splitlines()[-2:])
+    return said['head'].strip(), said['branch'].strip() or None
 
 
 # What git says when the server wants credentials it was not given, or refused the ones it got.

@@ -102,7 +102,8 @@ def test_the_provider_steps_create_a_started_container_with_our_marker_and_a_rer
 def test_check_mode_without_a_journal_record_changes_nothing(site):
     results = create(site, 'c2', check_mode=True)
     assert [r.changed for r in results] == [True] * len(PROVIDER_STEPS)
-    assert results[0].msg == 'request: would record workspace c2'
+    # No ref given: the default branch, and a file path's is named by the guest's clone.
+    assert results[0].msg == 'request: would record workspace c2 (ref: the default branch, which the checkout names)'
     assert [r.msg for r in results[1:3]] == ['candidate vmid: would run', 'clone: would run']
     assert site.changes_sent() == [] and ws(site, 'c2') is None
 

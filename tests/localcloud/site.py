@@ -195,6 +195,9 @@ class CloudSite(object):
             except asyncio.CancelledError:
                 pass
             self._tick = None
+        # The fakes' guests share one directory, which a stop_all sweeps: every fake stops its own guests first.
+        for guests in [self.fleet] + [p.guests for p in (self.hetzner, self.azure, self.gcp) if p.guests is not None]:
+            await guests.stop_all(sweep=False)
         await self.fleet.stop_all()
         await self.hetzner.stop()
         await self.azure.stop()

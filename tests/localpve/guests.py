@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import time
 
 from tests.models import clis
@@ -26,6 +27,8 @@ LOG = logging.getLogger('localpve.guests')
 NET_KEY = re.compile(r'^net\d+$')
 # Seconds sshd has to listen on its address before the start counts as failed.
 SSHD_START_TIMEOUT = 10
+# debian tier: seconds nsenter has to reap the guest's killed sshd and end before it is killed with it.
+NSENTER_REAP_TIMEOUT = 5
 FAULT_KINDS = ('refuse', 'never', 'drop')
 
 
@@ -490,10 +493,26 @@ class GuestManager(object):
         started that left the sshd's tree (an agent runner in a session of its own, its agent), as stopping a
         container does."""
         proc = guest.proc
+        # debian tier: proc is nsenter, and its child the guest's sshd, in the guest's pid namespace. That child is
+        # killed (with its tree) and left to nsenter to reap: were nsenter killed with it, it could die first and
+        # hand the dead sshd to this machine's init, and the end of the guest's namespaces (_shut_down) waits
+        # until that init reaps it, which some inits (a VM's or a container's) do only every second or two.
+        below = self.roots is not None
         if proc.poll() is None:
             # Only while it is ours: once reaped, its pid may belong to anything.
-            system.kill_tree(proc.pid)
+            if below:
+                system.stop_then_kill(lambda: system.descendants(proc.pid))
+            else:
+                system.kill_tree(proc.pid)
+        deadline = time.monotonic() + NSENTER_REAP_TIMEOUT
         while proc.poll() is None:
+            if below and time.monotonic() > deadline:
+                system.kill_tree(proc.pid)
+                below = False
+            elif below:
+                # nsenter stops itself when it sees its child stopped (as a shell's job control would), until it
+                # is continued: it then reaps the child and ends.
+                os.kill(proc.pid, signal.SIGCONT)
             await asyncio.sleep(0.005)
         guest.proc = None
         try:
@@ -506,8 +525,13 @@ class GuestManager(object):
         elif everything:
             end_guest_processes(self.root(guest.vmid))
 
-    async def stop_all(self):
-        """Stop every guest with all it runs (the cluster stops); the debian tier's roots are unmounted."""
+    async def stop_all(self, sweep=True):
+        """Stop every guest with all it runs (the cluster stops); the debian tier's roots are unmounted.
+
+        ``sweep=False`` stops this manager's guests only: what else runs under the guests directory is left, and
+        nothing is unmounted. Managers that share a directory (the try-out cloud's fakes) all stop their guests so
+        before one sweeps it: a sweep ends other managers' guests too, their nsenter with their sshd (which then
+        waits for this machine's init to reap it, see _stop)."""
         async with self.lock:
             for guest in self.guests.values():
                 if guest.proc is not None:
@@ -515,6 +539,8 @@ class GuestManager(object):
                     guest.state = 'stopped'
                 if guest.holder is not None:
                     await self._shut_down(guest)
+            if not sweep:
+                return
             # Also what runs in guests whose sshd was already gone.
             end_guest_processes(self.dir + os.sep)
             if self.roots is not None:

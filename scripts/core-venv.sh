@@ -12,7 +12,7 @@ if ! [[ $version =~ ^([0-9]+)\.([0-9]+)$ ]]; then
     exit 2
 fi
 spec="ansible-core>=$version.0,<${BASH_REMATCH[1]}.$((BASH_REMATCH[2] + 1))"
-want="$spec $(cat requirements-ee.txt | sha256sum | cut -c1-16)"
+want="$spec $(sha256sum < requirements-ee.txt | cut -c1-16)"
 if [ -x "$dir/bin/ansible" ] && [ "$(cat "$dir/.installed" 2>/dev/null)" = "$want" ]; then
     exit 0
 fi

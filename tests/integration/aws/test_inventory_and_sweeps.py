@@ -143,8 +143,6 @@ def inventory(site, tmp_path):  # pylint: disable=redefined-outer-name
     return run
 
 
-
-
 def test_the_inventory_shows_aws_hosts_with_their_vars_groups_and_orphans(site, inventory):
     # The listing comes in pages of one instance: the inventory follows every page.
     site.cloud.proxy_add('log', '*', times=None)

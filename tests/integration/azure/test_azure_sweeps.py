@@ -149,8 +149,6 @@ def site(localcloud, tmp_path_factory):
     return s
 
 
-
-
 @pytest.fixture
 def inventory(site, tmp_path):  # pylint: disable=redefined-outer-name
     def run(command='ansible-inventory', args=('--list',), **options):

@@ -136,10 +136,6 @@ def config(site, **options):
     return dict((k, v) for k, v in data.items() if v is not None)
 
 
-
-
-
-
 def hosts_of(data, group):
     return sorted(data.get(group, {}).get('hosts', []))
 

@@ -132,8 +132,6 @@ def play(tmp_path, text=PLAY):
     return str(book)
 
 
-
-
 def inventory_file(tmp_path, journal_path, **options):
     path = tmp_path / 'site.workspaces.yml'
     path.write_text(json.dumps(dict(plugin='ephemera.workspaces.workspaces', journal_path=journal_path, **options)))

@@ -231,6 +231,15 @@ def validate_agent_user(agent_user, ssh_user, shared=False, logins=None, step='r
                               'that login (and its sudo). %s' % (text, option, give), step=step)
 
 
+def asked_otherwise(key, recorded, asked, facts):
+    """True when a request asks for another ``key`` (an IDENTITY parameter) than the workspace's record holds. No node
+    asks for wherever it is; no ref for the default branch, which the record holds resolved, or which the checkout
+    named (``facts.default_branch``) when only the guest could ask."""
+    if recorded == asked or (key in ('node', 'ref') and not asked):
+        return False
+    return not (key == 'ref' and asked == facts.get('default_branch'))
+
+
 def validate_ref(ref):
     """Refuse a ref git cannot name (git check-ref-format) or that would read as an option."""
     if not isinstance(ref, str) or not ref or BAD_REF.search(ref):
@@ -573,10 +582,7 @@ class CreateFlow(Flow):
         if ws['desired_state'] == 'destroyed' or ws['status'] == 'destroying':
             raise CreateError('Workspace %r is being destroyed; wait for that to finish, then create it again.'
                               % self.name, step='request')
-        # No node: wherever it is. No ref: the default branch, which the record holds resolved (or None, when only
-        # the guest could ask and its checkout names the branch it found).
-        different = [k for k in IDENTITY if ws['params'].get(k) != req[k] and not (k in ('node', 'ref') and not req[k])
-                     and not (k == 'ref' and req[k] == (ws['facts'] or {}).get('default_branch'))]
+        different = [k for k in IDENTITY if asked_otherwise(k, ws['params'].get(k), req[k], ws['facts'] or {})]
         recorded = ws.get('lease') or {}
         different += ['%s' % k for k in ('ttl', 'idle_timeout', 'keep')
                       if self.params.get(k) is not None and recorded.get(k) != self.params[k]]

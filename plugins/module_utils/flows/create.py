@@ -1051,8 +1051,7 @@ class CreateFlow(Flow):
             self.save('host_keys_published', kind='observed', detail={'source': source, 'host_keys': result.value})
             return dict(facts, host_keys_published=result.value), '; host keys from %s' % source, []
         warning = ('%s published no SSH host key in %s within %d s: the first SSH connection trusts the key it is '
-                   'shown. An image whose cloud-init prints the keys to the console (its default) avoids that.'
-                   % (self.provider.label(resource.id), source, timeout))
+                   'shown. %s' % (self.provider.label(resource.id), source, timeout, self.provider.host_key_advice))
         self.save('host_keys_published', kind='observed',
                   detail={'source': source, 'host_keys': [], 'reason': warning})
         return None, '; no host keys published', [warning]
@@ -1069,10 +1068,10 @@ class CreateFlow(Flow):
                 raise
             self.save('ssh', kind='observed', detail={'refused': str(err)})
             raise CreateError('%s answers at %s with a host key that is not one of those it published in %s (%s); '
-                              'nothing was sent to it. Something else may answer at its address: look at the '
-                              'instance\'s console output and the network path, then destroy this workspace and '
-                              'create it again.' % (self.naming.label(self.resource_id), self.ws['address'],
-                                                    self.naming.host_key_source, err))
+                              'nothing was sent to it. Something else may answer at its address: look at %s and '
+                              'the network path, then destroy this workspace and create it again.'
+                              % (self.naming.label(self.resource_id), self.ws['address'],
+                                 self.naming.host_key_source, err, self.naming.host_key_source))
         self.done('ssh', facts=dict(self.ws['facts'], host_key=host_key))
         return StepResult(True, 'ssh: %s answers (attempt %d)' % (self.ws['address'], attempts), attempts=attempts)
 

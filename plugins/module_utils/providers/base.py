@@ -405,6 +405,8 @@ class Provider:
     # Where the provider publishes a new machine's SSH host keys out of band, through its API (None: nowhere, and the
     # first SSH connection trusts the key it is shown).
     host_key_source = None
+    # What makes the machine publish its keys there, said when it published none (a sentence).
+    host_key_advice = ''
 
     def published_host_keys(self, resource):
         """The SSH host keys ("type base64") the machine published through the provider's API, read now: [] while

@@ -35,6 +35,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import le
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import cloud
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import hostkeys
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.client import (
     ENDPOINT_ENV,
     REGION_ENV,
@@ -60,47 +61,6 @@ DEFAULT_ABSENCE_WINDOW = 1800
 SSM_PREFIX = 'resolve:ssm:'
 INSTANCE_ID = re.compile(r'^i-[0-9a-f]{8,17}$')
 AMI_ID = re.compile(r'^ami-[0-9a-f]{8,17}$')
-
-
-# cloud-init prints the instance's host keys to its console between these lines (its keys_to_console module), each
-# line maybe behind a syslog prefix ("<14>Dec  5 00:00:00 ec2: ").
-HOST_KEYS_BEGIN = '-----BEGIN SSH HOST KEY KEYS-----'
-HOST_KEYS_END = '-----END SSH HOST KEY KEYS-----'
-HOST_KEY_LINE = re.compile(r'(?:^|\s)(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)) '
-                           r'([A-Za-z0-9+/]{32,}={0,2})(?:\s|$)')
-
-
-def console_host_keys(text):
-    """The host keys ("type base64") of the last complete block cloud-init printed to the console (a later boot
-    prints it again), each checked for its form: its encoded key names its own type. [] when there is none."""
-    found, block = [], None
-    for line in (text or '').splitlines():
-        if HOST_KEYS_BEGIN in line:
-            block = []
-        elif HOST_KEYS_END in line:
-            if block is not None:
-                found = block
-            block = None
-        elif block is not None:
-            match = HOST_KEY_LINE.search(line)
-            if match and _encoded_type(match.group(2)) == match.group(1):
-                block.append('%s %s' % match.groups())
-    return found
-
-
-def _encoded_type(blob):
-    """The key type an SSH public key blob (base64) starts with, or None."""
-    try:
-        raw = base64.b64decode(blob, validate=True)
-    except (ValueError, TypeError):
-        return None
-    size = int.from_bytes(raw[:4], 'big') if len(raw) >= 4 else -1
-    if not 0 < size <= 64 or len(raw) < 4 + size:
-        return None
-    try:
-        return raw[4:4 + size].decode('ascii')
-    except UnicodeDecodeError:
-        return None
 
 
 def tag_label(name):
@@ -195,6 +155,7 @@ class AwsProvider(cloud.CloudProvider):
     unique_ids = True
     # cloud-init prints the host keys to the console, which EC2 keeps (published_host_keys).
     host_key_source = 'the console output (GetConsoleOutput)'
+    host_key_advice = 'An image whose cloud-init prints the keys to the console (its default) avoids that.'
 
     def __init__(self, ec2, secret=None, launch=None, visibility_window=DEFAULT_VISIBILITY_WINDOW,
                  absence_window=DEFAULT_ABSENCE_WINDOW, sleep=time.sleep):
@@ -483,7 +444,7 @@ class AwsProvider(cloud.CloudProvider):
         """The host keys the instance's cloud-init printed to its console at boot, read from EC2 (GetConsoleOutput)
         over its API, which nobody on the network path to the instance can answer for. [] until they are there."""
         answer = self.ec2.call('get_console_output', InstanceId=resource.id)
-        return console_host_keys(answer.get('Output'))
+        return hostkeys.console_host_keys(answer.get('Output'))
 
     def native_running(self, native):
         return native['State']['Name'] in ('pending', 'running')

@@ -66,6 +66,60 @@ def test_the_definition_is_version_3_with_the_base_image_as_a_build_argument(con
     assert 'FROM $EE_BASE_IMAGE AS base' in containerfile
 
 
+def pinned(name):
+    """The version requirements-test.txt pins ``name`` to (what the tests run)."""
+    for line in requirement_lines(os.path.join(ROOT, 'requirements-test.txt')):
+        if name_of(line) == name and '==' in line:
+            return line.split('==', 1)[1].strip()
+    raise AssertionError('requirements-test.txt pins no %s' % name)
+
+
+def build_args(containerfile):
+    """The Containerfile's global build arguments: {name: default}."""
+    return dict(re.findall(r'^ARG (\w+)="(.*)"$', containerfile, re.M))
+
+
+def test_the_image_runs_the_python_ansible_core_and_ansible_runner_the_tests_run(context):
+    """The RHEL 9 family's own python3 is 3.9, where ansible-core 2.17 and later do not install: the image gets its
+    own Python 3.11 (the tests' version) and exactly the ansible-core and ansible-runner the tests run."""
+    import importlib.metadata
+
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    containerfile = (context / 'Containerfile').read_text()
+    args = build_args(containerfile)
+    assert args['PYPKG'] == 'python3.11' and args['PYCMD'] == '/usr/bin/python3.11', args
+    assert args['PKGMGR'] == '/usr/bin/dnf'
+    # The interpreter is installed before pip and everything else, and every pip and check runs with it.
+    base = containerfile.split('FROM base AS galaxy')[0]
+    assert base.index('RUN $PKGMGR install $PYPKG -y') < base.index('RUN /output/scripts/pip_install $PYCMD')
+    assert not re.search(r'^RUN (python3|pip3?) ', containerfile, re.M)
+    core, runner = pinned('ansible-core'), pinned('ansible-runner')
+    assert args['ANSIBLE_INSTALL_REFS'].split() == ['ansible-core==' + core, 'ansible-runner==' + runner]
+    # The versions the tests run are these, and each says it installs on the image's Python.
+    python = Version(sys.version.split()[0])
+    image_python = Version(args['PYPKG'][len('python'):])
+    assert (python.major, python.minor) == (image_python.major, image_python.minor), (
+        'the image runs Python %s, the tests %s' % (image_python, python))
+    for name, version in (('ansible-core', core), ('ansible-runner', runner)):
+        assert importlib.metadata.version(name) == version
+        requires = importlib.metadata.metadata(name)['Requires-Python'] or ''
+        assert SpecifierSet(requires).contains(image_python), (name, requires, image_python)
+    # The python3 of the base (3.9 on the RHEL 9 family) would not do: ansible-core says so itself.
+    assert not SpecifierSet(importlib.metadata.metadata('ansible-core')['Requires-Python']).contains(Version('3.9'))
+
+
+def test_the_base_is_of_the_rhel_9_family_and_only_a_default(context):
+    ee = load('execution-environment.yml')
+    assert ee['images']['base_image']['name'] == 'quay.io/centos/centos:stream9'
+    assert ee['options']['package_manager_path'] == '/usr/bin/dnf'
+    # docs/awx.md names the base and what a replacement must give.
+    with open(os.path.join(ROOT, 'docs', 'awx.md')) as handle:
+        doc = handle.read()
+    assert 'quay.io/centos/centos:stream9' in doc and 'python3.11' in doc and 'awx-ee:24.6.1' not in doc
+
+
 def test_the_python_requirements_are_the_collections_and_psycopg(context):
     generated = requirement_lines(str(context / '_build' / 'requirements.txt'))
     assert generated == requirement_lines(os.path.join(ROOT, 'requirements-ee.txt'))

@@ -116,6 +116,23 @@ options:
     description:
       - Besides its meaning for O(compose), O(groups) and O(keyed_groups), make an unreachable cluster an error
         instead of a warning.
+  host_key_pinning:
+    description:
+      - How the hosts' SSH connections are pinned to the host keys the create flow recorded.
+      - V(file) writes them to a known-hosts file (O(known_hosts_file)) and names it in each host's
+        C(ansible_ssh_common_args), for a controller that reads the inventory and runs its jobs on the same
+        machine (C(ansible), C(ansible-playbook)).
+      - V(inline) writes no file. Each host's own key travels in its variables, where an inventory update hands
+        them to the jobs that run later in other containers (AWX). Its C(ansible_ssh_common_args) make SSH read
+        no known-hosts file and take the key from C(KnownHostsCommand) (OpenSSH 8.5 or later on the machine that
+        runs the job), offer only that key's algorithms, and refuse any other key; C(ansible_ssh_host_key_checking)
+        is true for the host, so a job whose host key checking is off (ansible-runner's default) verifies it all
+        the same.
+    type: str
+    choices: [file, inline]
+    default: file
+    env:
+      - name: EPHEMERA_HOST_KEY_PINNING
   known_hosts_file:
     description:
       - The known-hosts file that holds the SSH host keys the create flow recorded for the workspaces (at its ssh
@@ -622,6 +639,25 @@ def ssh_common_args(known_hosts_file):
     if re.search(r'\s', value):
         value = '"%s"' % value
     return '-o %s -o StrictHostKeyChecking=yes' % shlex.quote('UserKnownHostsFile=' + value)
+
+
+def host_key_algorithms(key_type):
+    """The SSH host key algorithms of a key type (an RSA key signs with SHA-2, never SHA-1)."""
+    return 'rsa-sha2-512,rsa-sha2-256' if key_type == 'ssh-rsa' else key_type
+
+
+def inline_ssh_args(endpoint, key):
+    """``ansible_ssh_common_args`` that pin ``endpoint`` to ``key`` ("type base64") without a file: SSH reads no
+    known-hosts file, asks ``KnownHostsCommand`` (which prints the one line), offers only the key's algorithms and
+    refuses any other key. With no ``key`` (its workspace is stopped, or another records another key at the
+    address), SSH knows no key for it and refuses whatever answers."""
+    args = ['-o', 'UserKnownHostsFile=/dev/null', '-o', 'GlobalKnownHostsFile=/dev/null', '-o',
+            'StrictHostKeyChecking=yes']
+    if key:
+        line = ('%s %s' % (endpoint, key)).replace('%', '%%')  # ssh expands %-tokens in the command's arguments
+        args += ['-o', 'HostKeyAlgorithms=' + host_key_algorithms(key.split()[0]), '-o',
+                 'KnownHostsCommand=/bin/echo ' + line]
+    return ' '.join(shlex.quote(arg) for arg in args)
 
 
 def write_known_hosts(path, text, make_directory):
@@ -1242,7 +1278,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     # ---------------------------------------------------------------------------- inventory
 
     def _known_hosts(self, snapshot):
-        """Write the known-hosts file; the SSH options of the hosts with a recorded key, or None without a usable file.
+        """A function of a workspace (one with a recorded key and an address) that gives the host variables pinning
+        its SSH connection (host_key_pinning: the known-hosts file, written here, or the key inline); None when
+        nothing is pinned (no key recorded, or a file that cannot be written).
 
         A host whose key the file does not pin (its container is stopped, or another workspace records another key
         at its address) gets them too: SSH then refuses it rather than trust whatever answers there.
@@ -1254,6 +1292,12 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     ', '.join(names), endpoint) for endpoint, names in sorted(conflicts.items()))))
         if not any(ws.get('host_key') for ws in snapshot['workspaces']):
             return None
+        if self.get_option('host_key_pinning') == 'inline':
+            def inline(ws):
+                endpoint = known_hosts_name(ws['address'], ws['ssh_port']) if ws['address'] else None
+                return {'ansible_ssh_common_args': inline_ssh_args(endpoint, pinned.get(endpoint)),
+                        'ansible_ssh_host_key_checking': True}
+            return inline
         journal_path = resolve_path(self.get_option('journal_path'))
         given = self.get_option('known_hosts_file')
         path = os.path.abspath(os.path.expanduser(given)) if given else default_known_hosts_file(journal_path)
@@ -1266,14 +1310,15 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 'the option known_hosts_file (or EPHEMERA_KNOWN_HOSTS) to a file in a directory this user can write.'
                 % (self._path, path, exc.strerror or exc))
             return None
-        return ssh_common_args(path)
+        args = ssh_common_args(path)
+        return lambda ws: {'ansible_ssh_common_args': args}
 
     def _populate(self, snapshot):
         prefix = self.get_option('hostvar_prefix')
         gprefix = self.get_option('group_prefix')
         filters = self.get_option('filters') or {}
         strict = self.get_option('strict')
-        ssh_args = self._known_hosts(snapshot)
+        pinning = self._known_hosts(snapshot)
         all_group = self.inventory.add_group(gprefix + 'workspaces')
         for ws in snapshot['workspaces']:
             if not wanted(ws, filters):
@@ -1290,8 +1335,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 hostvars['ansible_ssh_private_key_file'] = ws['ssh_private_key_file']
             if ws['address']:
                 hostvars['ansible_host'] = ws['address']
-            if ssh_args and ws['host_key']:
-                hostvars['ansible_ssh_common_args'] = ssh_args
+            if pinning and ws['host_key']:
+                hostvars.update(pinning(ws))
             hostvars = make_unsafe(hostvars)
             for key, value in hostvars.items():
                 self.inventory.set_variable(host, key, value)

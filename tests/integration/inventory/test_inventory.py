@@ -281,6 +281,73 @@ def test_a_guest_whose_key_is_not_the_recorded_one_fails_host_key_verification(s
     assert host_result(run, 'ws-broken')['ping'] == 'pong', run.explain()
 
 
+def awx_split(site, tmp_path, journal_path, **options):
+    """What AWX does with an inventory: an inventory update lists it (ansible-inventory --list) in a container of its
+    own, here a directory of its own (HOME, caches); a job later gets the stored JSON through a script, in another
+    one, with host key checking off as ansible-runner sets it. Returns job(pattern, *args, listed=None) running
+    ``ansible`` as that job (``listed``: the JSON text to hand it instead), and the listed JSON text."""
+    update = tmp_path / 'inventory-update'
+    update.mkdir()
+    path = str(update / 'awx.workspaces.yml')
+    with open(path, 'w') as f:
+        f.write(json.dumps(config(site, journal_path=journal_path, **options)))
+    listed = run_ansible(['ansible-inventory', '-i', path, '--list'], timeout=180, callback=None,
+                         env=dict(HOME=str(update), ANSIBLE_HOME=str(update / 'ansible'),
+                                  ANSIBLE_LOCAL_TEMP=str(update / 'tmp'), XDG_CACHE_HOME=str(update / 'cache')),
+                         unset=('PROXMOX_', 'EPHEMERA_'))
+    assert listed.returncode == 0, listed.output
+
+    def job(pattern, *args, listed_text=None):
+        top = tmp_path / ('job-%d' % len(list(tmp_path.glob('job-*'))))
+        (top / 'inventory').mkdir(parents=True)
+        (top / 'inventory' / 'listed.json').write_text(listed_text or listed.stdout)
+        script = top / 'inventory' / 'hosts'
+        script.write_text('#!/bin/sh\n[ "$1" = --list ] && exec cat "$(dirname "$0")/listed.json"\necho "{}"\n')
+        script.chmod(0o755)
+        env = dict(HOME=str(top), ANSIBLE_HOME=str(top / 'ansible'), ANSIBLE_LOCAL_TEMP=str(top / 'tmp'),
+                   XDG_CACHE_HOME=str(top / 'cache'), ANSIBLE_HOST_KEY_CHECKING='False',
+                   ANSIBLE_SSH_CONTROL_PATH_DIR=str(top / 'cp'), ANSIBLE_INVENTORY_UNPARSED_FAILED='1')
+        return run_ansible(['ansible', '-i', str(script), pattern] + list(args), timeout=180, env=env,
+                           unset=('PROXMOX_', 'EPHEMERA_', 'ANSIBLE_SSH_', 'ANSIBLE_PRIVATE_KEY_FILE',
+                                  'ANSIBLE_REMOTE_USER'))
+    return job, listed.stdout
+
+
+def test_inline_pinning_verifies_the_host_key_in_a_job_that_never_saw_the_inventory_update(site, tmp_path):
+    """host_key_pinning: inline, as inventories/awx.workspaces.yml sets it: the keys reach the job in the host
+    variables, and the job verifies them although ansible-runner turned host key checking off."""
+    with Journal.open(site.journal_path, create=False) as journal:
+        key = journal.get_workspace('ws-ready')['facts']['host_key']
+    job, listed = awx_split(site, tmp_path, site.journal_path, host_key_pinning='inline',
+                            known_hosts_file=str(tmp_path / 'never-written'))
+    # No file is written anywhere: the inventory update's directory holds none, and the option is not used.
+    assert not os.path.exists(str(tmp_path / 'never-written'))
+    assert not list((tmp_path / 'inventory-update').glob('cache/ephemera/known_hosts/*'))
+    run = job('ws-ready', '-m', 'ansible.builtin.command', '-a', 'printenv LOCALPVE_VMID')
+    assert run.ok, run.explain()
+    assert host_result(run, 'ws-ready')['stdout'] == str(site.vmids['ws-ready'])
+    # The same job handed another key for the host: SSH refuses the guest, host key checking off or not.
+    subprocess.run(['ssh-keygen', '-q', '-t', 'ed25519', '-N', '', '-f', str(tmp_path / 'other')], check=True)
+    other = ' '.join((tmp_path / 'other.pub').read_text().split()[:2])
+    assert key.split()[1] in listed
+    run = job('ws-ready', '-m', 'ansible.builtin.ping', listed_text=listed.replace(key.split()[1], other.split()[1]))
+    assert not run.ok
+    refused = host_result(run, 'ws-ready')
+    assert refused.get('unreachable') and 'Host key verification failed' in refused['msg'], run.explain()
+
+
+def test_the_known_hosts_file_of_an_inventory_update_does_not_reach_a_job(site, tmp_path):
+    """Why inline pinning exists: with the default known-hosts file, a job in another place than the inventory
+    update finds no file, and with host key checking off (ansible-runner's default) it trusts any key."""
+    job, listed = awx_split(site, tmp_path, site.journal_path)
+    with Journal.open(site.journal_path, create=False) as journal:
+        key = journal.get_workspace('ws-ready')['facts']['host_key']
+    subprocess.run(['ssh-keygen', '-q', '-t', 'ed25519', '-N', '', '-f', str(tmp_path / 'other')], check=True)
+    other = ' '.join((tmp_path / 'other.pub').read_text().split()[:2])
+    run = job('ws-ready', '-m', 'ansible.builtin.ping', listed_text=listed.replace(key.split()[1], other.split()[1]))
+    assert run.ok and host_result(run, 'ws-ready')['ping'] == 'pong', run.explain()
+
+
 def test_a_listed_workspace_is_reachable_over_ssh(site, inventory):
     key, known = site.info['ssh_private_key'], site.info['ssh_known_hosts']
     code, _data, out = inventory(config(site), 'ws-ready', '-m', 'ansible.builtin.raw', '-a', 'echo "vmid=$LOCALPVE_VMID"',

@@ -70,3 +70,15 @@ def test_written_atomically_0600_and_only_when_it_changes(tmp_path):
     assert inv.write_known_hosts(path, text + '10.0.0.6 ' + KEY_B + '\n', make_directory=True) is True
     assert os.stat(path).st_ino != inode  # replaced by a rename, never rewritten in place
     assert sorted(os.listdir(os.path.dirname(path))) == ['known_hosts']
+
+
+def test_inline_options_carry_the_one_key_and_survive_ansibles_split():
+    args = shlex.split(inv.inline_ssh_args('[10.0.0.5]:2222', KEY_A))
+    assert args == ['-o', 'UserKnownHostsFile=/dev/null', '-o', 'GlobalKnownHostsFile=/dev/null',
+                    '-o', 'StrictHostKeyChecking=yes', '-o', 'HostKeyAlgorithms=ssh-ed25519',
+                    '-o', 'KnownHostsCommand=/bin/echo [10.0.0.5]:2222 ' + KEY_A]
+    rsa = 'ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC' + 'x' * 40
+    assert '-o HostKeyAlgorithms=rsa-sha2-512,rsa-sha2-256' in inv.inline_ssh_args('10.0.0.5', rsa)
+    # No key (a stopped workspace, or two that record different keys at the address): SSH knows none and refuses.
+    assert shlex.split(inv.inline_ssh_args('10.0.0.5', None)) == [
+        '-o', 'UserKnownHostsFile=/dev/null', '-o', 'GlobalKnownHostsFile=/dev/null', '-o', 'StrictHostKeyChecking=yes']

@@ -272,6 +272,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
     history_argument_spec,
     journal_argument_spec,
     no_history,
+    no_journal_in_database,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
@@ -402,13 +403,15 @@ def run(module):
         owner = Owner.of_run(lease_seconds=params['lease'])
         # Check mode writes nothing, and that includes making the journal on a controller's first run. An operation
         # on what earlier runs recorded never starts a journal, unless new_journal says this is the first run.
-        history = params['state'] in ('claimed', 'enqueued') and params['kind'] in HISTORY_KINDS \
-            and not params['new_journal']
+        # On PostgreSQL no operation starts the journal unless told: a database without it is as likely a wrong one.
+        history = params['state'] in ('claimed', 'enqueued') and not params['new_journal'] \
+            and (params['kind'] in HISTORY_KINDS or bool(params.get('journal_url')))
         journal = Journal.open(path, create=not module.check_mode and not history, url=params.get('journal_url'),
                                actor='%s pid %d' % (hostname(), run_pid()))
     except JournalMissing as err:
         if history:
-            module.fail_json(msg=no_history(path), journal_path=path)
+            module.fail_json(msg=no_history(path) if params['kind'] in HISTORY_KINDS else no_journal_in_database(path),
+                             journal_path=path)
         answer = without_journal(params, path, err)
         if 'msg' in answer:
             module.fail_json(**answer)

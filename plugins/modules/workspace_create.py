@@ -32,6 +32,7 @@ extends_documentation_fragment:
   - ephemera.workspaces.gcp
   - ephemera.workspaces.azure
   - ephemera.workspaces.journal
+  - ephemera.workspaces.history
 attributes:
   check_mode:
     support: full
@@ -422,6 +423,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
     controller_argument_spec,
     controller_secret,
+    history_argument_spec,
     journal_argument_spec,
     open_journal,
 )
@@ -498,6 +500,7 @@ def argument_spec():
     spec.update(gcp_argument_spec())
     spec.update(azure_argument_spec())
     spec.update(journal_argument_spec())
+    spec.update(history_argument_spec())
     return spec
 
 

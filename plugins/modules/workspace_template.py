@@ -35,6 +35,7 @@ extends_documentation_fragment:
   - ephemera.workspaces.controller.shutdown
   - ephemera.workspaces.proxmox
   - ephemera.workspaces.journal
+  - ephemera.workspaces.history
 attributes:
   check_mode:
     support: full
@@ -317,6 +318,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
     controller_argument_spec,
     controller_secret,
+    history_argument_spec,
     journal_argument_spec,
     open_journal,
 )
@@ -381,6 +383,7 @@ def argument_spec():
     spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())
     spec.update(journal_argument_spec())
+    spec.update(history_argument_spec())
     return spec
 
 

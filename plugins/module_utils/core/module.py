@@ -50,6 +50,15 @@ def no_history(path):
             'new_journal option, or %s=true).' % (path, ENV_VAR, NEW_JOURNAL_ENV))
 
 
+def no_journal_in_database(location):
+    """The refusal of a run that would start the journal in a PostgreSQL database without being told to."""
+    return ('No journal in %s, and a run does not start one in a database on its own: a wrong journal_url (%s) or an '
+            'empty database would hide every workspace recorded in the right one. Nothing was made. If the URL is '
+            'wrong, correct it (in AWX: the credential that injects it); if this database is new and meant for the '
+            'journal, run once with -e ephemera_new_journal=true (the new_journal option, or %s=true).'
+            % (location, URL_ENV_VAR, NEW_JOURNAL_ENV))
+
+
 def open_history(module, create=True):
     """:func:`open_journal` for a module that expects history: a journal that does not exist is refused unless the
     module's ``new_journal`` says this is a first run (then it behaves as :func:`open_journal`)."""
@@ -68,14 +77,20 @@ def open_journal(module, create=True):
     """Open the journal named by the module's ``journal_path`` (or its fallbacks), failing the module cleanly.
 
     Check mode makes nothing: there a journal that does not exist yet is ``None`` (nothing was ever recorded), for
-    the caller to report what it would do.
+    the caller to report what it would do. A journal in a PostgreSQL database (``journal_url``) is started only with
+    the module's ``new_journal``: a file is made where the controller was told, but a database that lacks the journal
+    is as likely the wrong one.
     """
+    url = module.params.get('journal_url')
+    start = create and not module.check_mode and (not url or bool(module.params.get('new_journal')))
     try:
-        return Journal.open(module.params.get('journal_path'), create=create and not module.check_mode,
-                            url=module.params.get('journal_url'))
+        return Journal.open(module.params.get('journal_path'), create=start, url=url)
     except JournalMissing as err:
         if module.check_mode and create:
             return None
+        if create and url:
+            module.fail_json(msg=no_journal_in_database(err.details.get('path') or 'the database of journal_url'),
+                             **err.details)
         module.fail_json(msg=str(err), **err.details)
     except EphemeraError as err:
         module.fail_json(msg=str(err), **err.details)

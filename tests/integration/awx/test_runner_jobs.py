@@ -136,9 +136,18 @@ def failed_messages(events):
 
 
 def test_create_status_destroy_and_reconcile_as_awx_jobs_share_only_the_database(site):
-    create, events, create_dir = job(site, 'create', 'playbooks/create.yml', {
-        'workspace': WORKSPACE, 'repo': site['repo'], 'purpose': 'work on awx-job', 'agent': 'fake',
-        'ttl': 3600, 'ephemera_agents': FAKE_AGENTS})
+    request = {'workspace': WORKSPACE, 'repo': site['repo'], 'purpose': 'work on awx-job', 'agent': 'fake',
+               'ttl': 3600, 'ephemera_agents': FAKE_AGENTS}
+    # An empty database is as likely the wrong one: the first create does not start the journal in it unless told.
+    refused, events, dummy = job(site, 'create-new-database', 'playbooks/create.yml', request)
+    assert refused.returncode != 0
+    [message] = failed_messages(events)
+    assert message.startswith('No journal in postgresql://') and 'does not start one in a database' in message
+    assert '-e ephemera_new_journal=true' in message and site['pg'].password not in refused.stdout
+    assert site['pg'].admin("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'",
+                            database='awx_jobs') == ['0']
+    # The admin of the template sets ephemera_new_journal for that one first job.
+    create, events, create_dir = job(site, 'create', 'playbooks/create.yml', dict(request, ephemera_new_journal=True))
     assert_ok(create, events)
     steps = [name for name, dummy in ok_results(events) if '/13 ' in name]
     assert steps[0] == '1/13 persist request' and steps[-1] == '13/13 mark ready' and len(set(steps)) == 13

@@ -76,7 +76,11 @@ def make_repo(directory):
 
 @pytest.fixture(scope='module')
 def pg_site(localcloud, pg_server, tmp_path_factory):
-    return Site(localcloud, tmp_path_factory.mktemp('azure-pg-site'), url=pg_server.new_database('azure_playbooks'))
+    url = pg_server.new_database('azure_playbooks')
+    # The journal is started in the new database as a first run does it (a create does not, unless told).
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+    Journal.open(url=url, create=True).close()
+    return Site(localcloud, tmp_path_factory.mktemp('azure-pg-site'), url=url)
 
 
 def test_create_to_ready_and_a_destroy_interrupted_between_two_deletions_on_postgresql(pg_site, tmp_path):

@@ -299,3 +299,39 @@ def test_a_connection_lost_at_commit_is_an_unknown_outcome(pg_server):
         pg_server.admin('SELECT pg_terminate_backend(%d)' % j._conn.execute('SELECT pg_backend_pid()').fetchone()[0])
         with pytest.raises(JournalError, match='failed: .*Nothing of this transaction was written'):
             j._conn.execute("INSERT INTO meta (key, value) VALUES ('x', 'y')")
+
+
+class _Module:
+    """What core/module.open_journal reads of a module: its params, check mode and fail_json."""
+
+    def __init__(self, check_mode=False, **params):
+        self.params = dict(journal_path=None, journal_url=None, new_journal=False)
+        self.params.update(params)
+        self.check_mode = check_mode
+
+    def fail_json(self, **result):
+        raise AssertionError(result)
+
+
+def test_a_writer_starts_no_journal_in_a_database_unless_told(pg_server, tmp_path):
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import open_journal
+    name, url = fresh(pg_server)
+    # A create's writer on an empty database: refused, saying why and what to do, and nothing is written.
+    with pytest.raises(AssertionError) as refused:
+        open_journal(_Module(journal_url=url))
+    message = refused.value.args[0]['msg']
+    assert message.startswith('No journal in %s, and a run does not start one in a database'
+                              % pg_server.url_for(database=name, password=False)), message
+    assert '-e ephemera_new_journal=true' in message and pg_server.password not in message
+    assert tables(pg_server, name) == []
+    # Check mode reports as on a first run; new_journal starts it.
+    assert open_journal(_Module(check_mode=True, journal_url=url)) is None
+    with open_journal(_Module(journal_url=url, new_journal=True)) as journal:
+        assert journal.backend == 'postgresql'
+    assert 'workspaces' in tables(pg_server, name)
+    with open_journal(_Module(journal_url=url)) as journal:
+        assert journal.backend == 'postgresql'
+    # A file is still started where the controller was told (the first run of a create on SQLite).
+    path = str(tmp_path / 'journal.sqlite')
+    with open_journal(_Module(journal_path=path)) as journal:
+        assert journal.backend == 'sqlite' and os.path.exists(path)

@@ -127,6 +127,20 @@ entries:
     runner_alive:
       description: For a running entry, whether its runner still lives; null otherwise.
       type: bool
+    runner_judged_by:
+      description:
+        - For a running entry, how its runner is judged; null otherwise. V(process) on this host (the process of
+          its C(ansible-playbook) run), V(lease) on another host (an AWX job in another container, another
+          controller), where it counts as alive until its lease runs out, whether its job still runs or was killed.
+      type: str
+    takeover_at:
+      description:
+        - For a running entry, when another run may take it over (UTC); null while a runner on this host lives.
+          For a runner on another host it is the end of its lease, or now when it has ended.
+      type: str
+    takeover_in:
+      description: Seconds until RV(entries[].takeover_at), 0 when the next run may take the entry over now.
+      type: int
     claims:
       description: How many times the entry was claimed (more than 1 after a takeover).
       type: int

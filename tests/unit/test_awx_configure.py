@@ -350,3 +350,21 @@ def test_every_question_is_bounded_by_what_the_collection_accepts(play):
     assert by_name['purpose']['max'] == PURPOSE_MAX
     assert by_name['ttl']['max'] == MAX_TTL
     assert by_name['workspace']['max'] == 40 and NAME.match('w' * 40) and not NAME.match('w' * 41)
+
+
+def test_the_site_sets_the_job_timeout_and_the_claim_lease_of_every_job(play):
+    """A job killed by AWX (cancelled, past its timeout) holds its workspace for the claim lease: both are the
+    site's settings, the timeout on every template and the lease in the controller's variables, where the queue
+    module takes it from (ephemera_lease)."""
+    from ansible_collections.ephemera.workspaces.plugins.plugin_utils.in_process import from_variables
+    env = jinja2.nativetypes.NativeEnvironment()
+    task, args = [(t, a) for t, m, a in awx_tasks(play) if m == 'host'][0]
+    for given, lease in (({}, 600), ({'ephemera_awx_claim_lease': '900'}, 900)):
+        rendered = env.from_string(args['variables']['ephemera_lease']).render(dict(play['vars'], **given))
+        assert rendered == lease
+        queue_args = from_variables('queue', {}, {'ephemera_lease': rendered}, lambda value: value)
+        assert queue_args['lease'] == lease
+    templates = rendered_templates(play)
+    assert set(t['timeout'] for t in templates.values()) == {3600}
+    task, args = task_named(play, 'job_template')
+    assert env.from_string(args['timeout']).render(dict(play['vars'], ephemera_awx_job_timeout=7200)) == 7200

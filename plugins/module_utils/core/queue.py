@@ -507,6 +507,23 @@ class Queue:
         return owner is not None and owner.is_alive(now)
 
     @staticmethod
+    def _takeover(row, now, alive):
+        """How the runner of a running entry is judged and when another run may take the entry over:
+        ``runner_judged_by`` (``process`` on this host, ``lease`` on another), ``takeover_at`` (None while a runner
+        on this host lives, or one on another host without a lease) and ``takeover_in`` (seconds from ``now``, 0 once
+        it may)."""
+        if row['state'] != 'running':
+            return dict(runner_judged_by=None, takeover_at=None, takeover_in=None)
+        owner = _owner(row['owner'], row['lease_expires'])
+        here = owner is None or owner.host == hostname()
+        if alive and (here or row['lease_expires'] is None):
+            at = None
+        else:
+            at = now if not alive else row['lease_expires']
+        return dict(runner_judged_by='process' if here else 'lease', takeover_at=iso(at),
+                    takeover_in=None if at is None else int(max(0, at - now) + 0.999))
+
+    @staticmethod
     def _live_requests(conn, entry_id, now):
         """Requests of the entry whose run lives (and, for a waiting one, still looks)."""
         live = []
@@ -607,6 +624,7 @@ class Queue:
                 value = iso(value)
             entry[key] = value
         entry['runner_alive'] = self._runner_alive(row, now) if row['state'] == 'running' else None
+        entry.update(self._takeover(row, now, entry['runner_alive']))
         entry['requested_by'] = [dict(id=req['id'], requested_by=req['requested_by'], source=req['source'],
                                       job_id=req['job_id'], waits=bool(req['waits']), state=req['state'], at=iso(req['at']),
                                       run=json.loads(req['owner']))
@@ -664,8 +682,19 @@ def entry_line(entry, entries_by_id, now):
         if entry.get('step'):
             state += ', step "%s" for %s' % (entry['step'], duration(now - (epoch(entry.get('step_at')) or now)))
         runner = _owner_text(entry.get('owner'))
-        if entry.get('runner_alive'):
+        by_lease = entry.get('runner_judged_by') == 'lease'
+        last = epoch(entry.get('updated_at'))
+        heard = ', last heard from %s ago' % duration(now - last) if by_lease and last else ''
+        if entry.get('runner_alive') and entry.get('takeover_at') and by_lease:
+            state += (' (runner %s on another host%s: alive while its lease holds, until %s, in %s; if its job was '
+                      'killed, the next run on this %s takes it over then)'
+                      % (runner, heard, entry['takeover_at'][:19].replace('T', ' ') + ' UTC',
+                         duration(entry.get('takeover_in') or 0), entry['target_type']))
+        elif entry.get('runner_alive'):
             state += ' (runner %s)' % runner
+        elif by_lease:
+            state += (' (runner %s on another host is presumed dead%s: its lease ran out; the next run on this %s '
+                      'takes it over)' % (runner, heard, entry['target_type']))
         else:
             state += ' (runner %s is gone: the next run on this %s takes it over)' % (runner, entry['target_type'])
         if entry.get('claims', 0) > 1:

@@ -74,6 +74,37 @@ def test_another_host_takes_over_only_an_expired_claim(store, processes):
         assert 'runner_lost' in actions and 'late write of A' not in actions
 
 
+def test_status_says_when_a_runner_on_another_host_may_be_taken_over_and_when_it_is_presumed_dead(store, processes):
+    """A job killed in its own container (AWX) cannot be seen from another one: the status says that its runner is
+    judged by its lease, until when, and that the next run takes over then; once the lease ran out, that it is
+    presumed dead."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import render_tree
+    with store.open() as journal:
+        a_proc, b_proc = processes(), processes()
+        claim(run_on(journal, 'controller-a', a_proc, lease=2.0))
+        kill(a_proc)
+        b = run_on(journal, 'controller-b', b_proc, lease=2.0)
+        [entry] = b.entries(target='ws1')
+        assert entry['runner_alive'] is True and entry['runner_judged_by'] == 'lease'
+        assert entry['takeover_at'] == entry['lease_expires'] and 0 < entry['takeover_in'] <= 2
+        [line] = render_tree([entry])
+        assert ('(runner controller-a pid %d on another host, last heard from ' % a_proc.pid) in line, line
+        assert ': alive while its lease holds, until %s UTC, in ' % entry['takeover_at'][:19].replace('T', ' ') in line
+        assert 'if its job was killed, the next run on this workspace takes it over then)' in line, line
+        time.sleep(2.2)
+        [entry] = b.entries(target='ws1')
+        assert entry['runner_alive'] is False and entry['takeover_in'] == 0
+        [line] = render_tree([entry])
+        assert ('(runner controller-a pid %d on another host is presumed dead, last heard from ' % a_proc.pid) in line
+        assert 'its lease ran out; the next run on this workspace takes it over)' in line, line
+        # A runner on this host is judged by its process: no lease, no takeover time while it lives.
+        here = run_on(journal, run_identity.hostname(), b_proc, lease=600)
+        claim(here, target='ws2')
+        [mine] = here.entries(target='ws2')
+        assert (mine['runner_judged_by'], mine['takeover_at'], mine['runner_alive']) == ('process', None, True)
+        assert '(runner %s pid %d);' % (run_identity.hostname(), b_proc.pid) in render_tree([mine])[0]
+
+
 def test_a_live_run_that_renews_its_lease_is_never_taken_over(store, processes):
     with store.open() as journal:
         a_proc, b_proc = processes(), processes()

@@ -69,6 +69,23 @@ options:
         later steps change nothing; the same key with other parameters is refused. The V(ready) step stores the
         result. Keys are kept as SHA-256 hashes for 24 hours.
     type: str
+  requested_by:
+    description:
+      - Who asks for the workspace (the role passes AWX's C(awx_user_name)); by default the user running Ansible, as
+        C(user@host). The V(request) step records it with the workspace.
+      - A later request for the same workspace by someone else that amends what its agent is told (O(purpose),
+        O(agents), O(agent_base_urls), O(agent_models)) is refused, unless O(rebrief_others) says so, since a new
+        purpose briefs the running agent again and replaces the work it does for the one who asked.
+    type: str
+  job_id:
+    description: The AWX job that asks (the role passes C(awx_job_id)), recorded with O(requested_by).
+    type: str
+  rebrief_others:
+    description:
+      - Let this request amend the brief of a workspace someone else requested (see O(requested_by)); the workspace
+        is then recorded as requested by this one.
+    type: bool
+    default: false
   resume:
     description:
       - With the V(request) step, continue the request recorded for O(name) instead of making one. The request options
@@ -454,6 +471,9 @@ def argument_spec():
         step=dict(type='str', required=True, choices=list(STEPS)),
         claim=dict(type='dict'),
         idempotency_key=dict(type='str', no_log=False),
+        requested_by=dict(type='str'),
+        job_id=dict(type='str'),
+        rebrief_others=dict(type='bool', default=False),
         resume=dict(type='bool', default=False),
         template=dict(type='raw'),
         node=dict(type='str'),

@@ -40,7 +40,8 @@ MODULES = 'ansible_collections.ephemera.workspaces.plugins.modules.'
 VARIABLE_PREFIX = 'ephemera_'
 # What one task acts on or decides: never from an inventory variable.
 PER_TASK = frozenset(['name', 'step', 'claim', 'state', 'mode', 'resume', 'vmid', 'confirm_orphan',
-                      'discard_unsaved_work', 'idempotency_key', 'target', 'entry_id', 'apply'])
+                      'discard_unsaved_work', 'idempotency_key', 'target', 'entry_id', 'apply', 'requested_by',
+                      'job_id', 'rebrief_others'])
 # Variable names kept from before the rule, for the option they set.
 OLD_NAMES = {'template': 'ephemera_template_vmid'}
 

@@ -34,6 +34,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
     JournalError,
     StaleGenerationError,
 )
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import default_requester
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import Flow, StepResult
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
@@ -408,6 +409,8 @@ class CreateFlow(Flow):
         req['agent_models'] = req['agent_models'] or {}
         # Stored under a name the journal does not mask: it is the key file's path, not the key.
         req['ssh_key_path'] = self.params['ssh_private_key']
+        # Whose workspace it is: the brief is theirs to amend (_check_amender).
+        req['requester'] = self._requester()
         # Which secrets the request came with (names, never values), so that a run resuming it without them
         # (a reconcile without the vault) is refused before a step goes on with none.
         req['inputs'] = {'agent_env': sorted(self.params.get('agent_credentials') or {}),
@@ -605,6 +608,10 @@ class CreateFlow(Flow):
                 self.journal.finish_idempotent(claim, self._result())
         amended = dict((k, req[k]) for k in AMENDABLE if ws['params'].get(k) != req[k])
         connection = dict((k, req[k]) for k in CONNECTION if ws['params'].get(k) != req[k])
+        if amended:
+            self._check_amender(ws, req, amended)
+            if ws['params'].get('requester') != req['requester']:
+                connection['requester'] = req['requester']
         if self.check_mode or not (amended or connection):
             if not amended:
                 return StepResult(False, 'request: already recorded (%s)' % ws['status'])
@@ -626,6 +633,26 @@ class CreateFlow(Flow):
         return StepResult(True, 'request: already recorded (%s); %s amended, %s'
                           % (ws['status'], ', '.join(sorted(amended)),
                              'the agent is briefed again' if rebrief else 'taking effect at the brief'))
+
+    def _requester(self):
+        """Who asks (``requested_by``, else user@host) and from which AWX job, as the request records it."""
+        return {'by': self.params.get('requested_by') or default_requester(),
+                'job_id': self.params.get('job_id') or None}
+
+    def _check_amender(self, ws, req, amended):
+        """Refuse, changing nothing, an amendment of the agent's brief by someone else than the workspace's requester
+        (a new purpose briefs the running agent again, replacing its work), unless ``rebrief_others`` says so. A
+        workspace recorded before requesters were recorded has none to protect."""
+        recorded = ws['params'].get('requester') or {}
+        if not recorded.get('by') or recorded['by'] == req['requester']['by'] or self.params.get('rebrief_others'):
+            return
+        job = ' (AWX job %s)' % recorded['job_id'] if recorded.get('job_id') else ''
+        raise CreateError('Workspace %r was requested by %s%s; this request by %s would change %s%s. Ask %s, create '
+                          'a workspace of another name, or have the job run with rebrief_others=true (an admin of '
+                          'the AWX template sets it) to take the workspace over.'
+                          % (self.name, recorded['by'], job, req['requester']['by'], ', '.join(sorted(amended)),
+                             ' and brief its running agent again, replacing its work' if 'purpose' in amended
+                             and 'brief' in ws['progress'] else '', recorded['by']), step='request')
 
     def _refuse_missing_secrets(self, step):
         """Refuse, changing nothing, a run that is to do ``step`` without the secrets the workspace was requested with.

@@ -85,6 +85,40 @@ def test_a_corrected_purpose_briefs_the_agent_again_and_a_rerun_of_it_changes_no
     assert again.ok and again.stats()['changed'] == 0, again.explain()
 
 
+def test_someone_elses_request_cannot_brief_the_agent_again_unless_the_job_says_so(ready):
+    """A create for the same name by another AWX user with another purpose is refused at the request, before the
+    queue: the agent keeps working for the one who asked. With rebrief_others (set by the template's admin) it goes,
+    and the workspace is then the new requester's."""
+    before = ready.workspace('rebrief')
+    requester = before['params']['requester']
+    assert requester['by'] and requester['by'] != 'mallory'
+    working = runner(ready, 'rebrief', {'op': 'status'})['agent_process']['pid']
+    other = dict(ready.request, purpose='Delete every test', awx_user_name='mallory', awx_job_id=4711)
+    run = ready.create(other)
+    assert not run.ok
+    message = run.failure()[1]['msg']
+    assert ("Workspace 'rebrief' was requested by %s; this request by mallory would change purpose and brief its "
+            "running agent again, replacing its work." % requester['by']) in message, message
+    assert 'rebrief_others=true' in message
+    after = ready.workspace('rebrief')
+    assert after['generation'] == before['generation'] and after['purpose'] == before['purpose']
+    status = runner(ready, 'rebrief', {'op': 'status'})
+    assert status['agent_process']['pid'] == working and status['agent_process']['ended_at'] is None
+    # The same request from the workspace's own requester, or a plain rerun from anyone, is no amendment.
+    again = ready.create(dict(ready.request, purpose=before['purpose'], awx_user_name='mallory'))
+    assert again.ok and again.stats()['changed'] == 0, again.explain()
+    # The template's admin lets the job take the workspace over.
+    taken = ready.create(dict(other, rebrief_others=True))
+    assert taken.ok, taken.explain()
+    ws = ready.workspace('rebrief')
+    assert ws['purpose'] == 'Delete every test'
+    assert ws['params']['requester'] == {'by': 'mallory', 'job_id': '4711'}
+    assert runner(ready, 'rebrief', {'op': 'status'})['brief']['purpose'] == 'Delete every test'
+    # Back to the original request for the tests that follow, by its original requester's leave.
+    back = ready.create(dict(ready.request, purpose=before['purpose'], rebrief_others=True))
+    assert back.ok, back.explain()
+
+
 def test_the_repository_ref_and_template_cannot_be_amended(ready, repo):
     before = ready.workspace('rebrief')
     run = ready.create(dict(ready.request, ref='feature'))

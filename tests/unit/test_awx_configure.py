@@ -73,7 +73,9 @@ def awx_tasks(play):
 
 
 def task_named(play, module):
-    [found] = [(task, args) for task, name, args in awx_tasks(play) if name == module]
+    """The task of awx.awx.<module> that makes something (the retirement tasks delete)."""
+    [found] = [(task, args) for task, name, args in awx_tasks(play) if name == module
+               and args.get('state') != 'absent']
     return found
 
 
@@ -159,7 +161,35 @@ def test_the_credential_type_injects_what_the_collection_reads(play):
 
 def test_the_credential_itself_is_never_logged(play):
     task, args = task_named(play, 'credential')
-    assert task['no_log'] is True and args['credential_type'] == 'ephemera.workspaces'
+    assert task['no_log'] is True and args['credential_type'] == '{{ _awx_credential_type }}'
+
+
+def test_the_credential_type_is_named_after_its_inputs_and_retired_types_go_last(play):
+    """AWX refuses to change the inputs of a credential type in use: a change of inputs or injectors is a new type
+    (and credential), named after their fingerprint. Change them without the new name and this test says what to
+    do; the names they replace are deleted only after everything that used them was switched."""
+    import hashlib
+    import json
+    task, args = task_named(play, 'credential_type')
+    fingerprint = hashlib.sha256(json.dumps({'inputs': args['inputs'], 'injectors': args['injectors']},
+                                            sort_keys=True).encode()).hexdigest()[:8]
+    names = play['vars']
+    assert names['_awx_inputs'] == fingerprint, (
+        "The credential type's inputs or injectors changed: set _awx_inputs to %s in playbooks/awx_configure.yml "
+        "and add the names it had (ephemera.workspaces %s, ephemera.workspaces site %s) to _awx_retired."
+        % (fingerprint, names['_awx_inputs'], names['_awx_inputs']))
+    assert args['name'] == '{{ _awx_credential_type }}' and names['_awx_credential_type'].endswith(' {{ _awx_inputs }}')
+    assert names['_awx_credential'].endswith(' {{ _awx_inputs }}')
+    retired = names['_awx_retired']
+    assert {'type': 'ephemera.workspaces', 'credential': 'ephemera.workspaces site'} in retired
+    assert not [r for r in retired if fingerprint in r['type'] or fingerprint in r['credential']]
+    order = [(module, a.get('state')) for t, module, a in awx_tasks(play)]
+    users = [i for i, (module, state) in enumerate(order) if module in ('job_template', 'inventory_source')]
+    deletions = [i for i, (module, state) in enumerate(order) if state == 'absent']
+    assert [order[i][0] for i in deletions] == ['credential', 'credential_type'] and min(deletions) > max(users)
+    for i in deletions:
+        task = play['tasks'][i]
+        assert task['loop'] == '{{ _awx_retired }}'
 
 
 def test_each_job_template_runs_a_playbook_of_the_collection_with_a_valid_survey(play):
@@ -369,3 +399,37 @@ def test_the_site_sets_the_job_timeout_and_the_claim_lease_of_every_job(play):
     assert set(t['timeout'] for t in templates.values()) == {3600}
     task, args = task_named(play, 'job_template')
     assert env.from_string(args['timeout']).render(dict(play['vars'], ephemera_awx_job_timeout=7200)) == 7200
+
+
+OMITTED = '<omitted>'
+
+
+def test_a_rerun_leaves_the_site_settings_kept_in_awx_as_they_are(play, monkeypatch):
+    """awx.awx sends only the fields a task gives (inventory.py, job_template.py: a None option is not sent), and
+    AWX replaces a field it is sent whole. So the settings an admin keeps in AWX survive a re-run: the controller
+    inventory's variables are sent only when the site file gives ephemera_awx_settings, and a template's extra
+    variables only for the template whose variables the play owns (create: the agents)."""
+    env = jinja2.nativetypes.NativeEnvironment()
+
+    def render(value, **given):
+        return env.from_string(value).render(dict(play['vars'], omit=OMITTED, **given))
+    [(task, args)] = [(t, a) for t, m, a in awx_tasks(play) if m == 'inventory' and 'controller' in a['name']]
+    assert render(args['name']) == 'ephemera.workspaces controller'
+    assert render(args['variables']) == OMITTED
+    settings = {'ephemera_node': 'pve1', 'ephemera_pool': 'agents'}
+    assert render(args['variables'], ephemera_awx_settings=settings) == settings
+    # localhost's variables are the play's own: connection, interpreter, claim lease; no site setting among them.
+    [(task, host)] = [(t, a) for t, m, a in awx_tasks(play) if m == 'host']
+    assert set(host['variables']) == {'ansible_connection', 'ansible_python_interpreter', 'ephemera_lease'}
+    task, template = task_named(play, 'job_template')
+    for item in task['loop']:
+        rendered = env.from_string(template['extra_vars']).render(dict(play['vars'], item=item, omit=OMITTED))
+        if item['name'] == 'create':
+            assert set(rendered) == {'ephemera_agents'}
+        else:
+            assert rendered == OMITTED, item['name']
+    # Each of those modules really leaves out what it is not given.
+    for module, option in (('inventory', 'variables'), ('job_template', 'extra_vars'), ('host', 'variables')):
+        source = open(importlib.import_module('ansible_collections.awx.awx.plugins.modules.' + module).__file__).read()
+        assert re.search(r'if %s is not None:' % option, source) or re.search(
+            r"if module\.params\.get\('%s'\)( is not None)?:" % option, source), (module, option)

@@ -1,5 +1,6 @@
 """The Molecule scenarios (extensions/molecule: create, destroy and archive roles against the try-out cluster, the
-default scenario starting and stopping it for all of them) run as `make molecule` runs them, and with the checkout's
+create role once more with its journal on PostgreSQL, the default scenario starting and stopping the cluster for all
+of them) run as `make molecule` runs them, and with the checkout's
 collection only: HOME is a temporary directory whose ~/.ansible/collections holds a stale, broken copy of
 ephemera.workspaces (what a release install or Molecule itself would put there). The scenarios pass, so the stale
 copy never ran; Molecule installed nothing there (the copy is unchanged), and the cluster it started is stopped.
@@ -67,7 +68,7 @@ def test_the_scenarios_pass_with_the_checkouts_collection_beside_a_stale_copy(tm
 
     def ran(scenario, action):
         return re.search(r'(?m)^\S*\s*%s\W+%s: Executed: Successful' % (scenario, action), text)
-    for scenario in ('create', 'destroy', 'archive'):
+    for scenario in ('create', 'destroy', 'archive', 'postgresql'):
         for action in ('converge', 'idempotence', 'verify'):
             assert ran(scenario, action), (scenario, action, text[-6000:])
         summary = re.search(r'(?m)^%s\s+: actions=(\d+)\s+successful=(\d+).*failed=(\d+)' % scenario, text)
@@ -85,3 +86,9 @@ def test_the_scenarios_pass_with_the_checkouts_collection_beside_a_stale_copy(tm
     with Journal.open(str(state / 'journal.sqlite'), readonly=True) as journal:
         records = dict((ws['name'], ws['status']) for ws in journal.list_workspaces())
     assert records == {'mol-create': 'destroyed', 'mol-destroy': 'destroyed', 'mol-archive': 'destroyed'}, records
+    # The postgresql scenario's workspace was recorded in its database alone, and destroyed by its cleanup, which
+    # stopped the server.
+    assert ran('postgresql', 'cleanup'), text[-6000:]
+    with open(str(state / 'postgresql' / 'pid')) as handle:
+        pid = int(handle.read())
+    assert not os.path.exists('/proc/%d' % pid) or open('/proc/%d/stat' % pid).read().split(') ')[1][0] == 'Z'

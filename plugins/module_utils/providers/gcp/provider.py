@@ -9,7 +9,8 @@ records before it dispatches is the instance name itself (derived from the works
 ``requestId`` of ``instances.insert`` is derived from that name, so a retry after a lost answer is the same request
 and Compute Engine answers it with the same operation instead of a second instance. The ownership marker is the
 metadata item ``ephemera-marker`` (a label value holds 63 characters, a marker more); the lease labels, the scope and
-the workspace go on as labels, all in the insert itself.
+the workspace go on as labels, all in the insert itself. The insert also enables guest attributes, where the guest
+agent publishes sshd's host keys at boot; the create's first SSH is pinned to them (``published_host_keys``).
 
 An instance holds no credential: it runs with no service account (``serviceAccounts`` empty), so its metadata server
 gives no token, and nothing in it can call Google APIs as anyone. Its hard deadline is Compute Engine's own: the

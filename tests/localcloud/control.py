@@ -115,8 +115,13 @@ class CloudApi(object):
     # The Compute Engine fake (tests/localcloud/gcp_site.py's op_* with their keyword arguments).
     def gcp(self, what, /, **arguments):
         """An operation of the Compute Engine fake: instances, inserts, calls, violations, fault, op_seconds, deny,
-        metadata, clear."""
+        metadata, host_keys, guest_attributes, clear."""
         return self._op('gcp', action=what, arguments=arguments)
+
+    def gcp_host_keys(self, times=1, silent=False):
+        """The guest attributes of the next `times` new Compute Engine instances hold a host key that is not the one
+        their guest's sshd serves (silent: no host key at all)."""
+        return self.gcp('host_keys', kind='silent' if silent else 'other', times=times)
 
 
 class CloudClient(OpClient, CloudApi):

@@ -1,8 +1,10 @@
 """A Compute Engine fake for the try-out cloud: the v1 REST paths the GCP provider uses, over plain-HTTP loopback, with
 zone operations, request ids, labels with fingerprints, scheduling (an instance past its ``terminationTime`` or
 ``maxRunDuration`` is deleted or stopped, as its ``instanceTerminationAction`` says, at the next tick or request),
-serial port output, testIamPermissions, and a metadata server per instance (its own loopback port: identity,
-attributes, and a token only for an instance that runs with a service account, as Google's metadata server).
+serial port output, testIamPermissions, guest attributes (getGuestAttributes, written by the guest through its
+metadata server only when its metadata enables them), and a metadata server per instance (its own loopback port:
+identity, attributes, guest attributes, and a token only for an instance that runs with a service account, as
+Google's metadata server).
 
 Who calls: a request without an ``Authorization`` header is the operator's (the controller's anonymous credentials of
 the try-out cloud); a bearer token must be one the fake issued (an instance's service account), else 401; a token's
@@ -32,8 +34,10 @@ DELETE_PERMISSION = 'compute.instances.delete'
 PERMISSIONS = {'insert': 'compute.instances.create', 'list': 'compute.instances.list', 'get': 'compute.instances.get',
                'delete': DELETE_PERMISSION, 'set_labels': 'compute.instances.setLabels',
                'set_metadata': 'compute.instances.setMetadata', 'set_scheduling': 'compute.instances.setScheduling',
-               'permissions': None, 'serial': 'compute.instances.getSerialPortOutput'}
+               'permissions': None, 'serial': 'compute.instances.getSerialPortOutput',
+               'guest_attributes': 'compute.instances.getGuestAttributes'}
 POWER_PERMISSIONS = {'start': 'compute.instances.start', 'stop': 'compute.instances.stop'}
+ATTRIBUTE_NAME = re.compile(r'^[A-Za-z0-9_-]{1,63}$')
 _RFC3339 = re.compile(r'^([0-9]{4}-[0-9]{2}-[0-9]{2})[Tt]([0-9]{2}:[0-9]{2}:[0-9]{2})(\.[0-9]+)?'
                       r'([Zz]|[+-][0-9]{2}:[0-9]{2})$')
 
@@ -100,6 +104,9 @@ class GcpFake:
         # What Compute Engine did at a time limit: (instance name, action, unix seconds).
         self.terminated = []
         self.serial = {}
+        # name -> {namespace: {key: value}}: what the instance's guest wrote to its guest attributes (kept while the
+        # instance stops and starts, gone with it).
+        self.guest_attributes = {}
         self.metadata_servers = {}
         # When set, every instance with an external address gets its metadata server at that address and this port
         # as soon as it is inserted (the guest reaches its own); else one on the fake's host, on first use.
@@ -170,6 +177,7 @@ class GcpFake:
         del self.instances[name]
         self.deadlines.pop(name, None)
         self.serial.pop(name, None)
+        self.guest_attributes.pop(name, None)
         server = self.metadata_servers.pop(name, None)
         # The address goes back to the pool once its metadata server no longer listens on it: a new instance given
         # the address at once would find its port taken.
@@ -478,6 +486,60 @@ class GcpFake:
             self.tokens[token] = accounts[0].get('email') or 'default'
             return token
 
+    def guest_attributes_enabled(self, name):
+        """True when instance ``name``'s metadata holds enable-guest-attributes = TRUE (the fake has no project
+        metadata, where Compute Engine also looks)."""
+        with self.lock:
+            instance = self.instances.get(name) or {}
+            items = dict((i.get('key'), i.get('value')) for i in instance.get('metadata', {}).get('items') or [])
+            return str(items.get('enable-guest-attributes') or '').strip().upper() == 'TRUE'
+
+    def guest_attribute_write(self, name, namespace, key, value):
+        """What the metadata server answers a PUT of guest attribute ``namespace``/``key`` from inside instance
+        ``name`` (the guest agent's host keys go the same way): (status, text)."""
+        if not ATTRIBUTE_NAME.match(namespace or '') or not ATTRIBUTE_NAME.match(key or ''):
+            return 400, 'Bad guest attribute path.'
+        with self.lock:
+            if name not in self.instances:
+                return 404, 'not found'
+            if not self.guest_attributes_enabled(name):
+                return 403, 'Guest attributes endpoint access is disabled.'
+            self.guest_attributes.setdefault(name, {}).setdefault(namespace, {})[key] = value
+        return 200, ''
+
+    def guest_attribute_read(self, name, namespace, key):
+        """(status, text) of a GET of guest attribute ``namespace``/``key`` from inside instance ``name``."""
+        with self.lock:
+            if not self.guest_attributes_enabled(name):
+                return 403, 'Guest attributes endpoint access is disabled.'
+            value = self.guest_attributes.get(name, {}).get(namespace, {}).get(key)
+        return (200, value) if value is not None else (404, 'not found')
+
+    def get_guest_attributes(self, name, query_path, variable_key=None):
+        """instances.getGuestAttributes: the entries under ``query_path`` ('' every namespace, 'ns/' a namespace,
+        'ns/key' one entry); 404 when there are none (nothing written yet, or guest attributes not enabled)."""
+        with self.lock:
+            if name not in self.instances:
+                return _not_found(self, name)
+            stored = self.guest_attributes.get(name, {})
+            link = self._zone_url() + '/instances/%s/getGuestAttributes' % name
+            where = "projects/%s/zones/%s/instances/%s/guestAttributes/" % (self.project, self.zone, name)
+            if variable_key:
+                value = stored.get('', {}).get(variable_key)
+                if value is None:
+                    return _error(404, 'notFound', "The resource '%s%s' was not found" % (where, variable_key))
+                return 200, {'kind': 'compute#guestAttributes', 'variableKey': variable_key, 'variableValue': value,
+                             'selfLink': link}
+            path = query_path or ''
+            namespace, dummy, key = path.partition('/')
+            items = [{'namespace': ns, 'key': k, 'value': v}
+                     for ns, entries in sorted(stored.items()) if not path or ns == namespace
+                     for k, v in sorted(entries.items()) if not key or k == key]
+            if not items:
+                return _error(404, 'notFound', "The resource '%s%s' was not found" % (where, path))
+            return 200, {'kind': 'compute#guestAttributes', 'queryPath': path, 'queryValue': {'items': items},
+                         'selfLink': link}
+
     def serial_write(self, name, text):
         with self.lock:
             self.serial[name] = self.serial.get(name, '') + text
@@ -517,6 +579,7 @@ ROUTES = [
     ('POST', r'^zones/([^/]+)/instances/([^/]+)/(start|stop)$', 'power', 'Operation'),
     ('POST', r'^zones/([^/]+)/instances/([^/]+)/testIamPermissions$', 'permissions', 'TestPermissionsResponse'),
     ('GET', r'^zones/([^/]+)/instances/([^/]+)/serialPort$', 'serial', 'SerialPortOutput'),
+    ('GET', r'^zones/([^/]+)/instances/([^/]+)/getGuestAttributes$', 'guest_attributes', 'GuestAttributes'),
     ('GET', r'^zones/([^/]+)/operations/([^/]+)$', 'operation', 'Operation'),
     ('POST', r'^zones/([^/]+)/operations/([^/]+)/wait$', 'operation', 'Operation'),
 ]
@@ -664,6 +727,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 text = fake.serial.get(args[1], '')
             return 200, {'kind': 'compute#serialPortOutput', 'contents': text, 'start': '0',
                          'next': str(len(text)), 'selfLink': fake._zone_url() + '/instances/%s/serialPort' % args[1]}
+        if action == 'guest_attributes':
+            return fake.get_guest_attributes(args[1], (query.get('queryPath') or [''])[0],
+                                             (query.get('variableKey') or [None])[0])
         if action == 'operation':
             with fake.lock:
                 if args[1] not in fake.operations:
@@ -674,8 +740,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 class _MetadataHandler(http.server.BaseHTTPRequestHandler):
-    """The metadata server of one instance: /computeMetadata/v1/... with Metadata-Flavor: Google, and /serial (POST:
-    text the guest writes to its serial console, which the fake serves as serial port output)."""
+    """The metadata server of one instance: /computeMetadata/v1/... with Metadata-Flavor: Google (PUT and GET of
+    instance/guest-attributes/<namespace>/<key>, refused 403 unless the instance's metadata enables guest attributes),
+    and /serial (POST: text the guest writes to its serial console, which the fake serves as serial port output)."""
     owner = None
     instance = None
     protocol_version = 'HTTP/1.1'
@@ -700,6 +767,25 @@ class _MetadataHandler(http.server.BaseHTTPRequestHandler):
             return self._reply(200, '')
         return self._reply(404, 'not found')
 
+    @staticmethod
+    def _guest_attribute(path):
+        """(namespace, key) of a path under instance/guest-attributes/, or None."""
+        base = '/computeMetadata/v1/instance/guest-attributes/'
+        if not path.startswith(base):
+            return None
+        parts = path[len(base):].split('/')
+        return tuple(parts) if len(parts) == 2 else None
+
+    def do_PUT(self):
+        length = int(self.headers.get('Content-Length') or 0)
+        text = self.rfile.read(length).decode('utf-8', 'replace')
+        if self.headers.get('Metadata-Flavor') != 'Google':
+            return self._reply(403, 'Missing Metadata-Flavor:Google header.')
+        where = self._guest_attribute(urllib.parse.urlsplit(self.path).path)
+        if where is None:
+            return self._reply(404, 'not found')
+        return self._reply(*self.owner.guest_attribute_write(self.instance, where[0], where[1], text))
+
     def do_GET(self):
         if self.headers.get('Metadata-Flavor') != 'Google':
             return self._reply(403, 'Missing Metadata-Flavor:Google header.')
@@ -708,6 +794,9 @@ class _MetadataHandler(http.server.BaseHTTPRequestHandler):
         base = '/computeMetadata/v1/'
         if not path.startswith(base):
             return self._reply(404, 'not found')
+        where = self._guest_attribute(path)
+        if where is not None:
+            return self._reply(*fake.guest_attribute_read(self.instance, where[0], where[1]))
         key = path[len(base):]
         with fake.lock:
             instance = fake.instances.get(self.instance)

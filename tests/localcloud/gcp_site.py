@@ -95,9 +95,22 @@ class GcpPart(CloudPart):
     def op_metadata(self, name):
         return self.fake.metadata_server(name)
 
+    def op_host_keys(self, kind='other', times=1):
+        """The next ``times`` new instances (None: every one) publish in their guest attributes a host key no sshd
+        serves (``other``), or none (``silent``)."""
+        arm = self.guests.arm_host_keys(kind, times)
+        return {'kind': arm['kind'], 'times': arm['times']}
+
+    def op_guest_attributes(self, name):
+        """What instance ``name``'s guest wrote to its guest attributes: {namespace: {key: value}}."""
+        with self.fake.lock:
+            return dict((ns, dict(entries)) for ns, entries in self.fake.guest_attributes.get(name, {}).items())
+
     def op_clear(self):
         with self.fake.lock:
             self.fake.faults = []
             self.fake.denied.clear()
             self.fake.op_seconds = 0.0
+        if self.guests is not None:
+            self.guests.clear_host_keys()
         return []

@@ -33,6 +33,10 @@ class GcpSite(ManyHosts, awsrun.AwsSite):
     def fault(self, kind, method, pattern, **arguments):
         return self.cloud.gcp('fault', kind=kind, method=method, pattern=pattern, **arguments)
 
+    def host_keys_fault(self, silent=False, times=1):
+        """The next instances publish a host key no sshd serves in their guest attributes (silent: none)."""
+        return self.cloud.gcp_host_keys(times=times, silent=silent)
+
     def provider(self):
         """A GCP provider straight at the fake, signing with this controller's secret."""
         from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.client import (

@@ -191,6 +191,18 @@ class Compute:
         except base.NotFound:
             return None
 
+    def guest_attributes(self, name, query_path):
+        """The guest attributes of instance ``name`` under ``query_path`` (``hostkeys/``: a namespace) as
+        (namespace, key, value) tuples; [] on 404, which Compute Engine answers while nothing is written there yet
+        (or guest attributes are not enabled on the instance)."""
+        try:
+            request = self.types.GetGuestAttributesInstanceRequest(project=self.project, zone=self.zone,
+                                                                   instance=name, query_path=query_path)
+            answer = self.call('instances.getGuestAttributes', self.instances.get_guest_attributes, request=request)
+        except base.NotFound:
+            return []
+        return [(e.namespace, e.key, e.value) for e in answer.query_value.items]
+
     def list_instances(self, label_filter=None):
         """Every instance of the zone (``label_filter``: a filter expression), every page read; IncompleteInventory
         otherwise."""

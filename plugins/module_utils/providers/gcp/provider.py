@@ -9,7 +9,8 @@ records before it dispatches is the instance name itself (derived from the works
 ``requestId`` of ``instances.insert`` is derived from that name, so a retry after a lost answer is the same request
 and Compute Engine answers it with the same operation instead of a second instance. The ownership marker is the
 metadata item ``ephemera-marker`` (a label value holds 63 characters, a marker more); the lease labels, the scope and
-the workspace go on as labels, all in the insert itself.
+the workspace go on as labels, all in the insert itself. The insert also enables guest attributes, where the guest
+agent publishes sshd's host keys at boot; the create's first SSH is pinned to them (``published_host_keys``).
 
 An instance holds no credential: it runs with no service account (``serviceAccounts`` empty), so its metadata server
 gives no token, and nothing in it can call Google APIs as anyone. Its hard deadline is Compute Engine's own: the
@@ -34,6 +35,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import fa
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import cloud
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import hostkeys
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.client import (
     ENDPOINT_ENV,
     PROJECT_ENV,
@@ -49,6 +51,9 @@ LABEL_SCOPE = 'ephemera-scope'
 LABEL_WORKSPACE = 'ephemera-workspace'
 META_MARKER = 'ephemera-marker'
 META_SSH_KEYS = 'ssh-keys'
+# Guest attributes on: the guest agent of Compute Engine's public images writes sshd's host keys there at boot.
+META_GUEST_ATTRIBUTES = 'enable-guest-attributes'
+HOST_KEYS_NAMESPACE = 'hostkeys'
 LABEL_KEYS = (leasing.LABEL_STATE, leasing.LABEL_EXPIRES_AT, leasing.LABEL_KEEP, leasing.LABEL_CREATED_AT)
 RESERVED_LABELS = (LABEL_OURS, LABEL_SCOPE, LABEL_WORKSPACE) + LABEL_KEYS
 # Compute Engine's label rules: keys start with a lowercase letter; keys and values hold lowercase letters, digits,
@@ -169,6 +174,11 @@ class GcpProvider(cloud.CloudProvider):
     # Instance names are derived from the workspace's record (a digest of it): the collection never gives one name to
     # two records, and an instance at that name made by anyone else fails the marker check.
     unique_ids = True
+    # The guest agent writes the host keys sshd serves to the instance's guest attributes (namespace hostkeys), which
+    # the insert enables and Compute Engine's API reads (published_host_keys).
+    host_key_source = 'the guest attributes (getGuestAttributes, hostkeys/)'
+    host_key_advice = ('An image with the Google guest agent (as in Compute Engine\'s public images) writes them there '
+                       'at boot once guest attributes are enabled, which the collection sets on the instance.')
 
     def __init__(self, compute, secret=None, launch=None, sleep=time.sleep):
         super(GcpProvider, self).__init__(secret)
@@ -320,7 +330,8 @@ class GcpProvider(cloud.CloudProvider):
         t = self.compute.types
         launch = dict(self.launch, **(a.options or {}))
         machine = launch.get('machine_type') or DEFAULT_MACHINE_TYPE
-        items = [t.Items(key=META_MARKER, value=self.marker(a.workspace, a.candidate, a.nonce))]
+        items = [t.Items(key=META_MARKER, value=self.marker(a.workspace, a.candidate, a.nonce)),
+                 t.Items(key=META_GUEST_ATTRIBUTES, value='TRUE')]
         if launch.get('ssh_public_key'):
             key = ' '.join(str(launch['ssh_public_key']).split())
             items.append(t.Items(key=META_SSH_KEYS, value='%s:%s' % (launch.get('ssh_user') or 'root', key)))
@@ -384,6 +395,18 @@ class GcpProvider(cloud.CloudProvider):
 
     def native(self, resource_id):
         return self.compute.get_instance(resource_id)
+
+    def published_host_keys(self, resource):
+        """The host keys the guest agent wrote to the instance's guest attributes at boot (namespace ``hostkeys``,
+        each key named by its type), read over Compute Engine's API (instances.getGuestAttributes), which nobody on
+        the network path to the instance can answer for. Only entries whose value is a key of the type they name;
+        sorted. [] until they are there."""
+        found = set()
+        for namespace, kind, value in self.compute.guest_attributes(resource.id, HOST_KEYS_NAMESPACE + '/'):
+            key = hostkeys.host_key(kind, value) if namespace == HOST_KEYS_NAMESPACE else None
+            if key:
+                found.add(key)
+        return sorted(found)
 
     def native_running(self, native):
         return native.status in RUNNING_STATES

@@ -48,4 +48,3 @@ def test_a_key_given_as_type_and_encoded_key_is_taken_only_when_its_encoding_nam
     assert hostkeys.host_key(kind, 'A' * 68) is None
     assert hostkeys.host_key(kind, 'not base64!') is None
     assert hostkeys.host_key(kind, None) is None and hostkeys.host_key(None, blob) is None
-

@@ -12,7 +12,7 @@ PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run
 	ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=1
 
 .PHONY: help venv system-packages test unit static sanity lint integration test-clouds test-cores demo collection
-.PHONY: bench-journal bench-queue bench-create bench-reconcile bench-step bench-expire
+.PHONY: bench-journal bench-journal-tasks bench-queue bench-create bench-reconcile bench-step bench-expire
 .PHONY: bench-inventory bench-template bench-agent faults faults-clouds soak
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
 .PHONY: molecule
@@ -36,6 +36,7 @@ help:
 	@echo "make faults-clouds its Hetzner, Compute Engine and Azure rows, side by side (FAULTS_SIZE=full or ci)"
 	@echo "make soak          500 seeded random fault schedules (SCHEDULES=N, FIRST_SEED=N, SOAK_JOBS=N)"
 	@echo "make bench-journal  8 processes x 200 fenced transitions: SQLite and PostgreSQL journals, tx/s"
+	@echo "make bench-journal-tasks  what a task pays to open the journal: SQLite against PostgreSQL, as AWX runs it"
 	@echo "make bench-expire  one expiry sweep over 1,000 leased workspaces, 50 expired: times and API requests"
 	@echo "make bench-template  a template build by step, and create-to-ready on debian vs default guests"
 	@echo "make bench-agent   the real agent CLIs: create to ready, first edit, idle, and the agents' share"
@@ -182,6 +183,9 @@ bench-cluster: venv
 # 8 processes x 200 fenced journal transitions on SQLite and on PostgreSQL (a server started for the run).
 bench-journal: venv
 	$(BIN)/python bench/journal.py --contended
+
+bench-journal-tasks: venv
+	$(BIN)/python bench/journal_tasks.py
 
 # 10 workspaces x 1 queued operation (forks 10) against 1 x 1: times and their ratio.
 bench-queue: venv

@@ -11,8 +11,10 @@ its default durability (fsync and synchronous commit on), on a loopback port. Bo
 
 Prints, per backend, the wall time, transitions per second and the compare-and-set retries, then checks that no
 update was lost (every workspace at generation M + 1 with M events of its own). --contended adds the same load on
-one shared workspace (every process against every other; most compare-and-sets lose and are retried). The last
-line is ``journal: sqlite A tx/s, postgresql B tx/s`` (the uncontended load). No assertion on time.
+one shared workspace (every process against every other; most compare-and-sets lose and are retried), and that
+load once more through ``Journal.amend_workspace`` (each read and write one transaction holding the record: no
+retry). The last line is ``journal: sqlite A tx/s, postgresql B tx/s`` (the uncontended load). No assertion on
+time.
 """
 
 import argparse
@@ -43,13 +45,19 @@ def _open(where):
     return Journal.open(url=where) if '://' in where else Journal.open(where)
 
 
-def _worker(where, workspace, claim, transitions, ready, go, out):
+def _worker(where, workspace, claim, transitions, ready, go, out, amend=False):
     retries = 0
     try:
         with _open(where) as journal:
             ready.release()
             go.wait()
             done = 0
+            while amend and done < transitions:
+                # Read and write as one transaction holding the record (Journal.amend_workspace): nothing to retry.
+                journal.amend_workspace(workspace, lambda record: (
+                    {'params': {'count': record['params']['count'] + 1}},
+                    {'action': 'transition', 'detail': {'to': record['params']['count'] + 1}}), claim=claim)
+                done += 1
             while done < transitions:
                 record = journal.get_workspace(workspace)
                 count = record['params']['count']
@@ -65,7 +73,7 @@ def _worker(where, workspace, claim, transitions, ready, go, out):
         out.put(('error', '%s: %s' % (type(exc).__name__, exc)))
 
 
-def run(where, processes, transitions, contended):
+def run(where, processes, transitions, contended, amend=False):
     """(wall seconds, retries) of one load; checks the outcome."""
     with _open(where) as journal:
         queue = Queue(journal, owner=Owner.current(), lease=600)
@@ -80,7 +88,8 @@ def run(where, processes, transitions, contended):
     procs = []
     for n in range(processes):
         name = names[0] if contended else names[n]
-        procs.append(FORK.Process(target=_worker, args=(where, name, claims[name], transitions, ready, go, out)))
+        procs.append(FORK.Process(target=_worker, args=(where, name, claims[name], transitions, ready, go, out,
+                                                        amend)))
     for proc in procs:
         proc.start()
     for dummy in procs:
@@ -119,23 +128,33 @@ def main():
     base = tempfile.mkdtemp(prefix='bench-journal-')
     try:
         with PgServer(durable=True) as pg:
-            loads = [(False, 'own workspace')] + ([(True, 'one shared workspace')] if args.contended else [])
-            for contended, label in loads:
+            loads = [(False, False, 'own workspace')]
+            if args.contended:
+                loads += [(True, False, 'one shared workspace'), (True, True, 'shared, amended')]
+            for contended, amend, label in loads:
                 for backend in ('sqlite', 'postgresql'):
+                    kind = 'amend' if amend else 'shared' if contended else 'own'
                     if backend == 'sqlite':
-                        where = os.path.join(base, 'journal-%s.sqlite' % ('shared' if contended else 'own'))
+                        where = os.path.join(base, 'journal-%s.sqlite' % kind)
                     else:
-                        where = pg.new_database('bench_%s' % ('shared' if contended else 'own'))
-                    wall, retries = run(where, args.processes, args.transitions, contended)
+                        where = pg.new_database('bench_%s' % kind)
+                    wall, retries = run(where, args.processes, args.transitions, contended, amend)
                     rate = total / wall
-                    if not contended:
-                        rates[backend] = rate
+                    rates[(backend, kind)] = (rate, retries)
                     print('  %-10s %-20s %7.2f s  %7.0f tx/s  %5d compare-and-set retries  no lost update'
                           % (backend, label, wall, rate, retries), flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    print('  postgresql / sqlite: %.2f' % (rates['postgresql'] / rates['sqlite']))
-    print('journal: sqlite %.0f tx/s, postgresql %.0f tx/s' % (rates['sqlite'], rates['postgresql']))
+    print('  postgresql / sqlite: %.2f' % (rates[('postgresql', 'own')][0] / rates[('sqlite', 'own')][0]))
+    if args.contended:
+        print('  one shared workspace on postgresql: compare-and-set %.0f tx/s, %d retries (%.1f a transition); '
+              'amended %.0f tx/s, %d retries; ratio %.1f' % (
+                  rates[('postgresql', 'shared')][0], rates[('postgresql', 'shared')][1],
+                  rates[('postgresql', 'shared')][1] / float(total), rates[('postgresql', 'amend')][0],
+                  rates[('postgresql', 'amend')][1],
+                  rates[('postgresql', 'amend')][0] / rates[('postgresql', 'shared')][0]))
+    print('journal: sqlite %.0f tx/s, postgresql %.0f tx/s' % (rates[('sqlite', 'own')][0],
+                                                               rates[('postgresql', 'own')][0]))
 
 
 if __name__ == '__main__':

@@ -33,6 +33,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import journal
 
 display = Display()
 
@@ -167,6 +168,7 @@ class InProcessAction(ActionBase):
         if cls.MODULE and not os.environ.get('EPHEMERA_NO_PRELOAD'):
             module_file(cls.MODULE)
             providers.preload()
+            journal.preload()
 
     def run(self, tmp=None, task_vars=None):
         super(InProcessAction, self).run(tmp, task_vars)

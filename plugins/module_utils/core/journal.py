@@ -358,6 +358,24 @@ def resolve_path(path=None):
     return default_path()
 
 
+def preload(environ=None):
+    """Import the PostgreSQL backend and its driver (psycopg: about 100 ms to import) where a run forks its workers
+    from (plugin_utils/in_process.py), when the run's journal is a database: ``EPHEMERA_JOURNAL_URL`` is set (as the
+    AWX credential injects it), or ``EPHEMERA_PRELOAD`` names ``postgresql`` (a URL given as a variable only). Each
+    task's worker then finds them loaded instead of importing them again. Without psycopg, nothing is imported (the
+    task that opens the journal says what to install)."""
+    environ = os.environ if environ is None else environ
+    named = (environ.get('EPHEMERA_PRELOAD') or '').replace(' ', '').lower().split(',')
+    if not environ.get(URL_ENV_VAR) and 'postgresql' not in named:
+        return False
+    try:
+        import psycopg  # noqa: F401 pylint: disable=unused-import
+    except ImportError:
+        return False
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import journal_pg  # noqa: F401
+    return True
+
+
 def resolve_location(path=None, url=None):
     """What names the journal in messages and results: the journal URL in effect (``url``, else
     ``EPHEMERA_JOURNAL_URL``) without its password, else the file :func:`resolve_path` gives."""
@@ -1002,25 +1020,49 @@ class Journal:
         """
         fields = self._fields(fields)
         self._check_fields(fields)
+        with self.transaction(claim, point=event['action'] if event else 'update_workspace', exclusive=False) as conn:
+            self._compare_and_set(conn, name, generation, fields, event)
+        return self.get_workspace(name)
+
+    def amend_workspace(self, name, change, claim=None):
+        """Read workspace ``name`` and write what ``change(record)`` decides, in one transaction that holds the record
+        from the read to the write (PostgreSQL: ``SELECT ... FOR UPDATE``; SQLite: its write lock), so that no other
+        run's update comes between and nothing is retried: for a record that many runs touch at once (heartbeats,
+        a sweep's outcome beside a running step). ``change`` gets the record (None when it is not recorded) and
+        returns None (nothing to write) or ``(fields, event)``; it runs while the record is held, so it must not wait
+        on anything, and what it raises ends the transaction with nothing written. Returns the record as it is
+        after."""
+        lock = ' FOR UPDATE' if self.backend == 'postgresql' else ''
+        with self.transaction(claim, point='amend_workspace', exclusive=False) as conn:
+            row = conn.execute('SELECT * FROM workspaces WHERE name = ?' + lock, (name,)).fetchone()
+            ws = self._workspace(_row_dict(row) if row is not None else None)
+            decided = change(ws)
+            if decided is None:
+                return ws
+            fields, event = decided
+            fields = self._fields(fields)
+            self._check_fields(fields)
+            self._compare_and_set(conn, name, ws['generation'], fields, event)
+        return self.get_workspace(name)
+
+    def _compare_and_set(self, conn, name, generation, fields, event):
         now = time.time()
         keys = sorted(fields)
         assignments = ', '.join('%s = ?' % k for k in keys + ['updated_at']) + ', generation = generation + 1'
         args = [self._column_value(k, fields[k]) for k in keys] + [now, name, generation]
-        with self.transaction(claim, point=event['action'] if event else 'update_workspace', exclusive=False) as conn:
-            cur = conn.execute('UPDATE workspaces SET %s WHERE name = ? AND generation = ?' % assignments, args)
-            if cur.rowcount != 1:
-                row = conn.execute('SELECT generation FROM workspaces WHERE name = ?', (name,)).fetchone()
-                if row is None:
-                    raise StaleGenerationError('Workspace %r is not recorded in the journal; nothing was written.'
-                                               % name, workspace=name)
-                raise StaleGenerationError(
-                    'Workspace %r changed while this run worked on it (expected generation %d, found %d): another run '
-                    'updated it first. Nothing was written; re-read the workspace and try again.'
-                    % (name, generation, row[0]), workspace=name, expected=generation, found=row[0])
-            if event is not None:
-                self._append_event(conn, name, event.get('kind', 'transition'), event['action'],
-                                   event.get('detail', fields), now)
-        return self.get_workspace(name)
+        cur = conn.execute('UPDATE workspaces SET %s WHERE name = ? AND generation = ?' % assignments, args)
+        if cur.rowcount != 1:
+            row = conn.execute('SELECT generation FROM workspaces WHERE name = ?', (name,)).fetchone()
+            if row is None:
+                raise StaleGenerationError('Workspace %r is not recorded in the journal; nothing was written.'
+                                           % name, workspace=name)
+            raise StaleGenerationError(
+                'Workspace %r changed while this run worked on it (expected generation %d, found %d): another run '
+                'updated it first. Nothing was written; re-read the workspace and try again.'
+                % (name, generation, row[0]), workspace=name, expected=generation, found=row[0])
+        if event is not None:
+            self._append_event(conn, name, event.get('kind', 'transition'), event['action'],
+                               event.get('detail', fields), now)
 
     # ------------------------------------------------------------------- events
 

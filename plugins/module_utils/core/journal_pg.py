@@ -549,8 +549,33 @@ def _tables(conn):
                                            'current_schema() ORDER BY table_name').fetchall()]
 
 
+# A journal's own answer in one round trip: the schema version in its meta table, with that table's columns (in the
+# journal's schema) to tell it from another application's table of the same name. Opening a journal that is there is
+# what every task does; the full look below is for the rest (no journal yet, another application's tables).
+_KNOWN_VERSION = ("SELECT m.value, (SELECT string_agg(a.attname::text, ',' ORDER BY a.attname::text) "
+                  "FROM pg_attribute a WHERE a.attrelid = to_regclass(quote_ident(current_schema()) || '.meta') "
+                  "AND a.attnum > 0 AND NOT a.attisdropped) FROM meta m WHERE m.key = 'schema_version'")
+
+
+def _known_version(conn):
+    """The schema version of a journal that is there, asked in one statement; None when that does not tell (no meta
+    table, another one's, no version in it). Only outside a transaction: a failed statement would end one."""
+    if conn.in_transaction:
+        return None
+    try:
+        row = conn.raw.execute(_KNOWN_VERSION).fetchone()
+    except Exception:  # no meta table here (psycopg.errors.UndefinedTable): the full look says what there is
+        return None
+    if row is None or row[1] != 'key,value' or not str(row[0]).isdigit():
+        return None
+    return int(row[0])
+
+
 def schema_version(conn):
     """The journal's schema version: 0 for an empty schema; None for one that holds another application's tables."""
+    known = _known_version(conn)
+    if known is not None:
+        return known
     tables = _tables(conn)
     if not tables:
         return 0

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, StaleGenerationError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import agent as agent_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveFlow
@@ -169,15 +169,13 @@ class ExpirySweep:
 
     def _settle(self, name, err, claim):
         """Record the cleanup's outcome on the workspace: the attempt failed (retry in 5 minutes), or it completed."""
-        for dummy in range(3):
-            ws = self.journal.get_workspace(name)
+        now = self.clock()
+
+        def settle(ws):
             record = dict(ws.get('cleanup') or {})
-            now = self.clock()
             record = leasing.cleanup_failed(record, err, now) if err is not None else leasing.cleanup_succeeded(record, now)
-            try:
-                self.journal.update_workspace(name, ws['generation'], cleanup=record, event={
-                    'kind': 'observed', 'action': 'cleanup_failed' if err is not None else 'cleanup_completed',
-                    'detail': dict((k, v) for k, v in record.items() if v is not None)})
-                return
-            except StaleGenerationError:
-                continue
+            return dict(cleanup=record), {
+                'kind': 'observed', 'action': 'cleanup_failed' if err is not None else 'cleanup_completed',
+                'detail': dict((k, v) for k, v in record.items() if v is not None)}
+        # Read and written holding the record: a heartbeat or an activity look beside it waits instead of racing.
+        self.journal.amend_workspace(name, settle)

@@ -16,7 +16,6 @@ import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import StaleGenerationError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import ProviderError
 
@@ -24,16 +23,16 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base
 LABEL_STATES = {'requested': 'provisioning', 'provisioning': 'provisioning', 'booting': 'provisioning',
                 'bootstrapping': 'provisioning', 'registering': 'provisioning', 'ready': 'ready', 'failed': 'failed',
                 'destroying': 'released', 'destroyed': 'released'}
-# How often a heartbeat re-reads a record that moved on under it before it gives up.
-ATTEMPTS = 3
 
 
 def heartbeat(journal, provider, name, now=None, check_mode=False):
     """Bump the lease of workspace ``name``: (the new record, a note on its labels or None). Refused with a
     LeaseError, changing nothing, for a workspace that is not recorded, has no lease, is being cleaned up or
     destroyed, or whose lease expired."""
-    for attempt in range(ATTEMPTS):
-        ws = journal.get_workspace(name)
+    at = time.time() if now is None else now
+    touched = {}
+
+    def bump(ws):
         if ws is None:
             raise leasing.LeaseError('Workspace %r is not recorded in %s: there is no lease to extend. Check the name '
                                      '(ephemera.workspaces.status lists the workspaces).' % (name, journal.path))
@@ -44,20 +43,22 @@ def heartbeat(journal, provider, name, now=None, check_mode=False):
                                      'expire by itself.' % name)
         terms = dict(ws['lease'], name=name)
         started = leasing.cleanup_started(leasing.journal_record(ws, []))
-        touched = leasing.heartbeat(terms, time.time() if now is None else now, cleanup_started=started)
+        touched.update(leasing.heartbeat(terms, at, cleanup_started=started))
         touched.pop('name', None)
         if check_mode:
-            return dict(ws, lease=touched), None
-        try:
-            ws = journal.update_workspace(name, ws['generation'], lease=touched, lease_expires_at=touched['expires_at'],
-                                          event={'kind': 'recorded', 'action': 'heartbeat',
-                                                 'detail': {'expires_at': leasing.format_time(touched['expires_at'])}})
-        except StaleGenerationError:
-            if attempt == ATTEMPTS - 1:
-                raise
-            continue
-        return ws, write_labels(journal, provider, ws)
-    raise AssertionError('unreachable')
+            return None
+        return (dict(lease=touched, lease_expires_at=touched['expires_at']),
+                {'kind': 'recorded', 'action': 'heartbeat',
+                 'detail': {'expires_at': leasing.format_time(touched['expires_at'])}})
+
+    if check_mode:
+        ws = journal.get_workspace(name)
+        bump(ws)
+        return dict(ws, lease=touched), None
+    # Read and written as one transaction holding the record: a heartbeat beside a running step (or another
+    # heartbeat) waits for it instead of losing a compare-and-set and trying again.
+    ws = journal.amend_workspace(name, bump)
+    return ws, write_labels(journal, provider, ws)
 
 
 def write_labels(journal, provider, ws, state=None, claim=None):

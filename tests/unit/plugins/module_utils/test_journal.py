@@ -315,6 +315,65 @@ def test_eight_processes_two_hundred_transitions_each(store):
         assert sorted(e['detail']['to'] for e in increments) == list(range(1, processes * transitions + 1))
 
 
+def _amend_worker(store, workers_ready, start, transitions, failures):
+    try:
+        with store.open(actor='worker %d' % os.getpid()) as j:
+            workers_ready.release()
+            start.wait()
+            for dummy in range(transitions):
+                j.amend_workspace('shared', lambda ws: (
+                    {'params': {'count': ws['params']['count'] + 1}},
+                    {'action': 'increment', 'detail': {'to': ws['params']['count'] + 1}}))
+    except Exception as exc:  # a StaleGenerationError would be a lost race: amend_workspace holds the record
+        failures.put('%s: %s' % (type(exc).__name__, exc))
+        raise
+
+
+def test_amending_a_record_many_runs_touch_at_once_loses_no_update_and_retries_nothing(store):
+    """Eight processes amend one record at once (read it and decide the write, as a heartbeat does): each amend holds
+    the record from its read to its write, so none fails on a record that moved on (a compare-and-set would, and be
+    retried) and no update is lost."""
+    processes, transitions = 8, 50
+    with store.open() as j:
+        j.create_workspace('shared', params={'count': 0})
+    ready, start, failures = FORK.Semaphore(0), FORK.Event(), FORK.Queue()
+    procs = [FORK.Process(target=_amend_worker, args=(store, ready, start, transitions, failures))
+             for dummy in range(processes)]
+    for p in procs:
+        p.start()
+    for dummy in procs:
+        assert ready.acquire(timeout=60)
+    start.set()
+    for p in procs:
+        p.join(300)
+    errors = []
+    while not failures.empty():
+        errors.append(failures.get())
+    assert errors == [] and [p.exitcode for p in procs] == [0] * processes
+    with store.open() as j:
+        ws = j.get_workspace('shared')
+        assert ws['params']['count'] == processes * transitions and ws['generation'] == processes * transitions + 1
+        increments = [e for e in j.events('shared') if e['action'] == 'increment']
+        assert sorted(e['detail']['to'] for e in increments) == list(range(1, processes * transitions + 1))
+
+
+def test_an_amend_that_decides_nothing_or_fails_writes_nothing(store):
+    with store.open() as j:
+        first = j.create_workspace('ws', params={'count': 0})
+        events = len(j.events('ws'))
+        assert j.amend_workspace('ws', lambda ws: None)['generation'] == first['generation']
+
+        def refuse(ws):
+            raise StaleGenerationError('refused by the change')
+        with pytest.raises(StaleGenerationError, match='refused by the change'):
+            j.amend_workspace('ws', refuse)
+        assert j.get_workspace('ws')['generation'] == first['generation']
+        assert j.amend_workspace('missing', lambda ws: None if ws is None else ({}, None)) is None
+        assert len(j.events('ws')) == events
+        after = j.amend_workspace('ws', lambda ws: ({'params': {'count': 5}}, {'action': 'set', 'detail': {}}))
+        assert after['params'] == {'count': 5} and after['generation'] == first['generation'] + 1
+
+
 def _hold_transaction_then_wait(store, conn_ready):
     j = store.open()
     conn = j._conn

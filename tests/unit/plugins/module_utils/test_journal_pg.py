@@ -335,3 +335,43 @@ def test_a_writer_starts_no_journal_in_a_database_unless_told(pg_server, tmp_pat
     path = str(tmp_path / 'journal.sqlite')
     with open_journal(_Module(journal_path=path)) as journal:
         assert journal.backend == 'sqlite' and os.path.exists(path)
+
+
+def test_the_driver_is_preloaded_only_for_a_journal_in_a_database():
+    """Where the workers are forked from (plugin_utils/in_process.py): with EPHEMERA_JOURNAL_URL set, or
+    EPHEMERA_PRELOAD naming postgresql, psycopg and the backend are imported there; otherwise nothing is."""
+    assert journal_mod.preload({}) is False
+    assert journal_mod.preload({'EPHEMERA_PRELOAD': 'gcp, aws'}) is False
+    assert journal_mod.preload({'EPHEMERA_JOURNAL_URL': 'postgresql://u@db.example/j'}) is True
+    assert journal_mod.preload({'EPHEMERA_PRELOAD': 'aws, PostgreSQL'}) is True
+    assert 'psycopg' in sys.modules
+    assert 'ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal_pg' in sys.modules
+
+
+def test_the_one_statement_check_and_the_full_look_agree(pg_server):
+    """The schema check of a journal that is there is one statement; what it answers is what the full look says,
+    and a database it cannot tell about (empty, another application's meta table) goes to the full look."""
+    name, url = fresh(pg_server)
+    with Journal.open(url=url) as j:
+        conn = j._conn
+        assert journal_pg._known_version(conn) == journal_mod.SCHEMA_VERSION
+        saved = journal_pg._known_version
+        journal_pg._known_version = lambda c: None
+        try:
+            assert journal_pg.schema_version(conn) == journal_mod.SCHEMA_VERSION
+        finally:
+            journal_pg._known_version = saved
+    other, other_url = fresh(pg_server)
+    empty, empty_url = fresh(pg_server)
+    import psycopg
+    with psycopg.connect(other_url, autocommit=True) as owner:
+        owner.execute('CREATE TABLE meta (key TEXT, value TEXT, extra INT)')
+        owner.execute("INSERT INTO meta VALUES ('schema_version', '3', 0)")
+    for database_url, expected in ((other_url, None), (empty_url, 0)):
+        raw = psycopg.connect(database_url, autocommit=True)
+        conn = journal_pg.PgConnection(raw, database_url)
+        try:
+            assert journal_pg._known_version(conn) is None
+            assert journal_pg.schema_version(conn) == expected
+        finally:
+            conn.close()

@@ -77,6 +77,8 @@ STEP_STATUS = {
 }
 # Request parameters that make a workspace what it is: a second request with the same name must match them.
 IDENTITY = ('template', 'node', 'pool', 'full_clone', 'repo', 'ref', 'agent', 'address_mode')
+# What a later request may correct while the workspace has not checked out yet (the checkout then takes it).
+CORRECTABLE = ('repo', 'ref')
 # What a later request for the same workspace may amend, taking effect at the next brief: the purpose (a person
 # corrects a brief: a briefed workspace is briefed again), the agents' command lines (a brief that failed because
 # of a wrong command is retried with a corrected one), their model endpoints and models.
@@ -589,6 +591,8 @@ class CreateFlow(Flow):
         recorded = ws.get('lease') or {}
         different += ['%s' % k for k in ('ttl', 'idle_timeout', 'keep')
                       if self.params.get(k) is not None and recorded.get(k) != self.params[k]]
+        if different and set(different) <= set(CORRECTABLE):
+            return self._correct(ws, req, different)
         if different:
             raise CreateError('A workspace named %r exists with other parameters (%s). Choose another name, or '
                               'destroy it first%s.' % (self.name, ', '.join('%s: %r, not %r' % (
@@ -633,6 +637,35 @@ class CreateFlow(Flow):
         return StepResult(True, 'request: already recorded (%s); %s amended, %s'
                           % (ws['status'], ', '.join(sorted(amended)),
                              'the agent is briefed again' if rebrief else 'taking effect at the brief'))
+
+    def _correct(self, ws, req, different):
+        """A request that corrects the repository or ref (and maybe the purpose) of a recorded workspace: taken while
+        the workspace has not checked out yet, checked as a new request's are (the controller asks the repository
+        where it can reach it, a missing ref becomes the new repository's default branch), and recorded, so that the
+        checkout step (and whatever failed before it) runs with it. Refused once it checked out, saying what to run.
+        The requester's own correction only, as any amendment (``rebrief_others``)."""
+        was = ', '.join('%s %r' % (k, ws['params'].get(k)) for k in different)
+        if 'checkout' in ws['progress']:
+            raise CreateError('Workspace %r has checked out %s@%s already; another repository or ref is another '
+                              'workspace. Destroy it first (ansible-playbook ephemera.workspaces.destroy -e '
+                              'workspace=%s), then create it again, or choose another name.'
+                              % (self.name, ws['params'].get('repo'), ws['params'].get('ref') or '(its default branch)',
+                                 self.name), step='request')
+        # No ref asked: the corrected repository's default branch, which the check names where it can.
+        note = self._check_repository(req)
+        corrected = dict((k, req[k]) for k in CORRECTABLE + AMENDABLE if ws['params'].get(k) != req[k])
+        self._check_amender(ws, req, corrected)
+        for step in ('bootstrap', 'checkout'):
+            self._refuse_missing_secrets(step)
+        said = ', '.join('%s %r' % (k, corrected[k]) for k in sorted(corrected))
+        if self.check_mode:
+            return StepResult(True, 'request: would correct %s (was %s) before the checkout%s' % (said, was, note))
+        params = dict(ws['params'], requester=req['requester'], **corrected)
+        facts = dict((k, v) for k, v in (ws['facts'] or {}).items() if k != 'default_branch')
+        self.save('corrected', kind='recorded', detail={'changed': sorted(corrected), 'was': dict(
+            (k, ws['params'].get(k)) for k in sorted(corrected) if k in CORRECTABLE)}, params=params,
+            repo=params['repo'], ref=params['ref'], purpose=params['purpose'], facts=facts)
+        return StepResult(True, 'request: corrected %s (was %s) before the checkout%s' % (said, was, note))
 
     def _requester(self):
         """Who asks (``requested_by``, else user@host) and from which AWX job, as the request records it."""

@@ -60,7 +60,8 @@ def test_a_blank_ref_from_a_survey_checks_out_the_default_branch_asked_from_the_
         assert rerun.ok and not rerun.step_results()[1].get('changed'), rerun.explain()
     # Another branch is another request.
     other = controller.create(request(git_server.url_of(trunk), name, 'main', **login))
-    assert not other.ok and "ref: 'feature', not 'main'" in other.failure()[1]['msg'], other.explain()
+    assert not other.ok and "has checked out %s@feature already" % git_server.url_of(trunk) in \
+        other.failure()[1]['msg'], other.explain()
     assert controller.ours(name) == [ws['vmid']]
 
 

@@ -123,7 +123,10 @@ def test_the_repository_ref_and_template_cannot_be_amended(ready, repo):
     before = ready.workspace('rebrief')
     run = ready.create(dict(ready.request, ref='feature'))
     assert not run.ok
-    assert "A workspace named 'rebrief' exists with other parameters (ref: 'main', not 'feature')" in run.failure()[1]['msg']
+    message = run.failure()[1]['msg']
+    assert "Workspace 'rebrief' has checked out %s@main already; another repository or ref is another workspace" % (
+        ready.request['repo']) in message, message
+    assert 'ansible-playbook ephemera.workspaces.destroy -e workspace=rebrief' in message
     assert ready.workspace('rebrief')['generation'] == before['generation']
 
 

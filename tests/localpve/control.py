@@ -84,6 +84,12 @@ class FaultApi(object):
         return self._op('pve_ct', vmid=vmid, start_secs=start_secs, shutdown_secs=shutdown_secs,
                         stop_secs=stop_secs, start_error=start_error)
 
+    def pve_access(self, token_id=None, token_secret=None, grants=(), pool=None, pool_vms=(), pool_storage=()):
+        """An API token, ACL grants ([principal, path, [privileges]]) and pool members, as pveum sets them up
+        (harness.op_pve_access)."""
+        return self._op('pve_access', token_id=token_id, token_secret=token_secret, grants=[list(g) for g in grants],
+                        pool=pool, pool_vms=list(pool_vms), pool_storage=list(pool_storage))
+
     def pve_clear(self):
         """Remove failures, restore the network, quorum and every node."""
         return self._op('pve_clear')

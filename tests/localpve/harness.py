@@ -393,6 +393,25 @@ class Site(object):
             ct.start_error = start_error or None
         return dict((k, getattr(ct, k)) for k in ('vmid', 'start_secs', 'shutdown_secs', 'stop_secs', 'start_error'))
 
+    def op_pve_access(self, token_id=None, token_secret=None, grants=(), pool=None, pool_vms=(), pool_storage=()):
+        """What an administrator sets up with pveum for a restricted controller: an API token (``token_id``
+        'user@realm!name', its ``token_secret``), ACL ``grants`` ([principal, path, [privileges]], the privileges of
+        the role the ACL names), and members of ``pool`` (containers, storages). From the first grant on, the fake
+        checks every privilege of every user but root@pam."""
+        pve = self.pve
+        if token_id:
+            pve.apitokens[token_id] = token_secret
+            pve.users.setdefault(token_id.split('!')[0], None)
+        for principal, path, privs in grants:
+            pve.grant(principal, path, *privs)
+        if pool:
+            if pool not in pve.pools:
+                raise ClusterError('no pool {0!r}'.format(pool))
+            pve.pools[pool].update(int(vmid) for vmid in pool_vms)
+            pve.pool_info.setdefault(pool, {'comment': None, 'storage': set()})['storage'].update(pool_storage)
+        return {'acl': dict((user, [[path, sorted(privs)] for path, privs in granted])
+                            for user, granted in (pve.acl or {}).items())}
+
     def op_pve_clear(self):
         pve = self.pve
         pve.failures.clear()

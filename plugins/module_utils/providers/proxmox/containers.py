@@ -18,6 +18,7 @@ __metaclass__ = type
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
     PveApiError,
     PveNotFound,
+    PvePermissionDenied,
 )
 
 KIND = 'lxc'
@@ -63,11 +64,15 @@ class Containers:
 
     def config(self, node, vmid, kind=KIND):
         """The container's config (with ``digest``, ``lock``, ``description``), or None when it does not exist
-        on that node. ``kind``: qemu for a virtual machine's."""
+        on that node, or not for this login (see :meth:`_invisible`). ``kind``: qemu for a virtual machine's."""
         try:
             return self.client.get(self.path(node, vmid, '/config', kind))
         except PveNotFound:
             return None
+        except PvePermissionDenied:
+            if self._invisible(vmid):
+                return None
+            raise
 
     def status(self, node, vmid, absent_ok=True):
         """``status/current`` of the container ({} when it does not exist, unless not ``absent_ok``: PveNotFound)."""
@@ -77,6 +82,21 @@ class Containers:
             if not absent_ok:
                 raise
             return {}
+        except PvePermissionDenied as err:
+            if not self._invisible(vmid):
+                raise
+            if not absent_ok:
+                raise PveNotFound('CT %s is not visible to %s (%s): not in a pool it may audit, or gone.'
+                                  % (vmid, self.client.token_id or self.client.user, err.pve_message or err))
+            return {}
+
+    def _invisible(self, vmid):
+        """True when the cluster lists no guest ``vmid`` to this login. A login whose ACLs stop at its pool (as
+        docs/quickstart-proxmox.md grants them) is refused (403) rather than told "does not exist" for a VMID
+        outside the pool: one that was just deleted (and so left the pool), or someone else's. /cluster/resources
+        lists exactly the guests it may audit, so a 403 for a VMID it does not list means: none of ours is there. A
+        403 for a guest it lists is a missing privilege, and stays an error."""
+        return all(int(guest.get('vmid', -1)) != int(vmid) for guest in self.guests())
 
     def interfaces(self, node, vmid):
         """The container's NICs as PVE reports them (None when it is not running)."""

@@ -50,7 +50,8 @@ collection: venv
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-test.txt scripts/link-collection.sh
+$(STAMP): requirements.txt requirements-aws.txt requirements-hetzner.txt requirements-gcp.txt requirements-azure.txt \
+		requirements-postgresql.txt requirements-test.txt scripts/link-collection.sh
 	@scripts/system-packages.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip

@@ -91,6 +91,16 @@ class NotFound(ProviderError):
     error_kind = NOT_FOUND
 
 
+def missing_sdk(provider, packages, requirements, err):
+    """The refusal of a provider whose SDK is not installed where Ansible runs: which packages, and the requirement
+    file of the collection that installs them (``requirements``, e.g. requirements-aws.txt)."""
+    return InvalidRequest('The %s provider needs %s in the Python that runs Ansible (%s): pip install -r %s (a file '
+                          'of the collection: ~/.ansible/collections/ansible_collections/ephemera/workspaces/%s when it '
+                          'is installed there), or pip install %s. Nothing was done.'
+                          % (provider, ', '.join(p.split('>')[0] for p in packages), err, requirements, requirements,
+                             ' '.join('"%s"' % p for p in packages)))
+
+
 class Conflict(ProviderError):
     """The id or name is taken."""
     error_kind = CONFLICT

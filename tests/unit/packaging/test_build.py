@@ -22,6 +22,9 @@ ANSIBLE_DOC = os.path.join(BIN, 'ansible-doc')
 # Everything at the top of the tarball.
 TOP = {
     'MANIFEST.json', 'FILES.json', 'README.md', 'LICENSE', 'CHANGELOG.rst', 'requirements.txt',
+    # Each cloud provider's SDK, and psycopg for a journal on PostgreSQL.
+    'requirements-aws.txt', 'requirements-hetzner.txt', 'requirements-gcp.txt', 'requirements-azure.txt',
+    'requirements-postgresql.txt',
     'plugins', 'roles', 'playbooks', 'meta', 'docs', 'changelogs', 'inventories',
     # What an execution environment with this collection needs (meta/execution-environment.yml names them).
     'requirements-ee.txt', 'bindep.txt',

@@ -127,6 +127,13 @@ def test_the_python_requirements_are_the_collections_and_psycopg(context):
     # Every runtime requirement of the collection, with the same bounds, and psycopg for a journal on PostgreSQL.
     runtime = requirement_lines(os.path.join(ROOT, 'requirements.txt'))
     assert set(runtime) <= set(generated), set(runtime) - set(generated)
+    # Exactly the union of the core's, every provider's and PostgreSQL's requirement files: nothing else.
+    union = []
+    for name in ('requirements.txt', 'requirements-aws.txt', 'requirements-hetzner.txt', 'requirements-gcp.txt',
+                 'requirements-azure.txt', 'requirements-postgresql.txt'):
+        union += requirement_lines(os.path.join(ROOT, name))
+    assert sorted(generated) == sorted(union), set(generated) ^ set(union)
+    assert all(not line.startswith('-r') for line in generated)
     assert 'psycopg' in names and any(line.startswith('psycopg[binary]') for line in generated)
 
 

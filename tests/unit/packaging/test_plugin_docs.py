@@ -138,16 +138,21 @@ def needed_packages(path):
     return found
 
 
+RUNTIME_REQUIREMENTS = ('requirements.txt', 'requirements-aws.txt', 'requirements-hetzner.txt', 'requirements-gcp.txt',
+                        'requirements-azure.txt')
+
+
 def floors():
-    """requirements.txt as {package: its lower bound}."""
+    """requirements.txt and the providers' requirements-<provider>.txt as {package: its lower bound}."""
     found = {}
-    with open(os.path.join(ROOT, 'requirements.txt')) as lines:
-        for line in lines:
-            line = line.split('#')[0].strip()
-            if line:
-                match = re.match(r'^([A-Za-z0-9_.-]+)\s*>=\s*([0-9][0-9.]*)', line)
-                assert match, 'requirements.txt: %r has no lower bound' % line
-                found[match.group(1).lower()] = match.group(2)
+    for name in RUNTIME_REQUIREMENTS:
+        with open(os.path.join(ROOT, name)) as lines:
+            for line in lines:
+                line = line.split('#')[0].strip()
+                if line:
+                    match = re.match(r'^([A-Za-z0-9_.-]+)\s*>=\s*([0-9][0-9.]*)', line)
+                    assert match, '%s: %r has no lower bound' % (name, line)
+                    found[match.group(1).lower()] = match.group(2)
     return found
 
 

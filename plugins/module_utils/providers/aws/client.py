@@ -97,8 +97,11 @@ class Ec2:
 
     def __init__(self, region, profile=None, access_key=None, secret_key=None, session_token=None, endpoint_url=None,
                  retry_timeout=60, request_timeout=30, sleep=time.sleep):
-        import boto3
-        botocore = _botocore()
+        try:
+            import boto3
+            botocore = _botocore()
+        except ImportError as err:
+            raise base.missing_sdk('AWS', ('boto3>=1.28',), 'requirements-aws.txt', err)
         check_region(region, endpoint_url)
         self.region = region
         self.endpoint_url = endpoint_url

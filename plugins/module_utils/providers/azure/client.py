@@ -166,9 +166,9 @@ class Arm:
             from azure.identity import ClientSecretCredential, DefaultAzureCredential
             from azure.mgmt.compute import ComputeManagementClient
             from azure.mgmt.network import NetworkManagementClient
-        except ImportError:
-            raise base.InvalidRequest('The Azure provider needs azure-identity, azure-mgmt-compute and '
-                                      'azure-mgmt-network: pip install -r requirements.txt.')
+        except ImportError as err:
+            raise base.missing_sdk('Azure', ('azure-identity>=1.27', 'azure-mgmt-compute>=39', 'azure-mgmt-network>=33'),
+                                   'requirements-azure.txt', err)
         if not subscription:
             raise base.InvalidRequest('No Azure subscription: give azure_subscription_id or AZURE_SUBSCRIPTION_ID.')
         ident = {}

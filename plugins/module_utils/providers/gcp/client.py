@@ -42,9 +42,12 @@ LIBRARIES = ('google.api_core.client_options', 'google.api_core.exceptions', 'go
 
 def _google():
     """The google packages, imported when a provider is used."""
-    for library in LIBRARIES:
-        importlib.import_module(library)
-    import google
+    try:
+        for library in LIBRARIES:
+            importlib.import_module(library)
+        import google
+    except ImportError as err:
+        raise base.missing_sdk('Compute Engine', ('google-cloud-compute>=1.57',), 'requirements-gcp.txt', err)
     return google
 
 

@@ -111,8 +111,7 @@ class HCloud:
             import hcloud  # noqa: F401 (imported when the provider is used)
             from hcloud import APIException
         except ImportError as exc:
-            raise base.InvalidRequest('The Hetzner provider needs the Python package hcloud on the controller '
-                                      '(pip install "hcloud>=2.27"): %s' % exc)
+            raise base.missing_sdk('Hetzner', ('hcloud>=2.27',), 'requirements-hetzner.txt', exc)
         self._api_exception = APIException
         self.endpoint = (endpoint or DEFAULT_ENDPOINT).rstrip('/')
         self.request_timeout = request_timeout

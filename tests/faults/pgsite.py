@@ -39,6 +39,10 @@ class PgFaultSite(FaultSite):
         site.default_host, site.default_lease = host, lease
         # The file a run would use if the URL did not reach it: it must never be made.
         site.journal_path = os.path.join(workdir, 'controller', 'never-made.sqlite')
+        # The journal started in the new database, as the first job of a site does it (-e ephemera_new_journal=true):
+        # a create does not start one in a database on its own.
+        with Journal.open(url=url, create=True):
+            pass
         return site
 
     def playbook_vars(self, op):

@@ -12,6 +12,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import tempfile
 
 import pytest
 
@@ -304,12 +305,17 @@ def awx_split(site, tmp_path, journal_path, **options):
         script = top / 'inventory' / 'hosts'
         script.write_text('#!/bin/sh\n[ "$1" = --list ] && exec cat "$(dirname "$0")/listed.json"\necho "{}"\n')
         script.chmod(0o755)
+        # SSH's control socket path must fit a Unix socket's 108 bytes: a short directory of its own.
+        control = tempfile.mkdtemp(prefix='cp-', dir='/tmp')
         env = dict(HOME=str(top), ANSIBLE_HOME=str(top / 'ansible'), ANSIBLE_LOCAL_TEMP=str(top / 'tmp'),
                    XDG_CACHE_HOME=str(top / 'cache'), ANSIBLE_HOST_KEY_CHECKING='False',
-                   ANSIBLE_SSH_CONTROL_PATH_DIR=str(top / 'cp'), ANSIBLE_INVENTORY_UNPARSED_FAILED='1')
-        return run_ansible(['ansible', '-i', str(script), pattern] + list(args), timeout=180, env=env,
-                           unset=('PROXMOX_', 'EPHEMERA_', 'ANSIBLE_SSH_', 'ANSIBLE_PRIVATE_KEY_FILE',
-                                  'ANSIBLE_REMOTE_USER'))
+                   ANSIBLE_SSH_CONTROL_PATH_DIR=control, ANSIBLE_INVENTORY_UNPARSED_FAILED='1')
+        try:
+            return run_ansible(['ansible', '-i', str(script), pattern] + list(args), timeout=180, env=env,
+                               unset=('PROXMOX_', 'EPHEMERA_', 'ANSIBLE_SSH_', 'ANSIBLE_PRIVATE_KEY_FILE',
+                                      'ANSIBLE_REMOTE_USER'))
+        finally:
+            shutil.rmtree(control, ignore_errors=True)
     return job, listed.stdout
 
 

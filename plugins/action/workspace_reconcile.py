@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Runs ephemera.workspaces.workspace_reconcile in the worker process (see plugin_utils/in_process.py)."""
 
 from __future__ import absolute_import, division, print_function

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -17,7 +17,9 @@ description:
     running workspace without a recorded address costs one more request (its C(interfaces)), and those run a few
     at a time (O(max_concurrency)). Pool members that the journal does not know are reported in the C(orphans)
     group, with the verdict of their ownership marker (one C(config) read each).
-  - The inventory only reads. Orphans are reported, never acted on; the workspaces' own records are never changed.
+  - The inventory changes nothing in the cluster or the journal. Orphans are reported, never acted on; the
+    workspaces' own records are never changed. The one file it writes is the known-hosts file of O(known_hosts_file)
+    (with the default O(host_key_pinning=file); none with V(inline)), and its cache when caching is on.
   - When the cluster cannot be reached, the hosts come from the journal alone with a warning (an error with
     O(strict)). Wrong credentials, a certificate that does not verify and missing privileges are errors, because
     they do not go away by themselves.

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Named points in the create and destroy paths where a crash can be made to happen, for the crash-safety tests.
 
 Inert unless ``EPHEMERA_FAILPOINT_TRACE`` names a file: then every point a run passes is appended

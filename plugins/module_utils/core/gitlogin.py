@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """How a git token reaches git, wherever git runs (the controller's probe, the guest's clone, the archive push).
 
 - A token goes only to an ``https://`` repository (or ``http://`` to a loopback address, where the

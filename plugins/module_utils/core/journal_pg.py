@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The journal on PostgreSQL: the same records and guarantees as the SQLite file, for controllers that share it.
 
 Selected by a ``postgresql://`` URL (``journal_url``, env ``EPHEMERA_JOURNAL_URL``). ``psycopg`` (v3) is needed

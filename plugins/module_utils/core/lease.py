@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Workspace leases: when a workspace expires, what may extend it, and how its cleanup is judged.
 
 Pure rules, the same for every provider. Nothing here reads the clock, the journal or a provider:

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The collection's one waiting helper: look until a condition holds, by wall clock, with backoff.
 
 A wait is bounded by a monotonic deadline, never by a count of sleeps: a slow look (a slow network,

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The agent of a ready workspace: what it does (observed and recorded), and follow-up briefs.
 
 The runner in the guest reads the agent's own event stream; the controller asks it (one SSH round trip) and

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The Azure orphan sweep of a reconcile or cleanup pass: every group of sets in the resource group judged from one
 complete inventory, and the quarantine that stands between a left-behind set and its deletion.
 

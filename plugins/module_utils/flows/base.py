@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What every flow shares: one workspace's record, the provider it acts through, and how a step writes to the journal.
 
 A step reads the record, acts through the provider, and writes what it observed with :meth:`Flow.save`:

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The direct cleanup sweep by labels: a person's command that deletes what the labels on the resources say is over.
 
 Every resource in our scope (the pool, or the tag) is read once: its lease labels, its ownership marker and the

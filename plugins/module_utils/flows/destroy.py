@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Destroying a workspace: idempotent steps that never touch a container that is not ours.
 
 ``mark`` records the decision (desired state ``destroyed``, status ``destroying``) before anything

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The expiry sweep: the agents' activity counts as heartbeats, then expired workspaces are released.
 
 A sweep works from the journal only (the cluster is asked about the workspaces it releases; only the

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Reconciliation: compare the journal (intent) with the cluster (reality), finish what is pending, report the rest.
 
 Safe at any time, also while other runs work: a workspace whose queue holds a live run is left to

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Building a template version: clone, provision, verify, clean, convert, then switch the pointer.
 
 A template is never edited in place: linked clones come from a template's base volume, so a change to a

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the collection does inside a workspace guest, over SSH: bootstrap, checkout, runner, brief.
 
 Every absolute path used inside a guest goes through :class:`Layout`, whose ``root`` prefixes it.

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a template build runs in its candidate guest: provision, verify, clean.
 
 Provisioning installs the system packages as root and makes one non-root agent user; the agent's own

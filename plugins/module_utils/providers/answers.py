@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Bounded reading of API answers: no answer of the Proxmox VE API or of a cloud's API is read beyond its cap.
 
 The HTTP libraries under the clients read a whole answer into memory, however large: a proxy that answers with an

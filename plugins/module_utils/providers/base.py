@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The provider seam: what a workspace needs from the place its machine lives, in the place's own terms.
 
 A provider turns "a workspace needs a machine" into calls of one API (Proxmox VE today; clouds later)

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the cloud providers (EC2, Hetzner Cloud, Compute Engine) do alike, written once.
 
 A cloud provider's machine is made from an image (never a template built in place), its candidate id is derived from

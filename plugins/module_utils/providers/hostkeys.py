@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """SSH host keys a machine publishes out of band, read as the providers give them: the block cloud-init prints to
 the console (EC2's console output, a serial log), or a key type and its encoded key (guest attributes).
 

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """EC2 calls in the provider seam's terms: one boto3 client, its errors mapped onto the seam's kinds, retries with
 backoff where a retry is safe, and reads that follow every page or say they are incomplete.
 

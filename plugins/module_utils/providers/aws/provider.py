@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The AWS provider: workspaces are EC2 instances launched from an AMI.
 
 Ids are instance ids, locations are regions, the scope is the ``ephemera:scope`` tag, task handles name an

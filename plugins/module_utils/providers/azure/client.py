@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The only file that talks to Azure Resource Manager: requests through the authenticated pipelines of
 azure-mgmt-compute's and azure-mgmt-network's clients (imported when a connection is made), ARM's errors mapped
 onto the seam's kinds, and long-running operations polled by our own rules:

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A workspace's set of four Azure resources, made and taken away one verified member at a time.
 
 Everything it decides is written to its record (a dict) through ``save`` before it goes on; ``save`` must be

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A workspace on Azure is a set of four resources: a VM, its NIC, its public IP and its managed OS disk.
 
 This module is plain logic, no SDK and no connection: the canonical names of a set, Azure's naming and tag rules,

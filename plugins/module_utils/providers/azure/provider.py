@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The Azure provider: a workspace is a set of four resources (members.WorkspaceSet) in one resource group.
 
 The candidate id a create records before it dispatches is the set's base name (plan.base_name: the workspace and a

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Compute Engine calls in the provider seam's terms: google-cloud-compute's REST clients for one project and zone,
 their errors mapped onto the seam's kinds, retries with backoff where a retry is safe, and zone operations waited on
 directly (the library's operation helpers ignore a custom endpoint, so every call that acts is a ``*_unary`` one).

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The GCP provider: workspaces are Compute Engine instances in one project and zone.
 
 Ids are instance names, locations are zones, the scope is the ``ephemera-scope`` label, and task handles name a zone

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Hetzner Cloud calls in the provider seam's terms: one ``hcloud`` client, its errors mapped onto the seam's kinds,
 retries with backoff where a retry is safe, and listings that follow every page.
 

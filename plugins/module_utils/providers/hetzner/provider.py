@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The Hetzner Cloud provider: workspaces are cloud servers created from an image.
 
 Ids are server ids (decimal strings), locations are location names (``fsn1``), the scope is the ``ephemera-scope``

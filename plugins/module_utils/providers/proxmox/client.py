@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The collection's one Proxmox VE API client: connection, errors, task ids and task waits.
 
 Every Proxmox call of the collection goes through ``PveClient``. proxmoxer's https backend logs in

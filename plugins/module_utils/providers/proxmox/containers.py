@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """LXC containers as resources: the one place that knows the Proxmox VE API's paths for them.
 
 ``Containers`` wraps a :class:`PveClient` with one method per call the collection makes on a

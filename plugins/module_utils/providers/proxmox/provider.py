@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The Proxmox VE provider: workspaces are LXC containers cloned from a template.
 
 Ids are VMIDs, locations are nodes, the scope is a pool (and the ``ephemera`` tag), task handles

@@ -34,13 +34,14 @@ case "$provider" in
     demo_dir=${DEMO_DIR:-$top/.localpve-demo}
     export LOCALPVE_STATE_DIR="$demo_dir/cluster"
     place=cluster runner=tests.localpve inventory=inventories/localpve on=''
-    up_args=(--time-scale 0.05)
+    # Ports of its own: a try-out cluster already up (make cluster-up, on 8006) is left alone.
+    up_args=(--time-scale 0.05 --host 127.0.81.1 --api-port 0 --proxy-port 0)
     what="fakepve + real sshd guests"
     ;;
   aws)
     demo_dir=${DEMO_DIR:-$top/.localcloud-demo}
     place=cloud inventory=inventories/localcloud on=" on EC2 (provider aws)"
-    up_args=(--host 127.0.82.1 --port 0)
+    up_args=(--host 127.0.82.1 --port 0 --show aws)
     what="moto behind a fault proxy + real sshd guests"
     look_ready() {
       say "the instances of the try-out cloud"
@@ -65,7 +66,7 @@ PY
   hetzner)
     demo_dir=${DEMO_DIR:-$top/.localcloud-demo-hetzner}
     place=cloud inventory=inventories/localcloud-hetzner on=" on Hetzner Cloud (provider hetzner)"
-    up_args=(--host 127.0.83.1 --port 0)
+    up_args=(--host 127.0.83.1 --port 0 --show hetzner)
     what="its Hetzner Cloud fake + real sshd guests"
     look_gone() {
       say "its server, as the Hetzner fake shows it"
@@ -86,7 +87,7 @@ PY
   gcp)
     demo_dir=${DEMO_DIR:-$top/.localcloud-demo-gcp}
     place=cloud inventory=inventories/localcloud-gcp on=" on Compute Engine (provider gcp)"
-    up_args=(--host 127.0.84.1 --port 0)
+    up_args=(--host 127.0.84.1 --port 0 --show gcp)
     what="its Compute Engine fake + real sshd guests"
     look_ready() {
       say "the expiry guard in the instance, run once as its timer runs it"
@@ -132,11 +133,16 @@ PY
   azure)
     demo_dir=${DEMO_DIR:-$top/.localcloud-demo-azure}
     place=cloud inventory=inventories/localcloud-azure on=" on Azure (provider azure)"
-    up_args=(--host 127.0.86.1 --port 0)
+    up_args=(--host 127.0.86.1 --port 0 --show azure)
     what="its ARM fake over HTTPS, real sshd guests"
     look_ready() {
-      say "the Azure resources of the try-out cloud"
-      "$bin/python" -m tests.localcloud fault azure resources
+      say "its Azure resources, one line each"
+      "$bin/python" - <<'PY'
+from tests.localcloud import CloudClient
+
+for resource in CloudClient().azure('resources'):
+    print('  %-18s %-40s %s' % (resource['kind'], resource['name'], resource['state']))
+PY
     }
     look_gone() {
       say "what is left of it in Azure"
@@ -203,8 +209,29 @@ say "what the agent did, from its own event stream (the status playbook asks it)
   | sed -n '/Print what the agents do/,/^$/p'
 
 say "the workspace as the journal records it"
-"$bin/ansible" localhost -i "$inventory" -m ephemera.workspaces.workspace_info -a "name=$workspace" \
-  | sed -n '1,40p'
+"$bin/python" - "$workspace" <<'PY'
+import sys
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+
+with Journal.open(readonly=True) as journal:
+    ws = journal.get_workspace(sys.argv[1])
+params, facts = ws['params'] or {}, ws['facts'] or {}
+agent = facts.get('agent') or {}
+rows = [
+    ('status', '%s, activity %s' % (ws['status'], ws['activity'])),
+    ('provider', '%s %s in %s' % (ws.get('provider') or 'proxmox', ws.get('resource_id') or ws.get('vmid'),
+                                  ws.get('location') or ws.get('node'))),
+    ('address', '%s, SSH as %s on port %s' % (ws['address'], params.get('ssh_user'), params.get('ssh_port'))),
+    ('repository', '%s at %s (%s)' % (ws['repo'], ws['ref'] or 'its default branch', (facts.get('head') or '?')[:12])),
+    ('agent', '%s, %s brief(s), %s' % (params.get('agent'), agent.get('briefs', '?'),
+                                       'running' if agent.get('running') else 'not running')),
+    ('lease', 'expires %s' % ((ws.get('lease') or {}).get('expires_at') or 'never')),
+    ('journal', journal.path),
+]
+for key, value in rows:
+    print('  %-11s %s' % (key, value))
+PY
 
 look_ready
 

@@ -44,6 +44,8 @@ def _cloud_options(parser):
     add('--guests', choices=('host', 'debian'), default=UP_DEFAULTS.guests,
         help='host: the machines run on this host as the current user, who is the agent too (default); debian: each '
         'machine is a Debian userland of its own where root logs in and the agent is a user of its own (needs root)')
+    add('--show', choices=('all', 'aws', 'hetzner', 'gcp', 'azure'), default='all',
+        help='which provider\'s fake `up` describes (default: all of them)')
     add('--no-agent-clis', dest='agent_clis', action='store_false',
         help='guests without the real agent CLIs (claude, codex, opencode), which are otherwise installed once per '
         'machine from the npm registry')
@@ -69,14 +71,25 @@ def cmd_up(args):
         _print(info)
         return 0
     seed = info['seed']
+    show = getattr(args, 'show', 'all')
     print('localcloud up in {0:.2f}s (pid {1})'.format(time.monotonic() - started, info['pid']))
-    print('  endpoint {0} (fault proxy; moto itself at {1}), region {2}'.format(
-        info['endpoint_url'], info['moto_url'], info['region']))
-    print('  seeded   {0} {1} {2} key {3} image {4} ({5})'.format(
-        seed['vpc_id'], seed['subnet_id'], seed['security_group_id'], seed['key_name'], seed['image_id'],
-        seed['image_parameter']))
-    print('  foreign  {0}'.format(', '.join('{0} {1}'.format(k, v) for k, v in sorted(
-        seed['foreign_instances'].items()))))
+    if show in ('all', 'aws'):
+        print('  aws      {0} (fault proxy; moto itself at {1}), region {2}'.format(
+            info['endpoint_url'], info['moto_url'], info['region']))
+        print('  seeded   {0} {1} {2} key {3} image {4} ({5})'.format(
+            seed['vpc_id'], seed['subnet_id'], seed['security_group_id'], seed['key_name'], seed['image_id'],
+            seed['image_parameter']))
+        print('  foreign  {0}'.format(', '.join('{0} {1}'.format(k, v) for k, v in sorted(
+            seed['foreign_instances'].items()))))
+    hetzner, gcp, azure = info.get('hetzner') or {}, info.get('gcp') or {}, info.get('azure') or {}
+    if show in ('all', 'hetzner') and hetzner:
+        print('  hetzner  {0}, location {1}, image {2}, network {3}'.format(
+            hetzner['endpoint'], hetzner['location'], hetzner['image'], hetzner['network']))
+    if show in ('all', 'gcp') and gcp:
+        print('  gcp      {0}, project {1}, zone {2}, image {3}'.format(
+            gcp['endpoint'], gcp['project'], gcp['zone'], gcp['image']))
+    if show in ('all', 'azure') and azure:
+        print('  azure    {0}, subscription {1}'.format(azure['resource_manager_url'], azure['subscription_id']))
     print('  guests   {0} private, {1} public; SSH as {2} on port {3} with {4}'.format(
         info['address_range'], info['public_range'], info['ssh_user'], info['ssh_port'], info['ssh_private_key']))
     print('  files    {0}'.format(info['guest_root']))

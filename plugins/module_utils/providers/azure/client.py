@@ -415,9 +415,10 @@ def blob_host(url, endpoint=None):
         ours = urlsplit(endpoint)
         if (ours.hostname or '').lower() == host and (ours.port or 443) == port and '@' not in parts.netloc:
             return '%s:%d' % (host, port)
+    where = '%s:%d' % (host, port) if port != 443 else host
     raise base.Refused('The serial log link Azure answered points at %s, which is no Azure blob host (%s) nor the '
                        'Resource Manager of azure_endpoint_url; it was not read.'
-                       % ('%s:%d' % (host, port) if port != 443 else host, ', '.join('*' + s for s in BLOB_HOST_SUFFIXES)))
+                       % (where, ', '.join('*' + s for s in BLOB_HOST_SUFFIXES)))
 
 
 def option(params, name, env, environ=None):

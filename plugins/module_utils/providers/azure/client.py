@@ -331,9 +331,7 @@ class Arm:
                 raise err
             self.sleep(interval)
 
-
     # ------------------------------------------------------------------ boot diagnostics
-
     def boot_log_url(self, vm_path, version):
         """The SAS URL of the serial log of the VM at ``vm_path`` (retrieveBootDiagnosticsData, valid SAS_MINUTES),
         or None when Azure names none. The URL is a credential: it is returned to the caller only, never put in a

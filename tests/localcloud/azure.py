@@ -9,7 +9,13 @@ authority host pointed here and instance discovery off), azure-mgmt-compute and 
 - public IP addresses, network interfaces, virtual machines and managed disks: PUT, PATCH (tags), GET, DELETE,
   list in a resource group and in the subscription;
 - VM sizes of a location and platform image versions;
-- long-running operations in both polling styles: an Azure-AsyncOperation status document and Location polling.
+- long-running operations in both polling styles: an Azure-AsyncOperation status document and Location polling;
+- boot diagnostics: a VM keeps its diagnosticsProfile; VirtualMachines_RetrieveBootDiagnosticsData answers SAS URLs
+  on this server (409 OperationNotAllowed for a VM without boot diagnostics), and GET of such a URL serves the VM's
+  serial log as Azure Storage serves a blob (no bearer token: the signature is the authorization; 403
+  AuthenticationFailed for a wrong or expired one, 404 BlobNotFound before the VM booted). The log holds a few boot
+  lines, then, once the VM's guest sshd serves, the host key block cloud-init prints with that sshd's key. Boot log
+  faults (boot_log_fault): the log shows a key no sshd serves (console_key), or none (console_silent).
 
 A VM's osProfile.customData is taken as Azure takes it (base64 of at most 65535 bytes, never answered, never changed
 after the VM is made) and read as cloud-init reads a #cloud-config: the administrator user is authorized the
@@ -46,10 +52,12 @@ import base64
 import binascii
 import copy
 import fnmatch
+import hashlib
 import ipaddress
 import itertools
 import json
 import logging
+import os
 import re
 import secrets
 import ssl
@@ -60,6 +68,7 @@ import uuid
 import yaml
 from aiohttp import web
 
+from tests.localpve import pki
 from tests.localpve.proxy import _reset
 
 from .config import CloudError
@@ -111,6 +120,9 @@ VM_NAME = re.compile(r'^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,62}[A-Za-z0-9_])?$')
 DISK_NAME = re.compile(r'^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,78}[A-Za-z0-9_])?$')
 COMPUTER_NAME = re.compile(r'^[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?$')
 NAME_RULES = {'pip': NETWORK_NAME, 'nic': NETWORK_NAME, 'vm': VM_NAME, 'disk': DISK_NAME}
+BOOT_LOG_FAULTS = ('console_key', 'console_silent')
+# The storage service version a SAS of boot diagnostics names (sv=).
+SAS_VERSION = '2022-11-02'
 
 
 class ArmError(Exception):
@@ -304,6 +316,11 @@ class AzureFake(object):
         self._listing_ids = itertools.count(1)
         self.requests = 0
         self._rule_ids = itertools.count(1)
+        # Boot log faults armed for the next VMs made ([{'kind', 'times', 'hits'}]), and every read of a serial log
+        # blob: {'vm', 'status', 'authorization' (whether the request carried an Authorization header), 'range'}.
+        self.boot_arms = []
+        self.boot_reads = []
+        self.boot_requests = []
         self._runner = None
         self._site = None
         self.url = None
@@ -388,6 +405,32 @@ class AzureFake(object):
 
     def remove_rule(self, rule_id):
         self.rules = [r for r in self.rules if r.id != int(rule_id)]
+
+    def boot_log_fault(self, kind, vm=None, times=1):
+        """The serial log of VM ``vm`` (id or name), or of the next ``times`` VMs made, shows a host key that no
+        sshd serves (console_key), or no host key at all (console_silent)."""
+        if kind not in BOOT_LOG_FAULTS:
+            raise CloudError('a boot log fault is {0}, not {1!r}'.format(' or '.join(BOOT_LOG_FAULTS), kind))
+        if vm is not None:
+            resource = self.find(vm)
+            if resource.kind != 'vm':
+                raise CloudError('{0} is not a VM'.format(vm))
+            resource.doc['_boot_fault'] = kind
+            return {'kind': kind, 'vm': resource.id}
+        if times is not None and int(times) < 1:
+            raise CloudError('times must be at least 1 (or none for every VM)')
+        arm = {'kind': kind, 'times': None if times is None else int(times), 'hits': []}
+        self.boot_arms.append(arm)
+        return arm
+
+    def clear_boot_faults(self):
+        """No more boot log faults for new VMs (those of VMs already made stay, as the log they printed)."""
+        self.boot_arms = []
+
+    def view_boot(self):
+        """The reads of serial log blobs and the retrieveBootDiagnosticsData requests, as recorded."""
+        return {'reads': list(self.boot_reads), 'requests': list(self.boot_requests),
+                'arms': copy.deepcopy(self.boot_arms)}
 
     def find(self, ref):
         """A resource by id, or by name when only one resource has it."""
@@ -617,6 +660,9 @@ class AzureFake(object):
         if low[:3] == ['common', 'discovery', 'instance']:
             return _json(200, {'tenant_discovery_endpoint': '{0}/{1}/v2.0/.well-known/openid-configuration'.format(
                 self.url, TENANT_ID), 'api-version': '1.1', 'metadata': []})
+        if low[:1] == ['bootdiagnostics'] and request.method in ('GET', 'HEAD'):
+            # Azure Storage's side: the SAS in the query is the authorization, no bearer token is asked for.
+            return self._boot_blob(request, parts)
         principal = self._principal(request)
         if len(low) < 2 or low[0] != 'subscriptions':
             raise ArmError(404, 'InvalidResourceType', 'The resource type could not be found: /{0}'.format(
@@ -755,6 +801,9 @@ class AzureFake(object):
                 if kind[0] == 'vnet' and n == 10 and low[8] == 'subnets':
                     return {'operation': 'Subnets_Get', 'kind': 'subnet', 'group': group['name'], 'name': parts[9],
                             'vnet': name}
+                if kind[0] == 'vm' and n == 9 and method == 'POST' and low[8] == 'retrievebootdiagnosticsdata':
+                    return {'operation': 'VirtualMachines_RetrieveBootDiagnosticsData', 'kind': 'vm',
+                            'group': group['name'], 'name': name, 'boot_diagnostics': True}
                 if kind[0] == 'vm' and n == 9 and method == 'POST':
                     verb = {'start': 'Start', 'poweroff': 'PowerOff', 'deallocate': 'Deallocate',
                             'restart': 'Restart'}.get(low[8], low[8])
@@ -839,6 +888,8 @@ class AzureFake(object):
                     return _json(200, view)
                 doc['properties']['instanceView'] = view
             return _json(200, doc)
+        if route.get('boot_diagnostics'):
+            return self._boot_uris(request, resource, route)
         if route.get('action'):
             return self._power(resource, route, lro)
         if op.endswith('_Delete'):
@@ -1205,7 +1256,7 @@ class AzureFake(object):
         custom = _custom_data(profile['customData']) if profile.get('customData') is not None else None
         if custom is not None:
             out_profile['customData'] = None  # ARM never answers it
-        return {'_custom_data': custom, 'properties': {
+        properties = {
             'vmId': str(uuid.uuid4()), 'hardwareProfile': {'vmSize': size},
             'storageProfile': {'imageReference': {'publisher': image.get('publisher'), 'offer': image.get('offer'),
                                                   'sku': image.get('sku'), 'version': version,
@@ -1213,7 +1264,132 @@ class AzureFake(object):
                                'osDisk': out_os, 'dataDisks': [], 'diskControllerType': 'SCSI'},
             'osProfile': out_profile,
             'networkProfile': {'networkInterfaces': nic_refs},
-            'timeCreated': _now_iso()}}
+            'timeCreated': _now_iso()}
+        out = {'_custom_data': custom, '_boot_fault': self._take_boot_arm(), '_boot_sig': secrets.token_urlsafe(24),
+               'properties': properties}
+        boot = (props.get('diagnosticsProfile') or {}).get('bootDiagnostics')
+        if isinstance(boot, dict):
+            kept = {'enabled': bool(boot.get('enabled'))}
+            if boot.get('storageUri'):
+                kept['storageUri'] = str(boot['storageUri'])
+            out['properties']['diagnosticsProfile'] = {'bootDiagnostics': kept}
+        return out
+
+    def _take_boot_arm(self):
+        for arm in self.boot_arms:
+            if arm['times'] is None or arm['times'] > 0:
+                if arm['times'] is not None:
+                    arm['times'] -= 1
+                arm['hits'].append(time.time())
+                return arm['kind']
+        return None
+
+    # ------------------------------------------------------------ boot diagnostics
+
+    def _boot_uris(self, request, resource, route):
+        """VirtualMachines_RetrieveBootDiagnosticsData: SAS URLs of the VM's serial log and screenshot on this
+        server, valid sasUriExpirationTimeInMinutes (1 to 1440, 120 when not given)."""
+        if resource is None:
+            raise _not_found('vm', route['name'], route['group'])
+        minutes = request.query.get('sasUriExpirationTimeInMinutes', '120')
+        try:
+            minutes = int(minutes)
+        except ValueError:
+            minutes = 0
+        if not 1 <= minutes <= 1440:
+            raise ArmError(400, 'InvalidParameter', 'The value of parameter sasUriExpirationTimeInMinutes is invalid: '
+                           'it is between 1 and 1440.', target='sasUriExpirationTimeInMinutes')
+        self.boot_requests.append({'vm': resource.id, 'minutes': minutes, 'time': time.time()})
+        boot = (resource.doc['properties'].get('diagnosticsProfile') or {}).get('bootDiagnostics') or {}
+        if not boot.get('enabled'):
+            raise ArmError(409, 'OperationNotAllowed', 'Boot diagnostics is not enabled for the virtual machine '
+                           "'{0}'.".format(resource.name))
+        expiry = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(time.time() + minutes * 60))
+        query = urllib.parse.urlencode({'sv': SAS_VERSION, 'sr': 'b', 'sp': 'r', 'se': expiry,
+                                        'sig': resource.doc['_boot_sig']})
+        base = '{0}/bootdiagnostics/{1}'.format(self.url, resource.doc['properties']['vmId'])
+        return _json(200, {'consoleScreenshotBlobUri': '{0}/screenshot.bmp?{1}'.format(base, query),
+                           'serialConsoleLogBlobUri': '{0}/serialconsole.log?{1}'.format(base, query)})
+
+    def _boot_blob(self, request, parts):
+        """GET of a boot diagnostics blob, as Azure Storage answers one read with a SAS."""
+        vm = None
+        if len(parts) == 3:
+            vm = next((r for r in self.resources.values()
+                       if r.kind == 'vm' and r.doc['properties'].get('vmId') == parts[1]), None)
+        read = {'vm': vm.id if vm is not None else None, 'blob': parts[-1],
+                'authorization': 'Authorization' in request.headers, 'range': request.headers.get('Range'),
+                'time': time.time()}
+        self.boot_reads.append(read)
+        if vm is None or parts[2] not in ('serialconsole.log', 'screenshot.bmp'):
+            read['status'] = 404
+            return _storage_error(404, 'ResourceNotFound', 'The specified resource does not exist.')
+        sig = request.query.get('sig', '')
+        expiry = request.query.get('se', '')
+        try:
+            expired = time.mktime(time.strptime(expiry, '%Y-%m-%dT%H:%M:%SZ')) - time.timezone < time.time()
+        except ValueError:
+            expired = True
+        if not secrets.compare_digest(sig, vm.doc['_boot_sig']) or expired:
+            read['status'] = 403
+            return _storage_error(403, 'AuthenticationFailed', 'Server failed to authenticate the request. Make sure '
+                                  'the value of Authorization header is formed correctly including the signature.')
+        text = self.serial_log(vm) if parts[2] == 'serialconsole.log' else None
+        if text is None:
+            read['status'] = 404
+            return _storage_error(404, 'BlobNotFound', 'The specified blob does not exist.')
+        data = text.encode('utf-8')
+        status, headers = 200, {'x-ms-blob-type': 'BlockBlob', 'x-ms-version': SAS_VERSION}
+        match = re.match(r'^bytes=(\d+)-(\d*)$', request.headers.get('Range', ''))
+        if match:
+            first = int(match.group(1))
+            last = min(int(match.group(2)) if match.group(2) else len(data) - 1, len(data) - 1)
+            if first >= len(data):
+                read['status'] = 416
+                return _storage_error(416, 'InvalidRange', 'The range specified is invalid for the current size of '
+                                      'the resource.')
+            headers['Content-Range'] = 'bytes {0}-{1}/{2}'.format(first, last, len(data))
+            data, status = data[first:last + 1], 206
+        read['status'] = status
+        return web.Response(status=status, body=data if request.method == 'GET' else b'', headers=headers,
+                            content_type='text/plain', charset='utf-8')
+
+    def serial_log(self, vm):
+        """The VM's serial log, or None while none is written (boot diagnostics off, or the VM never ran): a few
+        lines of boot, then, once its guest's sshd serves, the host key block cloud-init prints (its
+        write-ssh-key-fingerprints through logger, tag ec2, and keys_to_console), with that sshd's key, or with a key
+        of no sshd for a VM with the console_key fault (none at all with console_silent, as an image whose cloud-init
+        prints no keys)."""
+        props = vm.doc['properties']
+        if not ((props.get('diagnosticsProfile') or {}).get('bootDiagnostics') or {}).get('enabled'):
+            return None
+        parts = getattr(self.site, 'azure', None)
+        machines = getattr(parts, 'guests', None)
+        key = 'azure' + vm.id
+        guest = machines.guests.get(key) if machines is not None else None
+        if guest is None:
+            return None
+        name = props['osProfile'].get('computerName') or vm.name
+        lines = ['[    0.000000] Linux version 6.1.0-cloud-amd64 (localcloud)',
+                 '[    0.000000] Command line: BOOT_IMAGE=/boot/vmlinuz root=/dev/sda1 console=tty1 console=ttyS0',
+                 'Booting the VM {0} ({1})'.format(vm.name, props['vmId'])]
+        host_key = guest.host_key if guest.proc is not None and guest.state == 'up' else None
+        fault = vm.doc.get('_boot_fault')
+        if host_key and fault != 'console_silent':
+            if fault == 'console_key':
+                path = os.path.join(machines.guest_dir(key), 'console_other_key')
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                host_key = pki.ssh_key(path, 'other').rsplit(' ', 1)[0]
+            kind, blob = host_key.split()[:2]
+            digest = base64.b64encode(hashlib.sha256(base64.b64decode(blob)).digest()).decode().rstrip('=')
+            stamp = time.strftime('%b %d %H:%M:%S', time.gmtime())
+            fingerprints = ['#' * 61, '-----BEGIN SSH HOST KEY FINGERPRINTS-----',
+                            '256 SHA256:{0} root@{1} ({2})'.format(digest, name, kind.split('-')[-1].upper()),
+                            '-----END SSH HOST KEY FINGERPRINTS-----', '#' * 61]
+            lines += ['<14>{0} ec2: {1}'.format(stamp, line) for line in fingerprints]
+            lines += ['-----BEGIN SSH HOST KEY KEYS-----', '{0} {1} root@{2}'.format(kind, blob, name),
+                      '-----END SSH HOST KEY KEYS-----']
+        return '\n'.join(lines) + '\n'
 
     def _apply_vm(self, resource):
         props = resource.doc['properties']
@@ -1391,6 +1567,14 @@ def _merge(target, patch):
             _merge(target[key], value)
         else:
             target[key] = copy.deepcopy(value)
+
+
+def _storage_error(status, code, message):
+    """An error answer of Azure Storage: XML, with its code in x-ms-error-code."""
+    body = ('<?xml version="1.0" encoding="utf-8"?><Error><Code>{0}</Code><Message>{1}\nRequestId:{2}\nTime:{3}'
+            '</Message></Error>').format(code, message, uuid.uuid4(), _now_iso())
+    return web.Response(status=status, body=body.encode(), headers={'x-ms-error-code': code},
+                        content_type='application/xml')
 
 
 def _json(status, payload, headers=None):

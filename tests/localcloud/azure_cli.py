@@ -66,6 +66,13 @@ def add_parsers(kinds, common):
         one = what.add_parser(name, parents=[common], help=text)
         one.add_argument('resource')
         one.set_defaults(fault=lambda c, a: c.azure(a.azure_what, resource=a.resource))
+    boot = what.add_parser('console-key', parents=[common], help="the serial log shows a host key no sshd serves "
+                           "(--silent: none)")
+    boot.add_argument('--vm', help='this VM (name when unique, or ARM id); else the next VMs made')
+    boot.add_argument('--times', type=_times, default=1, help="VMs it acts on, or 'always'")
+    boot.add_argument('--silent', action='store_true')
+    boot.set_defaults(fault=lambda c, a: c.azure('boot_log_fault', kind='console_silent' if a.silent else 'console_key',
+                                                 vm=a.vm, times=a.times))
     foreign = what.add_parser('foreign-create', parents=[common], help='a resource of the foreign principal')
     foreign.add_argument('kind', choices=('pip', 'nic', 'disk'))
     foreign.add_argument('name')

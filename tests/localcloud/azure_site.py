@@ -81,7 +81,14 @@ class AzurePart(CloudPart):
 
     def op_clear(self):
         self.fake.clear_rules()
+        self.fake.clear_boot_faults()
         return []
+
+    def op_boot_log_fault(self, kind, vm=None, times=1):
+        return self.fake.boot_log_fault(kind, vm=vm, times=times)
+
+    def op_boot(self):
+        return self.fake.view_boot()
 
     def op_change(self, resource, tags=None, remove_tags=None, properties=None, location=None):
         return self.fake.change(resource, tags=tags, remove_tags=remove_tags, properties=properties,

@@ -104,8 +104,13 @@ class CloudApi(object):
     # The ARM fake (tests/localcloud/azure_site.py's op_* with their keyword arguments).
     def azure(self, what, /, **arguments):
         """An operation of the ARM fake: resources, operations, rule, rules, remove_rule, clear, change, detach,
-        remove, foreign_create, settings."""
+        remove, foreign_create, settings, boot_log_fault, boot."""
         return self._op('azure', action=what, arguments=arguments)
+
+    def azure_console_key(self, vm=None, times=1, silent=False):
+        """The serial log of the next `times` new Azure VMs (or VM `vm`) shows a host key that is not the one their
+        guest's sshd serves (silent: no host key at all)."""
+        return self.azure('boot_log_fault', kind='console_silent' if silent else 'console_key', vm=vm, times=times)
 
     # The Hetzner Cloud fake (tests/localcloud/hetzner_site.py's op_* with their keyword arguments).
     def hetzner(self, what, /, **arguments):

@@ -349,6 +349,7 @@ class CloudSite(object):
             self.hetzner.fake.clear_rules()
         if self.azure.fake is not None:
             self.azure.fake.clear_rules()
+            self.azure.fake.clear_boot_faults()
         if self.gcp.fake is not None:
             self.gcp.op_clear()
         self.op_guest_clear()

@@ -20,6 +20,11 @@ import json
 import os
 import time
 
+try:
+    from urllib.parse import urlsplit
+except ImportError:  # pragma: no cover - Python 2
+    from urlparse import urlsplit
+
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import answers, base
 
@@ -37,6 +42,15 @@ IN_USE = ('InUseNetworkInterfaceCannotBeDeleted', 'NicInUse', 'PublicIPAddressIn
           'OperationNotAllowed', 'DiskInUse', 'AnotherOperationInProgress', 'RetryableError')
 NOT_FOUND_CODES = ('ResourceNotFound', 'NotFound', 'ResourceGroupNotFound', 'SubscriptionNotFound',
                    'InvalidSubscriptionId')
+# Boot diagnostics (managed storage): retrieveBootDiagnosticsData answers SAS URLs of the VM's serial log and
+# screenshot, valid this many minutes (the API takes 1 to 1440; 120 when not said).
+SAS_MINUTES = 5
+# Where such a URL may point: Azure Storage's blob endpoints of the public cloud, Azure Government and Azure
+# operated by 21Vianet (or the Resource Manager the client was given: the try-out cloud serves the blob there).
+BLOB_HOST_SUFFIXES = ('.blob.core.windows.net', '.blob.core.usgovcloudapi.net', '.blob.core.chinacloudapi.cn')
+# The most of a serial log that is read: its first MiB (a Range request, and the reading stops there whatever the
+# server sends). cloud-init prints the host keys at the end of the first boot, far below that.
+BOOT_LOG_MAX = answers.MIB
 
 
 def api_point(method, path):
@@ -148,10 +162,17 @@ class Arm:
     """ARM requests of one subscription (``compute`` and ``network``: the SDK clients whose pipelines carry the
     token; any object with ``send_request`` will do)."""
 
-    def __init__(self, subscription, compute, network, sleep=time.sleep, max_retry_after=30, deadline=120):
+    def __init__(self, subscription, compute, network, sleep=time.sleep, max_retry_after=30, deadline=120,
+                 endpoint=None, ca_file=None, transport=None):
         self.subscription = subscription
         self.compute = compute
         self.network = network
+        # Another Resource Manager than Azure's (the try-out cloud), and the CA file that verifies it (None: the
+        # system's trust, as the SDK's): the serial log's blob is read with the same.
+        self.endpoint = endpoint
+        self.ca_file = ca_file
+        # A factory of the transport that reads blobs (tests); by default azure-core's RequestsTransport.
+        self.transport = transport
         self.sleep = sleep
         self.max_retry_after = max_retry_after
         self.deadline = deadline
@@ -193,7 +214,7 @@ class Arm:
         if ca_file:
             options['connection_verify'] = ca_file
         return cls(subscription, ComputeManagementClient(credential, subscription, **options),
-                   NetworkManagementClient(credential, subscription, **options))
+                   NetworkManagementClient(credential, subscription, **options), endpoint=endpoint, ca_file=ca_file)
 
     def _client(self, path):
         return self.network if '/microsoft.network/' in path.lower() else self.compute
@@ -309,6 +330,93 @@ class Arm:
                 err.task_id = op.get('async') or op.get('location')
                 raise err
             self.sleep(interval)
+
+    # ------------------------------------------------------------------ boot diagnostics
+    def boot_log_url(self, vm_path, version):
+        """The SAS URL of the serial log of the VM at ``vm_path`` (retrieveBootDiagnosticsData, valid SAS_MINUTES),
+        or None when Azure names none. The URL is a credential: it is returned to the caller only, never put in a
+        message."""
+        answer = self.send('POST', '%s/retrieveBootDiagnosticsData?sasUriExpirationTimeInMinutes=%d'
+                           % (vm_path, SAS_MINUTES), version,
+                           what='retrieveBootDiagnosticsData of VM %s' % vm_path.rstrip('/').rsplit('/', 1)[-1])
+        url = (answer.body or {}).get('serialConsoleLogBlobUri') if isinstance(answer.body, dict) else None
+        return url or None
+
+    def read_blob(self, url, limit=BOOT_LOG_MAX):
+        """The first ``limit`` bytes of the blob at SAS URL ``url`` (text), or None while it is not there (404).
+        Read with a plain GET: the SAS is the authorization, no Authorization header is ever sent (not the bearer
+        token of Resource Manager, nor one of a .netrc). Only an https URL on an Azure blob host (or on the very
+        host and port of the given Resource Manager) is read; TLS is verified as the SDK's clients verify it."""
+        host = blob_host(url, self.endpoint)
+        # pylint: disable=import-outside-toplevel
+        from azure.core.exceptions import AzureError
+        from azure.core.rest import HttpRequest
+        request = HttpRequest('GET', url, headers={'Range': 'bytes=0-%d' % (limit - 1)})
+        transport = (self.transport or _blob_transport)(self.ca_file)
+        try:
+            with transport:
+                response = transport.send(request, stream=True, read_timeout=60, connection_timeout=30)
+                try:
+                    status = response.status_code
+                    if status == 404:
+                        return None
+                    if status >= 400:
+                        heads = dict((k.lower(), v) for k, v in dict(response.headers).items())
+                        text = 'The serial log at %s answered HTTP %d %s' % (host, status,
+                                                                             heads.get('x-ms-error-code') or '')
+                        if status in (401, 403):
+                            raise base.Refused(text.rstrip() + ' (the link may have expired).')
+                        raise (base.Transient if status >= 500 or status == 429 else base.Refused)(text.rstrip())
+                    data = bytearray()
+                    for chunk in response.iter_bytes():
+                        data.extend(chunk[:limit - len(data)])
+                        if len(data) >= limit:
+                            break
+                finally:
+                    response.close()
+        except AzureError as err:
+            # The error's text may hold the URL with its signature: only the host and the kind are said.
+            raise base.Transient('The serial log at %s could not be read (%s).' % (host, type(err).__name__))
+        return bytes(data).decode('utf-8', 'replace')
+
+
+def _blob_transport(ca_file):
+    """azure-core's requests transport without any Authorization header (its session's auth removes one, so
+    neither a token nor a .netrc entry is ever sent), verifying TLS with ``ca_file`` or the system's trust."""
+    # pylint: disable=import-outside-toplevel
+    import requests
+    from azure.core.pipeline.transport import RequestsTransport
+
+    def no_authorization(request):
+        request.headers.pop('Authorization', None)
+        return request
+    session = requests.Session()
+    session.auth = no_authorization
+    return RequestsTransport(session=session, session_owner=True, connection_verify=ca_file or True)
+
+
+def blob_host(url, endpoint=None):
+    """The host of a serial log's SAS URL when it may be read: https, on an Azure blob host (BLOB_HOST_SUFFIXES)
+    or on the very host and port of ``endpoint`` (the Resource Manager the client was given); else Refused naming
+    the host (never the URL: it holds the signature)."""
+    try:
+        parts = urlsplit(str(url or ''))
+        host, port = (parts.hostname or '').lower(), parts.port or 443
+    except ValueError:
+        raise base.Refused('The serial log link Azure answered is not a URL; it was not read.')
+    if parts.scheme != 'https':
+        raise base.Refused('The serial log link Azure answered is not https (host %s); it was not read.'
+                           % (host or 'none'))
+    if host.endswith(BLOB_HOST_SUFFIXES) and parts.port in (None, 443) and '@' not in parts.netloc:
+        return host
+    if endpoint:
+        ours = urlsplit(endpoint)
+        if (ours.hostname or '').lower() == host and (ours.port or 443) == port and '@' not in parts.netloc:
+            return '%s:%d' % (host, port)
+    where = '%s:%d' % (host, port) if port != 443 else host
+    raise base.Refused('The serial log link Azure answered points at %s, which is no Azure blob host (%s) nor the '
+                       'Resource Manager of azure_endpoint_url; it was not read.'
+                       % (where, ', '.join('*' + s for s in BLOB_HOST_SUFFIXES)))
 
 
 def option(params, name, env, environ=None):

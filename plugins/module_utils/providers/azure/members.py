@@ -127,7 +127,10 @@ class WorkspaceSet:
                                    'keyData': o.get('ssh_public_key') or ''}]}},
                               'customData': custom_data(o.get('ssh_public_key') or '')},
                 'networkProfile': {'networkInterfaces': [
-                    {'id': ids[NIC], 'properties': {'primary': True, 'deleteOption': 'Detach'}}]}}
+                    {'id': ids[NIC], 'properties': {'primary': True, 'deleteOption': 'Detach'}}]},
+                # Boot diagnostics in managed storage (no storageUri): the serial log where cloud-init prints the
+                # host keys the first SSH connection is pinned to (provider.published_host_keys).
+                'diagnosticsProfile': {'bootDiagnostics': {'enabled': True}}}
         return out
 
     def _identity(self, member, doc):

@@ -24,7 +24,7 @@ import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import ClaimLostError, JournalError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, hostkeys
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import plan as planning
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.client import Arm, option
@@ -212,6 +212,10 @@ class AzureProvider(base.Provider):
     login_options = (('azure_admin_username', 'admin_username'),)
     # A set's base name carries a digest of its record: a new life of a workspace never reuses one.
     unique_ids = True
+    # cloud-init prints the host keys to the serial console, which boot diagnostics keep (published_host_keys).
+    host_key_source = 'the serial log of boot diagnostics (retrieveBootDiagnosticsData)'
+    host_key_advice = ('An image whose cloud-init prints the keys to the console (its default) avoids that; the '
+                       'collection enables boot diagnostics (managed storage) on the VMs it makes.')
 
     def __init__(self, arm, secret=None, launch=None, store=None, lost_window=120, timeout=900,
                  sleep=time.sleep):
@@ -422,6 +426,18 @@ class AzureProvider(base.Provider):
             return None
         return base.Resource(vm['id'], vm.get('location'), deleting=bool(record.get('claims')),
                              marker_text=(vm.get('tags') or {}).get(TAG_MARKER), native=vm)
+
+    def published_host_keys(self, resource):
+        """The host keys the VM's cloud-init printed to its serial console at boot, read from the serial log boot
+        diagnostics keep: Resource Manager answers a short-lived SAS link to it (retrieveBootDiagnosticsData), which
+        is read over TLS from Azure Storage, so nobody on the network path to the VM can answer for it. [] until
+        they are there (no link yet, the log not written yet, or no key block in it yet)."""
+        record = self._record(base_of(resource.id))
+        url = self.arm.boot_log_url(self._set(record).path(VM), azset.VERSION[VM])
+        if not url:
+            return []
+        text = self.arm.read_blob(url)
+        return hostkeys.console_host_keys(text) if text else []
 
     def power(self, resource, absent_ok=True):
         record = self.store.load(base_of(resource.id))

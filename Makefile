@@ -153,8 +153,23 @@ soak: venv
 
 # PROVIDER=aws|hetzner|gcp|azure: the same job on the try-out cloud (scripts/demo.sh, docs/localcloud.md).
 # AGENT=claude-code|codex|opencode: which real agent CLI works in the workspace (docs/agents.md).
-demo: venv
-	$(PIN_COLLECTION) AGENT=$(AGENT) scripts/demo.sh $(PROVIDER)
+# The demo runs in a virtualenv of its own with only what it runs (requirements-demo.txt, and for a try-out cloud
+# requirements-demo-cloud.txt and the provider's requirements-<provider>.txt): no ansible package, lint, Molecule.
+DEMO_VENV ?= .venv-demo
+DEMO_PROVIDER = $(or $(PROVIDER),proxmox)
+DEMO_STAMP = $(DEMO_VENV)/.installed-$(DEMO_PROVIDER)
+demo: $(DEMO_STAMP)
+	ANSIBLE_COLLECTIONS_PATH="$$($(DEMO_VENV)/bin/python -m tests.ansible_run collections-path)" \
+		EPHEMERA_DEMO_VENV=$(DEMO_VENV) AGENT=$(AGENT) scripts/demo.sh $(PROVIDER)
+
+$(DEMO_STAMP): requirements.txt requirements-demo.txt requirements-demo-cloud.txt scripts/link-collection.sh
+	@scripts/system-packages.sh
+	test -x $(DEMO_VENV)/bin/python || $(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install --quiet -r requirements-demo.txt \
+		$(if $(filter-out proxmox pve,$(DEMO_PROVIDER)),-r requirements-demo-cloud.txt -r requirements-$(DEMO_PROVIDER).txt)
+	scripts/link-collection.sh $(DEMO_VENV)
+	touch $@
 
 # The local try-out cluster (tests/localpve, docs/localpve.md). CLUSTER_ARGS go to `up`,
 # e.g. make cluster-up CLUSTER_ARGS="--time-scale 0 --addressing dhcp".

@@ -17,7 +17,8 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
-bin=.venv/bin
+# The demo's own virtualenv (make demo: .venv-demo, with only what the demo runs), else the development one.
+bin=${EPHEMERA_DEMO_VENV:-.venv}/bin
 provider=${1:-${PROVIDER:-proxmox}}
 export ANSIBLE_NOCOLOR=${ANSIBLE_NOCOLOR:-}
 workspace=demo

@@ -33,7 +33,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core import journal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import journal, waiter
 
 display = Display()
 
@@ -127,7 +127,11 @@ def run_in_process(name, args, check_mode=False, diff=False, verbosity=0):
     for warning in validation._warnings:
         stand_in.warn('Both option %s and its alias %s are set.' % (warning['option'], warning['alias']))
     try:
-        module.run(stand_in)
+        # A long wait of the step says what it waits for, as the task runs (display reaches the controller's output
+        # from the task's worker).
+        who = params.get('name') or params.get('target') or name
+        with waiter.reporting(lambda text: display.display('  %s: %s' % (who, text), stderr=True)):
+            module.run(stand_in)
     except ModuleExit as ended:
         return ended.result
     raise AnsibleActionFail('Module %s ended without a result.' % name)

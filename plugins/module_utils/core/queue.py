@@ -356,7 +356,14 @@ class Queue:
                 return pending(turn)
             return done(turn)
 
-        result = wait_for(probe, timeout, backoff=backoff or Backoff(start=0.1, maximum=0.5, factor=1.5, jitter=0.2))
+        def what(turn):
+            if turn is None:
+                return 'its turn in the queue'
+            ahead = '; '.join(self._ahead_text(row) for row in turn.ahead) or 'no runner has claimed it yet'
+            return 'the turn of %s, behind %s' % (describe(turn.entry), ahead)
+
+        result = wait_for(probe, timeout, backoff=backoff or Backoff(start=0.1, maximum=0.5, factor=1.5, jitter=0.2),
+                          what=what)
         if result.ok and result.value.outcome != WAITING:
             return result.value
         turn = result.value

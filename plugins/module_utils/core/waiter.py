@@ -23,6 +23,8 @@ the deadline. Exceptions from the probe propagate: the probe decides which error
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import contextlib
+import os
 import random
 import time
 
@@ -30,6 +32,32 @@ DONE = 'done'
 FAILED = 'failed'
 PENDING = 'pending'
 TIMEOUT = 'timeout'
+
+# How often a long wait says what it waits for, in seconds (EPHEMERA_PROGRESS_INTERVAL overrides it).
+PROGRESS_INTERVAL = 15.0
+PROGRESS_ENV = 'EPHEMERA_PROGRESS_INTERVAL'
+# Where a wait that names what it waits for (wait_for's ``what``) says so: set by the module layer for the length of
+# a task (plugin_utils/in_process.py writes it through Ansible's display), None elsewhere.
+_report = None
+
+
+@contextlib.contextmanager
+def reporting(report):
+    """Let the waits of this block say what they wait for, through ``report(text)``, every PROGRESS_INTERVAL
+    seconds (or ``EPHEMERA_PROGRESS_INTERVAL``)."""
+    global _report  # pylint: disable=global-statement
+    saved, _report = _report, report
+    try:
+        yield
+    finally:
+        _report = saved
+
+
+def _interval():
+    try:
+        return max(float(os.environ.get(PROGRESS_ENV) or PROGRESS_INTERVAL), 0.1)
+    except ValueError:
+        return PROGRESS_INTERVAL
 
 
 class Poll:
@@ -108,11 +136,15 @@ class Backoff:
         return delay
 
 
-def wait_for(probe, timeout, backoff=None, clock=time.monotonic, sleep=time.sleep):
+def wait_for(probe, timeout, backoff=None, clock=time.monotonic, sleep=time.sleep, what=None):
     """Call probe(remaining_seconds) until it returns done() or failed(), or the deadline passes.
 
     timeout is in seconds (0: look once). Returns a WaitResult; outcome is TIMEOUT when the last
     look, at or after the deadline, was still pending. clock and sleep are for tests.
+
+    ``what`` (a text, or a function of the last pending look's value that gives one) names what is waited for:
+    inside :func:`reporting`, a wait that goes on says "waiting for <what>: N s of T s" at intervals, so that a
+    long wait never looks stuck.
     """
     if timeout < 0:
         raise ValueError('timeout must be >= 0, not {0!r}'.format(timeout))
@@ -120,6 +152,9 @@ def wait_for(probe, timeout, backoff=None, clock=time.monotonic, sleep=time.slee
     start = clock()
     deadline = start + timeout
     attempts = 0
+    report = _report if what is not None else None
+    interval = _interval() if report is not None else None
+    next_report = start + interval if report is not None else None
     while True:
         attempts += 1
         poll = probe(max(deadline - clock(), 0.0))
@@ -131,4 +166,8 @@ def wait_for(probe, timeout, backoff=None, clock=time.monotonic, sleep=time.slee
         remaining = deadline - now
         if remaining <= 0:
             return WaitResult(TIMEOUT, poll.value, now - start, attempts)
+        if report is not None and now >= next_report:
+            said = what(poll.value) if callable(what) else what
+            report('waiting for %s: %d s of %d s (%d looks)' % (said, now - start, timeout, attempts))
+            next_report = now + interval
         sleep(min(backoff.next_delay(), remaining))

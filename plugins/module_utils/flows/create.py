@@ -1076,7 +1076,10 @@ class CreateFlow(Flow):
             address = usable_address(addresses, expected)
             return waiter.done(address) if address else waiter.pending()
 
-        result = waiter.wait_for(probe, self.params['address_timeout'], waiter.Backoff(start=0.2, maximum=3.0))
+        result = waiter.wait_for(probe, self.params['address_timeout'], waiter.Backoff(start=0.2, maximum=3.0),
+                                 what='%s to report %s' % (self.provider.label(resource.id),
+                                                           'its static address %s' % expected if expected
+                                                           else self.provider.address_source))
         if not result.ok:
             what = 'its static address %s' % expected if expected else self.provider.address_source
             message = ('%s did not report %s within %d s (%d looks). %s, then rerun.'
@@ -1106,7 +1109,8 @@ class CreateFlow(Flow):
                 return waiter.pending()
             return waiter.done(keys) if keys else waiter.pending()
         timeout = self.params['ssh_timeout']
-        result = waiter.wait_for(probe, timeout, waiter.Backoff(start=0.5, maximum=5.0))
+        result = waiter.wait_for(probe, timeout, waiter.Backoff(start=0.5, maximum=5.0),
+                                 what='the host keys %s publishes in %s' % (self.provider.label(resource.id), source))
         if result.ok:
             self.save('host_keys_published', kind='observed', detail={'source': source, 'host_keys': result.value})
             return dict(facts, host_keys_published=result.value), '; host keys from %s' % source, []

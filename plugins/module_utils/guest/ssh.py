@@ -438,6 +438,7 @@ def wait_for_guest(make_guest, timeout, backoff=None):
 
     def probe(remaining):
         guest = make_guest()
+        last['at'] = '%s:%s' % (guest.host, guest.port)
         guest.connect_timeout = max(min(guest.connect_timeout, remaining), 1.0)
         try:
             return waiter.done(guest.connect())
@@ -445,9 +446,17 @@ def wait_for_guest(make_guest, timeout, backoff=None):
             last['error'] = exc
             return waiter.pending(None)
 
-    result = waiter.wait_for(probe, timeout, backoff or waiter.Backoff(start=0.1, maximum=3.0, factor=1.6, jitter=0.2))
+    def what(_value):
+        return 'SSH at %s%s' % (last.get('at', 'the guest'), '; last: %s' % last['error'] if last.get('error') else '')
+
+    result = waiter.wait_for(probe, timeout, backoff or waiter.Backoff(start=0.1, maximum=3.0, factor=1.6, jitter=0.2),
+                             what=what)
     if result.ok:
         result.value.attempts = result.attempts
         return result.value
-    raise SshUnavailable('No SSH on the guest after %.0f s and %d attempts; last error: %s'
-                         % (result.elapsed, result.attempts, last.get('error')), attempts=result.attempts)
+    raise SshUnavailable('No SSH on the guest after %.0f s and %d attempts; last error: %s. Check that the guest runs '
+                         'and its sshd started (the template or image must start it at boot), that %s is reachable '
+                         'from this controller (the bridge or network, a firewall, the port), then run again: the '
+                         'create goes on at its SSH step (ssh_timeout gives a slow guest more time).'
+                         % (result.elapsed, result.attempts, last.get('error'), last.get('at', 'its address')),
+                         attempts=result.attempts)

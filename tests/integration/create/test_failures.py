@@ -6,6 +6,7 @@ fakepve's catalogued task errors, DHCP, sshd, a broken guest) and are cleared af
 """
 
 import os
+import re
 import shutil
 import time
 
@@ -118,10 +119,15 @@ def test_no_dhcp_address_is_an_explicit_booting_failure_after_bounded_looks(cont
 def test_ssh_refused_for_a_while_is_retried_with_backoff_until_it_answers(controller, repo):
     name = 'ssh-late'
     fault = controller.cluster.guest_fault('refuse', seconds=3)
-    run = controller.create(request_vars(repo.url, name))
+    run = controller.create(request_vars(repo.url, name), env={'EPHEMERA_PROGRESS_INTERVAL': '1'})
     assert_one_ready(controller, name, run)
     assert [f['hits'] for f in controller.cluster.guest_faults() if f['id'] == fault['id']][0]
     assert run.step_results()[8]['details']['attempts'] > 1
+    # While it waited, the task said what for, at intervals: the guest's address and the last refusal.
+    ws = controller.workspace(name)
+    said = re.findall(r'ssh-late: waiting for SSH at %s:\d+; last: .*: (\d+) s of \d+ s' % re.escape(ws['address']),
+                      run.output)
+    assert said and int(said[-1]) >= 1, run.output[-3000:]
 
 
 def test_ssh_that_never_comes_up_fails_the_run_and_the_workspace_is_never_ready(controller, repo):
@@ -133,6 +139,7 @@ def test_ssh_that_never_comes_up_fails_the_run_and_the_workspace_is_never_ready(
     ws = controller.workspace(name)
     assert (ws['status'], ws['failure']['step']) == ('failed', 'ssh')
     assert 'No SSH on the guest after' in ws['failure']['message']
+    assert 'its sshd started' in ws['failure']['message'] and 'goes on at its SSH step' in ws['failure']['message']
     assert not [e for e in controller.events(name) if e['action'] == 'ready']
     # The operator restarts the container (its sshd comes up at the next boot); the rerun goes on from SSH.
     node = ws['node']

@@ -213,3 +213,20 @@ def test_an_idempotency_record_is_not_expired_by_a_clock_that_runs_ahead(pg_serv
         outcome, said = _run_skewed(url, 25 * 3600.0, 'controller-b', 1, 'idempotency')
         assert outcome == 'error' and said.startswith('IdempotencyError: A create with this idempotency key is still '
                                                       'running'), said
+
+
+def test_a_run_waiting_for_its_turn_says_what_it_is_behind(store, processes, monkeypatch):
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import QueueTimeout
+    monkeypatch.setenv('EPHEMERA_PROGRESS_INTERVAL', '0.3')
+    with store.open() as journal:
+        a_proc, b_proc = processes(), processes()
+        first = claim(run_on(journal, 'controller-a', a_proc, lease=600))
+        run_on(journal, 'controller-a', a_proc, lease=600).step(first.claim, 'wait for SSH')
+        b = run_on(journal, 'controller-b', b_proc, lease=600)
+        said = []
+        with waiter.reporting(said.append), pytest.raises(QueueTimeout):
+            b.wait(b.enqueue('create', 'ws1').request_id, timeout=1.2)
+    assert said, said
+    assert said[0].startswith('waiting for the turn of #2 create of workspace ws1, behind #1 create of workspace ws1 '
+                              'running, step wait for SSH, runner controller-a pid %d:' % a_proc.pid), said

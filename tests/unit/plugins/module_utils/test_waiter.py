@@ -143,3 +143,25 @@ def test_real_clock_default_works():
     looks = iter([pending(), done('ok')])
     result = wait_for(lambda remaining: next(looks), 5, backoff=Backoff(start=0.001, maximum=0.001))
     assert result.ok and result.attempts == 2
+
+
+def test_a_long_wait_says_what_it_waits_for_at_intervals_and_only_inside_reporting(monkeypatch):
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
+    monkeypatch.setenv('EPHEMERA_PROGRESS_INTERVAL', '10')
+    said = []
+    looks = iter(range(100))
+
+    def probe(remaining):
+        return pending('look %d' % next(looks))
+    clock = Clock()
+    with waiter.reporting(said.append):
+        result = run(probe, 35, clock, backoff=Backoff(start=1, maximum=1, jitter=0), what=lambda v: 'it (%s)' % v)
+    assert result.outcome == TIMEOUT
+    assert [line.split(':')[0] for line in said] == ['waiting for it (look %d)' % n for n in (10, 20, 30)]
+    assert said[0].endswith(': 10 s of 35 s (11 looks)')
+    # Outside reporting, or without what, nothing is said.
+    said.clear()
+    run(probe, 15, Clock(), backoff=Backoff(start=1, maximum=1, jitter=0), what='it')
+    with waiter.reporting(said.append):
+        run(probe, 15, Clock(), backoff=Backoff(start=1, maximum=1, jitter=0))
+    assert said == []

@@ -25,7 +25,7 @@ def read(name):
 
 def test_file_headers_name_the_license_file_that_exists():
     assert os.path.exists(os.path.join(ROOT, 'LICENSE')) and not os.path.exists(os.path.join(ROOT, 'COPYING'))
-    naming = [name for name in tracked() if name.endswith('.py') and 'see COPYING' in read(name)]
+    naming = [name for name in tracked() if name.endswith('.py') and 'see ' + 'COPYING' in read(name)]
     assert naming == []
 
 
@@ -56,3 +56,18 @@ def test_no_stand_in_agent_pastes_the_purpose_into_a_shell_scripts_text():
                 assert '{purpose}' not in match.group(1), (name, match.group(0))
     agents = yaml.safe_load(read('extensions/molecule/host_vars/localhost.yml'))['ephemera_agents']
     assert agents['fake'][-1] == '{purpose}' and '{purpose}' not in agents['fake'][2]
+
+
+def test_the_quickstart_pages_set_only_options_the_modules_have():
+    """Every ephemera_<option> variable the quick start pages' group variables set is an option of workspace_create
+    (where the in-process action plugins take it from)."""
+    from ansible_collections.ephemera.workspaces.plugins.plugin_utils.in_process import module_file
+    options = set(module_file('workspace_create').module_args()['argument_spec'])
+    pages = [name for name in tracked() if name.startswith('docs/quickstart-') and name.endswith('.md')]
+    assert len(pages) == 5, pages
+    for name in pages:
+        blocks = re.findall(r'```yaml\n(.*?)\n```', read(name), re.S)
+        assert blocks, name
+        for block in blocks:
+            for key in yaml.safe_load(block):
+                assert key.startswith('ephemera_') and key[len('ephemera_'):] in options, (name, key)

@@ -56,10 +56,11 @@ def test_destroy_twice_the_second_run_changes_nothing(site):
     assert second.ok and second.changed == 0, second.output[-3000:]
 
 
-def test_destroy_of_a_never_created_workspace_succeeds(site):
+def test_destroy_of_a_never_created_workspace_fails_naming_the_known_ones(site):
     result = destroy(site, 'never-made')
-    assert result.ok and result.changed == 0, result.output[-3000:]
-    assert 'there is nothing to destroy' in result.task('Nothing to destroy for never-made')['msg']
+    assert not result.ok and result.changed == 0, result.output[-3000:]
+    [message] = result.failed_messages()
+    assert message.startswith('No workspace never-made in this journal (%s); known: ' % site.journal_path), message
     assert site.workspace('never-made') is None
 
 

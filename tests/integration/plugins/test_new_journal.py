@@ -44,6 +44,8 @@ def test_a_first_run_says_so_and_reads_an_empty_journal(tmp_path):
     assert run.task('Print the workspaces with their lease and cleanup status')['msg'] == ['No workspaces recorded.']
     # A reader makes nothing, a first run included.
     assert os.listdir(str(tmp_path)) == []
+    # A first run knows no workspace: a destroy names none, and still makes nothing.
     destroyed = play('destroy.yml', journal, 'workspace=never-seen', 'ephemera_new_journal=true')
-    assert destroyed.ok and destroyed.changed == 0, destroyed.explain()
-    assert 'there is nothing to destroy' in destroyed.task('Nothing to destroy for never-seen')['msg']
+    assert not destroyed.ok and destroyed.changed == 0, destroyed.explain()
+    assert destroyed.failed_messages() == ['No workspace never-seen in this journal (%s); known: none' % journal]
+    assert os.listdir(str(tmp_path)) == []

@@ -18,6 +18,11 @@ def source_text():
             text = handle.read()
         # 'a ' 'b' on two lines is one literal to Python.
         parts.append(re.sub(r"""(['"])\s*\n\s*\1""", '', text))
+    # The playbooks' and roles' own messages (folded YAML: one space where a line breaks).
+    for pattern in ('playbooks/**/*.yml', 'roles/**/*.yml'):
+        for path in glob.glob(os.path.join(ROOT, pattern), recursive=True):
+            with open(path, encoding='utf-8') as handle:
+                parts.append(re.sub(r'\s*\n\s*', ' ', handle.read()))
     return '\n'.join(parts)
 
 

@@ -320,6 +320,7 @@ from ansible.utils.unsafe_proxy import wrap_var
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.durable import write_durable
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import STEPS
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.pinning import inline_ssh_args, known_hosts_name
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalMissing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import (
@@ -592,11 +593,6 @@ def wanted(entry, filters, orphan=False):
     return all(tag in entry['tags'] for tag in tags)
 
 
-def known_hosts_name(address, port):
-    """How a known-hosts file names an SSH endpoint: the address, or ``[address]:port`` for a port other than 22."""
-    return address if int(port) == 22 else '[%s]:%d' % (address, int(port))
-
-
 def known_hosts(workspaces):
     """The pinned SSH endpoints of the workspaces: ``({endpoint: host key}, {endpoint: [workspace names]})``.
 
@@ -641,25 +637,6 @@ def ssh_common_args(known_hosts_file):
     if re.search(r'\s', value):
         value = '"%s"' % value
     return '-o %s -o StrictHostKeyChecking=yes' % shlex.quote('UserKnownHostsFile=' + value)
-
-
-def host_key_algorithms(key_type):
-    """The SSH host key algorithms of a key type (an RSA key signs with SHA-2, never SHA-1)."""
-    return 'rsa-sha2-512,rsa-sha2-256' if key_type == 'ssh-rsa' else key_type
-
-
-def inline_ssh_args(endpoint, key):
-    """``ansible_ssh_common_args`` that pin ``endpoint`` to ``key`` ("type base64") without a file: SSH reads no
-    known-hosts file, asks ``KnownHostsCommand`` (which prints the one line), offers only the key's algorithms and
-    refuses any other key. With no ``key`` (its workspace is stopped, or another records another key at the
-    address), SSH knows no key for it and refuses whatever answers."""
-    args = ['-o', 'UserKnownHostsFile=/dev/null', '-o', 'GlobalKnownHostsFile=/dev/null', '-o',
-            'StrictHostKeyChecking=yes']
-    if key:
-        line = ('%s %s' % (endpoint, key)).replace('%', '%%')  # ssh expands %-tokens in the command's arguments
-        args += ['-o', 'HostKeyAlgorithms=' + host_key_algorithms(key.split()[0]), '-o',
-                 'KnownHostsCommand=/bin/echo ' + line]
-    return ' '.join(shlex.quote(arg) for arg in args)
 
 
 def write_known_hosts(path, text, make_directory):

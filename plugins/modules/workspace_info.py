@@ -101,6 +101,19 @@ workspaces:
         event), or null before its brief.
       type: str
       sample: "claude-code idle, stopped on auth: Invalid API key; last: Invalid API key (observed 2026-12-04T10:00:00Z)"
+    ssh_command:
+      description:
+        - The command line that reaches the workspace as the controller does (its SSH user, port and key), pinned to
+          the host key the create recorded, without any known-hosts file (OpenSSH's C(KnownHostsCommand), OpenSSH 8.5
+          or later); null before the workspace has an address and a recorded key.
+      type: str
+      sample: "ssh -i /home/ops/.ssh/ephemera -p 22 -o UserKnownHostsFile=/dev/null ... root@192.0.2.15"
+    checkout_path:
+      description:
+        - Where the repository is checked out, as the guest's files are reached (on the try-out places' host tier,
+          under the guest's directory on this host).
+      type: str
+      sample: /workspace/repo
     desired_state:
       description: V(present) or V(destroyed); what the last request asked for.
       type: str
@@ -245,6 +258,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import agents as agent_defs
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import pinning
 
 
 def read_workspaces(journal, name=None, status=None, activity=None, events=False, events_limit=50):
@@ -257,6 +271,10 @@ def read_workspaces(journal, name=None, status=None, activity=None, events=False
         record.update(leasing.view(record, now))
         record['agent'] = (record.get('facts') or {}).get('agent')
         record['agent_summary'] = agent_defs.describe(record) if record['agent'] else None
+        params = record.get('params') or {}
+        record['ssh_command'] = pinning.ssh_command(record)
+        record['checkout_path'] = pinning.checkout_path(params.get('guest_root'), record.get('resource_id') or
+                                                        record.get('vmid'), params.get('checkout_path'))
         record['operations'] = queue.entries(target=record['name'], target_type='workspace', recent=5)
         if events:
             record['events'] = journal.events(record['name'], limit=events_limit or None)

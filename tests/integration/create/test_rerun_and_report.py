@@ -12,6 +12,7 @@
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 
@@ -277,3 +278,25 @@ def test_status_reads_the_journal_the_inventory_names(ready, tmp_path):
     lines = run.task('Print the queue as a tree', host='ctl1')['msg']
     assert lines[0] == 'Journal %s:' % ready.journal_path
     assert any('create workspace rebrief' in line for line in lines[1:]), lines
+
+
+def test_the_printed_ssh_command_reaches_the_checkout_pinned_to_the_recorded_key(ready, tmp_path):
+    """The create's report prints an ssh command line and the checkout's path: run as printed (no known_hosts file
+    of the user's, BatchMode), it reaches the guest and the checkout holds the recorded commit; with another key
+    recorded for the guest, the same command is refused."""
+    run = ready.create(ready.request)
+    assert run.ok, run.explain()
+    lines = run.task('Report rebrief')['msg']
+    [command] = [line for line in lines if line.startswith('ssh ')]
+    [checkout] = [line.split('the checkout: ', 1)[1] for line in lines if 'the checkout: ' in line]
+    ws = ready.workspace('rebrief')
+    env = dict(os.environ, HOME=str(tmp_path))  # nothing of the user's ~/.ssh
+    done = subprocess.run(shlex.split(command) + ['-o', 'BatchMode=yes', 'git', '-C', checkout, 'rev-parse', 'HEAD'],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == ws['facts']['head'], done.stdout
+    assert not (tmp_path / '.ssh' / 'known_hosts').exists()
+    other = ssh_keygen(str(tmp_path / 'other'))
+    forged = command.replace(ws['facts']['host_key'].split()[1], open(other + '.pub').read().split()[1])
+    refused = subprocess.run(shlex.split(forged) + ['-o', 'BatchMode=yes', 'true'], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env=env, timeout=60, check=False)
+    assert refused.returncode != 0 and 'Host key verification failed' in refused.stdout, refused.stdout

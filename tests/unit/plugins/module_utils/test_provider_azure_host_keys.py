@@ -171,7 +171,7 @@ def test_a_conflict_before_the_boot_diagnostics_data_exists_is_no_keys_yet():
 
 def test_errors_are_provider_errors_the_wait_tolerates_and_never_say_the_link():
     invalid = Response(400, {'error': {'code': 'InvalidParameter',
-                                         'message': 'The value of parameter sasUriExpirationTimeInMinutes is invalid.'}})
+                                       'message': 'The value of parameter sasUriExpirationTimeInMinutes is invalid.'}})
     p, resource, client, transport = provider([invalid], BlobResponse(200, LOG.encode()))
     with pytest.raises(base.Refused):
         p.published_host_keys(resource)

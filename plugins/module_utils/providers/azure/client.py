@@ -145,17 +145,21 @@ def arm_error(answer, what):
     code, message = err.get('code') or '', err.get('message') or ''
     text = '%s: HTTP %d %s %s' % (what, answer.status, code, message)
     if answer.status in (401, 403):
-        return base.Refused(text + ' Check the credentials (AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_CLIENT_SECRET) '
-                                   'and that the principal has a role on the resource group.')
-    if answer.status == 404 or code in NOT_FOUND_CODES:
-        return base.NotFound(text)
-    if answer.status == 429:
-        return base.Transient(text + ' (throttled)')
-    if code in IN_USE or answer.status == 409:
-        return base.Locked(text)
-    if answer.status >= 500:
-        return base.Transient(text)
-    return base.Refused(text)
+        error = base.Refused(text + ' Check the credentials (AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_CLIENT_SECRET) '
+                                    'and that the principal has a role on the resource group.')
+    elif answer.status == 404 or code in NOT_FOUND_CODES:
+        error = base.NotFound(text)
+    elif answer.status == 429:
+        error = base.Transient(text + ' (throttled)')
+    elif code in IN_USE or answer.status == 409:
+        error = base.Locked(text)
+    elif answer.status >= 500:
+        error = base.Transient(text)
+    else:
+        error = base.Refused(text)
+    # The HTTP status ARM answered, for the few callers that tell one error answer from another.
+    error.status = answer.status
+    return error
 
 
 class Arm:
@@ -336,9 +340,16 @@ class Arm:
         """The SAS URL of the serial log of the VM at ``vm_path`` (retrieveBootDiagnosticsData, valid SAS_MINUTES),
         or None when Azure names none. The URL is a credential: it is returned to the caller only, never put in a
         message."""
-        answer = self.send('POST', '%s/retrieveBootDiagnosticsData?sasUriExpirationTimeInMinutes=%d'
-                           % (vm_path, SAS_MINUTES), version,
-                           what='retrieveBootDiagnosticsData of VM %s' % vm_path.rstrip('/').rsplit('/', 1)[-1])
+        try:
+            answer = self.send('POST', '%s/retrieveBootDiagnosticsData?sasUriExpirationTimeInMinutes=%d'
+                               % (vm_path, SAS_MINUTES), version,
+                               what='retrieveBootDiagnosticsData of VM %s' % vm_path.rstrip('/').rsplit('/', 1)[-1])
+        except base.Locked as err:
+            # 409 Conflict (OperationNotAllowed): the VM has no boot diagnostics data to give yet (or none enabled):
+            # no link yet, as a log not written yet; the caller keeps waiting up to its own timeout.
+            if getattr(err, 'status', None) == 409:
+                return None
+            raise
         url = (answer.body or {}).get('serialConsoleLogBlobUri') if isinstance(answer.body, dict) else None
         return url or None
 

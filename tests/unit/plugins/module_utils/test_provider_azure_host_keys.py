@@ -160,12 +160,22 @@ def test_a_log_not_written_yet_or_no_link_yet_is_no_keys_yet():
     assert p.published_host_keys(resource) == []
 
 
+def test_a_conflict_before_the_boot_diagnostics_data_exists_is_no_keys_yet():
+    """ARM answers 409 (OperationNotAllowed) while a VM has no boot diagnostics data to give: no link yet, as a log
+    not written yet, so the create keeps waiting; no blob is read."""
+    not_yet = Response(409, {'error': {'code': 'OperationNotAllowed',
+                                       'message': 'Boot diagnostics is not enabled for the virtual machine.'}})
+    p, resource, client, transport = provider([not_yet], BlobResponse(200, LOG.encode()))
+    assert p.published_host_keys(resource) == [] and transport.sent == []
+
+
 def test_errors_are_provider_errors_the_wait_tolerates_and_never_say_the_link():
-    not_enabled = Response(409, {'error': {'code': 'OperationNotAllowed',
-                                           'message': 'Boot diagnostics is not enabled for the virtual machine.'}})
-    p, resource, client, transport = provider([not_enabled], BlobResponse(200, LOG.encode()))
-    with pytest.raises(base.ProviderError):
+    invalid = Response(400, {'error': {'code': 'InvalidParameter',
+                                       'message': 'The value of parameter sasUriExpirationTimeInMinutes is invalid.'}})
+    p, resource, client, transport = provider([invalid], BlobResponse(200, LOG.encode()))
+    with pytest.raises(base.Refused):
         p.published_host_keys(resource)
+    assert transport.sent == []
     p, resource, client, transport = provider([Response(200, {'serialConsoleLogBlobUri': BLOB})],
                                               BlobResponse(403, b'', {'x-ms-error-code': 'AuthenticationFailed'}))
     with pytest.raises(base.Refused) as err:

@@ -116,8 +116,8 @@ REQUESTS = dict(
     ResourceGroups_Get=('GET', SUB + RG),
     Subnets_Get=('GET', SUB + RG + '/providers/Microsoft.Network/virtualNetworks/v/subnets/s'),
     VirtualMachineSizes_List=('GET', AT + 'vmSizes'),
-    VirtualMachineImages_List=('GET', AT + 'publishers/Debian/artifacttypes/vmimage/offers/debian-12/skus/12-gen2/'
-                                      'versions'),
+    VirtualMachineImages_List=(
+        'GET', AT + 'publishers/Debian/artifacttypes/vmimage/offers/debian-12/skus/12-gen2/versions'),
 )
 # The polls, which the fake serves under one name of its own whatever the namespace: the URLs Azure answers.
 POLL_URLS = {
@@ -186,6 +186,11 @@ def route(method, path):
     return fake._route(parts, [p.lower() for p in parts], method)['operation']
 
 
+def lowered(actions):
+    """ARM's actions ignore case."""
+    return set(a.lower() for a in actions)
+
+
 def path_action(method, path):
     """The action ARM checks for a request: the provider namespace, the resource types of the path, and the verb."""
     parts = path.strip('/').split('/')
@@ -217,9 +222,8 @@ def test_the_quickstart_role_holds_exactly_the_actions_of_the_calls():
     needed = set().union(*(ACTIONS[op] for op in called_operations()))
     listed = role_actions()
     assert len(listed) == len(set(listed)), 'an action listed twice'
-    lowered = lambda actions: set(a.lower() for a in actions)  # noqa: E731 - ARM's actions ignore case
-    assert lowered(listed) == lowered(needed), (sorted(lowered(listed) - lowered(needed)),
-                                                sorted(lowered(needed) - lowered(listed)))
+    listed_, needed_ = lowered(listed), lowered(needed)
+    assert listed_ == needed_, (sorted(listed_ - needed_), sorted(needed_ - listed_))
     assert not [a for a in listed if '*' in a]
 
 
@@ -236,12 +240,12 @@ def test_the_linked_actions_follow_the_ids_the_bodies_refer_to():
 def test_the_fake_names_each_request_so_and_its_path_gives_the_action(operation):
     method, path = REQUESTS[operation]
     assert route(method, path) == operation
-    assert path_action(method, path).lower() in set(a.lower() for a in ACTIONS[operation])
+    assert path_action(method, path).lower() in lowered(ACTIONS[operation])
 
 
 @pytest.mark.parametrize('operation', sorted(POLL_URLS))
 def test_each_poll_reads_the_operation_of_its_url(operation):
-    assert path_action('GET', POLL_URLS[operation]).lower() in set(a.lower() for a in ACTIONS[operation])
+    assert path_action('GET', POLL_URLS[operation]).lower() in lowered(ACTIONS[operation])
 
 
 def test_every_called_operation_is_checked_against_the_fake_or_a_poll_url():

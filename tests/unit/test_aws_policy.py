@@ -1,4 +1,5 @@
-"""The IAM policy in the README names exactly the AWS API actions the collection calls, no more, no fewer."""
+"""The IAM policy of docs/quickstart-aws.md names exactly the AWS API actions the collection calls, no more, no
+fewer; it is the only copy."""
 
 import json
 import os
@@ -24,11 +25,15 @@ def called_actions():
     return found
 
 
-def readme_policy():
-    with open(os.path.join(ROOT, 'README.md')) as src:
+PAGE = os.path.join('docs', 'quickstart-aws.md')
+
+
+def page_policy():
+    """The policy the page writes to ephemera-policy.json (the document of its put-user-policy)."""
+    with open(os.path.join(ROOT, PAGE)) as src:
         text = src.read()
-    section = text[text.index('## On AWS'):]
-    block = re.search(r'```json\n(.*?)\n```', section, re.S).group(1)
+    block = re.search(r"cat > ephemera-policy\.json <<'EOF'\n(.*?)\nEOF\n", text, re.S).group(1)
+    assert '--policy-document file://ephemera-policy.json' in text
     return json.loads(block)
 
 
@@ -40,15 +45,28 @@ def policy_actions(policy):
     return actions
 
 
-def test_the_readme_policy_names_exactly_the_actions_the_provider_calls():
+def test_the_quickstart_policy_names_exactly_the_actions_the_provider_calls():
     called = called_actions()
     # The reader sees each call site: a call the pattern misses would make this test pass wrongly.
     assert {'ec2:RunInstances', 'ec2:TerminateInstances', 'ec2:DescribeInstances', 'ssm:GetParameter'} <= called
-    assert policy_actions(readme_policy()) == called
+    assert policy_actions(page_policy()) == called
 
 
 def test_every_statement_allows_and_nothing_is_a_wildcard_action():
-    for statement in readme_policy()['Statement']:
+    for statement in page_policy()['Statement']:
         assert statement['Effect'] == 'Allow'
         listed = statement['Action']
         assert all('*' not in a for a in ([listed] if isinstance(listed, str) else listed))
+
+
+def test_no_other_document_holds_a_copy_of_the_policy():
+    """One policy: the README and the other pages point at the quick start instead of repeating it."""
+    copies = []
+    for folder in ('.', 'docs'):
+        for name in sorted(os.listdir(os.path.join(ROOT, folder))):
+            path = os.path.normpath(os.path.join(folder, name))
+            if name.endswith(('.md', '.rst')) and path != PAGE:
+                with open(os.path.join(ROOT, path)) as src:
+                    if re.search(r'"Action":\s*\[?\s*"ec2:', src.read()):
+                        copies.append(path)
+    assert copies == []

@@ -71,3 +71,6 @@ def test_the_quickstart_pages_set_only_options_the_modules_have():
         for block in blocks:
             for key in yaml.safe_load(block):
                 assert key.startswith('ephemera_') and key[len('ephemera_'):] in options, (name, key)
+        # The variables the text names (`ephemera_pool`, ...) as well.
+        for key in re.findall(r'`(ephemera_[a-z0-9_]+)`', read(name)):
+            assert key[len('ephemera_'):] in options, (name, key)

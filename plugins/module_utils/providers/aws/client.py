@@ -46,7 +46,7 @@ HINTS = (
     ('InvalidInstanceType', 'Give an instance type offered in this region (aws ec2 describe-instance-types).'),
     ('InsufficientInstanceCapacity', 'AWS has no capacity for this instance type here now: try another instance '
                                      'type or subnet (availability zone), or retry later.'),
-    ('UnauthorizedOperation', 'Grant the credentials the actions of the IAM policy in docs/aws.md.'),
+    ('UnauthorizedOperation', 'Grant the credentials the actions of the IAM policy in docs/quickstart-aws.md.'),
     ('AuthFailure', 'Check the credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).'),
     ('InvalidClientTokenId', 'Check the credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).'),
     ('ExpiredToken', 'The session token expired: get new credentials.'),

@@ -372,7 +372,7 @@ def test_error_kinds():
         err = ec2.error(exc, 'Op', acts)
         assert isinstance(err, kind) and err.error_kind == kind.error_kind, (exc, err)
     refused = ec2.error(client_error('UnauthorizedOperation', 403), 'RunInstances', True)
-    assert 'IAM policy in docs/aws.md' in str(refused)
+    assert 'IAM policy in docs/quickstart-aws.md' in str(refused)
 
 
 def test_a_lost_run_answer_is_an_unknown_outcome():

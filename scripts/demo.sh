@@ -210,31 +210,7 @@ say "what the agent did, from its own event stream (the status playbook asks it)
   | sed -n '/Print what the agents do/,/^$/p'
 
 say "the workspace as the journal records it"
-"$bin/python" - "$workspace" <<'PY'
-import sys
-import time
-
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
-
-with Journal.open(readonly=True) as journal:
-    ws = journal.get_workspace(sys.argv[1])
-params, facts = ws['params'] or {}, ws['facts'] or {}
-agent = facts.get('agent') or {}
-expires = (ws.get('lease') or {}).get('expires_at')
-rows = [
-    ('status', '%s, activity %s' % (ws['status'], ws['activity'])),
-    ('provider', '%s %s in %s' % (ws.get('provider') or 'proxmox', ws.get('resource_id') or ws.get('vmid'),
-                                  ws.get('location') or ws.get('node'))),
-    ('address', '%s, SSH as %s on port %s' % (ws['address'], params.get('ssh_user'), params.get('ssh_port'))),
-    ('repository', '%s at %s (%s)' % (ws['repo'], ws['ref'] or 'its default branch', (facts.get('head') or '?')[:12])),
-    ('agent', '%s, %s brief(s), %s' % (params.get('agent'), agent.get('briefs', '?'),
-                                       'running' if agent.get('running') else 'not running')),
-    ('lease', 'expires %s' % (time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(expires)) if expires else 'never')),
-    ('journal', journal.path),
-]
-for key, value in rows:
-    print('  %-11s %s' % (key, value))
-PY
+"$bin/python" scripts/demo_summary.py "$workspace" "$inventory"
 
 look_ready
 

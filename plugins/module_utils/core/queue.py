@@ -360,7 +360,7 @@ class Queue:
             if turn is None:
                 return 'its turn in the queue'
             ahead = '; '.join(self._ahead_text(row) for row in turn.ahead) or 'no runner has claimed it yet'
-            return 'the turn of %s, behind %s' % (describe(turn.entry), ahead)
+            return 'its turn: behind %s' % ahead
 
         result = wait_for(probe, timeout, backoff=backoff or Backoff(start=0.1, maximum=0.5, factor=1.5, jitter=0.2),
                           what=what)
@@ -380,8 +380,9 @@ class Queue:
         self.withdraw(request_id, 'gave up waiting after %s' % duration(timeout))
         ahead = '; '.join(self._ahead_text(row) for row in turn.ahead) or 'no runner has claimed it yet'
         raise QueueTimeout('Timed out after %s waiting for the turn of %s (%d operation(s) ahead: %s). This run changed '
-                           'nothing and withdrew its request. Try again later, raise the timeout, or see '
-                           '"ansible-playbook ephemera.workspaces.status".'
+                           'nothing and withdrew its request. Check who holds the entry with "ansible-playbook '
+                           'ephemera.workspaces.status" (its runner\'s host and pid, and its step: a runner that died is '
+                           'taken over once its lease ends), then try again later or raise the timeout.'
                            % (duration(timeout), describe(turn.entry), len(turn.ahead), ahead),
                            entry_id=turn.entry['id'], ahead=[row['id'] for row in turn.ahead])
 

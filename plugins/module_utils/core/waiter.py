@@ -60,6 +60,13 @@ def _interval():
         return PROGRESS_INTERVAL
 
 
+def progress_line(said, elapsed, timeout):
+    """The line a long wait says: "waiting for <what> (N s of T s[; last: <last>])"; ``said`` is a text or a pair
+    (what, last)."""
+    what, last = said if isinstance(said, tuple) else (said, None)
+    return 'waiting for %s (%d s of %d s%s)' % (what, elapsed, timeout, '; last: %s' % last if last else '')
+
+
 class Poll:
     """What one look saw: a state (DONE, FAILED or PENDING) and the value it saw."""
 
@@ -143,8 +150,9 @@ def wait_for(probe, timeout, backoff=None, clock=time.monotonic, sleep=time.slee
     look, at or after the deadline, was still pending. clock and sleep are for tests.
 
     ``what`` (a text, or a function of the last pending look's value that gives one) names what is waited for:
-    inside :func:`reporting`, a wait that goes on says "waiting for <what>: N s of T s" at intervals, so that a
-    long wait never looks stuck.
+    inside :func:`reporting`, a wait that goes on says "waiting for <what> (N s of T s)" at intervals, so that a
+    long wait never looks stuck. A function may give a pair (what, last): then the line is "waiting for <what>
+    (N s of T s; last: <last>)", for what the last look saw (a refusal, a task's status); a falsy last is left out.
     """
     if timeout < 0:
         raise ValueError('timeout must be >= 0, not {0!r}'.format(timeout))
@@ -167,7 +175,6 @@ def wait_for(probe, timeout, backoff=None, clock=time.monotonic, sleep=time.slee
         if remaining <= 0:
             return WaitResult(TIMEOUT, poll.value, now - start, attempts)
         if report is not None and now >= next_report:
-            said = what(poll.value) if callable(what) else what
-            report('waiting for %s: %d s of %d s (%d looks)' % (said, now - start, timeout, attempts))
+            report(progress_line(what(poll.value) if callable(what) else what, now - start, timeout))
             next_report = now + interval
         sleep(min(backoff.next_delay(), remaining))

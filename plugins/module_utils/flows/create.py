@@ -901,8 +901,8 @@ class CreateFlow(Flow):
             if resource is None:
                 return waiter.failed(None)
             return waiter.pending(resource) if resource.lock else waiter.done(resource)
-        result = waiter.wait_for(probe, self.params['task_timeout'])
         label = self.provider.label(vmid)
+        result = waiter.wait_for(probe, self.params['task_timeout'], what='%s to be unlocked after its clone' % label)
         if result.outcome == waiter.FAILED:
             raise self.fail('wait_clone', CreateError('%s vanished while its clone ran: the clone failed. Rerun to '
                                                       'clone again.' % label), **self._forget_candidate())
@@ -1058,9 +1058,11 @@ class CreateFlow(Flow):
     def _wait_running(self, resource):
         def probe(remaining):
             return waiter.done() if self.provider.power(resource, absent_ok=False).running else waiter.pending()
-        if not waiter.wait_for(probe, self.params['task_timeout']).ok:
-            raise CreateError('%s is not running %d s after it was started.'
-                              % (self.provider.label(resource.id), self.params['task_timeout']))
+        label = self.provider.label(resource.id)
+        if not waiter.wait_for(probe, self.params['task_timeout'], what='%s to be running' % label).ok:
+            raise CreateError('%s is not running %d s after it was started. Check its start task and console in the '
+                              'provider (a disk, memory or boot problem), then rerun (task_timeout gives a slow start '
+                              'more time).' % (label, self.params['task_timeout']))
 
     # ------------------------------------------------------------- 7. address
 
@@ -1082,9 +1084,13 @@ class CreateFlow(Flow):
                                                            else self.provider.address_source))
         if not result.ok:
             what = 'its static address %s' % expected if expected else self.provider.address_source
-            message = ('%s did not report %s within %d s (%d looks). %s, then rerun.'
-                       % (self.provider.label(resource.id), what, self.params['address_timeout'], result.attempts,
-                          self.provider.address_advice))
+            advice = self.provider.address_advice
+            if expected:
+                advice += (', and that %s is in the static range of that network and no other machine uses it'
+                           % expected)
+            message = ('%s did not report %s within %d s (%d looks). %s, then rerun (address_timeout gives a slow '
+                       'network more time).' % (self.provider.label(resource.id), what, self.params['address_timeout'],
+                                                result.attempts, advice))
             raise CreateError(message)
         facts, said, warned = self._published_host_keys(resource)
         self.done('address', address=result.value, **({'facts': facts} if facts else {}))

@@ -447,7 +447,7 @@ def wait_for_guest(make_guest, timeout, backoff=None):
             return waiter.pending(None)
 
     def what(_value):
-        return 'SSH at %s%s' % (last.get('at', 'the guest'), '; last: %s' % last['error'] if last.get('error') else '')
+        return 'SSH at %s' % last.get('at', 'the guest'), last.get('error')
 
     result = waiter.wait_for(probe, timeout, backoff or waiter.Backoff(start=0.1, maximum=3.0, factor=1.6, jitter=0.2),
                              what=what)

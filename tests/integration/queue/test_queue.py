@@ -2,14 +2,16 @@
 
 import json
 import os
+import re
 import signal
 import sys
+import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
-from tests.ansible_run import run_ansible, wait_until
+from tests.ansible_run import Run, run_ansible, wait_until
 
-from .runs import open_gate, query
+from .runs import OP_PLAYBOOK, open_gate, query
 
 
 def seed_workspace(path, *names):
@@ -235,3 +237,32 @@ def test_two_hosts_of_one_run_on_one_workspace_fail_fast_instead_of_deadlocking(
     done = [e for e in entries if e['state'] == 'done'][0]
     loser = 'host-a' if json.loads(done['params'])['host'] == 'host-b' else 'host-b'
     assert 'which this same ansible-playbook run holds' in run.task("Wait for this run's turn", loser)['msg']
+
+
+def test_a_run_waiting_for_its_turn_says_what_it_is_behind_in_the_default_output(tmp_path, journal_path, start_run):
+    """A run behind another one on the same workspace does not look stuck: with Ansible's default callback, its
+    waiting task says at intervals what it waits behind (the entry, its step and its runner)."""
+    seed_workspace(journal_path, 'ws-turn')
+    gate = str(tmp_path / 'gate')
+    holder = start_run({'op_target': 'ws-turn', 'gate': gate, 'requester': 'first'})
+    wait_until(lambda: [e['step'] for e in entries_of(journal_path, 'ws-turn')] == ['hold'],
+               'the first run holding ws-turn at its step hold', runs=[holder])
+    waiting = Run.start(['ansible-playbook', OP_PLAYBOOK, '-e', json.dumps({'op_target': 'ws-turn', 'op_kind': 'destroy',
+                                                                           'hold_seconds': 0})],
+                        env={'EPHEMERA_JOURNAL': journal_path, 'EPHEMERA_PROGRESS_INTERVAL': '0.5'}, callback=None)
+    try:
+        wait_until(lambda: len(requests_of(journal_path, 'ws-turn')) == 2, 'the second run queued',
+                   runs=[holder, waiting])
+        time.sleep(3)
+        open_gate(gate)
+        assert holder.wait().returncode == 0, holder.output[-3000:]
+        assert waiting.wait().returncode == 0, waiting.output[-3000:]
+    finally:
+        waiting.kill()
+    said = re.findall(r'ws-turn: waiting for its turn: behind #1 create of workspace ws-turn running, step hold, '
+                      r'runner \S+ pid %d \((\d+) s of 120 s\)' % holder.pid, waiting.output)
+    assert len(said) >= 2 and int(said[-1]) >= 1, waiting.output[-3000:]
+    # The default callback's own lines are there too: the progress lines come with the task, not instead of it.
+    assert 'TASK [Wait for this run\'s turn]' in waiting.output
+    # The holder never waited: it says nothing of the kind.
+    assert 'waiting for' not in holder.output

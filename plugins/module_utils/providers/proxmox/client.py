@@ -896,7 +896,11 @@ class PveClient:
             seen.update(status=status, error=None)
             return pending(status) if status.get('status') == 'running' else done(status)
 
-        outcome = wait_for(look, timeout, backoff=backoff or Backoff(start=0.05, maximum=2.0, factor=1.5))
+        def what(_status):
+            return ('the PVE task %s%s on node %s' % (task.type, ' of %s' % task.id if task.id else '', task.node),
+                    seen['error'] or (seen['status'] or {}).get('status'))
+
+        outcome = wait_for(look, timeout, backoff=backoff or Backoff(start=0.05, maximum=2.0, factor=1.5), what=what)
         if outcome.outcome == TIMEOUT:
             last = seen['status']
             raise PveTaskTimeout(task, timeout, outcome.elapsed,

@@ -123,7 +123,7 @@ class ProxmoxProvider(base.Provider):
     # ------------------------------------------------------------------- identity and wording
 
     address_source = 'an address from DHCP'
-    address_advice = 'Check the bridge and the DHCP server'
+    address_advice = 'Check the bridge and the DHCP server on it (that it runs and has free leases in its range)'
 
     @classmethod
     def start_advice(cls, resource_id):

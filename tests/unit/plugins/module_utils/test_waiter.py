@@ -155,13 +155,42 @@ def test_a_long_wait_says_what_it_waits_for_at_intervals_and_only_inside_reporti
         return pending('look %d' % next(looks))
     clock = Clock()
     with waiter.reporting(said.append):
-        result = run(probe, 35, clock, backoff=Backoff(start=1, maximum=1, jitter=0), what=lambda v: 'it (%s)' % v)
+        result = run(probe, 35, clock, backoff=Backoff(start=1, maximum=1, jitter=0), what=lambda v: 'it [%s]' % v)
     assert result.outcome == TIMEOUT
-    assert [line.split(':')[0] for line in said] == ['waiting for it (look %d)' % n for n in (10, 20, 30)]
-    assert said[0].endswith(': 10 s of 35 s (11 looks)')
+    assert said == ['waiting for it [look %d] (%d s of 35 s)' % (n, n) for n in (10, 20, 30)]
     # Outside reporting, or without what, nothing is said.
     said.clear()
     run(probe, 15, Clock(), backoff=Backoff(start=1, maximum=1, jitter=0), what='it')
     with waiter.reporting(said.append):
         run(probe, 15, Clock(), backoff=Backoff(start=1, maximum=1, jitter=0))
     assert said == []
+
+
+def test_a_wait_says_what_the_last_look_saw_and_the_default_interval_is_15_s(monkeypatch):
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
+    monkeypatch.delenv('EPHEMERA_PROGRESS_INTERVAL', raising=False)
+    said = []
+    seen = iter(['connection refused', None] * 100)
+
+    def what(_value):
+        return 'SSH at 10.0.0.5:22', next(seen)
+    with waiter.reporting(said.append):
+        result = run(lambda remaining: pending(), 120, Clock(), backoff=Backoff(start=1, maximum=1, jitter=0),
+                     what=what)
+    assert result.outcome == TIMEOUT
+    # Every 15 s (the first line once the wait has lasted 15 s); a last look that saw nothing is left out.
+    assert said[:3] == ['waiting for SSH at 10.0.0.5:22 (15 s of 120 s; last: connection refused)',
+                        'waiting for SSH at 10.0.0.5:22 (30 s of 120 s)',
+                        'waiting for SSH at 10.0.0.5:22 (45 s of 120 s; last: connection refused)']
+    assert len(said) == 7
+
+
+def test_a_wait_that_ends_before_the_interval_says_nothing_and_a_bad_interval_falls_back(monkeypatch):
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
+    monkeypatch.setenv('EPHEMERA_PROGRESS_INTERVAL', 'soon')
+    said = []
+    looks = iter([pending()] * 14 + [done('up')])
+    with waiter.reporting(said.append):
+        result = run(lambda remaining: next(looks), 120, Clock(), backoff=Backoff(start=1, maximum=1, jitter=0),
+                     what='SSH')
+    assert result.ok and said == []

@@ -343,6 +343,16 @@ def test_no_address_is_a_booting_failure_after_bounded_looks(site):
     err = failing(site, 'c22', 'address', address_mode='dhcp', address_timeout=1)
     assert 'CT 100 did not report an address from DHCP within 1 s' in str(err)
     assert ws(site, 'c22')['failure']['phase'] == 'booting'
+    # The message says what to check: the bridge's DHCP server and its range.
+    assert 'Check the bridge and the DHCP server on it (that it runs and has free leases in its range)' in str(err)
+    assert 'address_timeout gives a slow network more time' in str(err)
+
+
+def test_a_start_that_never_runs_says_what_to_check(site):
+    create(site, 'c19c', ('request', 'vmid', 'clone', 'wait_clone', 'configure'))
+    site.pve.fail('POST', '/nodes/pve1/lxc/100/status/start', status=502, message='Bad Gateway', html=True, times=2)
+    err = failing(site, 'c19c', 'start', task_timeout=1)
+    assert 'Check its start task and console in the provider' in str(err)
 
 
 # ------------------------------------------------------------------------------------ destroy

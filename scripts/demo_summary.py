@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The demo's summary of one workspace, from the journal: a few readable lines, the same for every provider.
@@ -18,8 +17,12 @@ def summary(ws, inventory, journal_path):
     params, facts = ws.get('params') or {}, ws.get('facts') or {}
     agent = facts.get('agent') or {}
     expires = (ws.get('lease') or {}).get('expires_at')
-    ssh = 'ssh -i %s -p %s %s@%s' % (params.get('ssh_private_key') or '<key>', params.get('ssh_port') or 22,
-                                     params.get('ssh_user') or 'root', ws.get('address') or '<address>')
+    # The command the create's report prints: its key, pinned to the recorded host key; before a key is recorded,
+    # the plain form.
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.pinning import ssh_command
+    ssh = ssh_command(ws) or 'ssh -i %s -p %s %s@%s' % (
+        params.get('ssh_key_path') or params.get('ssh_private_key') or '<key>', params.get('ssh_port') or 22,
+        params.get('ssh_user') or 'root', ws.get('address') or '<address>')
     rows = [
         ('workspace', ws['name']),
         ('status', '%s, activity %s' % (ws.get('status'), ws.get('activity'))),

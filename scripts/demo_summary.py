@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The demo's summary of one workspace, from the journal: a few readable lines, the same for every provider.

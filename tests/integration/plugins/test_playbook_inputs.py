@@ -111,3 +111,26 @@ def test_a_first_run_destroy_of_any_name_fails_listing_none(tmp_path):
     message = only_failure(play('destroy.yml', journal, 'workspace=never-seen', 'ephemera_new_journal=true'))
     assert message == 'No workspace never-seen in this journal (%s); known: none' % journal, message
     assert os.listdir(str(tmp_path)) == []
+
+
+AWX_SITE = ('ephemera_awx_project_url=https://git.invalid/workspaces.git', 'ephemera_awx_api_host=pve.invalid',
+            'ephemera_awx_api_token_id=u@pve!t', 'ephemera_awx_api_token_secret=s', 'ephemera_awx_journal_url=x')
+
+
+def test_awx_configure_names_a_missing_site_variable_before_any_awx_call(tmp_path):
+    """Without the controller secret it fails with one line naming it, not with an undefined-variable error from
+    the credential task (nor after the credential type was made: no AWX is reachable here either way)."""
+    message = only_failure(play('awx_configure.yml', str(tmp_path / 'journal.sqlite'), *AWX_SITE))
+    assert message == ('The awx_configure playbook needs -e ephemera_awx_controller_secret, e.g. ansible-playbook '
+                       'ephemera.workspaces.awx_configure -e @awx-site.yml -e @awx-secrets.vault.yml '
+                       '--ask-vault-pass'), message
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_awx_configure_refuses_a_mistaken_site_variable_with_its_own(tmp_path):
+    message = only_failure(play('awx_configure.yml', str(tmp_path / 'journal.sqlite'),
+                                *AWX_SITE + ('ephemera_awx_controller_secret=s', 'project_url=https://git.invalid/r')))
+    assert message.startswith('The awx_configure playbook does not read -e project_url: did you mean '
+                              'ephemera_awx_project_url? Its variables are ephemera_awx_project_url, '), message
+    # It reads no ephemera_<option> variable of its own, so the message does not offer them.
+    assert message.endswith('ephemera_awx_journal_url.') and 'ephemera_<option>' not in message, message

@@ -8,10 +8,12 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import agent_runner
 
 RUNNER = agent_runner.__file__
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 
 
 @pytest.fixture
@@ -148,6 +150,34 @@ def test_an_agent_that_fails_at_once_fails_the_brief_and_the_same_brief_starts_i
     retried = runner.call({'op': 'brief', 'purpose': 'x', 'agent': 'flaky'})
     assert retried['ok'] and not retried['already'] and retried['activity'] == 'active'
     assert runner.call({'op': 'brief', 'purpose': 'x', 'agent': 'flaky'})['already'] is True
+
+
+def test_the_documented_stand_in_agent_gets_the_purpose_verbatim_and_runs_none_of_it(runner, tmp_path):
+    """The stand-in agent of the Molecule scenario (extensions/molecule/host_vars/localhost.yml) takes the purpose
+    as an argument of its script: quotes, $(...) and backquotes in it are printed as written, nothing is run. The
+    same purpose pasted into the script's text, as the stand-in once had it, runs the commands it carries."""
+    with open(os.path.join(ROOT, 'extensions', 'molecule', 'host_vars', 'localhost.yml')) as handle:
+        documented = yaml.safe_load(handle)['ephemera_agents']['fake']
+    marks = [str(tmp_path / name) for name in ('dollar', 'backquote', 'after')]
+    purpose = 'it\'s "quoted" $(touch %s) `touch %s`; touch %s' % tuple(marks)
+    config = json.loads((tmp_path / 'config.json').read_text())
+    config['agents']['documented'] = documented
+    (tmp_path / 'config.json').write_text(json.dumps(config))
+    answer = runner.call({'op': 'brief', 'purpose': purpose, 'agent': 'documented'})
+    assert answer['ok'], answer
+    pid = runner.call({'op': 'status'})['agent_process']['pid']
+    try:
+        deadline = time.monotonic() + 10
+        while 'working on: ' not in '\n'.join(runner.call({'op': 'status'})['log_tail']):
+            assert time.monotonic() < deadline, runner.call({'op': 'status'})
+            time.sleep(0.05)
+        assert 'working on: ' + purpose in runner.call({'op': 'status'})['log_tail']
+        assert [mark for mark in marks if os.path.exists(mark)] == []
+    finally:
+        os.killpg(pid, signal.SIGTERM)
+    pasted = [part.replace('{purpose}', purpose) for part in ['sh', '-c', 'echo "working on: {purpose}"']]
+    subprocess.run(pasted, capture_output=True, timeout=30, check=False)
+    assert [mark for mark in marks if os.path.exists(mark)] == marks[:2]  # its "; touch" stays inside the quotes
 
 
 def test_hooks_report_activity_through_the_environment(runner, tmp_path):

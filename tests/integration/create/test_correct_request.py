@@ -28,8 +28,8 @@ def test_a_request_that_corrects_the_repository_after_a_failed_checkout_goes_on_
     said = fixed.step_results()[1]['msg']
     assert "corrected repo 'file://%s'" % repo.bare in said and "(was repo %r)" % typo in said, said
     ws = controller.workspace(name)
-    assert (ws['status'], ws['repo'], ws['params']['repo'], ws['vmid']) == ('ready', 'file://' + repo.bare,
-                                                                           'file://' + repo.bare, vmid)
+    expected = ('ready', 'file://' + repo.bare, 'file://' + repo.bare, vmid)
+    assert (ws['status'], ws['repo'], ws['params']['repo'], ws['vmid']) == expected
     assert controller.ours(name) == [vmid]
     checkout = os.path.join(controller.guest_root(vmid), ws['params']['checkout_path'].lstrip('/'))
     assert os.path.exists(os.path.join(checkout, 'greet.py'))

@@ -25,7 +25,7 @@ def without(monkeypatch, *names):
 @pytest.mark.parametrize('provider, packages, requirements, make', [
     ('AWS', ['boto3'], 'requirements-aws.txt', lambda: aws.Ec2('us-east-1')),
     ('Hetzner', ['hcloud'], 'requirements-hetzner.txt', lambda: hetzner.HCloud('token')),
-    ('Compute Engine', ['google'], 'requirements-gcp.txt', lambda: gcp._google()),
+    ('Compute Engine', ['google'], 'requirements-gcp.txt', gcp._google),
     ('Azure', ['azure'], 'requirements-azure.txt', lambda: azure.Arm.connect('sub')),
 ])
 def test_a_missing_sdk_names_its_requirement_file(monkeypatch, provider, packages, requirements, make):

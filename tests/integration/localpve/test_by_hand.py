@@ -10,12 +10,13 @@ the command that starts it.
 """
 
 import os
-import random
 import re
 import shlex
 import subprocess
 
 import pytest
+
+from tests.localpve.cluster import pick_host
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DOC = os.path.join(ROOT, 'docs', 'localpve.md')
@@ -72,9 +73,10 @@ def walk(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp('by-hand')
     state = tmp_path / 'cluster'
     head = make_repo(tmp_path / 'repo')
-    host = '127.%d.%d.1' % (random.randint(100, 250), random.randint(1, 250))
+    # The doc's `make cluster-up` with its defaults (time scale 0.1: PVE-like task times), on a loopback /24 and
+    # ports nothing else uses, so that it runs beside other clusters.
     env = environment(tmp_path, LOCALPVE_STATE_DIR=str(state),
-                      CLUSTER_ARGS='--host %s --api-port 0 --proxy-port 0 --time-scale 0' % host)
+                      CLUSTER_ARGS='--host %s --api-port 0 --proxy-port 0' % pick_host())
     commands = documented_commands()
     assert commands[0] == 'make cluster-up' and commands[-1] == 'make cluster-down', commands
     seen = {'head': head, 'state': state, 'tmp': tmp_path, 'runs': [], 'env': env}

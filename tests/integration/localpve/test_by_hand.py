@@ -42,6 +42,10 @@ def environment(tmp_path, **extra):
     env.update(PATH=BIN + os.pathsep + env.get('PATH', os.defpath), HOME=str(home),
                XDG_STATE_HOME=str(tmp_path / 'xdg-state'), XDG_CACHE_HOME=str(tmp_path / 'xdg-cache'),
                ANSIBLE_NOCOLOR='1', **extra)
+    if os.environ.get('EPHEMERA_TEST_ANSIBLE'):
+        # Another ansible-core (make test-cores): its ansible-playbook first, with this checkout as the collection.
+        env.update(PATH=os.environ['EPHEMERA_TEST_ANSIBLE'] + os.pathsep + env['PATH'],
+                   ANSIBLE_COLLECTIONS_PATH=collections_path())
     return env
 
 
@@ -128,10 +132,6 @@ def test_a_try_out_inventory_without_its_place_up_says_how_to_start_it(tmp_path,
     empty = tmp_path / 'state'
     empty.mkdir()
     env = environment(tmp_path, **{variable: str(empty)})
-    if os.environ.get('EPHEMERA_TEST_ANSIBLE'):
-        # Another ansible-core (make test-cores): its ansible-playbook, with this checkout as the collection.
-        env.update(PATH=os.environ['EPHEMERA_TEST_ANSIBLE'] + os.pathsep + env['PATH'],
-                   ANSIBLE_COLLECTIONS_PATH=collections_path())
     done = run('ansible-playbook -i inventories/%s playbooks/create.yml -e workspace=x -e repo=file:///nowhere '
                '-e purpose=y' % inventory, env, timeout=180)
     assert done.returncode != 0

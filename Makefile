@@ -101,7 +101,7 @@ CORE_TESTS := tests/integration/create/test_happy.py tests/integration/create/te
 	tests/integration/inventory tests/integration/plugins tests/integration/template/test_build.py \
 	tests/integration/queue tests/integration/aws/test_aws_playbooks.py \
 	tests/integration/hetzner/test_hetzner_playbooks.py tests/integration/gcp/test_gcp_playbooks.py \
-	tests/integration/azure/test_azure_playbooks.py
+	tests/integration/azure/test_azure_playbooks.py tests/integration/localpve/test_by_hand.py
 test-cores: venv
 	set -e; for core in $(CORES); do \
 		scripts/core-venv.sh $$core build/ansible-core-$$core $(BIN)/python; \

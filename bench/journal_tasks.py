@@ -113,7 +113,7 @@ def main():
             ]
             measured = {}
             for label, extra, env in books:
-                book = playbook(workdir, label.split(',', 1)[0].replace(' ', '-') + str(len(measured)),
+                book = playbook(workdir, label.split(',', maxsplit=1)[0].replace(' ', '-') + str(len(measured)),
                                 args.tasks if extra is not None else 0, extra or {})
                 measured[label] = measure(book, args.repeat, env)
             opened = opens(url, args.opens)

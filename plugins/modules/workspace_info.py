@@ -156,6 +156,20 @@ workspaces:
     purpose:
       description: What the agent was asked to do.
       type: str
+    params:
+      description:
+        - The request as the create's first step recorded it, without secrets (of the credentials only their names,
+          in C(inputs)).
+        - Among them C(checkout_path), where the repository is checked out, under C(guest_root) (with C({vmid})
+          filled in) where a guest's files lie under a root of their own, as on the try-out cluster's host tier;
+          C(agent), C(template), and the last run's connection, C(ssh_user), C(ssh_port) and C(ssh_key_path) (the
+          path of the private key file, not the key).
+      type: dict
+    facts:
+      description:
+        - What the steps learned about the workspace, among them C(host_key), the SSH host key (V(type base64)) the
+          C(ssh) step recorded and every later connection pins, and C(agent) (RV(workspaces[].agent)).
+      type: dict
     failure:
       description: The last failure (step, message, task log tail), or null.
       type: dict

@@ -117,6 +117,8 @@ class CloudSite(object):
         # moto starts empty: the files of the last cloud's instances belong to nothing now.
         shutil.rmtree(self._path('guests'), ignore_errors=True)
         os.makedirs(self._path('guests'))
+        # ...and the try-out inventories' journal of the last cloud records instances that are gone.
+        system.forget_journal(opts.state_dir)
         for port, what, option in ((opts.port, 'endpoint', '--port'), (opts.moto_port, 'moto', '--moto-port'),
                                    (opts.control_port, 'control', '--control-port')):
             if not system.port_free(opts.host, port):

@@ -66,7 +66,8 @@ def _cluster_options(parser):
     add('--guests', choices=GUEST_TIERS, default=UP_DEFAULTS.guests,
         help='host: commands run on this machine, each guest\'s files in a directory of its own (fast); debian: '
         'each guest a Debian userland of its own, as root (default %(default)s)')
-    add('--fresh', action='store_true', help='forget the saved datacenter and start from the seed')
+    add('--fresh', action='store_true',
+        help='forget the saved datacenter (and the try-out journal of the state directory) and start from the seed')
     add('--no-agent-clis', dest='agent_clis', action='store_false',
         help='host tier: guests without the real agent CLIs (claude, codex, opencode), which are otherwise installed '
         'once per machine from the npm registry')

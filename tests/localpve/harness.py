@@ -104,6 +104,8 @@ class Site(object):
                     os.unlink(self._path(name))
             shutil.rmtree(self._path('guests'), ignore_errors=True)
             os.makedirs(self._path('guests'))
+            # The try-out inventory's journal records the datacenter forgotten here.
+            system.forget_journal(opts.state_dir)
         for port, what in ((opts.api_port, 'API'), (opts.proxy_port, 'proxy'), (opts.control_port, 'control')):
             if not system.port_free(opts.host, port):
                 raise ClusterError('the {0} port {1} on {2} is in use: stop what listens there, or choose another '

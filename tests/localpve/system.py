@@ -233,3 +233,21 @@ def unmount_under(path):
                           check=False).returncode != 0:
             subprocess.run(['umount', '-l', point], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     return points
+
+
+# The try-out inventories keep their journal in the state directory (inventories/*/group_vars): these are its files
+# (SQLite's write-ahead log and shared memory, and the ownership secret next to it, plugins/module_utils/core).
+JOURNAL_FILES = ('journal.sqlite', 'journal.sqlite-wal', 'journal.sqlite-shm', 'journal.sqlite-journal',
+                 'journal.sqlite.secret')
+
+
+def forget_journal(state_dir):
+    """Remove the try-out journal of ``state_dir``: its records describe a datacenter or cloud that is gone (a
+    `--fresh` cluster, a cloud that starts empty), and a create would take their workspaces for existing ones."""
+    removed = []
+    for name in JOURNAL_FILES:
+        path = os.path.join(state_dir, name)
+        if os.path.lexists(path):
+            os.unlink(path)
+            removed.append(name)
+    return removed

@@ -13,6 +13,7 @@ import paramiko
 import pytest
 
 from tests.localcloud.config import ROOT
+from tests.localcloud.fixtures import cloud_process
 from tests.localpve import system
 from tests.localpve.pki import ssh_key_pair
 
@@ -306,3 +307,17 @@ def test_error_rule_timing_fault_and_a_guest_that_never_comes_up(localcloud):
     time.sleep(0.5)
     assert describe(ec2, instance_id)['State']['Name'] == 'shutting-down'
     wait_state(ec2, instance_id, 'terminated')
+
+
+def test_a_cloud_starts_empty_and_forgets_the_try_out_journal_of_the_last_one(tmp_path):
+    """moto starts empty, so the records of the try-out inventories' journal (journal.sqlite in the state directory)
+    would name instances that are gone: the start removes them with the last cloud's guests."""
+    state = tmp_path / 'cloud'
+    state.mkdir()
+    journal = ['journal.sqlite', 'journal.sqlite-shm', 'journal.sqlite.secret']
+    for name in journal + ['keep.txt']:
+        (state / name).write_text('the last cloud')
+    with cloud_process(str(state)) as cloud:
+        assert cloud.info['state_dir'] == str(state)
+        assert not [name for name in journal if (state / name).exists()]
+        assert (state / 'keep.txt').exists()

@@ -92,11 +92,20 @@ def test_fresh_forgets_the_datacenter(tmp_path):
     cluster = LocalCluster.start(state)
     vmid = clone_workspace(proxmox(cluster.info), cluster.info, start=False)[0]
     cluster.stop()
+    # The try-out inventory's journal (inventories/localpve: journal.sqlite in the state directory) and its files.
+    journal = ['journal.sqlite', 'journal.sqlite-wal', 'journal.sqlite.secret']
+    for name in journal:
+        (state / name).write_text('records of the datacenter')
+    # A restart keeps the datacenter and its journal...
+    LocalCluster.start(state).stop()
+    assert all((state / name).exists() for name in journal)
+    # ...--fresh forgets both: the records would name containers the new datacenter does not have.
     cluster = LocalCluster.start(state, fresh=True)
     try:
         vmids = [r['vmid'] for r in proxmox(cluster.info).cluster.resources.get(type='vm')]
         assert vmids == [cluster.info['template_vmid']]
         assert not os.path.exists(cluster.info['guest_root'].format(vmid=vmid))
+        assert not [name for name in journal if (state / name).exists()]
     finally:
         cluster.stop()
 

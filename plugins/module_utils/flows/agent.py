@@ -169,7 +169,8 @@ def wait_for_answer(call, timeout, sleep=time.sleep):
             return waiter.done(answer)
         return waiter.pending(answer)
 
-    result = waiter.wait_for(probe, timeout, waiter.Backoff(start=0.1, maximum=1.0), sleep=sleep)
+    result = waiter.wait_for(probe, timeout, waiter.Backoff(start=0.1, maximum=1.0), sleep=sleep,
+                             what='the model to answer the agent')
     return result.value, result.outcome == waiter.TIMEOUT
 
 
@@ -329,7 +330,9 @@ class AgentFlow:
                 return waiter.pending(answer)
             return waiter.failed(answer)
 
-        result = waiter.wait_for(probe, wait, waiter.Backoff(start=0.5, maximum=5.0), sleep=self.sleep)
+        def what(answer):
+            return 'the agent to finish its work before the brief (wait_idle)', (answer or {}).get('activity')
+        result = waiter.wait_for(probe, wait, waiter.Backoff(start=0.5, maximum=5.0), sleep=self.sleep, what=what)
         if result.ok:
             return result.value
         answer = result.value or {}

@@ -332,9 +332,10 @@ class Sweep:
     def _wait_gone(self, entry, label):
         def probe(remaining):
             return waiter.done() if self.provider.find(entry.id, entry.location) is None else waiter.pending()
-        if not waiter.wait_for(probe, self.task_timeout, waiter.Backoff(start=0.2, maximum=2.0)).ok:
-            raise CleanupError('%s is still there %d s after its delete; run the cleanup again.'
-                               % (label, self.task_timeout))
+        if not waiter.wait_for(probe, self.task_timeout, waiter.Backoff(start=0.2, maximum=2.0),
+                               what='%s to be gone after its delete' % label).ok:
+            raise CleanupError('%s is still there %d s after its delete. Check its tasks (or activity log) for a '
+                               'delete that is slow or failed, then run the cleanup again.' % (label, self.task_timeout))
 
     # ------------------------------------------------------------------ the report
 

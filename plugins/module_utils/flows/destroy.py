@@ -210,7 +210,10 @@ class DestroyFlow(Flow):
             if status is None:
                 return waiter.done(None)
             return waiter.done(status) if status == wanted else waiter.pending(status)
-        return waiter.wait_for(probe, timeout, waiter.Backoff(start=0.1, maximum=2.0))
+
+        def what(status):
+            return '%s to be %s' % (self._label(target), wanted), status and 'it is %s' % status
+        return waiter.wait_for(probe, timeout, waiter.Backoff(start=0.1, maximum=2.0), what=what)
 
     def run(self, step):
         failpoint.enter(self.name, 'destroy.' + step)
@@ -410,9 +413,12 @@ class DestroyFlow(Flow):
     def _wait_gone(self, target):
         def probe(remaining):
             return waiter.done() if self.provider.find(target.vmid, target.node) is None else waiter.pending()
-        if not waiter.wait_for(probe, self.params['task_timeout'], waiter.Backoff(start=0.2, maximum=2.0)).ok:
-            raise DestroyError('%s is still there %d s after its delete.'
-                               % (self._label(target), self.params['task_timeout']))
+        label = self._label(target)
+        if not waiter.wait_for(probe, self.params['task_timeout'], waiter.Backoff(start=0.2, maximum=2.0),
+                               what='%s to be gone after its delete' % label).ok:
+            raise DestroyError('%s is still there %d s after its delete. Check its tasks (or activity log) for a '
+                               'delete that is slow or failed, then run the destroy again (task_timeout gives a slow '
+                               'delete more time).' % (label, self.params['task_timeout']))
 
     def _debt(self, target, step, err, operator=False):
         """Record the failure as cleanup debt (and on the workspace); returns the error to raise."""

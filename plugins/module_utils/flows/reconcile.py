@@ -85,9 +85,11 @@ def delete_bound(journal, provider, name, resource, claim, task_timeout):
 
         def probe(remaining):
             return waiter.done() if provider.find(rid, where) is None else waiter.pending()
-        if not waiter.wait_for(probe, task_timeout, waiter.Backoff(start=0.2, maximum=2.0)).ok:
-            raise EphemeraError('%s is still there %d s after its delete; reconcile again.'
-                                % (provider.label(rid, where), task_timeout))
+        label = provider.label(rid, where)
+        if not waiter.wait_for(probe, task_timeout, waiter.Backoff(start=0.2, maximum=2.0),
+                               what='%s to be gone after its delete' % label).ok:
+            raise EphemeraError('%s is still there %d s after its delete. Check its tasks (or activity log) for a '
+                                'delete that is slow or failed, then reconcile again.' % (label, task_timeout))
     except EphemeraError as err:
         journal.record_cleanup_debt(name, key, str(err), claim=claim)
         journal.append_event(name, 'observed', 'orphan_delete_failed', dict(detail, error=str(err)), claim=claim)

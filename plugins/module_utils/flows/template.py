@@ -190,8 +190,11 @@ class CandidateFlow(CreateFlow):
 
         def probe(remaining):
             return waiter.pending() if self.provider.power(resource).running else waiter.done()
-        if not waiter.wait_for(probe, self.params['task_timeout'], waiter.Backoff(start=0.2, maximum=2.0)).ok:
-            raise TemplateError('%s is still running after a forced stop; it cannot be converted.' % label)
+        if not waiter.wait_for(probe, self.params['task_timeout'], waiter.Backoff(start=0.2, maximum=2.0),
+                               what='%s to be stopped' % label).ok:
+            raise TemplateError('%s is still running %d s after a forced stop; it cannot be converted. Check its '
+                                'tasks (or activity log) for the stop, stop it by hand and build again.'
+                                % (label, self.params['task_timeout']))
         self.done('stop')
         return StepResult(True, 'stop: %s stopped' % label)
 
@@ -219,9 +222,11 @@ class CandidateFlow(CreateFlow):
         def probe(remaining):
             found = self.provider.find(resource.id, resource.location)
             return waiter.done() if found is not None and self.provider.is_image(found) else waiter.pending()
-        if not waiter.wait_for(probe, self.params['task_timeout'], waiter.Backoff(start=0.2, maximum=2.0)).ok:
-            raise TemplateError('%s did not become a template within %d s. Build again (the candidate is removed).'
-                                % (label, self.params['task_timeout']))
+        if not waiter.wait_for(probe, self.params['task_timeout'], waiter.Backoff(start=0.2, maximum=2.0),
+                               what='%s to become a template' % label).ok:
+            raise TemplateError('%s did not become a template within %d s. Check its tasks (or activity log) for the '
+                                'conversion, then build again (the candidate is removed; task_timeout gives a slow '
+                                'conversion more time).' % (label, self.params['task_timeout']))
         self.done('convert')
         return StepResult(True, 'convert: %s is a template' % label)
 

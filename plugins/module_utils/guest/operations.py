@@ -344,7 +344,8 @@ def install_runner(guest, layout, ssh_user, agents, timeout=30):
             return waiter.failed(answer)
         return waiter.pending(answer)
 
-    result = waiter.wait_for(probe, timeout, waiter.Backoff(start=0.1, maximum=1.0))
+    result = waiter.wait_for(probe, timeout, waiter.Backoff(start=0.1, maximum=1.0),
+                             what='the agent runner to answer on the guest')
     if not result.ok:
         log = guest.run('tail -n 15 %s' % q(layout.runner_log), check=False, what='runner log').stdout
         why = ('exited after %.1f s' % result.elapsed if result.outcome == waiter.FAILED

@@ -17,9 +17,8 @@ __metaclass__ = type
 
 import hashlib
 import os
-import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership, waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 
 DONE = 'done'
@@ -234,26 +233,33 @@ class CloudProvider(base.Provider):
         """How long :meth:`wait` waits for a task given ``timeout``."""
         return timeout
 
+    def task_what(self, handle):
+        """What a wait for ``handle`` waits for, in words ("the start of instance i-0ab in eu-west-1")."""
+        return 'task %s' % handle
+
     def wait(self, handle, timeout):
         seconds = self.task_seconds(timeout)
-        deadline = time.monotonic() + seconds
-        delay = 0.3
-        while True:
+
+        def probe(remaining):
             verdict, detail = self.task_look(handle)
             if verdict == DONE:
-                return TaskResult(handle)
+                return waiter.done()
             if verdict != RUNNING:
-                message, tail = self.task_failure(handle, verdict, detail)
-                err = base.TaskFailed(message)
-                err.task_id = handle
-                err.log_tail = tail
-                raise err
-            if time.monotonic() + delay > deadline:
-                err = base.TaskTimeout(self.task_timeout(handle, seconds, detail))
-                err.task_id = handle
-                raise err
-            self.sleep(delay)
-            delay = min(delay * 1.5, 3.0)
+                return waiter.failed((verdict, detail))
+            return waiter.pending(detail)
+
+        result = waiter.wait_for(probe, seconds, waiter.Backoff(start=0.3, maximum=3.0), sleep=self.sleep,
+                                 what=self.task_what(handle))
+        if result.ok:
+            return TaskResult(handle)
+        if result.outcome == waiter.FAILED:
+            message, tail = self.task_failure(handle, *result.value)
+            err = base.TaskFailed(message)
+            err.log_tail = tail
+        else:
+            err = base.TaskTimeout(self.task_timeout(handle, seconds, result.value))
+        err.task_id = handle
+        raise err
 
     def task_status(self, handle):
         verdict = self.task_look(handle)[0]

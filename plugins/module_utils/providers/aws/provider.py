@@ -553,10 +553,15 @@ class AwsProvider(cloud.CloudProvider):
         reason = ((detail[1] or {}).get('StateReason') or {}).get('Message')
         return verdict + (' AWS says: %s' % reason if reason else ''), [reason] if reason else []
 
+    def task_what(self, handle):
+        action, region, instance_id, at = parse_handle(handle)
+        return 'the %s of %s' % (action, self.label(instance_id, region))
+
     def task_timeout(self, handle, seconds, detail):
         action, region, instance_id, at = parse_handle(handle)
-        return '%s is %s after %d s; asked to %s it.' % (
-            self.label(instance_id, region), detail[0] or 'not visible', seconds, action)
+        return ('%s is %s after %d s; asked to %s it. Check its state and state reason in EC2 (describe-instances), '
+                'then run again: the next run looks at it again.'
+                % (self.label(instance_id, region), (detail or (None,))[0] or 'not visible', seconds, action))
 
     def wait(self, handle, timeout):
         action, region, instance_id, at = parse_handle(handle)

@@ -25,7 +25,7 @@ try:
 except ImportError:  # pragma: no cover - Python 2
     from urlparse import urlsplit
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint, waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import answers, base
 
 # The API versions azure-mgmt-compute 39.0.0 and azure-mgmt-network 33.1.0 use.
@@ -161,6 +161,12 @@ def arm_error(answer, what):
     error.status = answer.status
     return error
 
+
+
+def steady(interval):
+    """Looks every ``interval`` seconds (a wait on Azure's own pace: it says when to look again, not a backoff)."""
+    interval = max(interval, 0.001)
+    return waiter.Backoff(start=interval, maximum=interval, factor=1)
 
 class Arm:
     """ARM requests of one subscription (``compute`` and ``network``: the SDK clients whose pipelines carry the
@@ -320,20 +326,24 @@ class Arm:
             return str(err)
         return judge(op, answer.status, answer.body, which)
 
-    def wait(self, op, timeout, interval=1.0):
-        """Poll ``op`` until it ends: None on success, OperationFailed on failure, TaskTimeout at the deadline."""
-        deadline = time.monotonic() + timeout
-        while True:
+    def wait(self, op, timeout, interval=1.0, what='an Azure operation'):
+        """Poll ``op`` until it ends: None on success, OperationFailed on failure, TaskTimeout at the deadline.
+        ``what`` names it in the progress lines and the timeout."""
+        def probe(remaining):
             verdict = self.poll(op)
             if verdict == SUCCEEDED:
-                return None
-            if verdict != PENDING:
-                raise OperationFailed(verdict)
-            if time.monotonic() + interval > deadline:
-                err = base.TaskTimeout('The operation was still running after %d s.' % timeout)
-                err.task_id = op.get('async') or op.get('location')
-                raise err
-            self.sleep(interval)
+                return waiter.done()
+            return waiter.pending() if verdict == PENDING else waiter.failed(verdict)
+
+        result = waiter.wait_for(probe, timeout, steady(interval), sleep=self.sleep, what=what)
+        if result.ok:
+            return None
+        if result.outcome == waiter.FAILED:
+            raise OperationFailed(result.value)
+        err = base.TaskTimeout('%s was still running after %d s. Check it in the resource group\'s activity log, '
+                               'then run again: the next run looks at it again.' % (what[:1].upper() + what[1:], timeout))
+        err.task_id = op.get('async') or op.get('location')
+        raise err
 
     # ------------------------------------------------------------------ boot diagnostics
     def boot_log_url(self, vm_path, version):

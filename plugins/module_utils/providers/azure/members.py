@@ -26,10 +26,11 @@ import hashlib
 import json
 import time
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import plan as planning
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.client import (
-    API_VERSIONS, PENDING, SUCCEEDED, OperationFailed, operation_of)
+    API_VERSIONS, PENDING, SUCCEEDED, OperationFailed, operation_of, steady)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.plan import (
     CREATE_ORDER, DELETE_ORDER, DISK, MEMBERS, NIC, PIP, VM)
 
@@ -148,20 +149,28 @@ class WorkspaceSet:
 
     def _settle(self, member, doc):
         """Wait until ``doc``'s provisioning ends; the settled document."""
-        deadline = time.monotonic() + self.timeout
-        while True:
-            state = ((doc.get('properties') or {}).get('provisioningState') or 'Succeeded').lower()
+        name = self.plan['names'][member]
+        seen = {'doc': doc, 'looks': 0}
+
+        def probe(remaining):
+            seen['looks'] += 1
+            if seen['looks'] > 1:
+                seen['doc'] = self.read(member)
+                if seen['doc'] is None:
+                    raise self.debt('%s %s went away while it was being provisioned.' % (member, name))
+            state = ((seen['doc'].get('properties') or {}).get('provisioningState') or 'Succeeded').lower()
             if state == 'succeeded':
-                return doc
+                return waiter.done(seen['doc'])
             if state in ('failed', 'canceled'):
-                raise OperationFailed('%s %s ended provisioning %s.' % (member, self.plan['names'][member], state))
-            if time.monotonic() > deadline:
-                raise base.TaskTimeout('%s %s is still %s after %d s.' % (member, self.plan['names'][member], state,
-                                                                          self.timeout))
-            self.sleep(self.interval)
-            doc = self.read(member)
-            if doc is None:
-                raise self.debt('%s %s went away while it was being provisioned.' % (member, self.plan['names'][member]))
+                raise OperationFailed('%s %s ended provisioning %s.' % (member, name, state))
+            return waiter.pending(state)
+
+        result = waiter.wait_for(probe, self.timeout, steady(self.interval), sleep=self.sleep,
+                                 what=lambda state: ('the provisioning of %s %s' % (member, name), state))
+        if result.ok:
+            return result.value
+        raise base.TaskTimeout('%s %s is still %s after %d s. Check it in the resource group\'s activity log, then run '
+                               'again: the next run looks at it again.' % (member, name, result.value, self.timeout))
 
     def _look_again(self, member):
         """After a PUT whose answer was lost, the member read again and again within the lost-answer window; None
@@ -257,7 +266,8 @@ class WorkspaceSet:
                 if op and (op.get('async') or op.get('location')):
                     self.record['ops'][member] = op
                     self.save()
-                    self.arm.wait(op, self.timeout, self.interval)
+                    self.arm.wait(op, self.timeout, self.interval,
+                                  what='the creation of %s %s' % (member, self.plan['names'][member]))
                 doc = self.read(member) or self._look_again(member)
                 if doc is None:
                     raise self.debt('Azure answered the PUT of %s %s, and does not show it.'

@@ -22,12 +22,12 @@ import copy
 import hashlib
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership, waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import ClaimLostError, JournalError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, hostkeys
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import plan as planning
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.client import Arm, option
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.client import Arm, option, steady
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.plan import (
     DISK, NIC, PIP, TAG_MARKER, TAG_PREFIX, TAG_SCOPE, TAG_SET, VM)
 
@@ -549,30 +549,41 @@ class AzureProvider(base.Provider):
             ws.create()
             ws.check_binding()
             return TaskResult(handle)
+        label = self.label(base_name)
         if action == 'delete':
-            deadline = time.monotonic() + timeout
-            while True:
-                state, member = ws.delete_tick()
-                if state == azset.DONE:
-                    return TaskResult(handle)
-                if state in (azset.IN_USE, azset.RUNNING, azset.ACCEPTED):
-                    if time.monotonic() + 1.0 > deadline:
-                        err = base.TaskTimeout('%s: deleting %s is still %s after %d s.'
-                                               % (self.label(base_name), member, state, timeout))
-                        err.task_id = handle
-                        raise err
-                    self.sleep(1.0)
-        if action in ('start', 'powerOff'):
+            def probe(remaining):
+                while True:  # a member deleted: the next one's turn at once
+                    state, member = ws.delete_tick()
+                    if state == azset.DONE:
+                        return waiter.done()
+                    if state in (azset.IN_USE, azset.RUNNING, azset.ACCEPTED):
+                        return waiter.pending((member, state))
+
+            result = waiter.wait_for(probe, timeout, steady(1.0), sleep=self.sleep,
+                                     what=lambda last: ('the delete of %s' % label, last and '%s is %s' % last))
+            if result.ok:
+                return TaskResult(handle)
+            member, state = result.value or ('a member', 'not gone')
+            err = base.TaskTimeout('%s: deleting %s is still %s after %d s. Check it in the resource group\'s '
+                                   'activity log, then run again: the next run goes on with the delete.'
+                                   % (label, member, state, timeout))
+        elif action in ('start', 'powerOff'):
             want = base.RUNNING if action == 'start' else base.STOPPED
-            deadline = time.monotonic() + timeout
-            while self.power(base.Resource(base_name, None)).state != want:
-                if time.monotonic() > deadline:
-                    err = base.TaskTimeout('%s is not %s after %d s.' % (self.label(base_name), want, timeout))
-                    err.task_id = handle
-                    raise err
-                self.sleep(1.0)
-            return TaskResult(handle)
-        raise base.NotFound('Unknown Azure task %s.' % handle)
+
+            def probe(remaining):
+                state = self.power(base.Resource(base_name, None)).state
+                return waiter.done() if state == want else waiter.pending(state)
+
+            result = waiter.wait_for(probe, timeout, steady(1.0), sleep=self.sleep,
+                                     what=lambda last: ('%s to be %s' % (label, want), last and 'it is %s' % last))
+            if result.ok:
+                return TaskResult(handle)
+            err = base.TaskTimeout('%s is not %s after %d s. Check its instance view (power state) and the resource '
+                                   'group\'s activity log, then run again.' % (label, want, timeout))
+        else:
+            raise base.NotFound('Unknown Azure task %s.' % handle)
+        err.task_id = handle
+        raise err
 
     def task_status(self, handle):
         action, base_name, at = parse_handle(handle)

@@ -550,7 +550,12 @@ class GcpProvider(cloud.CloudProvider):
     def task_look(self, handle):
         return self._verdict(handle), None
 
+    def task_what(self, handle):
+        action, zone, name, op_name, at = parse_handle(handle)
+        return 'the %s of %s (operation %s)' % (action, self.label(name, zone), op_name or '-')
+
     def task_timeout(self, handle, seconds, detail):
         action, zone, name, op_name, at = parse_handle(handle)
-        return ('The %s of %s is not finished after %d s (operation %s); it goes on in Compute Engine.'
+        return ('The %s of %s is not finished after %d s (operation %s); it goes on in Compute Engine. Check the '
+                'operation (gcloud compute operations describe), then run again: the next run looks at it again.'
                 % (action, self.label(name, zone), seconds, op_name or '-'))

@@ -486,6 +486,10 @@ class HetznerProvider(cloud.CloudProvider):
     def task_seconds(self, timeout):
         return min(timeout, self.action_timeout) if timeout else self.action_timeout
 
+    def task_what(self, handle):
+        what, server_id, action_id, key_id, at = parse_handle(handle)
+        return 'the %s of %s (action %s)' % (what, self.label(server_id), action_id or 'unknown')
+
     def task_timeout(self, handle, seconds, detail):
         what, server_id, action_id, key_id, at = parse_handle(handle)
         return ('%s: the %s is not confirmed after %d s (action %s%s). It may still finish; the next run looks again.'

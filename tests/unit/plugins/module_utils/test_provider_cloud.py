@@ -2,9 +2,11 @@
 wording and keys of each provider, option lookup, and the task loop's three outcomes. The providers' own paths run
 end to end against the try-out cloud's fakes (test_provider_aws.py, test_provider_hetzner.py, tests/integration/)."""
 
+import time
+
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership, waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, cloud
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.provider import AwsProvider
@@ -106,3 +108,19 @@ def test_the_advice_when_no_address_or_no_start_came_speaks_of_the_providers_own
     else:
         for word in ('DHCP', 'pct', 'container', 'bridge'):
             assert word not in advice, (name, advice)
+
+
+def test_a_long_task_wait_says_which_task_and_what_it_saw(monkeypatch):
+    monkeypatch.setenv('EPHEMERA_PROGRESS_INTERVAL', '0.1')
+
+    class Slow(Scripted):
+        def sleep(self, seconds):
+            time.sleep(0.12)
+
+        def task_what(self, handle):
+            return 'the start of machine %s' % handle
+
+    said = []
+    with waiter.reporting(said.append):
+        assert Slow([cloud.RUNNING] * 3 + [cloud.DONE]).wait('m-7', 60).succeeded
+    assert said and all(line.startswith('waiting for the start of machine m-7 (') for line in said), said

@@ -1,9 +1,12 @@
 """The waiting helper's logic, on a simulated clock: deadline by elapsed time, backoff, outcomes."""
 
+import ast
+import os
 import random
 
 import pytest
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.waiter import (
     DONE, FAILED, TIMEOUT, Backoff, Poll, done, failed, pending, wait_for)
 
@@ -146,7 +149,6 @@ def test_real_clock_default_works():
 
 
 def test_a_long_wait_says_what_it_waits_for_at_intervals_and_only_inside_reporting(monkeypatch):
-    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
     monkeypatch.setenv('EPHEMERA_PROGRESS_INTERVAL', '10')
     said = []
     looks = iter(range(100))
@@ -167,7 +169,6 @@ def test_a_long_wait_says_what_it_waits_for_at_intervals_and_only_inside_reporti
 
 
 def test_a_wait_says_what_the_last_look_saw_and_the_default_interval_is_15_s(monkeypatch):
-    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
     monkeypatch.delenv('EPHEMERA_PROGRESS_INTERVAL', raising=False)
     said = []
     seen = iter(['connection refused', None] * 100)
@@ -186,7 +187,6 @@ def test_a_wait_says_what_the_last_look_saw_and_the_default_interval_is_15_s(mon
 
 
 def test_a_wait_that_ends_before_the_interval_says_nothing_and_a_bad_interval_falls_back(monkeypatch):
-    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
     monkeypatch.setenv('EPHEMERA_PROGRESS_INTERVAL', 'soon')
     said = []
     looks = iter([pending()] * 14 + [done('up')])
@@ -194,3 +194,21 @@ def test_a_wait_that_ends_before_the_interval_says_nothing_and_a_bad_interval_fa
         result = run(lambda remaining: next(looks), 120, Clock(), backoff=Backoff(start=1, maximum=1, jitter=0),
                      what='SSH')
     assert result.ok and said == []
+
+
+def test_every_wait_of_the_collection_names_what_it_waits_for():
+    # A wait without ``what`` is silent for its whole length: a run that waits looks stuck. Every call names it.
+    plugins = os.path.join(os.path.dirname(os.path.abspath(waiter.__file__)), '..', '..')
+    silent = []
+    for folder, _dirs, files in os.walk(plugins):
+        for name in files:
+            if not name.endswith('.py'):
+                continue
+            path = os.path.join(folder, name)
+            with open(path) as src:
+                tree = ast.parse(src.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and getattr(node.func, 'attr', getattr(node.func, 'id', None)) == \
+                        'wait_for' and not any(k.arg == 'what' for k in node.keywords):
+                    silent.append('%s:%d' % (os.path.relpath(path, plugins), node.lineno))
+    assert not silent, silent

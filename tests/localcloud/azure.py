@@ -105,6 +105,7 @@ KINDS = {
     ('microsoft.network', 'networkinterfaces'): ('nic', 'Microsoft.Network/networkInterfaces', 'NetworkInterfaces'),
     ('microsoft.compute', 'virtualmachines'): ('vm', 'Microsoft.Compute/virtualMachines', 'VirtualMachines'),
     ('microsoft.compute', 'disks'): ('disk', 'Microsoft.Compute/disks', 'Disks'),
+    ('microsoft.compute', 'images'): ('image', 'Microsoft.Compute/images', 'Images'),
     ('microsoft.network', 'virtualnetworks'): ('vnet', 'Microsoft.Network/virtualNetworks', 'VirtualNetworks'),
     ('microsoft.network', 'networksecuritygroups'): ('nsg', 'Microsoft.Network/networkSecurityGroups',
                                                      'NetworkSecurityGroups'),
@@ -119,7 +120,7 @@ NETWORK_NAME = re.compile(r'^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,78}[A-Za-z0-9_])?$')
 VM_NAME = re.compile(r'^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,62}[A-Za-z0-9_])?$')
 DISK_NAME = re.compile(r'^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,78}[A-Za-z0-9_])?$')
 COMPUTER_NAME = re.compile(r'^[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?$')
-NAME_RULES = {'pip': NETWORK_NAME, 'nic': NETWORK_NAME, 'vm': VM_NAME, 'disk': DISK_NAME}
+NAME_RULES = {'pip': NETWORK_NAME, 'nic': NETWORK_NAME, 'vm': VM_NAME, 'disk': DISK_NAME, 'image': NETWORK_NAME}
 BOOT_LOG_FAULTS = ('console_key', 'console_silent')
 # The storage service version a SAS of boot diagnostics names (sv=).
 SAS_VERSION = '2022-11-02'
@@ -806,7 +807,7 @@ class AzureFake(object):
                             'group': group['name'], 'name': name, 'boot_diagnostics': True}
                 if kind[0] == 'vm' and n == 9 and method == 'POST':
                     verb = {'start': 'Start', 'poweroff': 'PowerOff', 'deallocate': 'Deallocate',
-                            'restart': 'Restart'}.get(low[8], low[8])
+                            'restart': 'Restart', 'generalize': 'Generalize'}.get(low[8], low[8])
                     return {'operation': 'VirtualMachines_' + verb,
                             'kind': 'vm', 'group': group['name'], 'name': name, 'action': low[8]}
                 if kind[0] == 'vm' and n == 9 and low[8] == 'instanceview':
@@ -1155,6 +1156,38 @@ class AzureFake(object):
                                'diskState': 'Unattached', 'uniqueId': str(uuid.uuid4()), 'timeCreated': _now_iso(),
                                'encryption': {'type': 'EncryptionAtRestWithPlatformKey'}}}
 
+    def _managed_image(self, image_id, location):
+        """The managed image (Microsoft.Compute/images) a VM is made from, in the VM's location."""
+        found = self.resources.get(str(image_id).lower())
+        if found is None or found.kind != 'image' or found.location != location:
+            raise ArmError(404, 'NotFound', "The Image '{0}' cannot be found in '{1}' region.".format(image_id, location),
+                           target='imageReference')
+        return found
+
+    def _check_image(self, resource, props, payload, existing):
+        """A managed image captured from a generalized, deallocated VM of this fake (az image create --source)."""
+        if existing is not None:
+            return copy.deepcopy(existing.doc)
+        source = _ref(props.get('sourceVirtualMachine'))
+        vm = self.resources.get((source or '').lower())
+        if vm is None or vm.kind != 'vm':
+            raise ArmError(400, 'InvalidParameter', 'An image here is captured from a VM: '
+                           "properties.sourceVirtualMachine.id '{0}' was not found.".format(source),
+                           target='sourceVirtualMachine')
+        if not vm.doc.get('_generalized'):
+            raise ArmError(409, 'OperationNotAllowed', "The source VM '{0}' must be generalized (and deallocated) "
+                           'to create an image from it.'.format(vm.name), target='sourceVirtualMachine')
+        if vm.location != resource.location:
+            raise ArmError(400, 'InvalidParameter', "The source VM '{0}' is in {1}; the image is in {2}.".format(
+                vm.name, vm.location, resource.location), target='sourceVirtualMachine')
+        disk = vm.doc['properties']['storageProfile']['osDisk']
+        return {'properties': {'sourceVirtualMachine': {'id': vm.id}, 'hyperVGeneration': 'V2',
+                               'storageProfile': {'osDisk': {'osType': 'Linux', 'osState': 'Generalized',
+                                                             'managedDisk': {'id': disk['managedDisk']['id']},
+                                                             'caching': 'ReadWrite', 'diskSizeGB': disk['diskSizeGB'],
+                                                             'storageAccountType': 'Standard_LRS'},
+                                                  'dataDisks': [], 'zoneResilient': False}}}
+
     def _check_vm(self, resource, props, payload, existing):
         if existing is not None:
             given = (props.get('osProfile') or {}).get('customData')
@@ -1170,9 +1203,10 @@ class AzureFake(object):
                            target='vmSize')
         storage = props.get('storageProfile') or {}
         image = storage.get('imageReference') or {}
+        managed = self._managed_image(image.get('id'), resource.location) if image.get('id') else None
         key = (str(image.get('publisher', '')).lower(), str(image.get('offer', '')).lower(),
                str(image.get('sku', '')).lower())
-        versions = IMAGES.get(key)
+        versions = IMAGES.get(key) if managed is None else ['-']
         version = image.get('version') or 'latest'
         if versions is None or (version != 'latest' and version not in versions):
             raise ArmError(404, 'PlatformImageNotFound', "The platform image '{0}:{1}:{2}:{3}' is not available. "
@@ -1260,7 +1294,7 @@ class AzureFake(object):
             'vmId': str(uuid.uuid4()), 'hardwareProfile': {'vmSize': size},
             'storageProfile': {'imageReference': {'publisher': image.get('publisher'), 'offer': image.get('offer'),
                                                   'sku': image.get('sku'), 'version': version,
-                                                  'exactVersion': exact},
+                                                  'exactVersion': exact} if managed is None else {'id': managed.id},
                                'osDisk': out_os, 'dataDisks': [], 'diskControllerType': 'SCSI'},
             'osProfile': out_profile,
             'networkProfile': {'networkInterfaces': nic_refs},
@@ -1402,17 +1436,17 @@ class AzureFake(object):
         if disk_id.lower() in self.resources:
             return
         image = props['storageProfile']['imageReference']
+        source = image['id'] if image.get('id') else (
+            '/Subscriptions/{0}/Providers/Microsoft.Compute/Locations/{1}/Publishers/{2}/ArtifactTypes/VMImage/Offers/'
+            '{3}/Skus/{4}/Versions/{5}'.format(SUBSCRIPTION_ID, resource.location, image['publisher'], image['offer'],
+                                               image['sku'], image['exactVersion']))
         disk = Resource('disk', resource.group, os_disk['name'], resource.location, resource.owner)
         disk.doc = {'managedBy': resource.id, 'tags': {},
                     'sku': {'name': os_disk['managedDisk']['storageAccountType'],
                             'tier': 'Premium' if 'Premium' in os_disk['managedDisk']['storageAccountType']
                             else 'Standard'},
                     'properties': {'osType': 'Linux', 'hyperVGeneration': 'V2',
-                                   'creationData': {'createOption': 'FromImage', 'imageReference': {
-                                       'id': '/Subscriptions/{0}/Providers/Microsoft.Compute/Locations/{1}/Publishers/'
-                                             '{2}/ArtifactTypes/VMImage/Offers/{3}/Skus/{4}/Versions/{5}'.format(
-                                                 SUBSCRIPTION_ID, resource.location, image['publisher'],
-                                                 image['offer'], image['sku'], image['exactVersion'])}},
+                                   'creationData': {'createOption': 'FromImage', 'imageReference': {'id': source}},
                                    'diskSizeGB': os_disk['diskSizeGB'], 'diskState': 'Attached',
                                    'uniqueId': str(uuid.uuid4()), 'timeCreated': _now_iso(),
                                    'encryption': {'type': 'EncryptionAtRestWithPlatformKey'}}}
@@ -1447,6 +1481,15 @@ class AzureFake(object):
     def _power(self, resource, route, lro):
         if resource is None:
             raise _not_found('vm', route['name'], route['group'])
+        if route['action'] == 'generalize':
+            if resource.doc.get('_power', 'running') not in ('stopped', 'deallocated'):
+                raise ArmError(409, 'OperationNotAllowed', "Operation 'generalize' is not allowed on VM '{0}' since "
+                               'the VM is running. Deallocate it first.'.format(resource.name))
+            resource.doc['_generalized'] = True
+            return web.Response(status=200)
+        if resource.doc.get('_generalized') and route['action'] in ('start', 'restart'):
+            raise ArmError(409, 'OperationNotAllowed', "Operation '{0}' is not allowed on VM '{1}' since the VM is "
+                           'generalized.'.format(route['action'], resource.name))
         resource.doc['_power'] = {'start': 'running', 'restart': 'running', 'poweroff': 'stopped',
                                   'deallocate': 'deallocated'}.get(route['action'], 'running')
         return web.Response(status=200)
@@ -1461,7 +1504,7 @@ class AzureFake(object):
                        and o.status == 'InProgress'), None)
             if op is not None:
                 return self._accepted(op, 202)
-        namespace = 'Microsoft.Compute' if resource.kind in ('vm', 'disk') else 'Microsoft.Network'
+        namespace = 'Microsoft.Compute' if resource.kind in ('vm', 'disk', 'image') else 'Microsoft.Network'
         op = Operation(str(uuid.uuid4()), method, resource, style, seconds, outcome, poll, resource.location)
         op.namespace = namespace
         self.operations[op.id] = op

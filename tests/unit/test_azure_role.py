@@ -28,7 +28,7 @@ POLLS_DELETE = POLLS_CREATE + ('DiskOperations_Get',)
 SITES = {
     ('members.py', 'read', 'get', 'self.path(member)'): ['%s_Get' % t for t in MEMBER_TYPES],
     ('members.py', '_check', 'send', "'GET', path"): [
-        'ResourceGroups_Get', 'VirtualMachineSizes_List', 'VirtualMachineImages_List', 'Subnets_Get'],
+        'ResourceGroups_Get', 'VirtualMachineSizes_List', 'VirtualMachineImages_List', 'Images_Get', 'Subnets_Get'],
     ('members.py', 'create', 'send', "'PUT', self.path(member)"): [
         'PublicIPAddresses_CreateOrUpdate', 'NetworkInterfaces_CreateOrUpdate', 'VirtualMachines_CreateOrUpdate'],
     ('members.py', 'create', 'wait', 'op'): list(POLLS_CREATE),
@@ -55,6 +55,8 @@ ACTIONS = {
     'ResourceGroups_Get': {'Microsoft.Resources/subscriptions/resourceGroups/read'},
     'VirtualMachineSizes_List': {C + 'locations/vmSizes/read'},
     'VirtualMachineImages_List': {C + 'locations/publishers/artifacttypes/offers/skus/versions/read'},
+    # A managed image of your own: read before the create, and read by the VM's PUT that is made from it.
+    'Images_Get': {C + 'images/read'},
     'Subnets_Get': {N + 'virtualNetworks/subnets/read'},
     'VirtualMachines_Get': {C + 'virtualMachines/read'},
     'VirtualMachines_List': {C + 'virtualMachines/read'},
@@ -114,6 +116,7 @@ REQUESTS = dict(
     VirtualMachines_RetrieveBootDiagnosticsData=(
         'POST', SUB + RG + '/providers/Microsoft.Compute/virtualMachines/x/retrieveBootDiagnosticsData'),
     ResourceGroups_Get=('GET', SUB + RG),
+    Images_Get=('GET', SUB + RG + '/providers/Microsoft.Compute/images/x'),
     Subnets_Get=('GET', SUB + RG + '/providers/Microsoft.Network/virtualNetworks/v/subnets/s'),
     VirtualMachineSizes_List=('GET', AT + 'vmSizes'),
     VirtualMachineImages_List=(

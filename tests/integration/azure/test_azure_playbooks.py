@@ -130,3 +130,58 @@ def test_a_create_interrupted_between_the_nic_and_the_vm_converges_with_nothing_
     # The set's record in the SQLite journal: the prefix (public IP and NIC) adopted and each claimed.
     record = site.set_record('az2')
     assert sorted(record['claims']) == ['nic', 'pip'] and 'vm' in record['dispatched']
+
+
+def test_a_workspace_from_a_managed_image_of_your_own_and_a_missing_one_refused_before_anything_is_made(
+        site, tmp_path):
+    import time
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import client as azclient
+    az = site.cloud.info['azure']
+    arm = azclient.Arm.connect(az['subscription_id'], az['tenant_id'], az['client_id'], az['client_secret'],
+                               authority=az['authority_host'], endpoint=az['resource_manager_url'],
+                               ca_file=az['ca_file'], retry_total=0)
+    version = azclient.API_VERSIONS['compute']
+    repo = make_repo(tmp_path)
+    site.playbook('create.yml', workspace='az-seed', repo=repo, purpose='the seed', agent='fake',
+                  ephemera_agents=AGENTS)
+    seed = site.workspace('az-seed')['resource_id']
+    # docs/quickstart-azure.md's capture: deallocate, generalize, az image create --source <the VM>.
+    arm.send('POST', seed + '/deallocate', version, acts=True)
+    arm.send('POST', seed + '/generalize', version, acts=True)
+    image_id = seed.split('/providers/')[0] + '/providers/Microsoft.Compute/images/agents-1'
+    arm.send('PUT', image_id, version, body={'location': az['seed']['location'],
+                                             'properties': {'sourceVirtualMachine': {'id': seed}}}, acts=True)
+    deadline = time.time() + 30
+    while arm.get(image_id, version)['properties']['provisioningState'] != 'Succeeded' and time.time() < deadline:
+        time.sleep(0.2)
+
+    site.playbook('create.yml', workspace='az-img', repo=repo, purpose='from my image', agent='fake',
+                  ephemera_agents=AGENTS, ephemera_template=image_id)
+    ws = site.workspace('az-img')
+    assert ws['status'] == 'ready' and len(site.resources('az-img')) == 4
+    vm = arm.get(ws['resource_id'], version)
+    assert vm['properties']['storageProfile']['imageReference'] == {'id': image_id}
+
+    # An image that is not there: refused at the preflight, with the command that lists the images; nothing made.
+    missing = image_id.rsplit('/', 1)[0] + '/nosuch'
+    before = sorted(r['id'] for r in site.cloud.azure('resources'))
+    refused = site.playbook('create.yml', workspace='az-noimg', repo=repo, purpose='x', agent='fake',
+                            ephemera_agents=AGENTS, ephemera_template=missing, fail=False)
+    assert refused.returncode != 0
+    assert 'Managed image %s' % missing in refused.output and 'az image list' in refused.output, refused.output[-3000:]
+    assert sorted(r['id'] for r in site.cloud.azure('resources')) == before
+    # A gallery image's id is named as such, with what to give instead.
+    gallery = image_id.rsplit('/images/', 1)[0] + '/galleries/g/images/d/versions/1.0.0'
+    refused = site.playbook('create.yml', workspace='az-gallery', repo=repo, purpose='x', agent='fake',
+                            ephemera_agents=AGENTS, ephemera_template=gallery, fail=False)
+    assert refused.returncode != 0 and 'compute gallery are not taken yet' in refused.output, refused.output[-3000:]
+    assert sorted(r['id'] for r in site.cloud.azure('resources')) == before
+
+    site.playbook('destroy.yml', workspace='az-img')
+    # The seed, deallocated for its capture, cannot be looked into for unsaved work: its destroy says so.
+    done = site.playbook('destroy.yml', workspace='az-seed', discard_unsaved_work=True)
+    for name in ('az-img', 'az-seed'):
+        assert site.resources(name) == [], done.stdout[-4000:]
+    # The image is the user's: a destroy never touches it.
+    assert arm.get(image_id, version)['properties']['provisioningState'] == 'Succeeded'
+    arm.send('DELETE', image_id, version, acts=True)

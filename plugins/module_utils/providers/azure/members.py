@@ -209,9 +209,23 @@ class WorkspaceSet:
             raise base.InvalidRequest('VM size %s is not offered in %s; give one of: %s.'
                                       % (size, p['location'], ', '.join(names_[:20])))
         image = dict(o.get('image') or {})
-        if not all(image.get(k) for k in ('publisher', 'offer', 'sku')):
+        if image.get('id'):
+            self._check_managed_image(image['id'])
+        elif not all(image.get(k) for k in ('publisher', 'offer', 'sku')):
             raise base.InvalidRequest('The image needs publisher, offer and sku (and a version, or latest); got %r.'
                                       % (image,))
+        else:
+            self._check_marketplace_image(image)
+        subnet = o.get('subnet_id')
+        if not subnet:
+            raise base.InvalidRequest('No subnet: give azure_subnet_id (the id of a subnet of a virtual network in %s).'
+                                      % p['location'])
+        self._check('Subnet %s' % subnet, subnet, VERSION[NIC], 'Give the id of an existing subnet (azure_subnet_id).')
+        custom_data(o.get('ssh_public_key') or '')
+
+    def _check_marketplace_image(self, image):
+        p = self.plan
+        sub = p['subscription'] or self.arm.subscription
         versions = self._check(
             'Image %s:%s:%s in %s' % (image['publisher'], image['offer'], image['sku'], p['location']),
             '/subscriptions/%s/providers/Microsoft.Compute/locations/%s/publishers/%s/artifacttypes/vmimage/offers/%s'
@@ -223,12 +237,29 @@ class WorkspaceSet:
             raise base.InvalidRequest('Image %s:%s:%s has no version %s in %s (versions: %s).'
                                       % (image['publisher'], image['offer'], image['sku'], version, p['location'],
                                          ', '.join(found) or 'none'))
-        subnet = o.get('subnet_id')
-        if not subnet:
-            raise base.InvalidRequest('No subnet: give azure_subnet_id (the id of a subnet of a virtual network in %s).'
-                                      % p['location'])
-        self._check('Subnet %s' % subnet, subnet, VERSION[NIC], 'Give the id of an existing subnet (azure_subnet_id).')
-        custom_data(o.get('ssh_public_key') or '')
+
+    def _check_managed_image(self, image_id):
+        """A managed image (an image of your own: az image create) is there, in the set's location, Linux and
+        generalized (a specialized one would ignore the set's osProfile: its SSH key and cloud-init's data)."""
+        p = self.plan
+        doc = self._check('Managed image %s' % image_id, image_id, VERSION[VM],
+                          'Give the id of a managed image in this subscription (az image list --query "[].id").')
+        where = (doc.get('location') or '').lower()
+        if where != p['location'].lower():
+            raise base.InvalidRequest('Managed image %s is in %s, and the workspace goes to %s: a VM is made from an '
+                                      'image of its own location. Copy the image there (or capture it again in %s), '
+                                      'or set azure_location to %s.' % (image_id, where, p['location'], p['location'],
+                                                                        where))
+        os_disk = (((doc.get('properties') or {}).get('storageProfile') or {}).get('osDisk') or {})
+        if (os_disk.get('osType') or 'Linux').lower() != 'linux' or \
+                (os_disk.get('osState') or 'Generalized').lower() != 'generalized':
+            raise base.InvalidRequest('Managed image %s is a %s %s image; workspaces need a generalized Linux image '
+                                      '(waagent -deprovision+user, az vm deallocate, az vm generalize, then az image '
+                                      'create).' % (image_id, os_disk.get('osState'), os_disk.get('osType')))
+        state = (doc.get('properties') or {}).get('provisioningState') or 'Succeeded'
+        if state.lower() != 'succeeded':
+            raise base.InvalidRequest('Managed image %s is %s; wait until it is Succeeded and run again.'
+                                      % (image_id, state))
 
     def create(self):
         """Make what is missing of the set, public IP -> NIC -> VM, recording each stable id; then tag the OS disk

@@ -20,6 +20,7 @@ __metaclass__ = type
 
 import copy
 import hashlib
+import re
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership, waiter
@@ -190,10 +191,21 @@ def launch_options(params):
             'ssh_public_key': params.get('azure_ssh_public_key'), 'tags': dict(params.get('azure_tags') or {})}
 
 
+MANAGED_IMAGE = re.compile(r'^/subscriptions/[^/]+/resourcegroups/[^/]+/providers/microsoft\.compute/images/[^/]+$', re.I)
+
+
 def parse_image(text):
-    """{publisher, offer, sku, version} of ``publisher:offer:sku[:version]`` (or of such a dict)."""
+    """{publisher, offer, sku, version} of a marketplace image ``publisher:offer:sku[:version]``, {id} of a managed
+    image's ARM id (or of such a dict)."""
     if isinstance(text, dict):
         return dict(text)
+    if str(text or '').startswith('/'):
+        if MANAGED_IMAGE.match(str(text)):
+            return {'id': str(text)}
+        raise base.InvalidRequest(
+            'Image %r is not the id of a managed image (/subscriptions/<id>/resourceGroups/<group>/providers/'
+            'Microsoft.Compute/images/<name>). Give a managed image (az image create prints its id) or a marketplace '
+            'image publisher:offer:sku[:version]; images of a compute gallery are not taken yet.' % (text,))
     parts = str(text or '').split(':')
     if len(parts) not in (3, 4) or not all(parts):
         raise base.InvalidRequest('Image %r is not publisher:offer:sku[:version] (Debian:debian-12:12-gen2:latest).'
@@ -327,6 +339,8 @@ class AzureProvider(base.Provider):
 
     def resolve_source(self, source):
         image = parse_image(source)
+        if image.get('id'):
+            return image['id']
         return '%s:%s:%s:%s' % (image['publisher'], image['offer'], image['sku'], image['version'])
 
     def check_source(self, source, location, scope):

@@ -795,3 +795,18 @@ def test_a_public_key_larger_than_azure_takes_is_refused_before_anything_is_made
     with pytest.raises(base.InvalidRequest, match='at most 65535 bytes of custom data'):
         ws.create()
     assert not double.puts()
+
+
+def test_an_image_is_a_marketplace_urn_or_a_managed_images_id_and_nothing_else():
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.provider import parse_image
+    managed = '/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/images/agents-1'
+    assert parse_image(managed) == {'id': managed}
+    assert parse_image(managed.lower()) == {'id': managed.lower()}
+    assert parse_image('Canonical:ubuntu-24_04-lts:server') == {
+        'publisher': 'Canonical', 'offer': 'ubuntu-24_04-lts', 'sku': 'server', 'version': 'latest'}
+    for text, words in ((managed.replace('/images/', '/galleries/g/images/') + '/versions/1.0.0', 'compute gallery'),
+                        (managed + '/extra', 'not the id of a managed image'),
+                        ('Canonical:ubuntu', 'publisher:offer:sku')):
+        with pytest.raises(base.InvalidRequest) as refused:
+            parse_image(text)
+        assert words in str(refused.value), (text, str(refused.value))

@@ -17,7 +17,8 @@ options:
     type: str
   azure_tenant_id:
     description:
-      - The Microsoft Entra tenant of the service principal. If not set, E(AZURE_TENANT_ID) is used.
+      - The Microsoft Entra tenant of the service principal. If not set, E(AZURE_TENANT_ID), then E(AZURE_TENANT)
+        (what AWX's Azure Resource Manager credential and azure.azcollection use) is used.
     type: str
   azure_client_id:
     description:
@@ -25,7 +26,8 @@ options:
     type: str
   azure_client_secret:
     description:
-      - The service principal's secret. If not set, E(AZURE_CLIENT_SECRET) is used. Never recorded in the journal
+      - The service principal's secret. If not set, E(AZURE_CLIENT_SECRET), then E(AZURE_SECRET) (AWX's and
+        azure.azcollection's name) is used. Never recorded in the journal
         or shown.
       - Without a secret, DefaultAzureCredential looks where it always does (environment, workload identity,
         managed identity, the Azure CLI).

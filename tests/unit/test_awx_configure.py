@@ -72,11 +72,16 @@ def awx_tasks(play):
     return out
 
 
-def task_named(play, module):
-    """The task of awx.awx.<module> that makes something (the retirement tasks delete)."""
+def task_named(play, module, title=None):
+    """The task of awx.awx.<module> that makes something (the retirement tasks delete); ``title`` its name when
+    there are several."""
     [found] = [(task, args) for task, name, args in awx_tasks(play) if name == module
-               and args.get('state') != 'absent']
+               and args.get('state') != 'absent' and task['name'] == (title or task['name'])]
     return found
+
+
+SITE_TYPE, SITE_CREDENTIAL = 'Credential type ephemera.workspaces', 'Credential of this site'
+HETZNER_TYPE, CLOUD_CREDENTIALS = 'Credential type of Hetzner Cloud', 'Credential of each cloud the site uses'
 
 
 def templated(value):
@@ -133,7 +138,7 @@ def collection_options():
 
 
 def test_the_credential_type_injects_what_the_collection_reads(play):
-    task, args = task_named(play, 'credential_type')
+    task, args = task_named(play, 'credential_type', SITE_TYPE)
     assert args['kind'] == 'cloud'
     fields = dict((field['id'], field) for field in args['inputs']['fields'])
     assert set(fields) == {'api_host', 'api_token_id', 'api_token_secret', 'ca', 'controller_secret', 'journal_url'}
@@ -160,7 +165,7 @@ def test_the_credential_type_injects_what_the_collection_reads(play):
 
 
 def test_the_credential_itself_is_never_logged(play):
-    task, args = task_named(play, 'credential')
+    task, args = task_named(play, 'credential', SITE_CREDENTIAL)
     assert task['no_log'] is True and args['credential_type'] == '{{ _awx_credential_type }}'
 
 
@@ -170,10 +175,18 @@ def test_the_credential_type_is_named_after_its_inputs_and_retired_types_go_last
     do; the names they replace are deleted only after everything that used them was switched."""
     import hashlib
     import json
-    task, args = task_named(play, 'credential_type')
+    task, args = task_named(play, 'credential_type', SITE_TYPE)
     fingerprint = hashlib.sha256(json.dumps({'inputs': args['inputs'], 'injectors': args['injectors']},
                                             sort_keys=True).encode()).hexdigest()[:8]
     names = play['vars']
+    hetzner = task_named(play, 'credential_type', HETZNER_TYPE)[1]
+    hetzner_print = hashlib.sha256(json.dumps({'inputs': hetzner['inputs'], 'injectors': hetzner['injectors']},
+                                              sort_keys=True).encode()).hexdigest()[:8]
+    assert names['_awx_hetzner_inputs'] == hetzner_print, (
+        "The Hetzner credential type's inputs or injectors changed: set _awx_hetzner_inputs to %s (its type and "
+        "credential are named after it) and retire the names it had." % hetzner_print)
+    assert hetzner['name'] == '{{ _awx_hetzner_type }}' and names['_awx_hetzner_type'].endswith(
+        ' {{ _awx_hetzner_inputs }}')
     assert names['_awx_inputs'] == fingerprint, (
         "The credential type's inputs or injectors changed: set _awx_inputs to %s in playbooks/awx_configure.yml "
         "and add the names it had (ephemera.workspaces %s, ephemera.workspaces site %s) to _awx_retired."
@@ -433,3 +446,79 @@ def test_a_rerun_leaves_the_site_settings_kept_in_awx_as_they_are(play, monkeypa
         source = open(importlib.import_module('ansible_collections.awx.awx.plugins.modules.' + module).__file__).read()
         assert re.search(r'if %s is not None:' % option, source) or re.search(
             r"if module\.params\.get\('%s'\)( is not None)?:" % option, source), (module, option)
+
+
+# AWX's own credential types for the clouds: the inputs each takes and the variables it injects (awx's credential
+# plugins: aws, gce, azure_rm), which the collection reads (tests/unit/plugins/module_utils/
+# test_awx_cloud_credentials.py shows each reaching its option).
+AWX_CLOUD_TYPES = {
+    'Amazon Web Services': ({'username', 'password', 'security_token'},
+                            {'AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY', 'AWS_SECURITY_TOKEN'}),
+    # (and GCE_EMAIL, the key file's client_email again)
+    'Google Compute Engine': ({'username', 'project', 'ssh_key_data'},
+                              {'GCE_PROJECT', 'GCE_CREDENTIALS_FILE_PATH', 'GCP_SERVICE_ACCOUNT_FILE'}),
+    'Microsoft Azure Resource Manager': ({'subscription', 'client', 'secret', 'tenant'},
+                                         {'AZURE_SUBSCRIPTION_ID', 'AZURE_CLIENT_ID', 'AZURE_SECRET', 'AZURE_TENANT'}),
+}
+# Read by the SDK itself rather than by an option of the collection.
+SDK_READS = {'AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY', 'AWS_SECURITY_TOKEN'}
+SECRETS = {'ephemera_awx_controller_secret': 'c' * 40, 'ephemera_awx_journal_url': 'postgresql://j/db',
+           'ephemera_awx_project_url': 'https://git.example.com/ops/ephemera.git'}
+CLOUDS = {
+    'ephemera_awx_aws': {'access_key_id': 'AKIAEXAMPLE', 'secret_access_key': 'aws-secret'},
+    'ephemera_awx_gcp_key': '{"type": "service_account", "client_email": "e@p.iam.gserviceaccount.com", '
+                            '"private_key": "-----BEGIN PRIVATE KEY-----", "project_id": "p"}',
+    'ephemera_awx_azure': {'subscription_id': 'sub', 'tenant_id': 'tenant', 'client_id': 'app',
+                           'client_secret': 'az-secret'},
+    'ephemera_awx_hetzner_token': 'hcloud-token',
+}
+
+
+def ansible_rendered(play, expression, **given):
+    """``expression`` rendered by Ansible itself with the play's variables and ``given`` (its filters and tests)."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    def trusted(value):
+        if isinstance(value, str):
+            return trust_as_template(value)
+        if isinstance(value, dict):
+            return dict((k, trusted(v)) for k, v in value.items())
+        if isinstance(value, list):
+            return [trusted(v) for v in value]
+        return value
+    templar = Templar(loader=DataLoader(), variables=trusted(dict(play['vars'], **given)))
+    return templar.template(trust_as_template(expression))
+
+
+def test_each_cloud_given_gets_awxs_own_credential_and_every_job_template_carries_it(play):
+    task, args = task_named(play, 'credential', CLOUD_CREDENTIALS)
+    assert task['no_log'] is True and task['loop'] == '{{ _awx_clouds }}'
+    assert ansible_rendered(play, '{{ _awx_clouds }}', **SECRETS) == []
+    clouds = ansible_rendered(play, '{{ _awx_clouds }}', **dict(SECRETS, **CLOUDS))
+    by_type = dict((c['type'], c) for c in clouds)
+    hetzner_type = ansible_rendered(play, '{{ _awx_hetzner_type }}')
+    assert set(by_type) == set(AWX_CLOUD_TYPES) | {hetzner_type}
+    for name, (inputs, dummy) in AWX_CLOUD_TYPES.items():
+        assert set(by_type[name]['inputs']) <= inputs, name
+    assert by_type['Google Compute Engine']['inputs'] == {
+        'username': 'e@p.iam.gserviceaccount.com', 'project': 'p', 'ssh_key_data': '-----BEGIN PRIVATE KEY-----'}
+    assert by_type['Microsoft Azure Resource Manager']['inputs']['secret'] == 'az-secret'
+    assert by_type[hetzner_type]['inputs'] == {'token': 'hcloud-token'}
+    # Every job template gets the site's credential and every cloud's.
+    names = ansible_rendered(play, '{{ _awx_credentials }}', **dict(SECRETS, **CLOUDS))
+    assert names == [ansible_rendered(play, '{{ _awx_credential }}')] + [c['name'] for c in clouds]
+    assert task_named(play, 'job_template')[1]['credentials'] == '{{ _awx_credentials }}'
+
+
+def test_the_variables_awxs_cloud_credentials_inject_are_the_ones_the_collection_reads(play):
+    read = collection_env_names() | SDK_READS
+    for name, (dummy, injected) in AWX_CLOUD_TYPES.items():
+        assert injected <= read, (name, injected - read)
+    hetzner = task_named(play, 'credential_type', HETZNER_TYPE)[1]
+    assert set(hetzner['injectors']) == {'env'} and set(hetzner['injectors']['env']) == {'HCLOUD_TOKEN'}
+    assert 'HCLOUD_TOKEN' in collection_env_names()
+    assert [f['id'] for f in hetzner['inputs']['fields'] if f.get('secret')] == ['token']
+    # The site's own type no longer requires the Proxmox VE API: a site of clouds only has none to give.
+    site = task_named(play, 'credential_type', SITE_TYPE)[1]
+    assert site['inputs']['required'] == ['controller_secret', 'journal_url']

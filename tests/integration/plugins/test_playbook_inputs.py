@@ -133,4 +133,20 @@ def test_awx_configure_refuses_a_mistaken_site_variable_with_its_own(tmp_path):
     assert message.startswith('The awx_configure playbook does not read -e project_url: did you mean '
                               'ephemera_awx_project_url? Its variables are ephemera_awx_project_url, '), message
     # It reads no ephemera_<option> variable of its own, so the message does not offer them.
-    assert message.endswith('ephemera_awx_journal_url.') and 'ephemera_<option>' not in message, message
+    assert message.endswith('ephemera_awx_hetzner_token.') and 'ephemera_<option>' not in message, message
+
+
+@pytest.mark.parametrize('given, said', [
+    ((), "No provider's credentials: give those of each provider the site uses"),
+    (('ephemera_awx_api_host=pve.invalid',), 'ephemera_awx_api_host is given without ephemera_awx_api_token_id'),
+    (('{"ephemera_awx_aws": {"access_key_id": "AKIA"}}',), 'ephemera_awx_aws is {access_key_id: AKIA...'),
+    (('{"ephemera_awx_gcp_key": "{\\"client_email\\": \\"e@p\\"}"}',),
+     "ephemera_awx_gcp_key is a service account's JSON key"),
+    (('{"ephemera_awx_azure": {"subscription_id": "s"}}',), 'ephemera_awx_azure is {subscription_id, tenant_id'),
+])
+def test_awx_configure_checks_each_providers_credentials_before_any_awx_call(tmp_path, given, said):
+    site = ('ephemera_awx_project_url=https://git.invalid/workspaces.git', 'ephemera_awx_journal_url=x',
+            'ephemera_awx_controller_secret=s')
+    message = only_failure(play('awx_configure.yml', str(tmp_path / 'journal.sqlite'), *site + given))
+    assert message.startswith(said), message
+    assert os.listdir(str(tmp_path)) == []

@@ -19,9 +19,9 @@ def azure_argument_spec():
     """The Azure options (the ``provider`` option itself is the shared one)."""
     return dict(
         azure_subscription_id=dict(type='str', fallback=(env_fallback, ['AZURE_SUBSCRIPTION_ID'])),
-        azure_tenant_id=dict(type='str', fallback=(env_fallback, ['AZURE_TENANT_ID'])),
+        azure_tenant_id=dict(type='str', fallback=(env_fallback, ['AZURE_TENANT_ID', 'AZURE_TENANT'])),
         azure_client_id=dict(type='str', fallback=(env_fallback, ['AZURE_CLIENT_ID'])),
-        azure_client_secret=dict(type='str', no_log=True, fallback=(env_fallback, ['AZURE_CLIENT_SECRET'])),
+        azure_client_secret=dict(type='str', no_log=True, fallback=(env_fallback, ['AZURE_CLIENT_SECRET', 'AZURE_SECRET'])),
         azure_authority_host=dict(type='str', fallback=(env_fallback, ['AZURE_AUTHORITY_HOST'])),
         azure_endpoint_url=dict(type='str', fallback=(env_fallback, ['EPHEMERA_AZURE_ENDPOINT_URL'])),
         azure_ca_file=dict(type='path', fallback=(env_fallback, ['EPHEMERA_AZURE_CA_FILE'])),

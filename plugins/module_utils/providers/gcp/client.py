@@ -73,6 +73,18 @@ def credentials(kind, path=None, environ=None):
         except (ValueError, KeyError, TypeError) as err:
             raise base.InvalidRequest('The file %s is not a service-account key Google accepts (%s): download a JSON '
                                       'key of the service account again.' % (path, type(err).__name__))
+    if kind == 'application' and path:
+        # A credentials file that was given (a service-account key, a gcloud user's ADC file, or the key AWX's Google
+        # Compute Engine credential writes) is the one used: application default credentials might look elsewhere.
+        if not os.path.isfile(path):
+            raise base.InvalidRequest('The credentials file %s does not exist: give the path of a JSON key '
+                                      '(gcp_service_account_file or %s).' % (path, CREDENTIALS_ENV))
+        try:
+            found, dummy = google.auth.load_credentials_from_file(path, scopes=[SCOPE])
+        except google.auth.exceptions.DefaultCredentialsError as err:
+            raise base.InvalidRequest('The file %s is not a credentials file Google accepts (%s): download a JSON '
+                                      'key of the service account again.' % (path, type(err).__name__))
+        return found
     if kind == 'application':
         try:
             found, dummy = google.auth.default(scopes=[SCOPE])

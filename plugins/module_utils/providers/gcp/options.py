@@ -16,10 +16,12 @@ def gcp_argument_spec():
     """The GCP options (credentials the Google way: a service-account file, GOOGLE_APPLICATION_CREDENTIALS, or
     application default credentials)."""
     return dict(
-        gcp_project=dict(type='str', fallback=(env_fallback, ['GOOGLE_CLOUD_PROJECT', 'CLOUDSDK_CORE_PROJECT'])),
+        gcp_project=dict(type='str', fallback=(env_fallback, ['GOOGLE_CLOUD_PROJECT', 'CLOUDSDK_CORE_PROJECT',
+                                                              'GCP_PROJECT', 'GCE_PROJECT'])),
         gcp_zone=dict(type='str', fallback=(env_fallback, ['EPHEMERA_GCP_ZONE', 'CLOUDSDK_COMPUTE_ZONE'])),
         gcp_auth_kind=dict(type='str', default='application', choices=['application', 'serviceaccount', 'anonymous']),
-        gcp_service_account_file=dict(type='path', fallback=(env_fallback, ['GOOGLE_APPLICATION_CREDENTIALS'])),
+        gcp_service_account_file=dict(type='path', fallback=(env_fallback, [
+            'GOOGLE_APPLICATION_CREDENTIALS', 'GCP_SERVICE_ACCOUNT_FILE', 'GCE_CREDENTIALS_FILE_PATH'])),
         gcp_endpoint_url=dict(type='str', fallback=(env_fallback, ['EPHEMERA_GCP_ENDPOINT_URL'])),
         gcp_retry_timeout=dict(type='int', default=60),
         gcp_machine_type=dict(type='str', default='e2-small'),

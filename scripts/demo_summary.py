@@ -8,12 +8,20 @@ It shows the status, the provider's resource, the address and the SSH command to
 the lease, and the command that destroys it: never the record's JSON.
 """
 
+import os
+import shlex
 import sys
 import time
 
+# The places' state and the journal: a destroy run by hand needs the same to find the workspace.
+PLACE_ENV = ('LOCALPVE_STATE_DIR', 'LOCALCLOUD_STATE_DIR', 'EPHEMERA_JOURNAL')
 
-def summary(ws, inventory, journal_path):
-    """The summary's lines for the workspace record ``ws`` (as ``Journal.get_workspace`` gives it)."""
+
+def summary(ws, inventory, journal_path, environ=None):
+    """The summary's lines for the workspace record ``ws`` (as ``Journal.get_workspace`` gives it); the destroy
+    command carries the variables of ``environ`` (os.environ) that say where the place and the journal are."""
+    environ = os.environ if environ is None else environ
+    where = ''.join('%s=%s ' % (name, shlex.quote(environ[name])) for name in PLACE_ENV if environ.get(name))
     params, facts = ws.get('params') or {}, ws.get('facts') or {}
     agent = facts.get('agent') or {}
     expires = (ws.get('lease') or {}).get('expires_at')
@@ -36,7 +44,7 @@ def summary(ws, inventory, journal_path):
                                            'running' if agent.get('running') else 'not running')),
         ('lease', 'expires %s' % (time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(expires)) if expires
                                   else 'never')),
-        ('destroy', 'ansible-playbook -i %s playbooks/destroy.yml -e workspace=%s' % (inventory, ws['name'])),
+        ('destroy', '%sansible-playbook -i %s playbooks/destroy.yml -e workspace=%s' % (where, inventory, ws['name'])),
         ('journal', journal_path),
     ]
     return ['  %-11s %s' % (key, value) for key, value in rows]

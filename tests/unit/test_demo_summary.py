@@ -24,7 +24,7 @@ def test_the_summary_names_the_resource_the_ssh_command_and_the_destroy(provider
           'lease': {'expires_at': 0}, 'params': {'ssh_user': 'agent', 'ssh_port': 2222, 'agent': 'codex',
                                                  'ssh_private_key': '/keys/id'},
           'facts': {'head': 'abcdef0123456789', 'agent': {'briefs': 2, 'running': True}}}
-    lines = summary(ws, 'inventories/x', '/tmp/journal.sqlite')
+    lines = summary(ws, 'inventories/x', '/tmp/journal.sqlite', environ={})
     said = dict(line.split(None, 1) for line in lines)
     assert said['workspace'] == 'demo'
     assert said['status'] == 'ready, activity idle'
@@ -35,6 +35,12 @@ def test_the_summary_names_the_resource_the_ssh_command_and_the_destroy(provider
     assert said['agent'] == 'codex, 2 brief(s), running'
     assert said['repository'] == 'file:///tmp/repo at main (abcdef012345)'
     assert len(lines) <= 12 and not any('{' in line for line in lines)
+    # Run by the demo, the destroy names the demo's place and journal: as printed, it finds the workspace.
+    lines = summary(ws, 'inventories/x', '/tmp/journal.sqlite',
+                    environ={'LOCALPVE_STATE_DIR': '/d/cluster', 'EPHEMERA_JOURNAL': '/d/my journal.sqlite'})
+    assert dict(line.split(None, 1) for line in lines)['destroy'] == (
+        "LOCALPVE_STATE_DIR=/d/cluster EPHEMERA_JOURNAL='/d/my journal.sqlite' ansible-playbook -i inventories/x "
+        'playbooks/destroy.yml -e workspace=demo')
 
 
 INFO = {'seed': {'vpc_id': 'vpc-1', 'subnet_id': 'subnet-1', 'security_group_id': 'sg-1', 'key_name': 'k',

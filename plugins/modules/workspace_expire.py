@@ -58,6 +58,17 @@ options:
     description: Seconds one workspace has to answer for its activity (connection and answer each).
     type: int
     default: 10
+  fleet:
+    description:
+      - Sweep the whole fleet - every provider the journal holds a workspace on (and, for AWS and Compute Engine,
+        whose connections serve one region or zone, each region or zone), besides O(provider) - one after another,
+        each through its own connection from this task's options and the providers' environment variables.
+      - A place that cannot be reached (credentials missing or refused, its SDK not installed) is reported, the
+        others are still swept, and then the task fails naming it.
+      - V(false) sweeps O(provider) alone (in its configured region or zone) and reports a due workspace elsewhere
+        as V(other_provider).
+    type: bool
+    default: false
 '''
 
 EXAMPLES = r'''
@@ -75,14 +86,19 @@ RETURN = r'''
 entries:
   description:
     - One entry per workspace the sweep looked at - V(workspace), V(action) and V(detail). The action is
-      V(activity) (with V(activity)), V(no_answer), V(released), V(failed), V(busy), V(deferred) or
-      V(would_release).
+      V(activity) (with V(activity)), V(no_answer), V(released), V(failed), V(busy), V(deferred),
+      V(would_release) or V(other_provider); with O(fleet), each entry names its V(place) (V(aws eu-west-1),
+      V(proxmox)), and a place that could not be reached is an entry V(unreachable) with the reason.
   returned: always
   type: list
   elements: dict
 counts:
   description: The entries by action.
   returned: always
+  type: dict
+places:
+  description: With O(fleet), the entries by action of each place swept (V(proxmox), V(aws us-east-1), ...).
+  returned: when O(fleet) is true
   type: dict
 report:
   description: A summary line, then one line per entry.
@@ -102,7 +118,8 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
     open_history,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import argument_spec as archive_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.expire import DEFAULT_LIMIT, ExpirySweep
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.expire import (
+    DEFAULT_LIMIT, ExpirySweep, FleetSweep, counts_of)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
@@ -116,7 +133,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.prox
 def module_args():
     """The options of the module, declared once: its action plugin validates a task against them too."""
     spec = dict(limit=dict(type='int', default=DEFAULT_LIMIT), parallel=dict(type='int', default=8),
-                activity_timeout=dict(type='int', default=10))
+                activity_timeout=dict(type='int', default=10), fleet=dict(type='bool', default=False))
     spec.update(archive_argument_spec())
     spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())
@@ -143,20 +160,31 @@ def run(module):
         try:
             secret = controller_secret(journal.path, params['controller_secret'], module.check_mode,
                                        journal=journal, warn=module.warn)
-            sweep = ExpirySweep(journal, api_from_params(params), params, secret, check_mode=module.check_mode)
+            if params['fleet']:
+                sweep = FleetSweep(journal, params, secret, api_from_params, check_mode=module.check_mode)
+            else:
+                sweep = ExpirySweep(journal, api_from_params(params), params, secret, check_mode=module.check_mode)
             entries = sweep.run()
         except EphemeraError as err:
             module.fail_json(msg='The expiry sweep stopped: %s' % err)
-    counts = {}
-    for entry in entries:
-        counts[entry['action']] = counts.get(entry['action'], 0) + 1
+    counts = counts_of(entries)
     summary = 'expire: %d released, %d failed, %d busy, %d deferred, %d asked for activity' % (
         counts.get('released', 0), counts.get('failed', 0), counts.get('busy', 0), counts.get('deferred', 0),
         counts.get('activity', 0) + counts.get('no_answer', 0))
     if module.check_mode:
         summary += ', %d would be released' % counts.get('would_release', 0)
     report = [summary] + ['%s: %s: %s' % (e['workspace'], e['action'], e['detail']) for e in entries]
-    module.exit_json(changed=sweep.changed, entries=entries, counts=counts, report=report, msg=summary)
+    result = dict(changed=sweep.changed, entries=entries, counts=counts, report=report, msg=summary)
+    if params['fleet']:
+        result['places'] = sweep.by_place
+        report[1:1] = ['%s: %s' % (place, ', '.join('%d %s' % (n, action) for action, n in sorted(counted.items()))
+                                   or 'nothing due') for place, counted in sorted(sweep.by_place.items())]
+        if sweep.unreachable:
+            result['msg'] = ('The expiry sweep could not reach %s; every other place was swept. Give the credentials '
+                             'of each provider the journal holds workspaces on (their environment variables, or the '
+                             'ephemera_<option> variables), then run it again.' % '; '.join(sweep.unreachable))
+            module.fail_json(**result)
+    module.exit_json(**result)
 
 
 def main():

@@ -243,6 +243,9 @@ class Provider:
     # True when templates are built by this collection and recorded in the journal (template_build): a request's
     # template name resolves to its current version there. Else the provider resolves its own images.
     journal_templates = False
+    # The option that binds a connection to one location (aws_region: an EC2 client serves one region), or None when
+    # one connection reaches every location of the provider. A sweep of the whole fleet connects once per location.
+    location_option = None
     # True when an id is never given to a second resource (an EC2 instance id): a resource found at a destroyed
     # record's id (or launched with its recorded candidate id) can only be that record's, never a newcomer.
     unique_ids = False

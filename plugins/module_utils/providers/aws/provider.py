@@ -147,6 +147,7 @@ class AwsProvider(cloud.CloudProvider):
     """The provider seam over EC2 in one region (``ec2``: an :class:`Ec2`)."""
 
     name = NAME
+    location_option = 'aws_region'
     kind = KIND
     noun = 'instance'
     candidate_noun = 'An EC2 client token'

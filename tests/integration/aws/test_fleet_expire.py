@@ -1,0 +1,47 @@
+"""One expiry sweep for the whole fleet, through the shipped playbook: a journal that holds an expired workspace on
+EC2 and one on Hetzner Cloud (both on the try-out cloud), swept by one run from the AWS inventory. Without Hetzner's
+credentials the EC2 workspace is released, the Hetzner one is reported as not reached and kept, and the run fails
+naming it; with them, the next run releases it too."""
+
+import time
+
+from tests.integration.hetzner.hzrun import HetznerSite
+from tests.integration.playbooks import make_repo
+
+from .awsrun import DONE_AGENTS, AwsSite
+
+
+def test_one_sweep_releases_what_expired_on_every_provider_and_names_the_one_it_cannot_reach(localcloud, tmp_path):
+    aws = AwsSite(localcloud, tmp_path)
+    hetzner = HetznerSite(localcloud, tmp_path)  # the same journal
+    repo = make_repo(str(tmp_path / 'repo'))
+    for site, name in ((aws, 'fleet-aws'), (hetzner, 'fleet-hz')):
+        run = site.create(name, repo, ttl=600, idle_timeout=15, ephemera_agents=DONE_AGENTS)
+        assert run.ok, run.explain()
+    expiry = max(aws.workspace(name)['lease']['expires_at'] for name in ('fleet-aws', 'fleet-hz'))
+    time.sleep(max(0.0, expiry - time.time()) + 0.3)
+
+    # From the AWS inventory, with no Hetzner token anywhere: EC2 is swept, Hetzner Cloud is named and kept.
+    first = aws.playbook('expire.yml')
+    assert not first.ok
+    result = first.task('Release what expired')
+    assert 'could not reach hetzner' in result['msg'] and 'every other place was swept' in result['msg'], result['msg']
+    by_name = dict((e['workspace'], e) for e in result['entries'])
+    assert by_name['fleet-aws']['action'] == 'released' and by_name['fleet-aws']['place'].startswith('aws ')
+    assert [e['place'] for e in result['entries'] if e['action'] == 'unreachable'] == ['hetzner']
+    assert aws.workspace('fleet-aws')['status'] == 'destroyed' and aws.instances('fleet-aws') == []
+    assert aws.workspace('fleet-hz')['status'] == 'ready' and len(hetzner.servers('fleet-hz')) == 1
+
+    # The Hetzner Cloud token and endpoint in the environment, as a site gives them: the next sweep finishes.
+    info = localcloud.info['hetzner']
+    second = aws.playbook('expire.yml', env={'HCLOUD_TOKEN': info['token'], 'HCLOUD_ENDPOINT': info['endpoint']})
+    assert second.ok, second.explain()
+    result = second.task('Release what expired')
+    assert [(e['workspace'], e['action'], e['place']) for e in result['entries'] if e['workspace'] == 'fleet-hz'] \
+        == [('fleet-hz', 'released', 'hetzner')], result['report']
+    assert set(result['places']) >= {'hetzner'} and aws.workspace('fleet-hz')['status'] == 'destroyed'
+    assert hetzner.servers('fleet-hz') == []
+
+    # fleet=false: the AWS sweep alone, as before.
+    alone = aws.playbook('expire.yml', fleet=False)
+    assert alone.ok and 'places' not in alone.task('Release what expired'), alone.explain()

@@ -173,16 +173,14 @@ def run(module):
         counts.get('activity', 0) + counts.get('no_answer', 0))
     if module.check_mode:
         summary += ', %d would be released' % counts.get('would_release', 0)
-    report = [summary] + ['%s: %s: %s' % (e['workspace'], e['action'], e['detail']) for e in entries]
+    report = [summary] + ['%s: %s: %s' % (e['workspace'] or e.get('place'), e['action'], e['detail']) for e in entries]
     result = dict(changed=sweep.changed, entries=entries, counts=counts, report=report, msg=summary)
     if params['fleet']:
         result['places'] = sweep.by_place
         report[1:1] = ['%s: %s' % (place, ', '.join('%d %s' % (n, action) for action, n in sorted(counted.items()))
                                    or 'nothing due') for place, counted in sorted(sweep.by_place.items())]
         if sweep.unreachable:
-            result['msg'] = ('The expiry sweep could not reach %s; every other place was swept. Give the credentials '
-                             'of each provider the journal holds workspaces on (their environment variables, or the '
-                             'ephemera_<option> variables), then run it again.' % '; '.join(sweep.unreachable))
+            result['msg'] = sweep.unreachable_message('expiry sweep')
             module.fail_json(**result)
     module.exit_json(**result)
 

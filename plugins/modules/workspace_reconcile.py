@@ -75,6 +75,17 @@ options:
     type: str
     choices: [report, delete]
     default: report
+  fleet:
+    description:
+      - Reconcile the whole fleet - every provider the journal holds a workspace on (and, for AWS and Compute Engine,
+        whose connections serve one region or zone, each region or zone), besides O(provider) - one after another,
+        each through its own connection from this task's options and the providers' environment variables.
+      - A place that cannot be reached is reported, the others are still reconciled, and then the task fails
+        naming it.
+      - V(false) reconciles O(provider) alone (in its configured region or zone); a workspace that lives elsewhere
+        is the finding V(other_provider) and is not looked at.
+    type: bool
+    default: false
 '''
 
 EXAMPLES = r'''
@@ -99,11 +110,12 @@ counts:
     id of a workspace the journal records as destroyed), V(debt_settled), V(debt_open),
     V(busy), V(unfinished_create), V(template_build) (a template build's candidate, left to its builds),
     V(adoptable), V(candidate_taken), V(missing), V(not_ours), V(failed), V(orphan),
-    V(unreadable), V(foreign), V(ok)).
+    V(unreadable), V(foreign), V(other_provider) (a workspace of another provider or region, not looked at),
+    V(ok)); with O(fleet), also V(unreachable) (a place that could not be reached).
   returned: always
   type: dict
 findings:
-  description: One dict per finding, with kind, workspace, vmid, node and detail.
+  description: One dict per finding, with kind, workspace, vmid, node and detail (and, with O(fleet), its place).
   returned: always
   type: list
   elements: dict
@@ -112,6 +124,10 @@ resume_create:
   returned: always
   type: list
   elements: str
+places:
+  description: With O(fleet), the findings by kind of each place reconciled (V(proxmox), V(aws us-east-1), ...).
+  returned: when O(fleet) is true
+  type: dict
 kind:
   description:
     - What kind of failure it was, and so what a caller may do next (the collection's C(docs/errors.md) has the
@@ -195,7 +211,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetz
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.options import azure_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import connection_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.reconcile import Reconciler
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.reconcile import FleetReconcile, Reconciler
 
 
 def module_args():
@@ -204,6 +220,7 @@ def module_args():
         pool=dict(type='str', default='disposable-workspaces'),
         tag=dict(type='str', default='ephemera'),
         orphans=dict(type='str', default='report', choices=['report', 'delete']),
+        fleet=dict(type='bool', default=False),
     )
     spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())
@@ -225,13 +242,20 @@ def run(module):
             'No journal at %s yet: nothing was recorded by this controller, so there is nothing to reconcile.' % path])
     with journal:
         try:
-            client = api_from_params(module.params)
             secret = controller_secret(journal.path, module.params['controller_secret'], module.check_mode,
                                        journal=journal, warn=module.warn)
-            reconciler = Reconciler(journal, client, secret, module.params, check_mode=module.check_mode)
-            result = reconciler.run()
+            if module.params['fleet']:
+                reconciler = FleetReconcile(journal, module.params, secret, api_from_params,
+                                            check_mode=module.check_mode)
+                result = reconciler.result(reconciler.run())
+            else:
+                reconciler = Reconciler(journal, api_from_params(module.params), secret, module.params,
+                                        check_mode=module.check_mode)
+                result = reconciler.run()
         except EphemeraError as err:
             module.fail_json(msg=str(err), **err.details)
+    if module.params['fleet'] and reconciler.unreachable:
+        module.fail_json(changed=reconciler.changed, msg=reconciler.unreachable_message('reconcile'), **result)
     module.exit_json(changed=reconciler.changed, **result)
 
 

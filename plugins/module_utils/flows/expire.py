@@ -31,6 +31,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import fa
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import agent as agent_flow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import fleet
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS, DestroyFlow
@@ -74,7 +75,7 @@ class ExpirySweep:
         for ws, why in candidates:
             if why and not self._here(ws):
                 self._add(ws['name'], 'other_provider', 'due (%s); it lives on %s, left to a sweep that talks to it'
-                          % (why, place_label(ws.get('provider') or 'proxmox', ws.get('location'))))
+                          % (why, fleet.place_of(ws)))
         candidates = sorted([(ws, why) for ws, why in candidates if why and self._here(ws)],
                             key=lambda pair: pair[0]['lease'].get('expires_at') or 0)
         limit = self.params.get('limit') or DEFAULT_LIMIT
@@ -87,11 +88,7 @@ class ExpirySweep:
     def _here(self, ws):
         """True when the workspace lives on the provider this sweep talks to (a record without one is Proxmox's),
         and, for a provider whose connection serves one location, in that location."""
-        if self.provider is None:
-            return True
-        if (ws.get('provider') or 'proxmox') != self.provider.name:
-            return False
-        return not self.provider.location_option or not ws.get('location') or ws['location'] == self.provider.here
+        return self.provider is None or fleet.lives_here(self.provider, ws)
 
     # ------------------------------------------------------------------ activity
 
@@ -186,78 +183,14 @@ class ExpirySweep:
         self.journal.amend_workspace(name, settle)
 
 
-def place_label(name, location):
-    """A provider and, where its connections are bound to one, its location: "aws eu-west-1", "proxmox"."""
-    option = providers.provider_class(name).location_option
-    return '%s %s' % (name, location) if option and location else name
+
+class FleetSweep(fleet.FleetRun):
+    """An expiry sweep of every place the journal holds workspaces in (fleet.places), one after another."""
+
+    def sweep(self, provider, params):
+        sweep = ExpirySweep(self.journal, provider, params, self.secret, check_mode=self.check_mode, clock=self.clock)
+        entries = [e for e in sweep.run() if e['action'] != 'other_provider']
+        return sweep.changed, entries
 
 
-def places(journal, params):
-    """The places a sweep of the whole fleet covers, as (provider, location or None): the run's own provider, and
-    every provider the journal holds a workspace on that is not destroyed (for a provider whose connection serves one
-    location, each such location)."""
-    own = params.get('provider') or 'proxmox'
-    found = {(own, None)}
-    for ws in journal.list_workspaces():
-        if ws['status'] == 'destroyed':
-            continue
-        name = ws.get('provider') or 'proxmox'
-        found.add((name, ws.get('location') if providers.provider_class(name).location_option else None))
-    # The run's own connection first (None: the location it is configured for), then the others.
-    return sorted(found, key=lambda place: (place != (own, None), place[0], place[1] or ''))
-
-
-class FleetSweep:
-    """An expiry sweep of every place the journal holds workspaces in (:func:`places`), one place after another,
-    each through a connection of its own (``connect(params)``: what a module acts through). A place that cannot be
-    reached (credentials missing or refused, its SDK not installed) is reported, and the others are still swept."""
-
-    def __init__(self, journal, params, secret, connect, check_mode=False, clock=time.time):
-        self.journal = journal
-        self.params = params
-        self.secret = secret
-        self.connect = connect
-        self.check_mode = check_mode
-        self.clock = clock
-        self.changed = False
-        self.unreachable = []
-        self.by_place = {}
-
-    def run(self):
-        entries, covered = [], set()
-        for name, location in places(self.journal, self.params):
-            if (name, location) in covered:
-                continue
-            label = place_label(name, location)
-            params = dict(self.params, provider=name)
-            option = providers.provider_class(name).location_option
-            if option and location:
-                params[option] = location
-            try:
-                sweep = ExpirySweep(self.journal, self.connect(params), params, self.secret,
-                                    check_mode=self.check_mode, clock=self.clock)
-                if option and location is None:
-                    # The run's own connection: its location (from an option or the environment) is swept now.
-                    location = sweep.provider.here
-                    label = place_label(name, location)
-                    covered.add((name, location))
-                found = [e for e in sweep.run() if e['action'] != 'other_provider']
-            except EphemeraError as err:
-                self.unreachable.append('%s (%s)' % (label, err))
-                entries.append({'workspace': '-', 'action': 'unreachable', 'place': label,
-                                'detail': '%s was not swept: %s' % (label, err)})
-                continue
-            self.changed = self.changed or sweep.changed
-            for entry in found:
-                entry['place'] = label
-            self.by_place[label] = counts_of(found)
-            entries.extend(found)
-        return entries
-
-
-def counts_of(entries):
-    """The entries by action."""
-    counts = {}
-    for entry in entries:
-        counts[entry['action']] = counts.get(entry['action'], 0) + 1
-    return counts
+counts_of = fleet.counts_of

@@ -38,6 +38,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import fa
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import fleet
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import CANDIDATE_ID, LOCATION, RESOURCE_ID, TASKS
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS, DestroyFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
@@ -50,7 +51,7 @@ IN_PROGRESS = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registe
 KINDS = ('destroyed', 'destroy_pending', 'destroy_blocked', 'orphan_deleted', 'destroyed_present', 'debt_settled',
          'debt_open', 'busy',
          'unfinished_create', 'template_build', 'adoptable', 'candidate_taken', 'missing', 'not_ours', 'unreadable', 'failed', 'orphan',
-         'foreign', 'ok')
+         'foreign', 'other_provider', 'ok')
 CONFIG_READERS = 8
 # What reconcile does with a resource bound exactly to a destroyed record, on a provider whose ids are unique.
 ORPHAN_MODES = ('report', 'delete')
@@ -180,7 +181,18 @@ class Reconciler:
 
     def run(self):
         cluster = self._resources()
-        records = self.journal.list_workspaces()
+        records = []
+        self._elsewhere = set()
+        for ws in self.journal.list_workspaces():
+            if fleet.lives_here(self.provider, ws):
+                records.append(ws)
+                continue
+            # Another provider's (or another region's) workspace: its resources are not in this listing, so this
+            # pass says nothing about it but where it lives; a reconcile of that place (fleet=true) looks at it.
+            self._elsewhere.add(ws['name'])
+            if ws['status'] != 'destroyed':
+                self._add('other_provider', ws['name'], None, None, 'lives on %s; left to a reconcile that talks to '
+                          'it' % fleet.place_of(ws))
         # Destroyed records by name: a resource bound exactly to one of them is that workspace's, left behind.
         self._destroyed = dict((ws['name'], ws) for ws in records
                                if ws['status'] == 'destroyed' and ws['desired_state'] == 'destroyed')
@@ -347,6 +359,8 @@ class Reconciler:
 
     def _debts(self, cluster, busy):
         for debt in self.journal.cleanup_debts(due_only=True):
+            if debt['workspace'] in self._elsewhere:
+                continue
             try:
                 self._debt(debt, cluster, busy)
             except Exception as err:  # pylint: disable=broad-except
@@ -552,4 +566,39 @@ class Reconciler:
         summary = ', '.join('%d %s' % (n, k) for k, n in counts.items() if n) or 'nothing to report'
         lines = ['reconcile: %s' % summary] + [f.line(self.provider.label) for f in findings if f.kind != 'ok']
         return {'counts': counts, 'findings': [f.as_dict() for f in findings], 'report': lines,
+                'resume_create': sorted(set(self.resume_create))}
+
+
+class FleetReconcile(fleet.FleetRun):
+    """Reconcile every place the journal holds workspaces in (fleet.places), one after another: each place's
+    findings (with their ``place``), report lines and creates to resume, gathered."""
+
+    kind_key = 'kind'
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.report_lines = []
+        self.resume_create = []
+
+    def sweep(self, provider, params):
+        reconciler = Reconciler(self.journal, provider, self.secret, params, check_mode=self.check_mode)
+        result = reconciler.run()
+        findings = [f for f in result['findings'] if f['kind'] != 'other_provider']
+        label = fleet.place_label(provider.name, provider.here if provider.location_option else None)
+        self.report_lines += ['[%s] %s' % (label, line) for line in result['report']
+                              if not line.startswith('other_provider ')]
+        if provider.name == (self.params.get('provider') or 'proxmox'):
+            # A create is resumed by a run of its own provider's settings: the others' unfinished creates are
+            # findings (unfinished_create), for a reconcile with that provider to resume.
+            self.resume_create += result['resume_create']
+        return reconciler.changed, findings
+
+    def result(self, findings):
+        counts = dict((k, 0) for k in KINDS + ('unreachable',))
+        counts.update(fleet.counts_of(findings, 'kind'))
+        summary = ', '.join('%d %s' % (n, k) for k, n in counts.items() if n) or 'nothing to report'
+        unreachable = ['[%s] unreachable: %s' % (f['place'], f['detail']) for f in findings
+                       if f['kind'] == 'unreachable']
+        return {'counts': counts, 'findings': findings, 'places': self.by_place,
+                'report': ['reconcile (the fleet): %s' % summary] + self.report_lines + unreachable,
                 'resume_create': sorted(set(self.resume_create))}

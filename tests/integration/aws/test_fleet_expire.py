@@ -1,5 +1,7 @@
-"""One expiry sweep for the whole fleet, through the shipped playbook: a journal that holds an expired workspace on
-EC2 and one on Hetzner Cloud (both on the try-out cloud), swept by one run from the AWS inventory. Without Hetzner's
+"""The whole fleet through the shipped playbooks: a journal that holds a workspace on EC2 and one on Hetzner Cloud
+(both on the try-out cloud). Reconcile from the AWS inventory says the Hetzner one lives elsewhere (not "missing"),
+and with fleet=true looks at each through its own provider. One expiry sweep from the AWS inventory then releases
+what expired on both. Without Hetzner's
 credentials the EC2 workspace is released, the Hetzner one is reported as not reached and kept, and the run fails
 naming it; with them, the next run releases it too."""
 
@@ -16,8 +18,25 @@ def test_one_sweep_releases_what_expired_on_every_provider_and_names_the_one_it_
     hetzner = HetznerSite(localcloud, tmp_path)  # the same journal
     repo = make_repo(str(tmp_path / 'repo'))
     for site, name in ((aws, 'fleet-aws'), (hetzner, 'fleet-hz')):
-        run = site.create(name, repo, ttl=600, idle_timeout=15, ephemera_agents=DONE_AGENTS)
+        run = site.create(name, repo, ttl=600, idle_timeout=30, ephemera_agents=DONE_AGENTS)
         assert run.ok, run.explain()
+    info = localcloud.info['hetzner']
+    hetzner_env = {'HCLOUD_TOKEN': info['token'], 'HCLOUD_ENDPOINT': info['endpoint']}
+
+    # Reconcile from the AWS inventory: the Hetzner workspace is another provider's, not "missing".
+    alone = aws.playbook('reconcile.yml')
+    assert alone.ok, alone.explain()
+    kinds = dict((f['workspace'], f['kind']) for f in alone.task('Compare the journal with the cluster')['findings']
+                 if f['workspace'])
+    assert kinds == {'fleet-aws': 'ok', 'fleet-hz': 'other_provider'}, kinds
+    # The whole fleet: each workspace looked at through its own provider.
+    both = aws.playbook('reconcile.yml', fleet=True, env=hetzner_env)
+    assert both.ok, both.explain()
+    found = both.task('Compare the journal with the cluster')
+    assert sorted((f['workspace'], f['kind'], f['place'].split()[0]) for f in found['findings'] if f['workspace']) \
+        == [('fleet-aws', 'ok', 'aws'), ('fleet-hz', 'ok', 'hetzner')], found['report']
+    assert 'hetzner' in found['places'] and any(p.startswith('aws ') for p in found['places'])
+
     expiry = max(aws.workspace(name)['lease']['expires_at'] for name in ('fleet-aws', 'fleet-hz'))
     time.sleep(max(0.0, expiry - time.time()) + 0.3)
 
@@ -33,8 +52,7 @@ def test_one_sweep_releases_what_expired_on_every_provider_and_names_the_one_it_
     assert aws.workspace('fleet-hz')['status'] == 'ready' and len(hetzner.servers('fleet-hz')) == 1
 
     # The Hetzner Cloud token and endpoint in the environment, as a site gives them: the next sweep finishes.
-    info = localcloud.info['hetzner']
-    second = aws.playbook('expire.yml', env={'HCLOUD_TOKEN': info['token'], 'HCLOUD_ENDPOINT': info['endpoint']})
+    second = aws.playbook('expire.yml', env=hetzner_env)
     assert second.ok, second.explain()
     result = second.task('Release what expired')
     assert [(e['workspace'], e['action'], e['place']) for e in result['entries'] if e['workspace'] == 'fleet-hz'] \

@@ -43,7 +43,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import filetrust
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import DEFAULT_LEASE, Owner
 
 ENV_VAR = 'EPHEMERA_JOURNAL'
 URL_ENV_VAR = 'EPHEMERA_JOURNAL_URL'
@@ -413,6 +413,13 @@ def epoch(stamp):
         return None
     return (datetime.datetime.strptime(stamp, '%Y-%m-%dT%H:%M:%S.%fZ').replace(tzinfo=datetime.timezone.utc)
             - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)).total_seconds()
+
+
+def runner_alive(row, now):
+    """Whether the runner of a queue entry (a row of ``queue``) lives: on this host its process (pid and start time),
+    on another host the claim's lease, which every write under the claim renews (see ``queue.py``)."""
+    owner = Owner.from_record(row['owner'], row['lease_expires'])
+    return owner is not None and owner.is_alive(now)
 
 
 def _dumps(value):
@@ -1218,7 +1225,8 @@ class Journal:
         controller = controller or self.controller_id
         return hashlib.sha256(('%s\0%s\0%s' % (controller, action, key)).encode('utf-8')).hexdigest()
 
-    def begin_idempotent(self, key, action, request, controller=None, owner=None, now=None):
+    def begin_idempotent(self, key, action, request, controller=None, owner=None, now=None, claim=None,
+                         lease=DEFAULT_LEASE):
         """Claim an idempotency key before doing ``action`` for ``request``.
 
         - first use: a fresh claim (``replayed`` False); the caller does the work, then calls
@@ -1227,6 +1235,12 @@ class Journal:
         - same key, different request: :class:`IdempotencyError`;
         - same key while its first use still runs: :class:`IdempotencyError` (refused). If that
           first owner died, this caller takes the claim over and resumes.
+
+        Whether the first use still runs is judged as a queue claim is: a key claimed under a queued operation's
+        ``claim`` lives while that operation runs with a live runner (on this host its process, on another host the
+        claim's renewed lease), and a run that holds that operation's claim now (it took it over) goes on with the
+        key. A key claimed outside the queue carries a lease of its own (``lease`` seconds from its claim), so that an
+        owner on another host that died frees it then instead of after the record's 24 h.
 
         Keys are scoped by controller and action and stored only as a SHA-256 hash; records
         expire 24 h after they were made.
@@ -1237,12 +1251,13 @@ class Journal:
         print_ = fingerprint(request)
         with self.transaction(point='idempotency_begin') as conn:
             now = self.clock(conn) if now is None else now
+            mine = self._idempotency_owner(owner, claim, now, lease)
             conn.execute('DELETE FROM idempotency WHERE expires_at <= ?', (now,))
             row = conn.execute('SELECT * FROM idempotency WHERE key_hash = ?', (key_hash,)).fetchone()
             if row is None:
                 conn.execute('INSERT INTO idempotency (key_hash, controller, action, fingerprint, state, owner, '
                              'created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
-                             (key_hash, controller, action, print_, 'in_flight', _dumps(owner.to_dict()), now,
+                             (key_hash, controller, action, print_, 'in_flight', _dumps(mine), now,
                               now + IDEMPOTENCY_TTL))
                 return IdempotencyClaim(key_hash, replayed=False)
             if row['fingerprint'] != print_:
@@ -1251,15 +1266,45 @@ class Journal:
                                        action=action)
             if row['state'] == 'done':
                 return IdempotencyClaim(key_hash, replayed=True, result=json.loads(row['result']))
-            first = Owner.from_dict(json.loads(row['owner']))
-            if first == owner:
-                # The same run asks again (a later step of the operation it claimed the key for).
+            first = json.loads(row['owner'])
+            if Owner.from_dict(first) == owner or (claim is not None and first.get('entry_id') == mine['entry_id']):
+                # The same run asks again (a later step of the operation it claimed the key for), or the run that
+                # holds that operation's claim now (it took the operation over).
+                if first != mine:
+                    conn.execute('UPDATE idempotency SET owner = ? WHERE key_hash = ?', (_dumps(mine), key_hash))
                 return IdempotencyClaim(key_hash, replayed=False)
-            if first.is_alive(now):
-                raise IdempotencyError('A %s with this idempotency key is still running (%r). Wait for it to finish, '
-                                       'then repeat this request to get its result.' % (action, first), action=action)
-            conn.execute('UPDATE idempotency SET owner = ? WHERE key_hash = ?', (_dumps(owner.to_dict()), key_hash))
+            if self._idempotency_owner_alive(conn, first, now):
+                raise IdempotencyError('A %s with this idempotency key is still running (%s). Wait for it to finish, '
+                                       'then repeat this request to get its result.'
+                                       % (action, self._idempotency_owner_text(first)), action=action)
+            conn.execute('UPDATE idempotency SET owner = ? WHERE key_hash = ?', (_dumps(mine), key_hash))
             return IdempotencyClaim(key_hash, replayed=False)
+
+    @staticmethod
+    def _idempotency_owner(owner, claim, now, lease):
+        """What an idempotency record keeps of its owner: the run, and the queued operation it works for (its
+        liveness is then that operation's runner's), else a lease of its own."""
+        mine = owner.to_dict()
+        if claim is not None:
+            mine.update(entry_id=claim_parts(claim)[0], lease_expires=None)
+        else:
+            mine.update(entry_id=None, lease_expires=now + float(lease))
+        return mine
+
+    @staticmethod
+    def _idempotency_owner_alive(conn, first, now):
+        if first.get('entry_id') is not None:
+            row = conn.execute('SELECT state, owner, lease_expires FROM queue WHERE id = ?',
+                               (first['entry_id'],)).fetchone()
+            return row is not None and row['state'] == 'running' and runner_alive(row, now)
+        return Owner.from_dict(first).is_alive(now)
+
+    @staticmethod
+    def _idempotency_owner_text(first):
+        text = '%s pid %s' % (first.get('host'), first.get('pid'))
+        if first.get('entry_id') is not None:
+            text += ', queued operation #%s' % first['entry_id']
+        return text
 
     def finish_idempotent(self, claim, result):
         """Store the result of a claimed request, so that a repeat replays it."""

@@ -18,6 +18,9 @@ claim writes nothing. Every caller goes through this runner:
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import contextlib
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import CLAIMED, Queue
 
@@ -70,6 +73,26 @@ def record_step(journal, claim, label, workspace, check_mode=False):
     mode)."""
     if claim and not check_mode:
         Operation(journal, claim).step(label, detail={'workspace': workspace})
+
+
+@contextlib.contextmanager
+def running_step(journal, claim, label, workspace, check_mode=False):
+    """A step module's step: recorded under the run's claim (:func:`record_step`), and the claim kept for as long as
+    the step runs, however long it waits without writing (core/renewal.py): a renewal that is refused, or that cannot
+    reach the journal until the lease may have run out, stops the step at its next wait, call, command or write."""
+    record_step(journal, claim, label, workspace, check_mode)
+    if not claim or check_mode:
+        yield None
+        return
+    other = journal.reopen()
+    try:
+        queue = Queue(other)
+        keeper = renewal.ClaimKeeper(lambda: queue.renew(claim), claim, close=other.close)
+    except BaseException:
+        other.close()
+        raise
+    with keeper:
+        yield keeper
 
 
 def record_failure(journal, claim, msg, check_mode=False):

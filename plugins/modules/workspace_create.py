@@ -459,7 +459,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetz
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.options import azure_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import connection_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, running_step
 
 # Steps that never talk to the Proxmox API (ready does: it puts the lease's ready label on the container).
 GUEST_STEPS = ('ssh', 'bootstrap', 'checkout', 'runner', 'brief')
@@ -564,8 +564,8 @@ def run(module):
             flow = CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode,
                               diff=module._diff)
             failpoint.enter(params['name'], 'create.' + step)
-            record_step(journal, params['claim'], STEP_LABELS[step], params['name'], module.check_mode)
-            outcome = flow.run(step)
+            with running_step(journal, params['claim'], STEP_LABELS[step], params['name'], module.check_mode):
+                outcome = flow.run(step)
         except EphemeraError as err:
             result.update(err.details)
             fail_step(module, failure_message(params['name'], step, err), journal, params['claim'], params['name'],

@@ -258,7 +258,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetz
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.options import azure_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import connection_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, running_step
 
 
 def argument_spec():
@@ -328,10 +328,11 @@ def run(module):
             else:
                 flow = DestroyFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
                 failpoint.enter(params['name'], 'destroy.' + step)
-                if step != 'inspect':
-                    record_step(journal, params['claim'], STEP_LABELS.get(step, 'archive guard'), params['name'],
-                                module.check_mode)
-                outcome = flow.run(step) if step != 'guard' else guard(journal, flow, params, module.check_mode)
+                label = STEP_LABELS.get(step, 'archive guard')
+                # The inspect step only reads: it neither records itself nor needs its claim kept.
+                with running_step(journal, params['claim'] if step != 'inspect' else None, label, params['name'],
+                                  module.check_mode):
+                    outcome = flow.run(step) if step != 'guard' else guard(journal, flow, params, module.check_mode)
         except EphemeraError as err:
             result.update(err.details)
             fail_step(module, failure_message(params['name'] or params['vmid'], step, err), journal, params['claim'],

@@ -43,6 +43,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import filetrust
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import DEFAULT_LEASE, Owner
 
 ENV_VAR = 'EPHEMERA_JOURNAL'
@@ -542,6 +543,8 @@ class Journal:
     def __init__(self, path, conn, actor=None, access='read-write', backend='sqlite'):
         self.path = path
         self._conn = conn
+        # A database journal's URL, password included, for reopen(); never shown (``path`` is what messages name).
+        self._url = None
         # 'sqlite', or 'postgresql' (then ``path`` is the journal's URL without its password).
         self.backend = backend
         self.actor = actor or '%s pid %d' % (Owner.current().host, os.getpid())
@@ -551,6 +554,12 @@ class Journal:
     @property
     def readonly(self):
         return self.access != 'read-write'
+
+    def reopen(self):
+        """Another connection to this same journal (for a thread of its own: a connection serves one at a time)."""
+        if self._url:
+            return type(self)._open_url(self._url, False, self.actor, self.readonly)
+        return type(self).open(self.path, create=False, actor=self.actor, readonly=self.readonly)
 
     # ------------------------------------------------------------------ opening
 
@@ -624,7 +633,9 @@ class Journal:
         except BaseException:
             conn.close()
             raise
-        return cls(path, conn, actor, access='read-only' if readonly else 'read-write', backend='postgresql')
+        journal = cls(path, conn, actor, access='read-only' if readonly else 'read-write', backend='postgresql')
+        journal._url = url
+        return journal
 
     @staticmethod
     def _check_reachable(path, directory):
@@ -853,6 +864,8 @@ class Journal:
                                % (self.path, BUSY_TIMEOUT_MS // 1000, exc), path=self.path)
         try:
             if claim is not None:
+                # A step whose claim keeper lost the claim writes nothing more (core/renewal.py).
+                renewal.check(claim)
                 self._check_claim(self._conn, claim)
             yield self._conn
         except BaseException:
@@ -861,7 +874,8 @@ class Journal:
                 self._conn.execute('ROLLBACK')
             raise
         self._conn.execute('COMMIT')
-        failpoint.reached('journal ' + point)
+        if point:
+            failpoint.reached('journal ' + point)
 
     def clock(self, conn=None):
         """Seconds since the epoch by the clock that judges claim leases and idempotency records: the database

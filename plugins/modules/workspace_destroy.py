@@ -61,11 +61,19 @@ options:
         archives the unsaved work (with O(archive=false), only checks that there is none) and refuses to go on when the
         work could be lost. A stopped container's work cannot be checked, so its destruction is refused too. With
         O(discard_unsaved_work=true) none of these stops the destruction.
-      - V(retain) releases the workspace without deleting it. It stops counting as running work - the expiry sweep
-        leaves it alone and the lease labels on its container say keep - and keeps its container and record. Its
-        cleanup status becomes V(retained). A later destruction (the other steps) resumes the cleanup.
+      - V(retain) releases the workspace without deleting it. It stops counting as running work and keeps its
+        container and record for O(retain_ttl) seconds; then the expiry sweep deletes it (its lease labels say so,
+        for a sweep by labels). Its cleanup status becomes V(retained). A later destruction (the other steps)
+        resumes the cleanup sooner.
     type: str
     choices: [guard, inspect, retain, mark, shutdown, stop, delete, finish]
+  retain_ttl:
+    description:
+      - With O(step=retain), how long the workspace stays retained, in seconds (1 to 2592000, 30 days). When it has
+        passed, the expiry sweep (M(ephemera.workspaces.workspace_expire)) archives and deletes it.
+      - A workspace retained already keeps the end it was given.
+    type: int
+    default: 604800
   archive:
     description:
       - With O(step=guard), archive the unsaved work before the destruction (see M(ephemera.workspaces.workspace_archive)
@@ -271,6 +279,7 @@ def argument_spec():
         node=dict(type='str'),
         confirm_orphan=dict(type='bool', default=False),
         claim=dict(type='dict'),
+        retain_ttl=dict(type='int', default=604800),
     )
     spec.update(archive_argument_spec())
     spec.update(controller_argument_spec(shutdown=True))

@@ -150,8 +150,9 @@ options:
     type: int
   keep:
     description:
-      - Keep the workspace after the job that made it (no automatic release). It still expires when idle or at
-        its O(ttl).
+      - When its lease ends (idle, or at its O(ttl)), the expiry sweep retains the workspace - released without
+        delete, for its C(retain_ttl), 7 days by default - instead of deleting it, and deletes it when that retention
+        ends. It still expires when idle or at its O(ttl).
     type: bool
   agent:
     description:

@@ -56,12 +56,13 @@ class Operation:
         return self.queue.finish(self.claim, 'failed', dict(result or {}, msg=msg))
 
     def run(self, steps, result=None):
-        """Run ``steps`` ((label, callable) pairs) in order under the claim and record the outcome; a failure is
-        recorded as the operation's and raised again."""
+        """Run ``steps`` ((label, callable) pairs) in order under the claim, the claim kept while each runs
+        (:func:`keeping`), and record the outcome; a failure is recorded as the operation's and raised again."""
         try:
             for label, act in steps:
                 self.step(label)
-                act()
+                with keeping(self.journal, self.claim):
+                    act()
         except EphemeraError as err:
             self.failed(str(err))
             raise
@@ -84,6 +85,14 @@ def running_step(journal, claim, label, workspace, check_mode=False):
     if not claim or check_mode:
         yield None
         return
+    with keeping(journal, claim) as keeper:
+        yield keeper
+
+
+@contextlib.contextmanager
+def keeping(journal, claim):
+    """``claim`` renewed in the background for the length of the block, on a connection of its own to ``journal``
+    (core/renewal.py)."""
     other = journal.reopen()
     try:
         queue = Queue(other)

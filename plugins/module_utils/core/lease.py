@@ -245,9 +245,8 @@ def validate_retain_ttl(retain_ttl=None):
     value = _whole_seconds('retain_ttl', retain_ttl, DEFAULT_RETAIN_TTL, MAX_RETAIN_TTL)
     if value > MAX_RETAIN_TTL:
         raise LeaseError('retain_ttl %d is more than %d s (30 days): no workspace is retained longer unnoticed. Give '
-                         'at most %d, or destroy it and keep its archive instead.' % (value, MAX_RETAIN_TTL,
-                                                                                     MAX_RETAIN_TTL),
-                         field='retain_ttl')
+                         'at most %d, or destroy it and keep its archive instead.'
+                         % (value, MAX_RETAIN_TTL, MAX_RETAIN_TTL), field='retain_ttl')
     return value
 
 

@@ -605,7 +605,7 @@ class CreateFlow(Flow):
         key = self.params.get('idempotency_key')
         if key and not self.check_mode:
             claim = self.journal.begin_idempotent(key, 'create', self._idempotency_request(req), owner=Owner.of_run(),
-                                              claim=self.claim)
+                                                  claim=self.claim)
             if claim.replayed:
                 return self._replayed(claim)
             if ws['status'] == 'ready':

@@ -146,14 +146,9 @@ class ExpirySweep:
             self._add(name, 'would_release', 'would archive its work and destroy it (%s)' % why)
             return
         failpoint.enter(name, 'expire.release')
-        operation = Operation.claim_if_free(self.journal, 'destroy', name, 'the expiry sweep found it busy',
-                                            source='schedule', requested_by='expire')
+        operation = self._claim(ws, why)
         if operation is None:
-            self._add(name, 'busy', 'another run is queued on it; the next sweep looks again')
             return
-        self.changed = True
-        self.journal.append_event(name, 'observed', 'expired', dict(
-            why=why, **self._expiry(ws)), claim=operation.claim)
         params = dict(self.params, name=name, claim=operation.claim, archive=True, discard_unsaved_work=False)
         flow = DestroyFlow(self.journal, self.provider, params, self.secret, claim=operation.claim)
 
@@ -181,6 +176,19 @@ class ExpirySweep:
         self._settle(name, None, None)
         self._add(name, 'released', 'archived and destroyed (%s)' % why)
 
+    def _claim(self, ws, why):
+        """The workspace's destroy claimed through its queue, with the event that says why (None, noted as busy, when
+        another run is queued on it)."""
+        name = ws['name']
+        operation = Operation.claim_if_free(self.journal, 'destroy', name, 'the expiry sweep found it busy',
+                                            source='schedule', requested_by='expire')
+        if operation is None:
+            self._add(name, 'busy', 'another run is queued on it; the next sweep looks again')
+            return None
+        self.changed = True
+        self.journal.append_event(name, 'observed', 'expired', dict(why=why, **self._expiry(ws)), claim=operation.claim)
+        return operation
+
     @staticmethod
     def _expiry(ws):
         """When the workspace's lease (or its retention) ended, for the event that says why it goes."""
@@ -198,14 +206,9 @@ class ExpirySweep:
                       % leasing.validate_retain_ttl(self.params.get('retain_ttl')))
             return
         failpoint.enter(name, 'expire.retain')
-        operation = Operation.claim_if_free(self.journal, 'destroy', name, 'the expiry sweep found it busy',
-                                            source='schedule', requested_by='expire')
+        operation = self._claim(ws, KEPT)
         if operation is None:
-            self._add(name, 'busy', 'another run is queued on it; the next sweep looks again')
             return
-        self.changed = True
-        self.journal.append_event(name, 'observed', 'expired', dict(why=KEPT, **self._expiry(ws)),
-                                  claim=operation.claim)
         flow = DestroyFlow(self.journal, self.provider, dict(self.params, name=name, claim=operation.claim), self.secret,
                            claim=operation.claim)
         outcome = {}

@@ -5,8 +5,6 @@ On PostgreSQL the leases are written and judged by the database's clock: a contr
 forked process whose Python clock is shifted) sees the same as the others."""
 
 import re
-import subprocess
-import sys
 import time
 
 import pytest
@@ -15,37 +13,12 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ru
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import ClaimLostError, IdempotencyError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import CLAIMED, WAITING, Queue
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner, proc_start_time
-
-
-@pytest.fixture
-def processes():
-    started = []
-
-    def start():
-        proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.kill()
-        proc.wait()
-
-
-def run_on(journal, host, proc, lease):
-    """The queue as seen by the run ``proc`` on controller ``host``."""
-    return Queue(journal, owner=Owner(host, proc.pid, proc_start_time(proc.pid)), lease=lease)
+from tests.runs import claim, held_and_awaited, run_on
 
 
 def kill(proc):
     proc.kill()
     proc.wait()
-
-
-def claim(queue, kind='create', target='ws1'):
-    turn = queue.poll(queue.enqueue(kind, target).request_id)
-    assert turn.outcome == CLAIMED
-    return turn
 
 
 def test_host_name_comes_from_the_run_identity(monkeypatch):
@@ -108,11 +81,7 @@ def test_status_says_when_a_runner_on_another_host_may_be_taken_over_and_when_it
 
 def test_a_live_run_that_renews_its_lease_is_never_taken_over(store, processes):
     with store.open() as journal:
-        a_proc, b_proc = processes(), processes()
-        a = run_on(journal, 'controller-a', a_proc, lease=1.0)
-        first = claim(a)
-        b = run_on(journal, 'controller-b', b_proc, lease=1.0)
-        request = b.enqueue('create', 'ws1').request_id
+        a, first, b, request = held_and_awaited(journal, processes, lease=1.0)
         deadline = time.time() + 3.0  # three leases long
         while time.time() < deadline:
             a.step(first.claim, 'clone')  # every write under the claim renews the lease

@@ -3,51 +3,20 @@ controller on another host waits behind a step longer than the lease instead of 
 step whose renewal is refused (taken over, cancelled) or cannot reach the journal for most of a lease stops at its
 next wait, call or write. On both backends, with real processes standing for the runs."""
 
-import subprocess
-import sys
 import time
 
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal, waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import ClaimLostError, JournalError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import CLAIMED, WAITING, Queue
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner, proc_start_time
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import CLAIMED, WAITING
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import running_step
-
-
-@pytest.fixture
-def processes():
-    started = []
-
-    def start():
-        proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.kill()
-        proc.wait()
-
-
-def run_on(journal, host, proc, lease):
-    return Queue(journal, owner=Owner(host, proc.pid, proc_start_time(proc.pid)), lease=lease)
-
-
-def claimed(queue, target='ws1'):
-    turn = queue.poll(queue.enqueue('create', target).request_id)
-    assert turn.outcome == CLAIMED
-    return turn
+from tests.runs import claim, held_and_awaited, run_on
 
 
 def test_a_step_longer_than_the_lease_keeps_its_claim_and_the_other_controller_waits(store, processes):
     with store.open() as journal:
-        a_proc, b_proc = processes(), processes()
-        a = run_on(journal, 'controller-a', a_proc, lease=1.2)
-        first = claimed(a)
-        b = run_on(journal, 'controller-b', b_proc, lease=1.2)
-        request = b.enqueue('create', 'ws1').request_id
+        a, first, b, request = held_and_awaited(journal, processes, lease=1.2)
         seen = []
         with running_step(journal, first.claim, 'provision', 'ws1') as keeper:
             deadline = time.time() + 4.0  # more than three leases without a write of the step's own
@@ -69,7 +38,7 @@ def test_a_step_whose_claim_was_taken_stops_at_its_next_wait_and_writes_nothing(
     with store.open() as journal:
         a_proc = processes()
         a = run_on(journal, 'controller-a', a_proc, lease=0.9)
-        first = claimed(a)
+        first = claim(a)
         looks = []
         with running_step(journal, first.claim, 'provision', 'ws1') as keeper:
             a.cancel(first.entry['id'], reason='operator stopped it', force=True)

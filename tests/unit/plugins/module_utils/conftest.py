@@ -104,7 +104,6 @@ def pg_store(pg_server):
     return PgStore(pg_server)
 
 
-
 @pytest.fixture
 def processes():
     """Start a process that stands for an ansible-playbook run (it sleeps); every one is killed after the test."""

@@ -330,7 +330,7 @@ def template_entries(site):
 def test_two_builds_requested_at_once_fold_into_one(site, first):
     """While a build runs, two identical requests queue behind it as one entry, run once for both."""
     before = len(records(site)[1])
-    extra = dict(EMPTY, template=NAME)
+    extra = dict(EMPTY, template=NAME, template_build_smoke={})
     running = site.start(extra, playbook=BUILD)
     wait_until(lambda: any(e['state'] == 'running' for e in template_entries(site)), 'the first build to run',
                timeout=120, runs=[running])

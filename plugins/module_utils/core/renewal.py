@@ -62,6 +62,7 @@ class ClaimKeeper:
         self.renewals = 0
         self.lease = None
         self.last_renewed = None
+        self._previous = None
 
     def holds(self, claim):
         return isinstance(claim, dict) and claim.get('entry_id') == self.claim.get('entry_id') \
@@ -106,8 +107,14 @@ class ClaimKeeper:
 
     def __enter__(self):
         global _current  # pylint: disable=global-statement
-        self.renew_now()
-        self.check()
+        try:
+            self.renew_now()
+            self.check()
+        except BaseException:
+            # The step does not start: its claim is gone, or the journal does not answer.
+            if self._close is not None:
+                self._close()
+            raise
         self._thread = threading.Thread(target=self._run, name='claim-keeper', daemon=True)
         self._thread.start()
         with _lock:

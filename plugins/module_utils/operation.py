@@ -18,6 +18,9 @@ claim writes nothing. Every caller goes through this runner:
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import contextlib
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import CLAIMED, Queue
 
@@ -53,12 +56,13 @@ class Operation:
         return self.queue.finish(self.claim, 'failed', dict(result or {}, msg=msg))
 
     def run(self, steps, result=None):
-        """Run ``steps`` ((label, callable) pairs) in order under the claim and record the outcome; a failure is
-        recorded as the operation's and raised again."""
+        """Run ``steps`` ((label, callable) pairs) in order under the claim, the claim kept while each runs
+        (:func:`keeping`), and record the outcome; a failure is recorded as the operation's and raised again."""
         try:
             for label, act in steps:
                 self.step(label)
-                act()
+                with keeping(self.journal, self.claim):
+                    act()
         except EphemeraError as err:
             self.failed(str(err))
             raise
@@ -70,6 +74,34 @@ def record_step(journal, claim, label, workspace, check_mode=False):
     mode)."""
     if claim and not check_mode:
         Operation(journal, claim).step(label, detail={'workspace': workspace})
+
+
+@contextlib.contextmanager
+def running_step(journal, claim, label, workspace, check_mode=False):
+    """A step module's step: recorded under the run's claim (:func:`record_step`), and the claim kept for as long as
+    the step runs, however long it waits without writing (core/renewal.py): a renewal that is refused, or that cannot
+    reach the journal until the lease may have run out, stops the step at its next wait, call, command or write."""
+    record_step(journal, claim, label, workspace, check_mode)
+    if not claim or check_mode:
+        yield None
+        return
+    with keeping(journal, claim) as keeper:
+        yield keeper
+
+
+@contextlib.contextmanager
+def keeping(journal, claim):
+    """``claim`` renewed in the background for the length of the block, on a connection of its own to ``journal``
+    (core/renewal.py)."""
+    other = journal.reopen()
+    try:
+        queue = Queue(other)
+        keeper = renewal.ClaimKeeper(lambda: queue.renew(claim), claim, close=other.close)
+    except BaseException:
+        other.close()
+        raise
+    with keeper:
+        yield keeper
 
 
 def record_failure(journal, claim, msg, check_mode=False):

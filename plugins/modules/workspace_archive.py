@@ -200,7 +200,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, running_step
 
 
 def argument_spec():
@@ -230,8 +230,8 @@ def run(module):
             if params['mode'] == 'check':
                 result = flow.check()
             else:
-                record_step(journal, params['claim'], 'archive', params['name'], module.check_mode)
-                result = flow.archive()
+                with running_step(journal, params['claim'], 'archive', params['name'], module.check_mode):
+                    result = flow.archive()
         except EphemeraError as err:
             failure = dict(archive_dir=flow.archive_dir, notes=flow.notes)
             failure.update(err.details)

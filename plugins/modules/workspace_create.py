@@ -150,8 +150,9 @@ options:
     type: int
   keep:
     description:
-      - Keep the workspace after the job that made it (no automatic release). It still expires when idle or at
-        its O(ttl).
+      - When its lease ends (idle, or at its O(ttl)), the expiry sweep retains the workspace - released without
+        delete, for its C(retain_ttl), 7 days by default - instead of deleting it, and deletes it when that retention
+        ends. It still expires when idle or at its O(ttl).
     type: bool
   agent:
     description:
@@ -459,7 +460,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetz
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.options import azure_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import connection_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, running_step
 
 # Steps that never talk to the Proxmox API (ready does: it puts the lease's ready label on the container).
 GUEST_STEPS = ('ssh', 'bootstrap', 'checkout', 'runner', 'brief')
@@ -564,8 +565,8 @@ def run(module):
             flow = CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode,
                               diff=module._diff)
             failpoint.enter(params['name'], 'create.' + step)
-            record_step(journal, params['claim'], STEP_LABELS[step], params['name'], module.check_mode)
-            outcome = flow.run(step)
+            with running_step(journal, params['claim'], STEP_LABELS[step], params['name'], module.check_mode):
+                outcome = flow.run(step)
         except EphemeraError as err:
             result.update(err.details)
             fail_step(module, failure_message(params['name'], step, err), journal, params['claim'], params['name'],

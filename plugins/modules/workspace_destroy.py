@@ -61,11 +61,19 @@ options:
         archives the unsaved work (with O(archive=false), only checks that there is none) and refuses to go on when the
         work could be lost. A stopped container's work cannot be checked, so its destruction is refused too. With
         O(discard_unsaved_work=true) none of these stops the destruction.
-      - V(retain) releases the workspace without deleting it. It stops counting as running work - the expiry sweep
-        leaves it alone and the lease labels on its container say keep - and keeps its container and record. Its
-        cleanup status becomes V(retained). A later destruction (the other steps) resumes the cleanup.
+      - V(retain) releases the workspace without deleting it. It stops counting as running work and keeps its
+        container and record for O(retain_ttl) seconds; then the expiry sweep deletes it (its lease labels say so,
+        for a sweep by labels). Its cleanup status becomes V(retained). A later destruction (the other steps)
+        resumes the cleanup sooner.
     type: str
     choices: [guard, inspect, retain, mark, shutdown, stop, delete, finish]
+  retain_ttl:
+    description:
+      - With O(step=retain), how long the workspace stays retained, in seconds (1 to 2592000, 30 days). When it has
+        passed, the expiry sweep (M(ephemera.workspaces.workspace_expire)) archives and deletes it.
+      - A workspace retained already keeps the end it was given.
+    type: int
+    default: 604800
   archive:
     description:
       - With O(step=guard), archive the unsaved work before the destruction (see M(ephemera.workspaces.workspace_archive)
@@ -258,7 +266,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetz
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.options import azure_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import connection_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, running_step
 
 
 def argument_spec():
@@ -271,6 +279,7 @@ def argument_spec():
         node=dict(type='str'),
         confirm_orphan=dict(type='bool', default=False),
         claim=dict(type='dict'),
+        retain_ttl=dict(type='int', default=604800),
     )
     spec.update(archive_argument_spec())
     spec.update(controller_argument_spec(shutdown=True))
@@ -328,10 +337,11 @@ def run(module):
             else:
                 flow = DestroyFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
                 failpoint.enter(params['name'], 'destroy.' + step)
-                if step != 'inspect':
-                    record_step(journal, params['claim'], STEP_LABELS.get(step, 'archive guard'), params['name'],
-                                module.check_mode)
-                outcome = flow.run(step) if step != 'guard' else guard(journal, flow, params, module.check_mode)
+                label = STEP_LABELS.get(step, 'archive guard')
+                # The inspect step only reads: it neither records itself nor needs its claim kept.
+                with running_step(journal, params['claim'] if step != 'inspect' else None, label, params['name'],
+                                  module.check_mode):
+                    outcome = flow.run(step) if step != 'guard' else guard(journal, flow, params, module.check_mode)
         except EphemeraError as err:
             result.update(err.details)
             fail_step(module, failure_message(params['name'] or params['vmid'], step, err), journal, params['claim'],

@@ -21,8 +21,10 @@ description:
     each through its queue. A workspace another run works on is left for the next sweep. The release is the
     destroy playbook's path - unsaved work archived first, then the ownership-checked delete confirmed by absence.
   - A failed release keeps the workspace, counts the attempt, keeps the error and retries 5 minutes later. A
-    success records when the cleanup completed and keeps the record for audit. Retained workspaces (released
-    without delete) are not released by expiry.
+    success records when the cleanup completed and keeps the record for audit.
+  - A workspace requested with C(keep=true) is retained when its lease ends instead - released without delete, for
+    O(retain_ttl) seconds. A retained workspace (kept, or released without delete by the destroy playbook) is
+    released with delete, as above, once its retention has ended.
 author:
   - Ephemera maintainers (@ephemera)
 requirements:
@@ -69,6 +71,12 @@ options:
         as V(other_provider).
     type: bool
     default: false
+  retain_ttl:
+    description:
+      - How long a workspace requested with C(keep=true) stays retained after its lease ended, in seconds (1 to
+        2592000, 30 days). Then a later sweep deletes it.
+    type: int
+    default: 604800
 '''
 
 EXAMPLES = r'''
@@ -86,9 +94,10 @@ RETURN = r'''
 entries:
   description:
     - One entry per workspace the sweep looked at - V(workspace), V(action) and V(detail). The action is
-      V(activity) (with V(activity)), V(no_answer), V(released), V(failed), V(busy), V(deferred),
-      V(would_release) or V(other_provider); with O(fleet), each entry names its V(place) (V(aws eu-west-1),
-      V(proxmox)), and a place that could not be reached is an entry V(unreachable) with the reason.
+      V(activity) (with V(activity)), V(no_answer), V(released), V(retained) (kept, released without delete),
+      V(failed), V(busy), V(deferred), V(would_release), V(would_retain) or V(other_provider); with O(fleet), each
+      entry names its V(place) (V(aws eu-west-1), V(proxmox)), and a place that could not be reached is an entry
+      V(unreachable) with the reason.
   returned: always
   type: list
   elements: dict
@@ -133,7 +142,8 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.prox
 def module_args():
     """The options of the module, declared once: its action plugin validates a task against them too."""
     spec = dict(limit=dict(type='int', default=DEFAULT_LIMIT), parallel=dict(type='int', default=8),
-                activity_timeout=dict(type='int', default=10), fleet=dict(type='bool', default=False))
+                activity_timeout=dict(type='int', default=10), fleet=dict(type='bool', default=False),
+                retain_ttl=dict(type='int', default=604800))
     spec.update(archive_argument_spec())
     spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())

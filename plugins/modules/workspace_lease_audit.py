@@ -100,8 +100,16 @@ entries:
       description: Seconds from now to RV(entries[].expires_at), negative once it passed; null without a lease.
       type: int
     keep:
-      description: Whether the lease keeps the workspace after its job.
+      description: Whether the workspace was requested with C(keep=true) - the expiry sweep retains it when its lease
+        ends instead of deleting it.
       type: bool
+    retained_until:
+      description: For a retained workspace, when its retention ends and the expiry sweep deletes it (RFC 3339, UTC);
+        null otherwise.
+      type: str
+    retained_in:
+      description: Seconds from now to RV(entries[].retained_until), negative once it passed; null if not retained.
+      type: int
     attempts:
       description: The failed cleanup attempts - the record's count, or its cleanup debt's when that is higher.
       type: int

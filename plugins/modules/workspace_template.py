@@ -333,7 +333,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_location
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, running_step
 
 DEFAULT_PACKAGES = ['git', 'gh', 'nodejs', 'npm', 'python3', 'python3-venv', 'golang', 'rustc', 'cargo', 'ripgrep',
                     'fd-find', 'jq', 'openssh-server', 'curl', 'ca-certificates', 'build-essential', 'bash', 'less',
@@ -408,9 +408,9 @@ def run(module):
                                        journal=journal, warn=module.warn)
             build = TemplateBuild(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)
             failpoint.enter('template:%s' % params['template'], 'template.' + step)
-            record_step(journal, params['claim'], STEP_LABELS[step], 'template:%s' % params['template'],
-                        module.check_mode)
-            outcome = build.run(step)
+            with running_step(journal, params['claim'], STEP_LABELS[step], 'template:%s' % params['template'],
+                              module.check_mode):
+                outcome = build.run(step)
         except EphemeraError as err:
             result.update(err.details)
             msg = failure_message(params['template'], step, err)

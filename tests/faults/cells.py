@@ -6,6 +6,7 @@ outcome on the cell: converged (within MAX_RERUNS runs after the fault), reruns 
 foreign containers touched, and every invariant that failed.
 """
 
+import itertools
 import time
 
 from tests.faults import invariants
@@ -106,7 +107,21 @@ def kill_cell(site, cell, op, point, nth):
     cell.seconds = time.monotonic() - started
 
 
-def chain(site, cells, op, points, variant, new_workspace):
+def on_hosts(make_op, hosts, lease=None):
+    """``make_op`` whose runs take turns on the controllers ``hosts`` (their run identities' host names), each with
+    the claim lease ``lease``: the run after a kill is on another controller than the killed one."""
+    turn = itertools.cycle(hosts)
+
+    def made(name):
+        op = make_op(name)
+        op['host'] = next(turn)
+        if lease:
+            op['lease_seconds'] = lease
+        return op
+    return made
+
+
+def chain(site, cells, op, points, variant, new_workspace, hosts=None, lease=None):
     """Kill at every point of ``points`` in turn, one workspace carrying the chain as far as it goes.
 
     The run after the kill at point i is the recovery of point i, and is itself killed at point i+1:
@@ -114,8 +129,11 @@ def chain(site, cells, op, points, variant, new_workspace):
     without reaching point i+1 (its path changed, e.g. it adopted a clone instead of recording one)
     ends the chain: point i+1 starts a new one with a fresh workspace. ``cells`` maps each (point, nth)
     to its Cell; ``new_workspace()`` gives the name of a workspace to start from (ready, for destroy).
+    With ``hosts`` the runs take turns on those controllers (:func:`on_hosts`): each kill is recovered by another one.
     """
     wanted, make_op = operation(site, op)
+    if hosts:
+        make_op = on_hosts(make_op, hosts, lease)
     remaining = list(points)
     chains = []
     while remaining:

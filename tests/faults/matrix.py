@@ -263,7 +263,7 @@ class Matrix:
             self.chain_wave([(None, self._chain(rows['expire'], 'expire', points['expire'], variant))],
                             list(rows['expire'].values()))
 
-    def _chain(self, cells, op, points, variant):
+    def _chain(self, cells, op, points, variant, hosts=None, lease=None):
         def start_from():
             if op == 'create':
                 return self.name('k')
@@ -273,7 +273,7 @@ class Matrix:
             return holder.names[0] if self._take_ready(holder) else None
 
         def go():
-            chain(self.site, cells, op, points, variant, start_from)
+            chain(self.site, cells, op, points, variant, start_from, hosts=hosts, lease=lease)
         return go
 
     def chain_wave(self, work, cells):

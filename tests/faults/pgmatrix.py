@@ -9,7 +9,9 @@ and the lost answers of the clone and the delete. The full size kills at every p
 a workspace of its own, rerun and reconcile first. The ci size (about two minutes, inside make test) kills, as two
 chains at once, at the points where a create or destroy records what it holds or gives up (CI_POINTS: the queue
 claim, the record, the candidate VMID, the clone's intent, answer and confirmation; the destroy's mark, its delete's
-intent, answer and confirmation, and its end). Every decisive point of create and destroy, chained the same way on
+intent, answer and confirmation, and its end). The takeover rows run the same operations on two controllers that
+take turns, each run after a kill on the other one: at the last decisive point of each step (ci), or at every
+decisive point (full). Every decisive point of create and destroy, chained the same way on
 PostgreSQL, took 1017 s on two loaded cores (69 points, 70 runs, all converged, 0 leaks, 0 foreign touched): too
 long for make test. What stays with the SQLite matrix only: the expiry sweep, the other lost answers, the races,
 the random schedules (they exercise the flows, which are the same on both journals).
@@ -28,6 +30,10 @@ from tests.faults.pgsite import PgFaultSite
 from tests.pgserver import PgServer
 
 PG_LOST = ('clone', 'delete')
+# The takeover rows: two controllers (run identities of different hosts) on the one journal, each run after a kill on
+# the other one, which must wait for the killed run's claim lease (this short, for time) before it takes over.
+CONTROLLERS = ('controller-a', 'controller-b')
+TAKEOVER_LEASE = 3.0
 # The ci size's kill points (see the module's doc), as a trace names them.
 CI_POINTS = (
     'queue.claimed journal queue poll', 'create.request journal create_workspace', 'create.vmid journal candidate_vmid',
@@ -35,6 +41,35 @@ CI_POINTS = (
     'destroy.mark journal destroy', 'destroy.delete journal delete', 'destroy.delete pve DELETE /nodes/*/lxc/*',
     'destroy.finish journal destroyed',
 )
+
+
+def step_points(points):
+    """The last decisive point of each step (a point's ``where``: ``queue.claimed``, ``create.clone``, ...): where the
+    step has done its work and not yet handed on (for the queue's claim, the claim itself), in order."""
+    last = {}
+    for point, nth in decisive(points):
+        last[point.split(' ', 1)[0]] = (point, nth)
+    return sorted(last.values(), key=decisive(points).index)
+
+
+def taken_over_by_the_other(site, name):
+    """(what is wrong with the takeovers of ``name``'s queue entries, how many there were): each runner that was lost
+    (killed) must have been followed by a run of the other controller resuming that entry."""
+    with site.journal() as journal:
+        events = journal.events(name)
+    broken, taken = [], 0
+    for index, lost in enumerate(events):
+        if lost['action'] != 'runner_lost':
+            continue
+        dead = lost['detail'].get('runner', {}).get('host')
+        after = [e for e in events[index + 1:] if e['action'] == 'resumed'
+                 and e['detail'].get('entry') == lost['detail'].get('entry')]
+        if not after or after[0]['detail'].get('runner', {}).get('host') in (None, dead):
+            broken.append('entry #%s of %s, lost by %s at step %s, was not resumed by the other controller'
+                          % (lost['detail'].get('entry'), name, dead, lost['detail'].get('step')))
+        else:
+            taken += 1
+    return broken, taken
 
 
 class PgMatrix(Matrix):
@@ -82,6 +117,38 @@ class PgMatrix(Matrix):
         work = [(None, self._chain(rows[op], op, points[op], 'rerun')) for op in ('create', 'destroy')]
         self.chain_wave(work, [cell for op in ('create', 'destroy') for cell in rows[op].values()])
 
+    def run_takeovers(self):
+        """A controller SIGKILLed in every step of a create and of a destroy, the other controller finishing the
+        work: chains whose runs take turns on two controllers. The ci size kills at the last decisive point of each
+        step (step_points), the full size at every decisive point."""
+        points = {}
+        for op, found in (('create', self.create_points), ('destroy', self.destroy_points)):
+            points[op] = decisive(found) if not self.size['chains'] else step_points(found)
+        self.log('postgresql, takeover by the other controller: %d points (%s)'
+                 % (sum(len(found) for found in points.values()),
+                    'every decisive one' if not self.size['chains'] else 'one in each step'))
+        rows = {}
+        for op in ('create', 'destroy'):
+            rows[op] = dict((point, Cell('postgresql: kill %s, the other controller takes over: %s #%d'
+                                         % (op, point[0], point[1]), 'kill', [], 'takeover')) for point in points[op])
+        work = [(None, self._chain(rows[op], op, points[op], 'rerun', hosts=CONTROLLERS, lease=TAKEOVER_LEASE))
+                for op in ('create', 'destroy')]
+        self.chain_wave(work, [cell for op in ('create', 'destroy') for cell in rows[op].values()])
+
+    def judge(self, cells):
+        super(PgMatrix, self).judge(cells)
+        takeovers = [cell for cell in cells if cell.variant == 'takeover']
+        total = 0
+        for name in set(cell.names[0] for cell in takeovers if cell.names):
+            broken, taken = taken_over_by_the_other(self.site, name)
+            total += taken
+            for cell in takeovers:
+                if cell.names and cell.names[0] == name and broken:
+                    cell.violations['takeover'] = broken
+        if takeovers:
+            # Kills after the claim and before the outcome leave a running entry: each of those is a takeover.
+            self.log('postgresql: %d claims of killed runs taken over by the other controller' % total)
+
     def run_kills(self):
         if self.size['chains']:
             return self.run_kill_chains()
@@ -106,6 +173,7 @@ class PgMatrix(Matrix):
     def run(self, seeds=None):
         self.prepare()
         self.run_kills()
+        self.run_takeovers()
         self.run_lost()
         return self.cells
 

@@ -230,7 +230,8 @@ class FaultSite:
             values.update(op.get('lease') or {})
         if op['op'] == 'build':
             # The debian tier: root logs in, the agent user is the guests' own; the guests' files are their own root.
-            values.update(BUILD_LISTS, template=op['template'], source=op['source'],
+            # The build's own steps: its smoke create (on by default) is a create, which the create rows cover.
+            values.update(BUILD_LISTS, template=op['template'], source=op['source'], template_build_smoke={},
                           ephemera_agent_user=info.get('agent_user') or info['ssh_user'],
                           ephemera_agent_user_is_ssh_user=info.get('agent_user',
                                                                    info['ssh_user']) == info['ssh_user'],

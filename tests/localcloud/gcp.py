@@ -111,6 +111,8 @@ class GcpFake:
         # When set, every instance with an external address gets its metadata server at that address and this port
         # as soon as it is inserted (the guest reaches its own); else one on the fake's host, on first use.
         self.metadata_port = None
+        # Where each instance's metadata server listens (its external address and metadata_port), by instance name.
+        self.metadata_addresses = {}
         self.inserts = 0
         fake = self
 
@@ -178,6 +180,7 @@ class GcpFake:
         self.deadlines.pop(name, None)
         self.serial.pop(name, None)
         self.guest_attributes.pop(name, None)
+        self.metadata_addresses.pop(name, None)
         server = self.metadata_servers.pop(name, None)
         # The address goes back to the pool once its metadata server no longer listens on it: a new instance given
         # the address at once would find its port taken.
@@ -326,10 +329,8 @@ class GcpFake:
                         'scheduling': scheduling,
                         'selfLink': self._zone_url() + '/instances/' + name}
             self.instances[name] = instance
-            if limit is not None:
-                self.deadlines[name] = limit
-            if self.metadata_port and nics and nics[0].get('accessConfigs'):
-                self.metadata_server(name, nics[0]['accessConfigs'][0]['natIP'], self.metadata_port)
+            # The request id with the instance, before anything else can fail: a retry with the same requestId is
+            # answered with this operation, as Compute Engine answers it, whatever happens to this answer.
             op_name = self._operation('insert', name, instance_id=instance['id'])
             if request_id:
                 self.requests[request_id] = op_name
@@ -338,6 +339,14 @@ class GcpFake:
                 if name in self.instances:
                     self.instances[name]['status'] = 'RUNNING'
             self._then(op_name, running)
+            if limit is not None:
+                self.deadlines[name] = limit
+            if self.metadata_port and nics and nics[0].get('accessConfigs'):
+                self.metadata_addresses[name] = (nics[0]['accessConfigs'][0]['natIP'], self.metadata_port)
+                try:
+                    self.metadata_server(name)
+                except OSError:
+                    pass  # its address is busy for now (a server of a deleted instance closing): started at first use
             return 200, self._op_view(op_name)
 
     def delete(self, name, request_id, fail=None):
@@ -460,8 +469,11 @@ class GcpFake:
                 self.addresses.release(name)
 
     def metadata_server(self, name, host=None, port=0):
-        """The metadata server of instance ``name`` (started on first use, at ``host``:``port``): its base URL."""
+        """The metadata server of instance ``name`` (started on first use, at ``host``:``port``, else at the address
+        its insert gave it): its base URL."""
         with self.lock:
+            if host is None and name in self.metadata_addresses:
+                host, port = self.metadata_addresses[name]
             if name in self.metadata_servers:
                 server = self.metadata_servers[name]
                 return 'http://%s:%d' % server.server_address

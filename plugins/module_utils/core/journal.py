@@ -43,7 +43,8 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import filetrust
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import DEFAULT_LEASE, Owner
 
 ENV_VAR = 'EPHEMERA_JOURNAL'
 URL_ENV_VAR = 'EPHEMERA_JOURNAL_URL'
@@ -415,6 +416,13 @@ def epoch(stamp):
             - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)).total_seconds()
 
 
+def runner_alive(row, now):
+    """Whether the runner of a queue entry (a row of ``queue``) lives: on this host its process (pid and start time),
+    on another host the claim's lease, which every write under the claim renews (see ``queue.py``)."""
+    owner = Owner.from_record(row['owner'], row['lease_expires'])
+    return owner is not None and owner.is_alive(now)
+
+
 def _dumps(value):
     return json.dumps(value, sort_keys=True, default=str)
 
@@ -535,6 +543,8 @@ class Journal:
     def __init__(self, path, conn, actor=None, access='read-write', backend='sqlite'):
         self.path = path
         self._conn = conn
+        # A database journal's URL, password included, for reopen(); never shown (``path`` is what messages name).
+        self._url = None
         # 'sqlite', or 'postgresql' (then ``path`` is the journal's URL without its password).
         self.backend = backend
         self.actor = actor or '%s pid %d' % (Owner.current().host, os.getpid())
@@ -544,6 +554,12 @@ class Journal:
     @property
     def readonly(self):
         return self.access != 'read-write'
+
+    def reopen(self):
+        """Another connection to this same journal (for a thread of its own: a connection serves one at a time)."""
+        if self._url:
+            return type(self)._open_url(self._url, False, self.actor, self.readonly)
+        return type(self).open(self.path, create=False, actor=self.actor, readonly=self.readonly)
 
     # ------------------------------------------------------------------ opening
 
@@ -617,7 +633,9 @@ class Journal:
         except BaseException:
             conn.close()
             raise
-        return cls(path, conn, actor, access='read-only' if readonly else 'read-write', backend='postgresql')
+        journal = cls(path, conn, actor, access='read-only' if readonly else 'read-write', backend='postgresql')
+        journal._url = url
+        return journal
 
     @staticmethod
     def _check_reachable(path, directory):
@@ -846,6 +864,8 @@ class Journal:
                                % (self.path, BUSY_TIMEOUT_MS // 1000, exc), path=self.path)
         try:
             if claim is not None:
+                # A step whose claim keeper lost the claim writes nothing more (core/renewal.py).
+                renewal.check(claim)
                 self._check_claim(self._conn, claim)
             yield self._conn
         except BaseException:
@@ -854,7 +874,8 @@ class Journal:
                 self._conn.execute('ROLLBACK')
             raise
         self._conn.execute('COMMIT')
-        failpoint.reached('journal ' + point)
+        if point:
+            failpoint.reached('journal ' + point)
 
     def clock(self, conn=None):
         """Seconds since the epoch by the clock that judges claim leases and idempotency records: the database
@@ -1218,7 +1239,8 @@ class Journal:
         controller = controller or self.controller_id
         return hashlib.sha256(('%s\0%s\0%s' % (controller, action, key)).encode('utf-8')).hexdigest()
 
-    def begin_idempotent(self, key, action, request, controller=None, owner=None, now=None):
+    def begin_idempotent(self, key, action, request, controller=None, owner=None, now=None, claim=None,
+                         lease=DEFAULT_LEASE):
         """Claim an idempotency key before doing ``action`` for ``request``.
 
         - first use: a fresh claim (``replayed`` False); the caller does the work, then calls
@@ -1227,6 +1249,12 @@ class Journal:
         - same key, different request: :class:`IdempotencyError`;
         - same key while its first use still runs: :class:`IdempotencyError` (refused). If that
           first owner died, this caller takes the claim over and resumes.
+
+        Whether the first use still runs is judged as a queue claim is: a key claimed under a queued operation's
+        ``claim`` lives while that operation runs with a live runner (on this host its process, on another host the
+        claim's renewed lease), and a run that holds that operation's claim now (it took it over) goes on with the
+        key. A key claimed outside the queue carries a lease of its own (``lease`` seconds from its claim), so that an
+        owner on another host that died frees it then instead of after the record's 24 h.
 
         Keys are scoped by controller and action and stored only as a SHA-256 hash; records
         expire 24 h after they were made.
@@ -1237,12 +1265,13 @@ class Journal:
         print_ = fingerprint(request)
         with self.transaction(point='idempotency_begin') as conn:
             now = self.clock(conn) if now is None else now
+            mine = self._idempotency_owner(owner, claim, now, lease)
             conn.execute('DELETE FROM idempotency WHERE expires_at <= ?', (now,))
             row = conn.execute('SELECT * FROM idempotency WHERE key_hash = ?', (key_hash,)).fetchone()
             if row is None:
                 conn.execute('INSERT INTO idempotency (key_hash, controller, action, fingerprint, state, owner, '
                              'created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
-                             (key_hash, controller, action, print_, 'in_flight', _dumps(owner.to_dict()), now,
+                             (key_hash, controller, action, print_, 'in_flight', _dumps(mine), now,
                               now + IDEMPOTENCY_TTL))
                 return IdempotencyClaim(key_hash, replayed=False)
             if row['fingerprint'] != print_:
@@ -1251,15 +1280,45 @@ class Journal:
                                        action=action)
             if row['state'] == 'done':
                 return IdempotencyClaim(key_hash, replayed=True, result=json.loads(row['result']))
-            first = Owner.from_dict(json.loads(row['owner']))
-            if first == owner:
-                # The same run asks again (a later step of the operation it claimed the key for).
+            first = json.loads(row['owner'])
+            if Owner.from_dict(first) == owner or (claim is not None and first.get('entry_id') == mine['entry_id']):
+                # The same run asks again (a later step of the operation it claimed the key for), or the run that
+                # holds that operation's claim now (it took the operation over).
+                if first != mine:
+                    conn.execute('UPDATE idempotency SET owner = ? WHERE key_hash = ?', (_dumps(mine), key_hash))
                 return IdempotencyClaim(key_hash, replayed=False)
-            if first.is_alive(now):
-                raise IdempotencyError('A %s with this idempotency key is still running (%r). Wait for it to finish, '
-                                       'then repeat this request to get its result.' % (action, first), action=action)
-            conn.execute('UPDATE idempotency SET owner = ? WHERE key_hash = ?', (_dumps(owner.to_dict()), key_hash))
+            if self._idempotency_owner_alive(conn, first, now):
+                raise IdempotencyError('A %s with this idempotency key is still running (%s). Wait for it to finish, '
+                                       'then repeat this request to get its result.'
+                                       % (action, self._idempotency_owner_text(first)), action=action)
+            conn.execute('UPDATE idempotency SET owner = ? WHERE key_hash = ?', (_dumps(mine), key_hash))
             return IdempotencyClaim(key_hash, replayed=False)
+
+    @staticmethod
+    def _idempotency_owner(owner, claim, now, lease):
+        """What an idempotency record keeps of its owner: the run, and the queued operation it works for (its
+        liveness is then that operation's runner's), else a lease of its own."""
+        mine = owner.to_dict()
+        if claim is not None:
+            mine.update(entry_id=claim_parts(claim)[0], lease_expires=None)
+        else:
+            mine.update(entry_id=None, lease_expires=now + float(lease))
+        return mine
+
+    @staticmethod
+    def _idempotency_owner_alive(conn, first, now):
+        if first.get('entry_id') is not None:
+            row = conn.execute('SELECT state, owner, lease_expires FROM queue WHERE id = ?',
+                               (first['entry_id'],)).fetchone()
+            return row is not None and row['state'] == 'running' and runner_alive(row, now)
+        return Owner.from_dict(first).is_alive(now)
+
+    @staticmethod
+    def _idempotency_owner_text(first):
+        text = '%s pid %s' % (first.get('host'), first.get('pid'))
+        if first.get('entry_id') is not None:
+            text += ', queued operation #%s' % first['entry_id']
+        return text
 
     def finish_idempotent(self, claim, result):
         """Store the result of a claimed request, so that a repeat replays it."""

@@ -33,6 +33,10 @@ DEFAULT_IDLE_TIMEOUT = 1800
 DEFAULT_TTL = 5400
 MAX_TTL = 86400
 CLEANUP_RETRY_DELAY = 300
+# How long a retained workspace (released without delete, or kept past its lease) stays before the expiry sweep
+# deletes it: a week by default (a workspace kept on a Friday is still there after the weekend), a month at most.
+DEFAULT_RETAIN_TTL = 7 * 86400
+MAX_RETAIN_TTL = 30 * 86400
 # How long past its expiry a resource labelled running/provisioning must be before the label sweep counts it stale.
 STALE_AFTER = 12 * 3600
 
@@ -226,13 +230,53 @@ def touch_from_activity(lease, activity, now, cleanup_started=False, at=None):
 
 
 def auto_release(lease):
-    """Whether the workspace is released (deleted) automatically when its job ends: unless ``keep`` is true.
+    """Whether the expiry sweep deletes the workspace when its lease ends: unless ``keep`` is true.
 
-    This is the only thing ``keep`` changes. A kept workspace still expires when idle or at its TTL
-    (:func:`is_expired` ignores keep): keep lets a person look at a workspace after its job, it never makes one
-    that lives forever.
+    This is the only thing ``keep`` changes: ``keep: true`` makes the expiry sweep retain the workspace when its lease
+    ends (released without delete, for its retention time) instead of deleting it then. A kept workspace still
+    expires when idle or at its TTL (:func:`is_expired` ignores keep), and its retention ends too: keep lets a person
+    look at a workspace after its job, it never makes one that lives forever.
     """
     return lease.get('keep') is not True
+
+
+def validate_retain_ttl(retain_ttl=None):
+    """How long a retention lasts, in whole seconds: DEFAULT_RETAIN_TTL when None, at most MAX_RETAIN_TTL."""
+    value = _whole_seconds('retain_ttl', retain_ttl, DEFAULT_RETAIN_TTL, MAX_RETAIN_TTL)
+    if value > MAX_RETAIN_TTL:
+        raise LeaseError('retain_ttl %d is more than %d s (30 days): no workspace is retained longer unnoticed. Give '
+                         'at most %d, or destroy it and keep its archive instead.'
+                         % (value, MAX_RETAIN_TTL, MAX_RETAIN_TTL), field='retain_ttl')
+    return value
+
+
+def retained(record, now, retain_ttl=None):
+    """The cleanup record of a workspace retained at ``now`` for ``retain_ttl`` seconds: ``retained``,
+    ``retained_at`` and ``retained_until``."""
+    now = _number('now', now)
+    updated = dict(record)
+    updated.update(retained=True, retained_at=now, retained_until=now + validate_retain_ttl(retain_ttl))
+    return updated
+
+
+def retained_until(record):
+    """Until when a retained workspace stays (unix seconds), or None when it is not retained. A retention recorded
+    before retentions had an end lasts DEFAULT_RETAIN_TTL from when it began; one that says neither (no release of
+    this collection writes such a record) has no end anyone can tell, and is None too: never deleted by a guess."""
+    if not record.get('retained'):
+        return None
+    if record.get('retained_until') is not None:
+        return _number('retained_until', record['retained_until'])
+    if record.get('retained_at') is not None:
+        return _number('retained_at', record['retained_at']) + DEFAULT_RETAIN_TTL
+    return None
+
+
+def retention_ended(record, now):
+    """Whether a retained workspace's retention is over at ``now`` (``now >= retained_until``): the expiry sweep
+    deletes it then."""
+    until = retained_until(record)
+    return until is not None and _number('now', now) >= until
 
 
 # ------------------------------------------------------------------ cleanup bookkeeping
@@ -406,6 +450,14 @@ def label_value(value):
     return _LABEL_BAD.sub('-', text)[:LABEL_MAX_LENGTH]
 
 
+def retained_labels(lease, until):
+    """The lease labels of a retained resource: state ``retained``, ``expires_at`` the end of its retention, keep
+    false: a sweep by labels deletes it once its retention is over, as the expiry sweep does."""
+    labels = lease_labels(dict(lease, keep=False), RETAINED)
+    labels[LABEL_EXPIRES_AT] = label_value(int(math.ceil(until)))
+    return labels
+
+
 def lease_labels(lease, state):
     """The lease labels of a resource in ``state``: state, expires_at, keep, created_at.
 
@@ -443,17 +495,30 @@ def _by_labels(labels, now):
     # Absent or empty is the default, false; any other value but true/false (``unknown`` too) is read as kept.
     keep = labels.get(LABEL_KEEP)
     keep = ('true' if keep else 'false') if isinstance(keep, bool) else str('' if keep is None else keep).strip()
+    kept = None
     if keep.lower() == 'true':
-        return Decision(SKIP, 'keep=true: held by a person')
-    if keep and keep.lower() != 'false':
-        return Decision(SKIP, 'keep=%s is neither true nor false: left alone, as if kept' % keep)
+        kept = 'keep=true'
+    elif keep and keep.lower() != 'false':
+        kept = 'keep=%s is neither true nor false, read as kept' % keep
     raw_expiry = _label(labels, LABEL_EXPIRES_AT)
     expires_at = None
     if raw_expiry is not None:
         try:
             expires_at = parse_time(raw_expiry)
         except LeaseError:
+            if kept:
+                return Decision(SKIP, '%s: left alone (its expires_at=%s does not parse)' % (kept, raw_expiry))
             return Decision(REPORT, 'expires_at=%s parses as neither unix seconds nor RFC 3339' % raw_expiry)
+    if kept:
+        # A kept workspace is retained when its lease ends, for a retention the labels do not carry: it is deleted
+        # only once the longest retention after its expiry is over, never sooner than the expiry sweep would.
+        if expires_at is None:
+            return Decision(SKIP, '%s and no expires_at: nothing says it expired' % kept)
+        until = expires_at + MAX_RETAIN_TTL
+        if now > until:
+            return Decision(DELETE, '%s: expires_at %s plus the longest retention (%d days) has passed'
+                            % (kept, format_time(expires_at), MAX_RETAIN_TTL // 86400))
+        return Decision(SKIP, '%s: held until expires_at plus the longest retention, %s' % (kept, format_time(until)))
     state = (_label(labels, LABEL_STATE) or '').lower()
     shown = state or 'missing'
     if state in FINISHED_STATES:

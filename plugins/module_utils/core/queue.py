@@ -41,8 +41,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
     fingerprint,
     iso,
     redact,
+    runner_alive,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner, hostname
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import DEFAULT_LEASE, Owner, hostname
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.waiter import Backoff, done, pending, wait_for
 
 # Kind -> the target types it acts on (the first is the default). A new kind is one more line.
@@ -65,7 +66,6 @@ CLAIMED = 'claimed'      # this run holds the entry now and must run it
 FINISHED_TURN = 'finished'   # the entry ended (run by another run, or cancelled)
 WAITING = 'waiting'      # not yet
 
-DEFAULT_LEASE = 600.0
 DEFAULT_TIMEOUT = 3600.0
 # A waiting run marks its request at most this often; a request unmarked for HEARTBEAT_STALE
 # seconds no longer counts as waiting, even if its playbook still runs (its waiting task was
@@ -110,14 +110,6 @@ def duration(seconds):
     if seconds < 3600:
         return '%dm%02ds' % (seconds // 60, seconds % 60)
     return '%dh%02dm' % (seconds // 3600, (seconds % 3600) // 60)
-
-
-def _owner(owner_json, lease_expires):
-    data = json.loads(owner_json) if owner_json else None
-    if not data:
-        return None
-    data['lease_expires'] = lease_expires
-    return Owner.from_dict(data)
 
 
 def _owner_text(owner):
@@ -418,6 +410,14 @@ class Queue:
                                        {'entry': entry_id, 'step': label, 'detail': detail or {}}, now)
         return self.get(entry_id)
 
+    def renew(self, claim):
+        """Renew the claim's lease, with nothing else written (a step that works long without writing: see
+        renewal.py); returns the lease in seconds. ClaimLostError if the claim is no longer held. No failpoint: when
+        it happens depends on timing."""
+        entry_id = claim_parts(claim)[0]
+        with self.journal.transaction(claim, point=None) as conn:
+            return self._entry(conn, entry_id)['lease_seconds'] or self.lease
+
     def finish(self, claim, state='done', result=None, now=None):
         """Close the claimed entry as ``done`` or ``failed`` with ``result``; every run that joined it reports it."""
         if state not in ('done', 'failed'):
@@ -509,10 +509,7 @@ class Queue:
     def _entry(conn, entry_id):
         return conn.execute('SELECT * FROM queue WHERE id = ?', (entry_id,)).fetchone()
 
-    @staticmethod
-    def _runner_alive(row, now):
-        owner = _owner(row['owner'], row['lease_expires'])
-        return owner is not None and owner.is_alive(now)
+    _runner_alive = staticmethod(runner_alive)
 
     @staticmethod
     def _takeover(row, now, alive):
@@ -522,7 +519,7 @@ class Queue:
         it may)."""
         if row['state'] != 'running':
             return dict(runner_judged_by=None, takeover_at=None, takeover_in=None)
-        owner = _owner(row['owner'], row['lease_expires'])
+        owner = Owner.from_record(row['owner'], row['lease_expires'])
         here = owner is None or owner.host == hostname()
         if alive and (here or row['lease_expires'] is None):
             at = None
@@ -541,7 +538,7 @@ class Queue:
                 continue  # a runner's liveness is its entry's owner, judged by the caller
             if req['waits'] and now - req['seen_at'] > HEARTBEAT_STALE:
                 continue
-            if _owner(req['owner'], req['lease_expires']).is_alive(now):
+            if Owner.from_record(req['owner'], req['lease_expires']).is_alive(now):
                 live.append(req)
         return live
 

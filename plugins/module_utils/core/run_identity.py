@@ -17,12 +17,15 @@ process from inside a module by walking up the parent chain.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import json
 import os
 import socket
 import time
 
 ALIVE = 'alive'
 DEAD = 'dead'
+# The lease of a claim, in seconds, when its caller gives none (the queue module's ``lease``).
+DEFAULT_LEASE = 600.0
 
 
 RUN_COMMANDS = ('ansible-playbook', 'ansible', 'ansible-console', 'ansible-pull')
@@ -178,6 +181,15 @@ class Owner:
     @classmethod
     def from_dict(cls, data):
         return cls(data['host'], data['pid'], data.get('start_time'), data.get('lease_expires'))
+
+    @classmethod
+    def from_record(cls, owner_json, lease_expires):
+        """The owner a journal row records (its ``owner`` JSON, its renewed ``lease_expires`` column), or None."""
+        data = json.loads(owner_json) if owner_json else None
+        if not data:
+            return None
+        data['lease_expires'] = lease_expires
+        return cls.from_dict(data)
 
     def __eq__(self, other):
         return isinstance(other, Owner) and (self.host, self.pid, self.start_time) == (other.host, other.pid, other.start_time)

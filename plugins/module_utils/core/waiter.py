@@ -28,6 +28,8 @@ import os
 import random
 import time
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal
+
 DONE = 'done'
 FAILED = 'failed'
 PENDING = 'pending'
@@ -165,6 +167,8 @@ def wait_for(probe, timeout, backoff=None, clock=time.monotonic, sleep=time.slee
     next_report = start + interval if report is not None else None
     while True:
         attempts += 1
+        # A step whose claim was lost (core/renewal.py) stops waiting, and acting, here.
+        renewal.check()
         poll = probe(max(deadline - clock(), 0.0))
         if not isinstance(poll, Poll):
             raise TypeError('a probe returns done(), failed() or pending(), not {0!r}'.format(poll))

@@ -54,10 +54,15 @@ ADVICE = {
     'no_retry': 'the cleanup failed and no retry is scheduled; read the last error, then run ' + DESTROY,
     'unproven': 'the cleanup ended without proof of deletion; run ephemera.workspaces.reconcile to compare the '
                 'journal with the cluster, then ' + DESTROY + ' if the resource is still there',
-    'retained': 'released without delete; destroy it with ' + DESTROY + ' when its work is no longer needed',
+    'retained': 'released without delete until {retained_until}, when the expiry sweep deletes it; destroy it '
+                'sooner with ' + DESTROY + ' once its work is no longer needed',
+    'retention_over': 'released without delete until {retained_until}, which has passed; the next expiry sweep '
+                      '(ephemera.workspaces.expire) deletes it',
     'expired': 'expired at {expires_at}; the next expiry sweep (ephemera.workspaces.expire) releases it',
     'complete': 'deletion confirmed; nothing to do',
     'leased': 'no cleanup asked for; its lease runs until {expires_at}, then the expiry sweep releases it',
+    'kept': 'no cleanup asked for; its lease runs until {expires_at}, then the expiry sweep retains it (keep=true) '
+            'and deletes it when the retention ends',
     'unleased': 'made before leases, it never expires by itself; destroy it with ' + DESTROY
                 + ' when its work is no longer needed',
 }
@@ -118,6 +123,8 @@ def entry(ws, debts, now):
         'expires_at': leasing.format_time(expires_at) if expires_at is not None else None,
         'expires_in': int(expires_at - now) if expires_at is not None else None,
         'keep': bool(terms.get('keep')) if terms else False,
+        'retained_until': None,
+        'retained_in': None,
         'attempts': attempts,
         'last_error': last_error,
         'failed_at': _time(cleanup.get('cleanup_failed_at')) or (_time(last['updated_at']) if last else None),
@@ -127,6 +134,9 @@ def entry(ws, debts, now):
         'cleanup_debt': [{'resource': d['resource'], 'attempts': d['attempts'], 'last_error': d['last_error'],
                           'next_retry': _time(d['next_retry'])} for d in debts],
     }
+    until = leasing.retained_until(cleanup)
+    if until is not None and category == leasing.RETAINED:
+        found.update(retained_until=leasing.format_time(until), retained_in=int(until - now))
     found['advice'] = advice(found, now)
     return found
 
@@ -144,7 +154,11 @@ def case(found, now):
             return 'retry_due' if now >= leasing.parse_time(found['next_retry']) else 'retry_later'
         return 'no_retry' if found.get('last_error') else 'unproven'
     if category == leasing.NO_CLEANUP:
-        return 'leased' if found.get('expires_at') else 'unleased'
+        if not found.get('expires_at'):
+            return 'unleased'
+        return 'kept' if found.get('keep') else 'leased'
+    if category == leasing.RETAINED and found.get('retained_in') is not None and found['retained_in'] <= 0:
+        return 'retention_over'
     return category
 
 
@@ -160,6 +174,7 @@ def advice(found, now):
     """One sentence saying what to do about an entry at ``now``: its row of ADVICE, filled in."""
     return ADVICE[case(found, now)].format(name=found['name'], expires_at=found.get('expires_at'),
                                            next_retry=found.get('next_retry'),
+                                           retained_until=found.get('retained_until'),
                                            action=operator_action(found.get('last_error')))
 
 
@@ -178,6 +193,8 @@ def report_line(found):
             details.append('last error: %s' % _one_line(found['last_error']))
         if found['next_retry']:
             details.append('next retry %s' % found['next_retry'])
+    elif found['category'] == leasing.RETAINED:
+        details = ['status %s' % found['status'], 'retained until %s' % found['retained_until']]
     else:
         details = ['status %s' % found['status']]
     return '%s: %s (%s): %s' % (found['name'], found['category'], ', '.join(details) or 'no error recorded',

@@ -604,7 +604,8 @@ class CreateFlow(Flow):
             self._refuse_missing_secrets(step)
         key = self.params.get('idempotency_key')
         if key and not self.check_mode:
-            claim = self.journal.begin_idempotent(key, 'create', self._idempotency_request(req), owner=Owner.of_run())
+            claim = self.journal.begin_idempotent(key, 'create', self._idempotency_request(req), owner=Owner.of_run(),
+                                                  claim=self.claim)
             if claim.replayed:
                 return self._replayed(claim)
             if ws['status'] == 'ready':
@@ -725,7 +726,8 @@ class CreateFlow(Flow):
         key = self.params.get('idempotency_key')
         if not key or self.check_mode:
             return None
-        claim = self.journal.begin_idempotent(key, 'create', self._idempotency_request(req), owner=Owner.of_run())
+        claim = self.journal.begin_idempotent(key, 'create', self._idempotency_request(req), owner=Owner.of_run(),
+                                              claim=self.claim)
         return self._replayed(claim) if claim.replayed else None
 
     # --------------------------------------------------------------- 2. vmid
@@ -1306,7 +1308,8 @@ class CreateFlow(Flow):
                   progress=dict(self.ws['progress'], ready=time.time()), **fields)
         if self.params.get('idempotency_key'):
             claim = self.journal.begin_idempotent(self.params['idempotency_key'], 'create',
-                                                  self._idempotency_request(req), owner=Owner.of_run())
+                                                  self._idempotency_request(req), owner=Owner.of_run(),
+                                                  claim=self.claim)
             if not claim.replayed:
                 self.journal.finish_idempotent(claim, self._result())
         return StepResult(True, 'ready: %s at %s%s' % (self.name, self.ws['address'], '; %s' % note if note else ''))

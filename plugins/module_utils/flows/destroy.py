@@ -20,6 +20,7 @@ __metaclass__ = type
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
@@ -244,8 +245,9 @@ class DestroyFlow(Flow):
                           present=True, running=running, vmid=target.vmid, verdict=target.verdict)
 
     def retain(self):
-        """Release without delete: the workspace stops counting as running work (expiry leaves it alone, the
-        labels on its resource say keep) and keeps its resource and record; a later destroy resumes the cleanup."""
+        """Release without delete: the workspace stops counting as running work and keeps its resource and record
+        until its retention ends (``retain_ttl`` from now; the expiry sweep deletes it then, and the labels on its
+        resource say so); a later destroy resumes the cleanup sooner."""
         if self.ws is None:
             raise DestroyError('Workspace %s is not recorded; there is nothing to retain.' % self.name)
         if self.ws['status'] == 'destroyed':
@@ -259,14 +261,20 @@ class DestroyFlow(Flow):
             lifted = None if self.check_mode else lease_flow.lift_deadline(self.journal, self.provider, self.ws)
             return StepResult(bool(lifted), 'retain: %s is retained already%s'
                               % (self.name, '; %s' % lifted if lifted else ''))
+        try:
+            cleanup = leasing.retained(cleanup, time.time(), self.params.get('retain_ttl'))
+        except leasing.LeaseError as err:
+            raise DestroyError(str(err), step='retain')
+        until = leasing.format_time(cleanup['retained_until'])
         if self.check_mode:
-            return StepResult(True, 'retain: would retain %s (released without delete)' % self.name)
-        cleanup.update(retained=True, retained_at=time.time())
-        self.ws = self.save('retained', kind='recorded', detail={'status': self.ws['status']}, cleanup=cleanup)
+            return StepResult(True, 'retain: would retain %s until %s (released without delete)' % (self.name, until))
+        self.ws = self.save('retained', kind='recorded', detail={'status': self.ws['status'], 'retained_until': until},
+                            cleanup=cleanup)
         notes = [lease_flow.write_labels(self.journal, self.provider, self.ws),
                  lease_flow.lift_deadline(self.journal, self.provider, self.ws)]
-        return StepResult(True, 'retain: %s released without delete; its resource and record stay%s'
-                          % (self.name, ''.join('; %s' % n for n in notes if n)))
+        return StepResult(True, 'retain: %s released without delete; its resource and record stay until %s, when the '
+                          'expiry sweep deletes it%s' % (self.name, until, ''.join('; %s' % n for n in notes if n)),
+                          retained_until=until)
 
     # --------------------------------------------------------------- 1. mark
 
@@ -276,7 +284,7 @@ class DestroyFlow(Flow):
         if self.check_mode:
             return StepResult(True, 'mark destroying: would mark %s' % self.name)
         # A retained workspace released with delete: the cleanup it owns resumes.
-        cleanup = dict((k, v) for k, v in (self.ws.get('cleanup') or {}).items() if k not in ('retained', 'retained_at'))
+        cleanup = dict((k, v) for k, v in (self.ws.get('cleanup') or {}).items() if k not in ('retained', 'retained_at', 'retained_until'))
         self.save('destroy', kind='recorded', detail={'from_status': self.ws['status']}, desired_state='destroyed',
                   status='destroying', failure=None, cleanup=cleanup)
         return StepResult(True, 'mark destroying: %s is being destroyed; new agent operations are refused' % self.name)

@@ -40,15 +40,28 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.operation impo
 DEFAULT_LIMIT = 16
 
 
+# Why a workspace is due: its lease expired ('expired'), its failed cleanup is due again ('retry') or its retention
+# is over ('retention ended'), all of which release it with delete; or its lease expired and it is kept ('kept'),
+# which retains it (released without delete, until its retention ends).
+KEPT = 'kept'
+
+
 def due(ws, now):
-    """Why the sweep releases ``ws`` now ('expired', 'retry'), or None."""
+    """Why the sweep acts on ``ws`` now ('expired', 'retry', 'retention ended', 'kept'), or None."""
     terms = ws.get('lease')
     cleanup = ws.get('cleanup') or {}
-    if not terms or ws['status'] == 'destroyed' or cleanup.get('retained'):
+    if ws['status'] == 'destroyed':
+        return None
+    if cleanup.get('retained'):
+        # Retention has an end, whether the workspace was released without delete or kept past its lease.
+        return 'retention ended' if leasing.retention_ended(cleanup, now) else None
+    if not terms:
         return None
     if cleanup.get('cleanup_retry_at') is not None:
         return 'retry' if leasing.retry_due(cleanup, now) else None
-    return 'expired' if leasing.is_expired(terms, now) else None
+    if not leasing.is_expired(terms, now):
+        return None
+    return 'expired' if leasing.auto_release(terms) or ws['desired_state'] == 'destroyed' else KEPT
 
 
 class ExpirySweep:
@@ -77,7 +90,7 @@ class ExpirySweep:
                 self._add(ws['name'], 'other_provider', 'due (%s); it lives on %s, left to a sweep that talks to it'
                           % (why, fleet.place_of(ws)))
         candidates = sorted([(ws, why) for ws, why in candidates if why and self._here(ws)],
-                            key=lambda pair: pair[0]['lease'].get('expires_at') or 0)
+                            key=lambda pair: (pair[0].get('lease') or {}).get('expires_at') or 0)
         limit = self.params.get('limit') or DEFAULT_LIMIT
         for ws, why in candidates[:limit]:
             self.release(ws, why)
@@ -97,7 +110,7 @@ class ExpirySweep:
         now = self.clock()
         live = [ws for ws in self.journal.list_workspaces(status='ready')
                 if ws.get('lease') and ws['desired_state'] == 'present' and not leasing.is_expired(ws['lease'], now)
-                and self._here(ws)]
+                and not (ws.get('cleanup') or {}).get('retained') and self._here(ws)]
         if not live:
             return
         with ThreadPoolExecutor(max_workers=max(1, min(self.params.get('parallel') or 8, len(live)))) as pool:
@@ -129,19 +142,15 @@ class ExpirySweep:
 
     def release(self, ws, why):
         name = ws['name']
+        if why == KEPT:
+            return self.retain(ws)
         if self.check_mode:
             self._add(name, 'would_release', 'would archive its work and destroy it (%s)' % why)
             return
         failpoint.enter(name, 'expire.release')
-        operation = Operation.claim_if_free(self.journal, 'destroy', name, 'the expiry sweep found it busy',
-                                            source='schedule', requested_by='expire')
+        operation = self._claim(ws, why)
         if operation is None:
-            self._add(name, 'busy', 'another run is queued on it; the next sweep looks again')
             return
-        self.changed = True
-        self.journal.append_event(name, 'observed', 'expired', {
-            'why': why, 'expires_at': leasing.format_time(leasing.compute_expires_at(ws['lease']))},
-            claim=operation.claim)
         params = dict(self.params, name=name, claim=operation.claim, archive=True, discard_unsaved_work=False)
         flow = DestroyFlow(self.journal, self.provider, params, self.secret, claim=operation.claim)
 
@@ -168,6 +177,53 @@ class ExpirySweep:
             return
         self._settle(name, None, None)
         self._add(name, 'released', 'archived and destroyed (%s)' % why)
+
+    def _claim(self, ws, why):
+        """The workspace's destroy claimed through its queue, with the event that says why (None, noted as busy, when
+        another run is queued on it)."""
+        name = ws['name']
+        operation = Operation.claim_if_free(self.journal, 'destroy', name, 'the expiry sweep found it busy',
+                                            source='schedule', requested_by='expire')
+        if operation is None:
+            self._add(name, 'busy', 'another run is queued on it; the next sweep looks again')
+            return None
+        self.changed = True
+        self.journal.append_event(name, 'observed', 'expired', dict(why=why, **self._expiry(ws)), claim=operation.claim)
+        return operation
+
+    @staticmethod
+    def _expiry(ws):
+        """When the workspace's lease (or its retention) ended, for the event that says why it goes."""
+        until = leasing.retained_until(ws.get('cleanup') or {})
+        if until is not None:
+            return {'retained_until': leasing.format_time(until)}
+        return {'expires_at': leasing.format_time(leasing.compute_expires_at(ws['lease']))}
+
+    def retain(self, ws):
+        """A kept workspace whose lease ended: released without delete (the destroy's retain step, through its queue),
+        until its retention ends; the sweep that comes after that deletes it."""
+        name = ws['name']
+        if self.check_mode:
+            self._add(name, 'would_retain', 'kept (keep=true): would release it without delete, for %s s'
+                      % leasing.validate_retain_ttl(self.params.get('retain_ttl')))
+            return
+        failpoint.enter(name, 'expire.retain')
+        operation = self._claim(ws, KEPT)
+        if operation is None:
+            return
+        flow = DestroyFlow(self.journal, self.provider, dict(self.params, name=name, claim=operation.claim), self.secret,
+                           claim=operation.claim)
+        outcome = {}
+
+        def retain():
+            outcome['result'] = flow.run('retain')
+        try:
+            operation.run([('expire: retain', retain)], {'workspace': name, 'status': 'retained', 'expired': KEPT})
+        except EphemeraError as err:
+            self._add(name, 'failed', str(err))
+            return
+        self._add(name, 'retained', 'kept (keep=true): released without delete until %s'
+                  % outcome['result'].extra.get('retained_until'))
 
     def _settle(self, name, err, claim):
         """Record the cleanup's outcome on the workspace: the attempt failed (retry in 5 minutes), or it completed."""

@@ -76,10 +76,16 @@ def write_labels(journal, provider, ws, state=None, claim=None):
         return 'the lease labels on its resource were not updated (it lives on %s, and this run talks to %s)' % (
             ws['provider'], provider.name)
     terms = ws['lease']
-    if (ws.get('cleanup') or {}).get('retained'):
-        # Held by a person: a sweep by labels must skip it, as it skips keep.
-        terms = dict(terms, keep=True)
-    labels = leasing.lease_labels(terms, state or LABEL_STATES.get(ws['status'], ws['status']))
+    cleanup = ws.get('cleanup') or {}
+    until = leasing.retained_until(cleanup)
+    if until is not None:
+        # Retained: a sweep by labels leaves it until its retention ends, and deletes it then, as the expiry sweep does.
+        labels = leasing.retained_labels(terms, until)
+    elif cleanup.get('retained'):
+        # Retained with no end on record: kept, as the sweep by labels reads keep.
+        labels = leasing.lease_labels(dict(terms, keep=True), state or LABEL_STATES.get(ws['status'], ws['status']))
+    else:
+        labels = leasing.lease_labels(terms, state or LABEL_STATES.get(ws['status'], ws['status']))
     name, resource_id = ws['name'], ws['resource_id']
     try:
         resource = provider.find(resource_id, ws.get('location'))

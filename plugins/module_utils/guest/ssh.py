@@ -29,6 +29,7 @@ import stat
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 
@@ -242,6 +243,7 @@ class Guest:
         if isinstance(command, (list, tuple)):
             command = ' '.join(shlex.quote(str(part)) for part in command)
         what = what or command.split('\n')[0][:80]
+        renewal.check()  # a step that lost its claim runs nothing more in the guest
         try:
             chan = self._client.get_transport().open_session(timeout=self.connect_timeout)
             chan.settimeout(timeout)
@@ -319,6 +321,7 @@ class Guest:
         which is then renamed over ``path``: a link at ``path`` is replaced, never written through.
         The directory itself must be one that only the SSH user can write to.
         """
+        renewal.check()  # a step that lost its claim writes nothing more in the guest
         if not isinstance(data, bytes):
             data = data.encode('utf-8')
         temp = posixpath.join(posixpath.dirname(path), '.%s.%s.tmp' % (posixpath.basename(path), secrets.token_hex(6)))

@@ -30,6 +30,9 @@ TOOL = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$')
 VERSION_CHARS = 200
 # Host keys a template must not carry: every workspace made from it would answer with the same key.
 HOST_KEYS = '/etc/ssh/ssh_host_*'
+# The repository every template carries for its build's smoke create (the template_build role's default
+# template_build_smoke): one commit on branch main, readable by every user, made by provisioning when git is there.
+SMOKE_REPO = '/usr/local/share/ephemera/smoke.git'
 # Regenerates missing host keys at a clone's first boot, before sshd starts (systemd guests).
 FIRST_BOOT_UNIT = '/etc/systemd/system/ephemera-ssh-host-keys.service'
 FIRST_BOOT_UNIT_TEXT = """\
@@ -82,8 +85,31 @@ def as_agent_login(agent_user, command):
     return 'runuser -l %s -c %s' % (q(agent_user), q(command))
 
 
+def smoke_repo_lines(agent_user):
+    """Shell lines that make SMOKE_REPO afresh (a rerun of provisioning makes it again), when git is installed: the
+    smoke create of the build clones it inside the guest, so it needs no network and no credentials. It belongs to
+    the agent user, who checks it out: git refuses a repository of another owner ("dubious ownership")."""
+    git = 'git -c user.name=ephemera -c user.email=ephemera@localhost -c init.defaultBranch=main'
+    return [
+        'if command -v git >/dev/null 2>&1; then',
+        '  rm -rf %s' % q(SMOKE_REPO),
+        '  smoke=$(mktemp -d)',
+        '  %s -C "$smoke" init -q' % git,
+        '  printf "Smoke test repository of this template: a workspace made from it checks it out.\\n" '
+        '> "$smoke/README"',
+        '  %s -C "$smoke" add README' % git,
+        '  %s -C "$smoke" commit -q -m "Smoke test repository"' % git,
+        '  mkdir -p %s' % q(SMOKE_REPO.rsplit('/', 1)[0]),
+        '  git clone -q --bare "$smoke" %s' % q(SMOKE_REPO),
+        '  chown -R %s: %s' % (q(agent_user), q(SMOKE_REPO)),
+        '  rm -rf "$smoke"',
+        'fi',
+    ]
+
+
 def provision_script(packages, agent_user):
-    """Root's part: the system packages and the agent user (made if missing, its ~/.local/bin ready)."""
+    """Root's part: the system packages, the agent user (made if missing, its ~/.local/bin ready) and the smoke
+    repository (SMOKE_REPO)."""
     lines = ['set -e', 'export DEBIAN_FRONTEND=noninteractive']
     if packages:
         lines += ['apt-get update -q',
@@ -92,7 +118,7 @@ def provision_script(packages, agent_user):
         'id -u %s >/dev/null 2>&1 || useradd --create-home --shell /bin/bash %s' % (q(agent_user), q(agent_user)),
         'home=$(getent passwd %s | cut -d: -f6)' % q(agent_user),
         'runuser -u %s -- mkdir -p "$home/.local/bin"' % q(agent_user),
-    ]
+    ] + smoke_repo_lines(agent_user)
     return '\n'.join(lines) + '\n'
 
 

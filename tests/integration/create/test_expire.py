@@ -2,18 +2,22 @@
 archived first) and nothing of it remains; a workspace whose agent works survives its idle expiry and goes at its
 ttl, but one whose agent only says it works (runs, and does nothing) goes at its idle expiry; a failed release is
 kept with its attempt, error and retry time, and the next due sweep finishes it; a release without delete retains
-the workspace and expiry leaves it alone.
+the workspace until its retain_ttl, the lease audit lists it and until when, and the sweep after that deletes it; a
+workspace requested with keep=true is retained by the sweep when its lease ends, and deleted when that retention
+ends.
 """
 
 import os
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider import lease_labels_of
 
 from .createrun import DESTROY, request_vars
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 EXPIRE = os.path.join(ROOT, 'playbooks', 'expire.yml')
+LEASE_AUDIT = os.path.join(ROOT, 'playbooks', 'lease_audit.yml')
 # The agent finishes at once: the workspace is idle.
 DONE_AGENT = ['sh', '-c', 'echo done']
 # The agent works: it writes a line every second.
@@ -151,25 +155,90 @@ def test_a_failed_release_is_kept_with_its_attempt_and_retried_when_due(controll
     assert leasing.view(final, time.time())['cleanup_status'] == 'complete'
 
 
-def test_a_release_without_delete_retains_the_workspace_and_expiry_leaves_it(controller, repo):
+def audited(ctl, name):
+    """The lease audit's entry and report line of ``name``, through the shipped playbook."""
+    run = ctl.create({}, playbook=LEASE_AUDIT)
+    assert run.ok, run.explain()
+    result = run.task('Audit the leases and cleanups in the journal')
+    [found] = [e for e in result['entries'] if e['name'] == name]
+    [line] = [line for line in result['report'] if line.startswith(name + ':')]
+    return found, line
+
+
+def test_a_release_without_delete_is_retained_until_its_retain_ttl_then_the_sweep_deletes_it(controller, repo):
     run = controller.create(request_vars(repo.url, 'held', ttl=600, idle_timeout=6,
                                          ephemera_agents={'worker': DONE_AGENT}))
     assert run.ok, run.explain()
-    retained = controller.create({'workspace': 'held', 'delete': False}, playbook=DESTROY)
+    retained = controller.create({'workspace': 'held', 'delete': False, 'retain_ttl': 40}, playbook=DESTROY)
     assert retained.ok, retained.explain()
     ws = controller.workspace('held')
-    assert ws['cleanup']['retained'] is True and ws['status'] == 'ready'
+    cleanup = ws['cleanup']
+    assert cleanup['retained'] is True and ws['status'] == 'ready'
+    assert cleanup['retained_until'] == cleanup['retained_at'] + 40
     assert leasing.view(ws, time.time())['cleanup_status'] == 'retained'
     assert controller.queue_entries('held')[-1]['result']['status'] == 'retained'
+    # The container says so too: a sweep by labels (no journal) deletes it only once the retention is over.
+    assert lease_labels_of(controller.config(ws['vmid'])['description']) == leasing.retained_labels(
+        ws['lease'], cleanup['retained_until'])
+    until = leasing.format_time(cleanup['retained_until'])
+    found, line = audited(controller, 'held')
+    assert (found['category'], found['retained_until']) == ('retained', until)
+    assert 0 < found['retained_in'] <= 40
+    assert line.startswith('held: retained (status ready, retained until %s): released without delete until %s, when '
+                           'the expiry sweep deletes it' % (until, until)), line
+    # Its lease ran out: the sweep leaves it, retained.
     wait_until(ws['lease']['expires_at'])
     assert actions(sweep(controller), 'held') == []
     assert ws['vmid'] in controller.guests()
-    # A release with delete resumes the cleanup it owns.
-    gone = controller.create({'workspace': 'held'}, playbook=DESTROY)
-    assert gone.ok, gone.explain()
+    # Its retention ran out: the next sweep archives and deletes it.
+    wait_until(cleanup['retained_until'])
+    result = sweep(controller)
+    assert actions(result, 'held') == ['released'], result['report']
     final = controller.workspace('held')
     assert final['status'] == 'destroyed' and 'retained' not in final['cleanup']
+    assert controller.ours('held') == [] and ws['vmid'] not in controller.guests()
     assert leasing.view(final, time.time())['cleanup_status'] == 'complete'
+    expired = [e for e in controller.events('held') if e['action'] == 'expired']
+    assert [e['detail'] for e in expired] == [{'why': 'retention ended', 'retained_until': until}]
+
+
+def test_a_destroy_with_delete_ends_a_retention_sooner(controller, repo):
+    run = controller.create(request_vars(repo.url, 'held-short', ttl=600, ephemera_agents={'worker': DONE_AGENT}))
+    assert run.ok, run.explain()
+    assert controller.create({'workspace': 'held-short', 'delete': False}, playbook=DESTROY).ok
+    cleanup = controller.workspace('held-short')['cleanup']
+    assert cleanup['retained_until'] == cleanup['retained_at'] + leasing.DEFAULT_RETAIN_TTL
+    gone = controller.create({'workspace': 'held-short'}, playbook=DESTROY)
+    assert gone.ok, gone.explain()
+    final = controller.workspace('held-short')
+    assert final['status'] == 'destroyed' and not set(final['cleanup']) & {'retained', 'retained_at', 'retained_until'}
+    assert leasing.view(final, time.time())['cleanup_status'] == 'complete'
+
+
+def test_a_kept_workspace_is_retained_at_its_expiry_and_deleted_when_the_retention_ends(controller, repo):
+    run = controller.create(request_vars(repo.url, 'kept', ttl=600, idle_timeout=6, keep=True,
+                                         ephemera_agents={'worker': DONE_AGENT}))
+    assert run.ok, run.explain()
+    ws = controller.workspace('kept')
+    assert ws['lease']['keep'] is True
+    wait_until(ws['lease']['expires_at'])
+    result = sweep(controller, retain_ttl=40)
+    assert actions(result, 'kept') == ['retained'], result['report']
+    held = controller.workspace('kept')
+    assert held['status'] == 'ready' and held['cleanup']['retained'] is True and ws['vmid'] in controller.guests()
+    assert held['cleanup']['retained_until'] == held['cleanup']['retained_at'] + 40
+    until = leasing.format_time(held['cleanup']['retained_until'])
+    found, line = audited(controller, 'kept')
+    assert (found['category'], found['keep'], found['retained_until']) == ('retained', True, until)
+    assert 'retained until %s' % until in line
+    # The sweep before the end of the retention leaves it.
+    assert actions(sweep(controller), 'kept') == []
+    wait_until(held['cleanup']['retained_until'])
+    result = sweep(controller)
+    assert actions(result, 'kept') == ['released'], result['report']
+    assert controller.workspace('kept')['status'] == 'destroyed' and ws['vmid'] not in controller.guests()
+    assert [e['detail']['why'] for e in controller.events('kept') if e['action'] == 'expired'] == [
+        'kept', 'retention ended']
 
 
 def test_check_mode_says_what_it_would_release_and_changes_nothing(controller, repo):

@@ -150,7 +150,9 @@ def test_a_retained_workspace_loses_its_termination_time(site, retained):  # pyl
     assert (ws.get('cleanup') or {}).get('retained') is True
     [instance] = retained['instances']
     assert 'terminationTime' not in instance['scheduling'] and instance['status'] == 'RUNNING'
-    assert instance['labels']['keep'] == 'true'
+    # Its labels say retained until the retention ends (a week by default), for a sweep by labels.
+    assert (instance['labels']['state'], instance['labels']['keep']) == ('retained', 'false')
+    assert int(instance['labels']['expires_at']) == math.ceil(ws['cleanup']['retained_until'])
     assert 'termination time' in said(retained['run'], KEEP)
 
 

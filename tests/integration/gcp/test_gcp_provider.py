@@ -1,5 +1,6 @@
 """The GCP provider through google-cloud-compute's own REST clients against the Compute Engine fake: create to
-running, confirmed deletion, a lost insert answer (one instance, never two, by the requestId), a lost delete answer,
+running, confirmed deletion, a lost insert answer (one instance, never two, by the requestId; also when the fake broke
+after the instance was made), a lost delete answer,
 operation errors, rate limits, labels, orphans in the listing, and bad input refused before any insert."""
 
 import pytest
@@ -62,6 +63,38 @@ def test_lost_insert_answer_is_the_same_request(gcpfake):
     assert gcpfake.inserts - before == 1
     inserts = [q for m, path, q in gcpfake.calls if m == 'POST' and path.endswith('/instances')]
     assert len(set(q['requestId'] for q in inserts[-3:])) == 1
+    p.wait(p.delete(p.find(a.candidate)), 10)
+
+
+def test_an_insert_that_broke_after_its_instance_was_made_is_the_same_request_when_retried(gcpfake, monkeypatch):
+    """The fake made the instance, then failed before it answered (here its metadata server, which it starts for an
+    instance with an external address): the client retries with the same requestId and is answered with the insert's
+    operation, as Compute Engine answers a repeated requestId, never "already exists"; still one instance. Another
+    requestId for the same name is a new request: 409 alreadyExists."""
+    from tests.pgserver import free_port
+    gcpfake.metadata_port = free_port()
+    started = gcpfake.metadata_server
+    broke = []
+
+    def breaks_once(name, *args, **kwargs):
+        if not broke:
+            broke.append(name)
+            raise RuntimeError('the fake broke between the instance and its answer')
+        return started(name, *args, **kwargs)
+    monkeypatch.setattr(gcpfake, 'metadata_server', breaks_once)
+    p = provider(gcpfake)
+    a = allocation(p, 'half-made')
+    before = gcpfake.inserts
+    handle = p.allocate(a)
+    assert p.wait(handle, 10).succeeded
+    assert broke == [a.candidate] and gcpfake.inserts - before == 1
+    inserts = [q for m, path, q in gcpfake.calls if m == 'POST' and path.endswith('/instances')]
+    assert len(inserts) >= 2 and len(set(q['requestId'] for q in inserts[-2:])) == 1
+    status, answer = gcpfake.insert({'name': a.candidate, 'machineType': 'zones/%s/machineTypes/e2-small'
+                                     % gcpfake.zone}, 'another-request')
+    assert status == 409 and answer['error']['errors'][0]['reason'] == 'alreadyExists'
+    # Its metadata server was started at the address the insert gave it, at first use.
+    assert gcpfake.metadata_server(a.candidate).endswith(':%d' % gcpfake.metadata_port)
     p.wait(p.delete(p.find(a.candidate)), 10)
 
 

@@ -7,6 +7,10 @@ Controller A and controller B are ansible-playbook runs whose run identities nam
 clone; B asks for the same create at once, waits until A's lease expired, takes A's claim over and converges, while
 A (a new run) destroys another workspace; then both reconcile at once. Nothing is lost, nothing is cloned twice,
 nothing foreign is touched, and no journal file ever exists.
+
+A step that takes longer than the claim lease (the clone's answer held back for three leases) keeps its claim: its
+run renews it in the background while the step waits, so the other controller, asking for the same create meanwhile,
+waits behind it instead of taking it over.
 """
 
 import time
@@ -21,6 +25,8 @@ from tests.faults.site import Kill
 from tests.pgserver import PgServer
 
 LEASE = 12.0
+# The claim lease of the long-step test: the clone's answer is held back for several of them.
+SHORT_LEASE = 3.0
 KILL_POINT = 'create.clone pve POST /nodes/*/lxc/*/clone'
 
 
@@ -112,3 +118,40 @@ def test_two_controllers_share_one_postgresql_journal(site):
     assert sorted(name for name in view.ours.values() if name in names) == ['two-b1', 'two-k']
     # The journal lives in the database only.
     assert site.files_of_the_journal() == []
+
+
+def wait_for_step(site, name, label, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with site.journal() as journal:
+            running = [e for e in entries_of(journal, name) if e['state'] == 'running']
+        if running and running[0]['step'] == label:
+            return running[0]
+        time.sleep(0.2)
+    raise AssertionError('%s never reached step %s' % (name, label))
+
+
+def test_a_step_longer_than_the_lease_keeps_its_claim_while_the_other_controller_waits(site):
+    site.clear_faults()
+    # One step that writes nothing for three leases: the clone's answer, held back by the proxy.
+    site.cluster.proxy_add('delay', 'POST', '/nodes/*/lxc/*/clone', seconds=3 * SHORT_LEASE, times=1)
+    site.log_requests()
+    a_op, b_op = op(site, 'create', 'two-long', 'controller-a'), op(site, 'create', 'two-long', 'controller-b')
+    a_op['lease_seconds'] = b_op['lease_seconds'] = SHORT_LEASE
+    a_run = site.start_run([a_op])
+    first = wait_for_step(site, 'two-long', 'clone')
+    b_run = site.start_run([b_op])
+    a_outcome, b_outcome = site.finish(a_run), site.finish(b_run)
+    assert a_outcome.ok, a_outcome.explain()
+    assert b_outcome.ok, b_outcome.explain()
+    entries, events = queue_entries(site, 'two-long')
+    (a_entry,) = [e for e in entries if e['id'] == first['id']]
+    # A ran its create to the end under its one claim; B waited behind it, then found the workspace ready.
+    assert a_entry['state'] == 'done' and a_entry['claims'] == 1 and a_entry['owner']['host'] == 'controller-a'
+    assert [e for e in events if e['action'] in ('runner_lost', 'resumed', 'interrupted')] == []
+    b_entries = [e for e in entries if e['id'] != first['id'] and e['kind'] == 'create']
+    assert [(e['state'], e['owner']['host']) for e in b_entries] == [('done', 'controller-b')]
+    assert epoch(b_entries[0]['started_at']) >= epoch(a_entry['ended_at'])
+    assert site.clones().count('agent-two-long') == 1
+    with site.journal() as journal:
+        assert journal.get_workspace('two-long')['status'] == 'ready'

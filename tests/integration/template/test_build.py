@@ -13,6 +13,7 @@ import secrets
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.template import SMOKE_REPO
 from tests.integration.playbooks import running_cluster
 from tests.integration.create.createrun import Controller, request_vars
 from tests.integration.create.gitserver import GitHttpServer, Repo
@@ -68,10 +69,15 @@ def first(site):
 
 
 def build(ctl, timeout=600, smoke=False, **extra):
+    """A build of template NAME: with ``smoke`` its smoke create from the test's repository, with ``smoke='default'``
+    the default smoke create, else none (turned off as documented: an empty template_build_smoke)."""
     extra = dict({'template': NAME}, **extra)
     if smoke:
-        extra.update(template_build_smoke=ctl.smoke, git_token=ctl.token, git_username=GIT_USER,
-                     ephemera_agents={'claude-code': ['sh', '-c', 'sleep 300']})
+        extra.update(ephemera_agents={'claude-code': ['sh', '-c', 'sleep 300']})
+    if smoke is True:
+        extra.update(template_build_smoke=ctl.smoke, git_token=ctl.token, git_username=GIT_USER)
+    elif not smoke:
+        extra.setdefault('template_build_smoke', {})
     return ctl.start(extra, playbook=BUILD).wait(timeout, fail=False)
 
 
@@ -324,7 +330,7 @@ def template_entries(site):
 def test_two_builds_requested_at_once_fold_into_one(site, first):
     """While a build runs, two identical requests queue behind it as one entry, run once for both."""
     before = len(records(site)[1])
-    extra = dict(EMPTY, template=NAME)
+    extra = dict(EMPTY, template=NAME, template_build_smoke={})
     running = site.start(extra, playbook=BUILD)
     wait_until(lambda: any(e['state'] == 'running' for e in template_entries(site)), 'the first build to run',
                timeout=120, runs=[running])
@@ -340,3 +346,37 @@ def test_two_builds_requested_at_once_fold_into_one(site, first):
     reports = [run.task('Report template %s' % NAME)['msg'] for run in done[1:]]
     assert sum('this request joined the queued one' in text for text in reports) == 1, reports
     assert build(site, version=1).ok
+
+
+# ---------------------------------------------------------------------------------------------- the smoke create
+
+def test_a_build_runs_its_smoke_create_by_default_from_the_repository_the_template_carries(site):
+    """No template_build_smoke given: the build's smoke create runs anyway, checking out the repository that
+    provisioning put in the template (no network, no credentials); an empty template_build_smoke turns it off."""
+    run = build(site, template='smoked', source=int(site.info['template_vmid']), smoke='default', **EMPTY)
+    assert run.ok, run.explain()
+    with site.journal() as journal:
+        version = journal.template_version('smoked', journal.template('smoked')['current'])
+    assert os.path.isfile(os.path.join(files_of(site, version['resource_id']), SMOKE_REPO.lstrip('/'), 'HEAD'))
+    smoke = site.workspace('smoke-smoked')
+    assert smoke['status'] == 'destroyed' and smoke['repo'] == SMOKE_REPO and smoke['ref'] == 'main'
+    assert smoke['params']['template_version'] == {'name': 'smoked', 'version': version['version']}
+    assert {'ready', 'destroyed'} <= set(e['action'] for e in site.events('smoke-smoked'))
+    assert site.ours('smoke-smoked') == []
+
+    def children_of_builds():
+        with site.journal() as journal:
+            entries = Queue(journal).entries(target_type='template', target='smoked', recent=100)
+            every = Queue(journal).entries(recent=200)
+        return [sorted((e['kind'], e['state']) for e in every if e['parent_id'] == build_entry['id'])
+                for build_entry in entries if build_entry['kind'] == 'template_build']
+    assert children_of_builds() == [[('create', 'done'), ('destroy', 'done')]]
+    said = [r for step, r in run.results() if step.startswith('Report template')]
+    assert said and 'smoke create smoke-smoked reached ready and was destroyed' in said[0]['msg'], said
+
+    # Turned off: the next build makes its version and no smoke create.
+    before = site.workspace('smoke-smoked')
+    off = build(site, template='smoked', **EMPTY)
+    assert off.ok, off.explain()
+    assert children_of_builds() == [[('create', 'done'), ('destroy', 'done')], []]
+    assert site.workspace('smoke-smoked')['generation'] == before['generation']

@@ -20,6 +20,7 @@ import re
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 
 # Environment variables of the options that are not AWS's own (AWS's own are read by boto3 itself as well).
@@ -202,6 +203,8 @@ class Ec2:
         attempts = 0
         while True:
             attempts += 1
+            if acts:
+                renewal.check()  # a step that lost its claim acts no more
             try:
                 answer = getattr(self.client, operation)(**kwargs)
             except Exception as exc:  # botocore's errors have no common base worth naming

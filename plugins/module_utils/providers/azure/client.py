@@ -25,7 +25,7 @@ try:
 except ImportError:  # pragma: no cover - Python 2
     from urlparse import urlsplit
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint, waiter
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint, renewal, waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import answers, base
 
 # The API versions azure-mgmt-compute 39.0.0 and azure-mgmt-network 33.1.0 use.
@@ -240,6 +240,8 @@ class Arm:
         params = {} if version is None or 'api-version=' in path else {'api-version': version}
         started = time.monotonic()
         while True:
+            if acts:
+                renewal.check()  # a step that lost its claim acts no more
             request = HttpRequest(method, path, params=params, json=body) if body is not None else \
                 HttpRequest(method, path, params=params)
             try:

@@ -25,6 +25,7 @@ import random
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import answers, base
 
 ENDPOINT_ENV = ('EPHEMERA_GCP_ENDPOINT_URL',)
@@ -179,6 +180,8 @@ class Compute:
         deadline = time.monotonic() + self.retry_timeout
         delay = 0.5
         while True:
+            if acts:
+                renewal.check()  # a step that lost its claim acts no more
             try:
                 answer = fn(timeout=self.request_timeout, retry=None, **kwargs)
             except Exception as err:  # pylint: disable=broad-except

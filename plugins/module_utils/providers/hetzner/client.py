@@ -24,6 +24,7 @@ import random
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import answers, base
 
 # The SDK this client imports when it is first used (and providers.preload before a run forks its workers).
@@ -187,6 +188,8 @@ class HCloud:
         while True:
             attempts += 1
             self._last_status[0] = None
+            if acts:
+                renewal.check()  # a step that lost its claim acts no more
             try:
                 answer = self.client.request(method, path, **kwargs)
             except Exception as exc:  # hcloud, requests and JSON errors have no common base

@@ -32,6 +32,7 @@ from ansible.module_utils.basic import env_fallback
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.waiter import TIMEOUT, Backoff, done, pending, wait_for
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import answers, base
 
@@ -631,6 +632,8 @@ class PveClient:
         return (min(self.connect_timeout, timeout), timeout)
 
     def _send(self, method, path, params, data, timeout):
+        if method != 'GET':
+            renewal.check()  # a step that lost its claim acts no more
         session = self._session()
         path, url = self._url(path)
         self.request_count += 1

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
-from tests import pgserver
+from tests import pgserver, runs
 
 
 @pytest.fixture
@@ -102,3 +102,11 @@ def store(request, path):
 def pg_store(pg_server):
     """A fresh database of the session's PostgreSQL server (for tests of that backend only)."""
     return PgStore(pg_server)
+
+
+@pytest.fixture
+def processes():
+    """Start a process that stands for an ansible-playbook run (it sleeps); every one is killed after the test."""
+    started = runs.Processes()
+    yield started.start
+    started.kill_all()

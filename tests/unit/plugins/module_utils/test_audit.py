@@ -59,14 +59,21 @@ ADVICE_CASES = [
     ('unproven', found('failed'),
      'the cleanup ended without proof of deletion; run ephemera.workspaces.reconcile to compare the journal with '
      'the cluster, then ' + DESTROY + ' if the resource is still there'),
-    ('retained', found('retained'),
-     'released without delete; destroy it with ' + DESTROY + ' when its work is no longer needed'),
+    ('retained', found('retained', retained_until='2026-12-10T10:00:00Z', retained_in=7 * 86400),
+     'released without delete until 2026-12-10T10:00:00Z, when the expiry sweep deletes it; destroy it sooner with '
+     + DESTROY + ' once its work is no longer needed'),
+    ('retention over', found('retained', retained_until='2026-12-03T09:00:00Z', retained_in=-3600),
+     'released without delete until 2026-12-03T09:00:00Z, which has passed; the next expiry sweep '
+     '(ephemera.workspaces.expire) deletes it'),
     ('expired', found('expired', expires_at='2026-12-03T09:30:00Z'),
      'expired at 2026-12-03T09:30:00Z; the next expiry sweep (ephemera.workspaces.expire) releases it'),
     ('complete', found('complete', status='destroyed', desired_state='destroyed'),
      'deletion confirmed; nothing to do'),
     ('leased', found('none', expires_at='2026-12-03T11:00:00Z'),
      'no cleanup asked for; its lease runs until 2026-12-03T11:00:00Z, then the expiry sweep releases it'),
+    ('kept', found('none', expires_at='2026-12-03T11:00:00Z', keep=True),
+     'no cleanup asked for; its lease runs until 2026-12-03T11:00:00Z, then the expiry sweep retains it (keep=true) '
+     'and deletes it when the retention ends'),
     ('unleased', found('none'),
      'made before leases, it never expires by itself; destroy it with ' + DESTROY + ' when its work is no longer '
      'needed'),
@@ -147,7 +154,7 @@ def seeded(path, now):
         make(journal, 'gone-with-debt', now - 7200, status='destroyed', desired_state='destroyed')
         journal.record_cleanup_debt('gone-with-debt', 'volume/vm-105-disk-0', 'storage busy', retry_in=300)
         journal.record_cleanup_debt('gone-with-debt', 'volume/vm-105-disk-0', 'storage still busy', retry_in=300)
-        make(journal, 'kept-for-review', now - 60, resource_id=106, cleanup={'retained': True})
+        make(journal, 'kept-for-review', now - 60, resource_id=106, cleanup=leasing.retained({}, now - 3600, 86400))
         make(journal, 'expired', now - 60, resource_id=107)
         make(journal, 'expired-now', now, resource_id=108)
         make(journal, 'failed-create-expired', now - 10, status='failed', candidate_id=109)
@@ -183,6 +190,7 @@ def test_an_entry_carries_the_record_the_retry_and_the_advice(seeded, now):
         'expires_at': leasing.format_time(now - 600), 'expires_in': -600, 'keep': False, 'attempts': 2,
         'last_error': 'CT 103 is locked (backup)', 'failed_at': leasing.format_time(now - 100),
         'next_retry': leasing.format_time(now + 200), 'needs_operator': False, 'cleanup_debt': [],
+        'retained_until': None, 'retained_in': None,
         'advice': 'retried at %s by the expiry sweep or reconcile; to retry now run ephemera.workspaces.destroy -e '
                   'workspace=failed-retry' % leasing.format_time(now + 200)}
     line = [line for line in audit.audit(seeded, now)['report'] if line.startswith('failed-retry:')]
@@ -191,7 +199,11 @@ def test_an_entry_carries_the_record_the_retry_and_the_advice(seeded, now):
     assert entries['creating']['resource'] == {'provider': 'proxmox', 'resource_id': None, 'location': 'pve1'}
     assert entries['creating']['advice'] == 'creation is under way; nothing to do'
     assert entries['destroying']['advice'].startswith('a destroy is queued or running')
-    assert entries['kept-for-review']['advice'].startswith('released without delete')
+    kept = entries['kept-for-review']
+    assert (kept['retained_until'], kept['retained_in']) == (leasing.format_time(now + 86400 - 3600), 86400 - 3600)
+    assert kept['advice'].startswith('released without delete until %s' % kept['retained_until'])
+    [line] = [line for line in audit.audit(seeded, now)['report'] if line.startswith('kept-for-review:')]
+    assert line.startswith('kept-for-review: retained (status ready, retained until %s): ' % kept['retained_until'])
     assert entries['expired']['advice'] == ('expired at %s; the next expiry sweep (ephemera.workspaces.expire) '
                                             'releases it' % leasing.format_time(now - 60))
     assert (entries['expired']['cleanup_status'], entries['expired']['expires_in']) == ('none', -60)

@@ -289,13 +289,51 @@ def test_activity_never_pushes_past_the_ttl():
 
 # ------------------------------------------------------------------ keep
 
-def test_keep_only_suppresses_release_after_a_job():
+def test_keep_only_turns_the_delete_at_expiry_into_a_retention():
     assert lease.auto_release(make()) is True
     assert lease.auto_release(make(keep=True)) is False
     assert lease.auto_release({'keep': None}) is True
     assert lease.auto_release({}) is True
     kept = make(keep=True)
     assert lease.is_expired(kept, T0 + 1800) is True and lease.is_expired(make(), T0 + 1800) is True
+
+
+# ------------------------------------------------------------------ retention
+
+def test_a_retention_lasts_retain_ttl_a_week_by_default():
+    held = lease.retained({'cleanup_attempts': 0}, T0)
+    assert held == {'cleanup_attempts': 0, 'retained': True, 'retained_at': T0, 'retained_until': T0 + 7 * 86400}
+    assert lease.retained_until(held) == T0 + 7 * 86400
+    short = lease.retained({}, T0, retain_ttl=60)
+    assert not lease.retention_ended(short, T0 + 59) and lease.retention_ended(short, T0 + 60)
+    assert lease.cleanup_status(dict(short, status='ready', desired_state='present')) == 'retained'
+
+
+def test_a_retention_recorded_without_an_end_ends_a_week_after_it_began_and_one_without_a_time_never_by_guess():
+    assert lease.retained_until({'retained': True, 'retained_at': T0}) == T0 + lease.DEFAULT_RETAIN_TTL
+    assert lease.retained_until({'retained': True}) is None and not lease.retention_ended({'retained': True}, T0 * 2)
+    assert lease.retained_until({}) is None and lease.retained_until({'retained': False, 'retained_until': T0}) is None
+
+
+@pytest.mark.parametrize('value, message', [
+    (0, 'retain_ttl 0 is not a positive number of seconds'),
+    (-5, 'retain_ttl -5 is not a positive number of seconds'),
+    (30 * 86400 + 1, 'retain_ttl 2592001 is more than 2592000 s (30 days)'),
+    (True, 'retain_ttl True is a boolean'),
+    ('604800', "retain_ttl '604800' is not a whole number of seconds"),
+])
+def test_bad_retain_ttl_is_refused(value, message):
+    with pytest.raises(lease.LeaseError, match=re.escape(message)):
+        lease.validate_retain_ttl(value)
+
+
+def test_retained_labels_say_retained_until_the_end_of_the_retention_and_keep_false():
+    kept = make(keep=True)
+    labels = lease.retained_labels(kept, T0 + 86400.5)
+    assert labels == {'state': 'retained', 'expires_at': str(int(T0 + 86401)), 'keep': 'false',
+                      'created_at': str(int(T0))}
+    assert lease.cleanup_decision(labels, T0 + 86401, True).decision == SKIP
+    assert lease.cleanup_decision(labels, T0 + 86402, True).decision == DELETE
 
 
 # ------------------------------------------------------------------ cleanup bookkeeping
@@ -615,6 +653,16 @@ ROWS = [
     (labels_of('released', LONG_PAST, keep='1'), SKIP),
     (labels_of('released', LONG_PAST, keep='unknown'), SKIP),
     (labels_of(keep='true'), SKIP),
+    (labels_of('ready', 'tomorrow', keep='true'), SKIP),
+    # ... but a kept one is not a pet: deleted once its expiry plus the longest retention (30 days) has passed
+    (labels_of('ready', str(int(NOW - 30 * 86400)), keep='true'), SKIP),
+    (labels_of('ready', str(int(NOW - 30 * 86400 - 1)), keep='true'), DELETE),
+    (labels_of('running', str(int(NOW - 31 * 86400)), keep='TRUE'), DELETE),
+    (labels_of('released', str(int(NOW - 31 * 86400)), keep='yes'), DELETE),
+    # retained (released without delete): delete once its retention (its expires_at) has passed
+    (labels_of('retained', FUTURE), SKIP),
+    (labels_of('retained', AT), SKIP),
+    (labels_of('retained', PAST), DELETE),
     # running / provisioning: delete only when stale (past expires_at + 12 hours)
     (labels_of('running', FUTURE), SKIP),
     (labels_of('running', AT), SKIP),

@@ -5,47 +5,20 @@ On PostgreSQL the leases are written and judged by the database's clock: a contr
 forked process whose Python clock is shifted) sees the same as the others."""
 
 import re
-import subprocess
-import sys
 import time
 
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import run_identity
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import ClaimLostError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import ClaimLostError, IdempotencyError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import CLAIMED, WAITING, Queue
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner, proc_start_time
-
-
-@pytest.fixture
-def processes():
-    started = []
-
-    def start():
-        proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.kill()
-        proc.wait()
-
-
-def run_on(journal, host, proc, lease):
-    """The queue as seen by the run ``proc`` on controller ``host``."""
-    return Queue(journal, owner=Owner(host, proc.pid, proc_start_time(proc.pid)), lease=lease)
+from tests.runs import claim, held_and_awaited, run_on
 
 
 def kill(proc):
     proc.kill()
     proc.wait()
-
-
-def claim(queue, kind='create', target='ws1'):
-    turn = queue.poll(queue.enqueue(kind, target).request_id)
-    assert turn.outcome == CLAIMED
-    return turn
 
 
 def test_host_name_comes_from_the_run_identity(monkeypatch):
@@ -108,11 +81,7 @@ def test_status_says_when_a_runner_on_another_host_may_be_taken_over_and_when_it
 
 def test_a_live_run_that_renews_its_lease_is_never_taken_over(store, processes):
     with store.open() as journal:
-        a_proc, b_proc = processes(), processes()
-        a = run_on(journal, 'controller-a', a_proc, lease=1.0)
-        first = claim(a)
-        b = run_on(journal, 'controller-b', b_proc, lease=1.0)
-        request = b.enqueue('create', 'ws1').request_id
+        a, first, b, request = held_and_awaited(journal, processes, lease=1.0)
         deadline = time.time() + 3.0  # three leases long
         while time.time() < deadline:
             a.step(first.claim, 'clone')  # every write under the claim renews the lease
@@ -231,3 +200,64 @@ def test_a_run_waiting_for_its_turn_says_what_it_is_behind(store, processes, mon
     assert said, said
     assert re.match(r'waiting for its turn: behind #1 create of workspace ws1 running, step wait for SSH, runner '
                     r'controller-a pid %d \(\d+ s of 1 s\)$' % a_proc.pid, said[0]), said
+
+
+# ------------------------------------------ idempotency keys: judged by the claim of the operation they were used in
+
+
+def test_a_key_used_by_a_run_that_died_on_another_host_is_free_once_its_claim_lease_ran_out(store, processes):
+    """A create claimed an idempotency key under its queue claim on controller A and A's job died. Controller B's
+    retry with the same key is refused while A's claim lease holds (A may be alive), and goes on, resuming the same
+    operation, once that lease ran out: not 24 hours later."""
+    with store.open() as journal:
+        a_proc, b_proc = processes(), processes()
+        a = run_on(journal, 'controller-a', a_proc, lease=1.5)
+        first = claim(a)
+        owner_a = a.owner
+        assert not journal.begin_idempotent('ticket-1', 'create', {'name': 'ws1'}, owner=owner_a,
+                                            claim=first.claim).replayed
+        kill(a_proc)
+        b = run_on(journal, 'controller-b', b_proc, lease=1.5)
+        request = b.enqueue('create', 'ws1').request_id
+        with pytest.raises(IdempotencyError, match=r'still running \(controller-a pid %d, queued operation #%d\)'
+                           % (a_proc.pid, first.entry['id'])):
+            journal.begin_idempotent('ticket-1', 'create', {'name': 'ws1'}, owner=b.owner)
+        time.sleep(1.7)
+        turn = b.poll(request)
+        assert turn.outcome == CLAIMED and turn.resumed
+        again = journal.begin_idempotent('ticket-1', 'create', {'name': 'ws1'}, owner=b.owner, claim=turn.claim)
+        assert again.replayed is False
+        journal.finish_idempotent(again, {'status': 'ready'})
+        replay = journal.begin_idempotent('ticket-1', 'create', {'name': 'ws1'}, owner=a.owner)
+        assert replay.replayed and replay.result == {'status': 'ready'}
+
+
+def test_a_key_stays_held_while_its_operation_runs_on_another_host(store, processes):
+    """The operation of the first use goes on (its claim renewed): a retry on another host is refused, and still
+    refused after longer than a lease, for as long as that operation runs; once it failed, the key is free."""
+    with store.open() as journal:
+        a_proc, b_proc = processes(), processes()
+        a = run_on(journal, 'controller-a', a_proc, lease=1.0)
+        first = claim(a)
+        journal.begin_idempotent('ticket-2', 'create', {'name': 'ws1'}, owner=a.owner, claim=first.claim)
+        b_owner = run_on(journal, 'controller-b', b_proc, lease=1.0).owner
+        deadline = time.time() + 2.5
+        while time.time() < deadline:
+            a.step(first.claim, 'clone')
+            with pytest.raises(IdempotencyError, match='still running'):
+                journal.begin_idempotent('ticket-2', 'create', {'name': 'ws1'}, owner=b_owner)
+            time.sleep(0.3)
+        a.finish(first.claim, 'failed', {'msg': 'clone refused'})
+        assert journal.begin_idempotent('ticket-2', 'create', {'name': 'ws1'}, owner=b_owner).replayed is False
+
+
+def test_a_key_used_outside_the_queue_on_another_host_carries_a_lease_of_its_own(store, processes):
+    with store.open() as journal:
+        a_proc, b_proc = processes(), processes()
+        owner_a = Owner('controller-a', a_proc.pid, proc_start_time(a_proc.pid))
+        owner_b = Owner('controller-b', b_proc.pid, proc_start_time(b_proc.pid))
+        journal.begin_idempotent('ticket-3', 'create', {'name': 'ws1'}, owner=owner_a, lease=1.0)
+        with pytest.raises(IdempotencyError, match='still running'):
+            journal.begin_idempotent('ticket-3', 'create', {'name': 'ws1'}, owner=owner_b)
+        time.sleep(1.2)
+        assert journal.begin_idempotent('ticket-3', 'create', {'name': 'ws1'}, owner=owner_b).replayed is False

@@ -1,5 +1,6 @@
-"""Which workspaces one expiry sweep releases: expired leases, and failed cleanups once their retry is due; never a
-workspace made before leases, a retained one, or one already destroyed."""
+"""Which workspaces one expiry sweep releases: expired leases, failed cleanups once their retry is due and retained
+workspaces once their retention ended; a kept one (keep=true) whose lease expired is retained instead; never a
+workspace made before leases, one retained until later, or one already destroyed."""
 
 import pytest
 
@@ -20,7 +21,13 @@ def ws(status='ready', lease='expired', **cleanup):
     (ws(lease=leasing.new_lease(NOW - 10, ttl=600, idle_timeout=60)), None),
     (ws(lease=None), None),
     (ws(status='destroyed'), None),
+    (ws(**leasing.retained({}, NOW - 10)), None),
+    (ws(**leasing.retained({}, NOW - 10, retain_ttl=10)), 'retention ended'),
+    (ws(lease=None, **leasing.retained({}, NOW - 10, retain_ttl=5)), 'retention ended'),
+    (ws(retained=True, retained_at=NOW - leasing.DEFAULT_RETAIN_TTL), 'retention ended'),
     (ws(retained=True), None),
+    (ws(lease=dict(LEASE, keep=True)), 'kept'),
+    (ws(lease=dict(leasing.new_lease(NOW - 10, ttl=600, idle_timeout=60), keep=True)), None),
     (ws(status='destroying', cleanup_retry_at=NOW + 60, cleanup_attempts=1), None),
     (ws(status='destroying', cleanup_retry_at=NOW, cleanup_attempts=1), 'retry'),
     (ws(status='failed'), 'expired'),

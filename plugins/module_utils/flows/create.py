@@ -317,8 +317,11 @@ class CreateFlow(Flow):
 
     @property
     def source_id(self):
-        """The VMID the workspace is cloned from: the one its template name resolved to when it was requested."""
+        """The VMID the workspace is cloned from: the one its template name resolved to when it was requested, or for
+        a fork's child its parent's (cloned from the fork's snapshot)."""
         req = self.request
+        if req.get('fork'):
+            return req['fork']['source']
         return req.get('template_vmid') or req['template']
 
     def _layout(self):
@@ -775,7 +778,8 @@ class CreateFlow(Flow):
             options = dict(req['launch'], lease=lease)
         return Allocation(candidate, self.name, self.source_id, req['node'], 'agent-%s' % self.name, req['pool'],
                           full=req['full_clone'], storage=req['storage'], labels=self._labels('provisioning'),
-                          nonce=ownership.record_nonce(self.ws), options=options)
+                          nonce=ownership.record_nonce(self.ws), options=options,
+                          snapshot=(req.get('fork') or {}).get('snapshot'))
 
     def _labels(self, state):
         """The lease labels the resource carries in ``state`` (None for a workspace made before leases)."""

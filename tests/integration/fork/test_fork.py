@@ -1,0 +1,94 @@
+"""Fork through the shipped playbooks on the try-out cluster: real sshd guests, a real git repository."""
+
+import os
+
+import pytest
+
+from tests.integration.playbooks import FAKE_AGENTS, site_with_workspaces
+
+PARENTS = ['f-par', 'f-bad', 'f-fail', 'f-kill']
+
+
+@pytest.fixture(scope='module')
+def site(tmp_path_factory):
+    with site_with_workspaces(str(tmp_path_factory.mktemp('fork')), PARENTS, forks=2) as site:
+        yield site
+
+
+def guest_file(site, vmid, path):
+    with open(os.path.join(site.cluster.guest_root(vmid), path.lstrip('/'))) as handle:
+        return handle.read()
+
+
+def snapshots(site, ws):
+    listed = site.cluster.api().get('/nodes/%s/lxc/%d/snapshot' % (ws['node'], ws['vmid']))
+    return [s['name'] for s in listed if s['name'] != 'current']
+
+
+def fork(site, parent, **extra):
+    values = dict(workspace=parent, agent_credentials={'ANTHROPIC_API_KEY': 'child-key'}, ephemera_agents=FAKE_AGENTS)
+    values.update(extra)
+    return site.playbook('fork.yml', **values)
+
+
+def test_fork_makes_n_ready_children_each_its_own(site):
+    parent_before = site.workspace('f-par')
+    parent_root = site.cluster.guest_root(parent_before['vmid'])
+    os.makedirs(os.path.join(parent_root, 'etc'), exist_ok=True)
+    with open(os.path.join(parent_root, 'etc/machine-id'), 'w') as out:
+        out.write('0' * 32 + '\n')
+    with open(os.path.join(parent_root, 'var/lib/ephemera/agent.env'), 'w') as out:
+        out.write('ANTHROPIC_API_KEY=parent-secret\n')
+    result = fork(site, 'f-par', count=2)
+    assert result.ok, result.output[-4000:]
+    children = [site.workspace('f-par-%d' % i) for i in (1, 2)]
+    assert [c['status'] for c in children] == ['ready', 'ready']
+    ids = set()
+    keys = set()
+    for child in children:
+        assert child['facts']['fork']['parent'] == 'f-par'
+        assert child['facts']['fork']['fork_point'] == parent_before['facts']['head']
+        machine_id = guest_file(site, child['vmid'], '/etc/machine-id').strip()
+        ids.add(machine_id)
+        keys.add(child['facts']['host_key'])
+        env = guest_file(site, child['vmid'], '/var/lib/ephemera/agent.env')
+        assert 'parent-secret' not in env and 'child-key' in env
+    assert len(ids) == 2 and '0' * 32 not in ids
+    assert len(keys) == 2 and parent_before['facts']['host_key'] not in keys
+    parent = site.workspace('f-par')
+    assert parent['status'] == 'ready' and parent['vmid'] == parent_before['vmid']
+    assert parent['facts']['host_key'] == parent_before['facts']['host_key']
+    assert 'parent-secret' in guest_file(site, parent['vmid'], '/var/lib/ephemera/agent.env')
+    assert parent['facts']['fork']['state'] == 'done'
+    assert sorted(parent['facts']['fork_children']) == ['f-par-1', 'f-par-2']
+    assert snapshots(site, parent) == []
+    status = site.playbook('status.yml')
+    assert status.ok and 'forked into f-par-1, f-par-2' in status.output
+
+
+def test_bad_inputs_are_refused_before_anything_is_copied(site):
+    before = site.workspace('f-bad')
+    for extra, words in [({'count': 40}, 'at most 16'),
+                         ({'children': [{'name': 'f-par'}]}, 'exists already'),
+                         ({'children': [{'name': 'x-1'}, {'name': 'x-1'}]}, 'given twice')]:
+        result = fork(site, 'f-bad', **extra)
+        assert not result.ok
+        assert words in result.output, result.output[-3000:]
+    assert site.workspace('f-bad')['generation'] == before['generation']
+    assert snapshots(site, before) == []
+    assert site.workspace('x-1') is None
+
+
+def test_a_child_failing_identity_reset_undoes_the_whole_fork(site):
+    before = site.workspace('f-fail')
+    # A child's identity reset loses its SSH session.
+    site.cluster.control.guest_fault('drop', match='ephemera-identity-reset', times=1)
+    result = fork(site, 'f-fail', count=2)
+    assert not result.ok
+    for name in ('f-fail-1', 'f-fail-2'):
+        child = site.workspace(name)
+        assert (child['status'], child['desired_state']) == ('destroyed', 'destroyed'), name
+        assert not os.path.exists(site.cluster.guest_root(child['vmid'] or 0))
+    parent = site.workspace('f-fail')
+    assert parent['status'] == 'ready' and parent['facts']['fork']['state'] == 'abandoned'
+    assert snapshots(site, before) == []

@@ -164,6 +164,10 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.prox
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
 
 
+# The steps whose failure the playbook's rescue answers with the abandon step, under the same claim.
+UNDONE_BY_ABANDON = ('begin', 'snapshot', 'children', 'adopt')
+
+
 def argument_spec():
     spec = dict(
         name=dict(type='str', required=True),
@@ -216,8 +220,9 @@ def run(module):
             outcome = flow.run(step)
         except EphemeraError as err:
             result.update(err.details)
-            fail_step(module, failure_message(params['name'], step, err), journal, params['claim'], params['name'],
-                      **result)
+            # A step the playbook's rescue undoes (abandon) leaves the queued operation to it: the claim stays held.
+            held = None if step in UNDONE_BY_ABANDON else params['claim']
+            fail_step(module, failure_message(params['name'], step, err), journal, held, params['name'], **result)
         result.update(changed=outcome.changed, msg=outcome.msg, details=outcome.extra)
         if flow.ws is not None:
             result['fork'] = (flow.ws.get('facts') or {}).get('fork') or {}

@@ -24,6 +24,7 @@ import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import Flow, StepResult
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import (
@@ -34,7 +35,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create i
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import DestroyFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import NotFound
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import NotFound, UnknownOutcome
 
 STEPS = ('check', 'begin', 'snapshot', 'children', 'adopt', 'finish')
 # The rescue's step: every child destroyed, the snapshot deleted, the parent as it was.
@@ -229,10 +230,27 @@ class ForkFlow(Flow):
         name = fork['snapshot']
         if not self.provider.snapshot_exists(resource, name):
             self.event('dispatched', 'fork_snapshot', {'snapshot': name, 'vmid': self.resource_id})
-            handle = self.provider.snapshot(resource, name, self.provider.marker(self.name, self.resource_id))
-            self.provider.wait(handle, timeout=self.params['task_timeout'])
+            try:
+                handle = self.provider.snapshot(resource, name, self.provider.marker(self.name, self.resource_id))
+            except UnknownOutcome:
+                # The answer was lost: the snapshot may be on its way. Look before asking again.
+                handle = None
+            if handle:
+                self.provider.wait(handle, timeout=self.params['task_timeout'])
+            else:
+                self._wait_snapshot(resource, name)
         self._save_fork('fork_snapshot', state='snapshotted', snapshot_taken=True)
         return StepResult(True, 'snapshot: %s of %s' % (name, self.provider.label(self.resource_id)), snapshot=name)
+
+    def _wait_snapshot(self, resource, name):
+        def probe(remaining):
+            if self.provider.snapshot_exists(resource, name):
+                return waiter.done()
+            found = self.provider.find(resource.id, resource.location)
+            return waiter.pending() if found is not None and found.lock else waiter.failed()
+        if not waiter.wait_for(probe, self.params['task_timeout'], what='snapshot %s' % name).ok:
+            raise ForkError('Snapshot %s of %s did not appear after its request\'s answer was lost. Run the fork '
+                            'again: it looks for the snapshot first.' % (name, self.provider.label(resource.id)))
 
     # --------------------------------------------------------------- children
 

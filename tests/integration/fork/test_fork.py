@@ -1,8 +1,11 @@
 """Fork through the shipped playbooks on the try-out cluster: real sshd guests, a real git repository."""
 
+import json
 import os
 
 import pytest
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 
 from tests.integration.playbooks import FAKE_AGENTS, site_with_workspaces
 
@@ -96,4 +99,23 @@ def test_a_child_that_cannot_reach_identity_reset_undoes_the_whole_fork(site):
         assert not os.path.exists(site.cluster.guest_root(child['vmid'] or 0))
     parent = site.workspace('f-fail')
     assert parent['status'] == 'ready' and parent['facts']['fork']['state'] == 'abandoned'
+    assert snapshots(site, before) == []
+
+
+def test_a_killed_fork_run_again_converges_to_all_children(site, tmp_path):
+    before = site.workspace('f-kill')
+    trace = tmp_path / 'trace'
+    trace.write_text('')
+    kill = json.dumps({'workspace': 'f-kill-2', 'point': 'fork.reset journal identity_reset', 'nth': 1})
+    killed = fork(site, 'f-kill', count=2, env={failpoint.TRACE_ENV: str(trace), failpoint.KILL_ENV: kill})
+    assert not killed.ok
+    # Killed between the second child's identity reset and the adoption: no child is adopted.
+    children = [site.workspace('f-kill-%d' % i) for i in (1, 2)]
+    assert [c['status'] for c in children] != ['ready', 'ready']
+    assert all('brief' not in c['progress'] for c in children)
+    assert snapshots(site, before)
+    again = fork(site, 'f-kill', count=2)
+    assert again.ok, again.output[-3000:]
+    assert [site.workspace('f-kill-%d' % i)['status'] for i in (1, 2)] == ['ready', 'ready']
+    assert site.workspace('f-kill')['facts']['fork']['state'] == 'done'
     assert snapshots(site, before) == []

@@ -68,10 +68,10 @@ def plan_children(parent, count=None, children=None, purpose=None, limit=MAX_CHI
     """The children asked for: a list of ``{'name', 'purpose'}``. ``children`` names each (with a purpose of its
     own, or ``purpose``, or the parent's); ``count`` makes ``<parent>-1`` .. ``<parent>-N``. Refused when both or
     neither are given, above ``limit``, with a name given twice or that is the parent's."""
-    if children and count:
+    if children and count is not None:
         raise ForkError('Give count or children, not both: count=N names the children %s-1 .. %s-N, children lists '
                         'each one ({name, purpose}).' % (parent['name'], parent['name']))
-    if not children and not count:
+    if not children and count is None:
         raise ForkError('Say how many children: count=N, or children=[{name: ..., purpose: ...}, ...].')
     if count is not None and not children:
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:

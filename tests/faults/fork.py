@@ -59,8 +59,8 @@ def adoption_violations(journal, parent):
     adopted = [c['name'] for c in children if c and ('brief' in (c.get('progress') or {}) or c['status'] == 'ready')
                and c['desired_state'] == 'present']
     if adopted and not all(reset):
-        return ['%s adopted while not every child of fork %s reached identity reset' % (', '.join(adopted),
-                                                                                       fork.get('id'))]
+        return ['%s adopted while not every child of fork %s reached identity reset'
+                % (', '.join(adopted), fork.get('id'))]
     return []
 
 

@@ -27,7 +27,7 @@ requirements:
   - paramiko >= 3.2
 extends_documentation_fragment:
   - ephemera.workspaces.controller
-  - ephemera.workspaces.controller.SHUTDOWN
+  - ephemera.workspaces.controller.shutdown
   - ephemera.workspaces.proxmox
   - ephemera.workspaces.aws
   - ephemera.workspaces.hetzner

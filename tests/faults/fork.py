@@ -9,12 +9,11 @@ answering with its pinned key, the parent ready with its fork done, no snapshot 
 unaccounted for.
 """
 
-import shutil
-import tempfile
 import time
 
 from tests.faults import invariants
 from tests.faults.cells import MAX_RERUNS, Cell
+from tests.faults.cloud import run_part
 from tests.faults.site import FaultSite, Kill
 
 PARENT = 'fk'
@@ -71,6 +70,9 @@ class ForkMatrix:
         self.log = log
         self.cells = []
         self.points = []
+        # What the parts' common runner counts (tests/faults/cloud.py run_part): the traced points of a clean fork.
+        self.create_points = self.points
+        self.destroy_points = []
         self.secret = None
         self.foreign_before = {}
         self._names = iter(range(1, 10 ** 6))
@@ -89,7 +91,7 @@ class ForkMatrix:
         clean = self.site.run([self.site.fork_op(PARENT, names)])
         if not clean.ok:
             raise RuntimeError('a clean fork failed: %s' % clean.explain())
-        self.points = fork_points(clean.trace, {PARENT: 'parent', names[0]: 'child1', names[1]: 'child2'})
+        self.points[:] = fork_points(clean.trace, {PARENT: 'parent', names[0]: 'child1', names[1]: 'child2'})
 
     # ---------------------------------------------------------------- judging
 
@@ -197,20 +199,5 @@ class ForkMatrix:
 
 
 def run_fork_part(size, keep, log=print):
-    """The fork rows on a site of their own: (cells, uncovered)."""
-    started = time.monotonic()
-    workdir = tempfile.mkdtemp(prefix='ephemera-faults-fork-')
-    site = FaultSite.start(workdir)
-    try:
-        runner = ForkMatrix(site, size=size, log=log)
-        cells = runner.run()
-    finally:
-        site.stop()
-        if not keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            log('kept: %s' % workdir)
-    log('fork: %d points, %d runs in %.0f s' % (len(runner.points), len(cells), time.monotonic() - started))
-    uncovered = [] if size == 'full' else [
-        ('kill fork: every other point', 'the ci size kills at the decisive points only; the full size at each')]
-    return cells, uncovered
+    """The fork rows on a host-tier site of their own: (cells, uncovered)."""
+    return run_part(FaultSite, ForkMatrix, size, keep, log=log, label='fork')

@@ -67,6 +67,19 @@ def test_fork_makes_n_ready_children_each_its_own(site):
     assert snapshots(site, parent) == []
     status = site.playbook('status.yml')
     assert status.ok and 'forked into f-par-1, f-par-2' in status.output
+    # The children are ordinary workspaces: one is destroyed as any other, the parent and its sibling stay.
+    gone = site.playbook('destroy.yml', workspace='f-par-1', discard_unsaved_work=True)
+    assert gone.ok, gone.output[-3000:]
+    assert site.workspace('f-par-1')['status'] == 'destroyed'
+    assert site.workspace('f-par-2')['status'] == 'ready' and site.workspace('f-par')['status'] == 'ready'
+
+
+def test_check_mode_changes_nothing(site):
+    before = site.workspace('f-bad')
+    result = site.playbook('fork.yml', check=True, workspace='f-bad', count=2)
+    assert result.ok, result.output[-3000:]
+    assert site.workspace('f-bad')['generation'] == before['generation']
+    assert site.workspace('f-bad-1') is None and snapshots(site, before) == []
 
 
 def test_bad_inputs_are_refused_before_anything_is_copied(site):

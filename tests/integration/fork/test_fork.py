@@ -127,6 +127,13 @@ def test_a_killed_fork_run_again_converges_to_all_children(site, tmp_path):
     assert [c['status'] for c in children] != ['ready', 'ready']
     assert all('brief' not in c['progress'] for c in children)
     assert snapshots(site, before)
+    # Neither reconcile nor a resumed create takes a child of the unfinished fork on alone.
+    looked = site.playbook('reconcile.yml')
+    assert looked.ok, looked.output[-3000:]
+    assert 'unfinished_fork' in looked.output
+    assert all('brief' not in site.workspace('f-kill-%d' % i)['progress'] for i in (1, 2))
+    resumed = site.playbook('create.yml', workspace='f-kill-1', workspace_create_resume=True)
+    assert not resumed.ok and 'child of an unfinished fork of f-kill' in resumed.output
     again = fork(site, 'f-kill', count=2)
     assert again.ok, again.output[-3000:]
     assert [site.workspace('f-kill-%d' % i)['status'] for i in (1, 2)] == ['ready', 'ready']

@@ -13,7 +13,7 @@ PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run
 
 .PHONY: help venv system-packages test unit static sanity lint integration test-clouds test-cores demo collection
 .PHONY: bench-journal bench-journal-tasks bench-queue bench-create bench-reconcile bench-step bench-expire
-.PHONY: bench-inventory bench-template bench-agent faults faults-clouds soak
+.PHONY: bench-inventory bench-template bench-agent bench-fork faults faults-clouds soak
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
 .PHONY: molecule
 .PHONY: cloud-up cloud-status cloud-down
@@ -40,6 +40,7 @@ help:
 	@echo "make bench-expire  one expiry sweep over 1,000 leased workspaces, 50 expired: times and API requests"
 	@echo "make bench-template  a template build by step, and create-to-ready on debian vs default guests"
 	@echo "make bench-agent   the real agent CLIs: create to ready, first edit, idle, and the agents' share"
+	@echo "make bench-fork    one ready workspace forked into 4 children against 4 cold creates"
 
 system-packages:
 	@scripts/system-packages.sh
@@ -217,6 +218,10 @@ bench-inventory: venv
 # amazon.aws.ec2_instance launching and waiting for one instance on the try-out cloud (bench/create_aws.py).
 bench-create: venv
 	$(BIN)/python bench/create.py $(if $(PROVIDER),--provider $(PROVIDER))
+
+# One ready workspace forked into 4 children against 4 cold creates, on the try-out cluster (bench/fork.py).
+bench-fork: venv
+	$(BIN)/python bench/fork.py
 
 # One task of the collection as a module process against the same module run in the worker by its action plugin,
 # with and without the module's code loaded before the workers are forked (plugin_utils/in_process.py).

@@ -56,7 +56,7 @@ options:
     description:
       - The operation. Required with O(state=claimed) and O(state=enqueued).
     type: str
-    choices: [brief, create, destroy, archive, reconcile, template_build]
+    choices: [brief, create, destroy, archive, fork, reconcile, template_build]
   target:
     description:
       - The name of the workspace, template or group the operation acts on. Required with O(state=claimed) and

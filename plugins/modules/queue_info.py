@@ -43,7 +43,7 @@ options:
       - Only operations of these kinds.
     type: list
     elements: str
-    choices: [brief, create, destroy, archive, reconcile, template_build]
+    choices: [brief, create, destroy, archive, fork, reconcile, template_build]
   state:
     description:
       - Only operations in these states.

@@ -108,6 +108,14 @@ workspaces:
           or later); null before the workspace has an address and a recorded key.
       type: str
       sample: "ssh -i /home/ops/.ssh/ephemera -p 22 -o UserKnownHostsFile=/dev/null ... root@192.0.2.15"
+    fork:
+      description:
+        - The workspace's place in the fork tree (docs/fork.md) - C(parent) (the workspace it was forked from, or
+          null), C(children) (the workspaces forked from it), C(fork_point) (the commit the copy was made at) and
+          C(last_fork) (the id, state, outcome, snapshot and children of its last fork, or null), and C(summary) (all of
+          it in one line, or null).
+      type: dict
+      sample: {"parent": null, "children": ["fix-1", "fix-2"], "fork_point": "4f1c2e...", "last_fork": null}
     checkout_path:
       description:
         - Where the repository is checked out, as the guest's files are reached (on the try-out places' host tier,
@@ -275,6 +283,29 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import a
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import pinning
 
 
+def fork_tree(record):
+    """Where the workspace stands in the fork tree: the parent it was forked from, the children forked from it,
+    the fork point commit, and the state of its last fork (docs/fork.md)."""
+    facts = record.get('facts') or {}
+    mine, last = facts.get('fork') or {}, {}
+    parent = mine.get('parent')
+    if parent is None and mine:
+        # The parent's record: its last (or running) fork.
+        last = mine
+    children = list(facts.get('fork_children') or [])
+    said = []
+    if parent:
+        said.append('forked from %s at %s' % (parent, (mine.get('fork_point') or 'no commit')[:12]))
+    if children:
+        said.append('forked into %s' % ', '.join(children))
+    if last and last.get('state') not in (None, 'done', 'abandoned'):
+        said.append('fork %s unfinished (%s)' % (last.get('id'), last.get('state')))
+    return {'parent': parent, 'children': children, 'summary': '; '.join(said) or None,
+            'fork_point': mine.get('fork_point'),
+            'last_fork': dict((k, last.get(k)) for k in ('id', 'state', 'outcome', 'snapshot', 'children'))
+            if last else None}
+
+
 def read_workspaces(journal, name=None, status=None, activity=None, events=False, events_limit=50):
     """The matching records, each with its cleanup debt, its operations and (optionally) its event log."""
     records = journal.list_workspaces(status=status, activity=activity, names=[name] if name else None)
@@ -290,6 +321,7 @@ def read_workspaces(journal, name=None, status=None, activity=None, events=False
         record['checkout_path'] = pinning.checkout_path(params.get('guest_root'), record.get('resource_id') or
                                                         record.get('vmid'), params.get('checkout_path'))
         record['operations'] = queue.entries(target=record['name'], target_type='workspace', recent=5)
+        record['fork'] = fork_tree(record)
         if events:
             record['events'] = journal.events(record['name'], limit=events_limit or None)
     return records

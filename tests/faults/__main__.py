@@ -2,7 +2,8 @@
 
     python -m tests.faults matrix [--size ci|full] [--part PART] [--json PATH]
                                     kill and lost-response matrix, races, seeds (main); the template build's rows on
-                                    a debian-tier site of their own (builds); the AWS rows on a try-out cloud of their
+                                    a debian-tier site of their own (builds); the fork's rows (fork,
+                                    tests/faults/fork.py); the AWS rows on a try-out cloud of their
                                     own (aws); create and destroy with the journal on PostgreSQL (pg,
                                     tests/faults/pgmatrix.py); all: those side by side. The Hetzner, Compute Engine
                                     and Azure rows, each on the fake of a try-out cloud of its own (hetzner, gcp,
@@ -40,7 +41,8 @@ def main(argv=None):
     matrix.add_argument('--part', choices=sorted(set(GROUPS) | set(PARTS) | set(['main'])), default='all',
                         help='main: create, destroy, expiry, races and seeds; builds: the template build\'s rows, on '
                              'a debian-tier site of their own; aws: the AWS rows, on a try-out cloud of their own; '
-                             'pg: create and destroy with the journal on PostgreSQL; all (the default): those, side '
+                             'pg: create and destroy with the journal on PostgreSQL; fork: the fork\'s kill points and '
+                             'lost answers; all (the default): those, side '
                              'by side. hetzner, gcp, azure: the Hetzner, Compute Engine and Azure rows, each on the '
                              'fake of a try-out cloud of its own; clouds: those three, side by side')
     soak = sub.add_parser('soak', help='many random schedules')
@@ -142,16 +144,22 @@ def run_cloud(args, part):
                     log=lambda line: print(line, flush=True))
 
 
+def run_fork(args):
+    """The fork's kill points and lost answers on a site of their own (tests/faults/fork.py)."""
+    from tests.faults.fork import run_fork_part
+    return run_fork_part(args.size, args.keep, log=lambda line: print(line, flush=True))
+
+
 def run_pg(args):
     """Create and destroy with the journal on PostgreSQL (tests/faults/pgmatrix.py)."""
     from tests.faults.pgmatrix import run_pg as run_rows
     return run_rows(args.size, args.keep, log=lambda line: print(line, flush=True))
 
 
-PARTS = {'builds': run_builds, 'pg': run_pg}
+PARTS = {'builds': run_builds, 'pg': run_pg, 'fork': run_fork}
 PARTS.update((name, functools.partial(run_cloud, part=name)) for name in ('aws', 'hetzner', 'gcp', 'azure'))
 # all: what make test runs at the ci size (the main part in this process); clouds: the other providers' rows.
-GROUPS = {'all': ('main', 'builds', 'aws', 'pg'), 'clouds': ('hetzner', 'gcp', 'azure')}
+GROUPS = {'all': ('main', 'builds', 'aws', 'pg', 'fork'), 'clouds': ('hetzner', 'gcp', 'azure')}
 
 
 def finish(args, cells, uncovered, started):

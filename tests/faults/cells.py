@@ -14,7 +14,7 @@ from tests.faults.site import Kill
 
 MAX_RERUNS = 2
 SHIPPED = ('ephemera.workspaces.create', 'ephemera.workspaces.destroy', 'ephemera.workspaces.reconcile',
-           'ephemera.workspaces.expire', 'ephemera.workspaces.template_build')
+           'ephemera.workspaces.expire', 'ephemera.workspaces.template_build', 'ephemera.workspaces.fork')
 
 
 def shipped(command):

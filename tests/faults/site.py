@@ -39,7 +39,7 @@ AGENTS = {'fake': ['sh', '-c', 'echo "working on: {purpose}"']}
 RUN_TIMEOUT = 180
 PLAYBOOKS = {'create': 'ephemera.workspaces.create', 'destroy': 'ephemera.workspaces.destroy',
              'reconcile': 'ephemera.workspaces.reconcile', 'expire': 'ephemera.workspaces.expire',
-             'build': 'ephemera.workspaces.template_build'}
+             'build': 'ephemera.workspaces.template_build', 'fork': 'ephemera.workspaces.fork'}
 # The lease of a workspace made for the expiry sweep's rows: idle for a second, so expired once it is ready.
 EXPIRING = {'ttl': 600, 'idle_timeout': 1}
 # What a build installs in the matrix: nothing (the steps around provisioning, quickly), and two tools that the
@@ -200,6 +200,11 @@ class FaultSite:
     def destroy_op(self, name):
         return {'op': 'destroy', 'workspace': name, 'secrets': self.op_secrets()}
 
+    def fork_op(self, parent, children):
+        """A fork of ``parent`` into ``children`` (names), with the children's own agent credentials."""
+        return {'op': 'fork', 'workspace': parent, 'children': list(children),
+                'secrets': {'agent_credentials': {'AGENT_API_KEY': self.agent_key}}}
+
     def reconcile_op(self):
         return {'op': 'reconcile', 'secrets': self.op_secrets()}
 
@@ -228,6 +233,8 @@ class FaultSite:
             request = self.request_args(op['workspace'])
             values.update(repo=request['repo'], ref=request['ref'], purpose=request['purpose'], agent=request['agent'])
             values.update(op.get('lease') or {})
+        if op['op'] == 'fork':
+            values['children'] = [{'name': name} for name in op['children']]
         if op['op'] == 'build':
             # The debian tier: root logs in, the agent user is the guests' own; the guests' files are their own root.
             # The build's own steps: its smoke create (on by default) is a create, which the create rows cover.

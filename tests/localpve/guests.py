@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import time
 
 from tests.models import clis
@@ -107,6 +108,25 @@ class GuestManager(object):
         """The guest's filesystem root."""
         return os.path.join(self.guest_dir(vmid), 'root')
 
+    def snapshot_root(self, vmid, name):
+        """The files of the guest's snapshot ``name``, as they were when it was taken."""
+        return os.path.join(self.guest_dir(vmid), 'snapshots', name)
+
+    def sync_snapshots(self, ct):
+        """Keep a copy of the guest's root for each snapshot the container has, and none for one it no longer has
+        (plain tier; the debian tier's clones take the source's current files)."""
+        if self.roots is not None:
+            return
+        directory = os.path.join(self.guest_dir(ct.vmid), 'snapshots')
+        wanted = set(name for name, snap in ct.snapshots.items() if snap.get('snapstate') != 'prepare')
+        have = set(os.listdir(directory)) if os.path.isdir(directory) else set()
+        for name in sorted(wanted - have):
+            if os.path.isdir(self.root(ct.vmid)):
+                shutil.copytree(self.root(ct.vmid), self.snapshot_root(ct.vmid, name), symlinks=True,
+                                ignore=_special_files)
+        for name in sorted(have - wanted):
+            shutil.rmtree(self.snapshot_root(ct.vmid, name), ignore_errors=True)
+
     def authorized_keys(self, vmid):
         return os.path.join(self.root(vmid), 'root', '.ssh', 'authorized_keys')
 
@@ -170,8 +190,11 @@ class GuestManager(object):
         shutil.rmtree(self.guest_dir(ct.vmid), ignore_errors=True)
         kind, detail = (origin or (None, None))[:2]
         source = self.root(detail) if kind == 'clone' else None
+        snapname = origin[3] if kind == 'clone' and len(origin) > 3 else None
+        if snapname:
+            source = self.snapshot_root(detail, snapname)
         if source and os.path.isdir(source):
-            shutil.copytree(source, root, symlinks=True)
+            shutil.copytree(source, root, symlinks=True, ignore=_special_files)
         else:
             os.makedirs(root)
             if kind == 'create' and detail:
@@ -598,6 +621,20 @@ class GuestManager(object):
                 item.update(address=None, sshd='stopped', sshd_pid=None)
             out.append(item)
         return out
+
+
+def _special_files(directory, names):
+    """What a copy of a live guest's root leaves out: sockets and pipes (an agent runner's socket, sshd's)."""
+    skipped = []
+    for name in names:
+        try:
+            mode = os.lstat(os.path.join(directory, name)).st_mode
+        except OSError:
+            skipped.append(name)
+            continue
+        if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode):
+            skipped.append(name)
+    return skipped
 
 
 def _positive_int(value, what):

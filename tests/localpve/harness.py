@@ -237,6 +237,9 @@ class Site(object):
 
     async def after_task(self, ttype, user, vm, ok):
         await self.guests.reconcile()
+        if ttype in ('vzsnapshot', 'vzdelsnapshot') and vm is not None:
+            # A snapshot keeps the guest's files as they were when it was taken; a deleted one drops them.
+            self.guests.sync_snapshots(vm)
         if ok and ttype == 'vzclone' and vm is not None and user != FOREIGN_USER:
             arm = _take(self.tampers, vm.vmid)
             if arm is not None:

@@ -47,7 +47,9 @@ class SitePve(FakePve):
             full = not (source is not None and source.template)
         else:
             full = str(v['full']).lower() in ('1', 'true', 'yes', 'on')
-        return await self._born(newid, ('clone', int(v['vmid']), full), super()._lxc_clone(user, v))
+        # A clone from a snapshot takes the snapshot's files (the harness keeps a copy of them), not the source's now.
+        origin = ('clone', int(v['vmid']), full, v.get('snapname') or None)
+        return await self._born(newid, origin, super()._lxc_clone(user, v))
 
     async def _lxc_create(self, user, v):
         vmid = int(v['vmid'])

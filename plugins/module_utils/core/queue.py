@@ -54,6 +54,7 @@ KINDS = {
     'reconcile': ('workspace', 'group'),
     'template_build': ('template',),
     'brief': ('workspace',),
+    'fork': ('workspace',),
 }
 TARGET_TYPES = ('workspace', 'template', 'group')
 SOURCES = ('manual', 'schedule', 'approval', 'cascade')

@@ -28,6 +28,19 @@ LOCATION = 'location'
 TASKS = 'provider_tasks'
 
 
+def unadopted_fork(journal, ws):
+    """The parent's name when ``ws`` is a child of a fork that was not adopted yet (docs/fork.md): only that fork
+    may take it on (or abandon it). None for any other workspace."""
+    mine = ((ws or {}).get('facts') or {}).get('fork') or {}
+    if not mine.get('parent') or journal is None:
+        return None
+    parent = journal.get_workspace(mine['parent'])
+    fork = ((parent or {}).get('facts') or {}).get('fork') or {}
+    if fork.get('id') == mine.get('id') and fork.get('state') in ('started', 'snapshotted', 'copied'):
+        return mine['parent']
+    return None
+
+
 class ProviderMismatch(EphemeraError):
     """A run talks to another provider than the one the workspace lives on; nothing was done."""
 

@@ -36,7 +36,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import default_requester
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import Flow, StepResult
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import Flow, StepResult, unadopted_fork
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
     Allocation,
     Conflict,
@@ -317,8 +317,11 @@ class CreateFlow(Flow):
 
     @property
     def source_id(self):
-        """The VMID the workspace is cloned from: the one its template name resolved to when it was requested."""
+        """The VMID the workspace is cloned from: the one its template name resolved to when it was requested, or for
+        a fork's child its parent's (cloned from the fork's snapshot)."""
         req = self.request
+        if req.get('fork'):
+            return req['fork']['source']
         return req.get('template_vmid') or req['template']
 
     def _layout(self):
@@ -577,6 +580,12 @@ class CreateFlow(Flow):
                               % (self.name, 'it is not recorded' if ws is None else 'it was destroyed'), step='request')
         if ws['desired_state'] == 'destroyed' or ws['status'] == 'destroying':
             raise CreateError('Workspace %r is being destroyed; it is not resumed.' % self.name, step='request')
+        parent = unadopted_fork(self.journal, ws)
+        if parent:
+            raise CreateError('Workspace %r is a child of an unfinished fork of %s: only that fork adopts it, once every '
+                              'child reached identity reset. Run the fork again (ephemera.workspaces.fork -e workspace=%s '
+                              'with the same children), or undo it (-e fork_abandon=true).' % (self.name, parent, parent),
+                              step='request')
         self._check_key()
         for step in ('bootstrap', 'checkout'):
             self._refuse_missing_secrets(step)
@@ -777,7 +786,8 @@ class CreateFlow(Flow):
             options = dict(req['launch'], lease=lease)
         return Allocation(candidate, self.name, self.source_id, req['node'], 'agent-%s' % self.name, req['pool'],
                           full=req['full_clone'], storage=req['storage'], labels=self._labels('provisioning'),
-                          nonce=ownership.record_nonce(self.ws), options=options)
+                          nonce=ownership.record_nonce(self.ws), options=options,
+                          snapshot=(req.get('fork') or {}).get('snapshot'))
 
     def _labels(self, state):
         """The lease labels the resource carries in ``state`` (None for a workspace made before leases)."""

@@ -39,7 +39,13 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import fleet
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import CANDIDATE_ID, LOCATION, RESOURCE_ID, TASKS
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import (
+    CANDIDATE_ID,
+    LOCATION,
+    RESOURCE_ID,
+    TASKS,
+    unadopted_fork,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS, DestroyFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import NotFound, ProviderError
@@ -50,8 +56,8 @@ IN_PROGRESS = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registe
 # Finding kinds, in the order the report lists them.
 KINDS = ('destroyed', 'destroy_pending', 'destroy_blocked', 'orphan_deleted', 'destroyed_present', 'debt_settled',
          'debt_open', 'busy',
-         'unfinished_create', 'template_build', 'adoptable', 'candidate_taken', 'missing', 'not_ours', 'unreadable', 'failed', 'orphan',
-         'foreign', 'other_provider', 'ok')
+         'unfinished_create', 'unfinished_fork', 'template_build', 'adoptable', 'candidate_taken', 'missing',
+         'not_ours', 'unreadable', 'failed', 'orphan', 'foreign', 'other_provider', 'ok')
 CONFIG_READERS = 8
 # What reconcile does with a resource bound exactly to a destroyed record, on a provider whose ids are unique.
 ORPHAN_MODES = ('report', 'delete')
@@ -306,6 +312,13 @@ class Reconciler:
 
     def _unfinished(self, ws, cluster):
         name = ws['name']
+        parent = unadopted_fork(self.journal, ws)
+        if parent:
+            # Its fork adopts it or destroys it, all its siblings with it: a create resumed alone would brief it.
+            self._add('unfinished_fork', name, ws[RESOURCE_ID] or ws[CANDIDATE_ID], ws[LOCATION],
+                      'a child of an unfinished fork of %s: run that fork again, or undo it with fork_abandon=true'
+                      % parent)
+            return
         detail = 'create stopped at status %s (done: %s)' % (ws['status'], ', '.join(sorted(ws['progress'])) or '-')
         candidate = ws[CANDIDATE_ID]
         if not ws[RESOURCE_ID] and candidate:

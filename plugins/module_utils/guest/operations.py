@@ -124,6 +124,43 @@ def write_credentials(guest, layout, credentials):
     guest.run(['chown', '-h', layout.agent_user, layout.credentials], what='chown credentials')
 
 
+# ---------------------------------------------------------------- forks
+
+def fork_point(guest, layout, ssh_user):
+    """The commit the checkout stands at (the fork point), after the guest's writes reached its disk (sync), so that
+    a snapshot taken next holds them. Returns the commit, or None when the checkout has none."""
+    script = '\n'.join([
+        'set -e',
+        'sync',
+        'git -C %s rev-parse --verify -q HEAD || true' % q(layout.checkout),
+    ])
+    out = guest.run(as_agent(layout, ssh_user, script), what='fork point').stdout.strip()
+    return out.splitlines()[-1] if out else None
+
+
+def reset_identity(guest, layout, ssh_user):
+    """Make a fork's child stop being its parent: a new machine-id, no runner state, agent session, socket or log
+    of the parent's, no credentials file or credential helper of the parent's. Its own credentials are written by
+    bootstrap, its own host keys made there. Returns (the new machine-id, the checkout's commit)."""
+    machine_id = layout.path('/etc/machine-id')
+    script = '\n'.join([
+        'set -e',
+        # The runner the parent ran is no process here (a copy starts none), but its files are: state, session, log.
+        'rm -rf %s' % q(layout.state),
+        'rm -f %s' % q(layout.credentials),
+        'rm -rf %s/*' % q(layout.helpers) if layout.helpers else ':',
+        'mkdir -p %s' % q(posixpath.dirname(machine_id)),
+        # A machine-id is 32 lower-case hex digits (machine-id(5)); systemd is not needed to make one.
+        'python3 -c "import uuid; print(uuid.uuid4().hex)" > %s.new' % q(machine_id),
+        'mv -f %s.new %s' % (q(machine_id), q(machine_id)),
+        'cat %s' % q(machine_id),
+        'git -C %s rev-parse --verify -q HEAD || true' % q(layout.checkout),
+    ])
+    # The argument names the command in process lists (and for the try-out cluster's faults).
+    lines = guest.run('sh -s ephemera-identity-reset', stdin=script, what='identity reset').stdout.split()
+    return lines[0], (lines[1] if len(lines) > 1 else None)
+
+
 # ---------------------------------------------------------------- host keys of the guest's own
 
 def _one_line(key):

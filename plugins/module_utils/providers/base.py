@@ -184,13 +184,14 @@ class Allocation:
     (the lease's labels, core.lease.lease_labels, written with the marker in the same call) and ``nonce`` (the
     marker nonce the journal recorded for this life of the workspace; None writes a fresh one, for callers that
     keep no record) and ``options`` (what the provider's own launch settings were when the request was recorded:
-    an instance type, a subnet; None for a provider that has none)."""
+    an instance type, a subnet; None for a provider that has none) and ``snapshot`` (the source's snapshot to copy,
+    for a fork's child; None copies the source as it is)."""
 
     __slots__ = ('candidate', 'workspace', 'source', 'location', 'hostname', 'scope', 'full', 'storage', 'labels',
-                 'nonce', 'options')
+                 'nonce', 'options', 'snapshot')
 
     def __init__(self, candidate, workspace, source, location, hostname, scope, full=False, storage=None,
-                 labels=None, nonce=None, options=None):
+                 labels=None, nonce=None, options=None, snapshot=None):
         self.candidate = candidate
         self.workspace = workspace
         self.source = source
@@ -202,6 +203,7 @@ class Allocation:
         self.labels = labels
         self.nonce = nonce
         self.options = options
+        self.snapshot = snapshot
 
 
 class Settings:
@@ -255,6 +257,10 @@ class Provider:
     # (option, launch option key) of each user the provider makes on a machine for the controller's login (an admin
     # user, the user of an SSH key in metadata): the agent is never one of them.
     login_options = ()
+    # Why a workspace on this provider cannot be forked yet (flows/fork.py refuses with it); None: it can, through
+    # snapshot(), snapshot_exists(), delete_snapshot() and allocations from a snapshot (Allocation.snapshot).
+    fork_refusal = ('forking needs a copy of a running machine that the children can be made from, and this '
+                    'provider\'s copy (its image or snapshot, and launches from it) is not built yet')
 
     def __init__(self, secret=None):
         self.secret = secret
@@ -478,6 +484,19 @@ class Provider:
     def make_image(self, resource):
         """Turn ``resource`` (stopped, ours, just provisioned) into an image new allocations are made from; a task
         handle. It cannot be undone: the image is only ever cloned or deleted from then on."""
+        raise NotImplementedError
+
+    def snapshot(self, resource, name, description):
+        """Take snapshot ``name`` of ``resource`` (running) with ``description`` (the fork's marker); a task
+        handle. Conflict when a snapshot of that name exists."""
+        raise NotImplementedError
+
+    def snapshot_exists(self, resource, name):
+        """Whether ``resource`` has a finished snapshot ``name``."""
+        raise NotImplementedError
+
+    def delete_snapshot(self, resource, name):
+        """Delete snapshot ``name`` of ``resource``; a task handle, or None when there is none (or no resource)."""
         raise NotImplementedError
 
     def delete_blocker(self, resource, source=None):

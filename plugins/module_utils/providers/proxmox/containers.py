@@ -144,6 +144,19 @@ class Containers:
         """POST the clone of ``template``; its UPID."""
         return self.client.post(self.path(node, template, '/clone'), **args)
 
+    def snapshots(self, node, vmid):
+        """The container's snapshots (``name``, ``snaptime``, ``description``, ``snapstate`` while one is made),
+        without the ``current`` entry PVE lists too."""
+        return [s for s in self.client.get(self.path(node, vmid, '/snapshot')) or [] if s.get('name') != 'current']
+
+    def snapshot(self, node, vmid, name, description):
+        """POST snapshot ``name``; the vzsnapshot task's UPID."""
+        return self.client.post(self.path(node, vmid, '/snapshot'), snapname=name, description=description)
+
+    def delete_snapshot(self, node, vmid, name):
+        """DELETE snapshot ``name``; the vzdelsnapshot task's UPID."""
+        return self.client.delete(self.path(node, vmid, '/snapshot/%s' % name))
+
     def start(self, node, vmid):
         """The start task's UPID; None when the container runs already."""
         return self._power(node, vmid, 'start', 'already running')

@@ -20,6 +20,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.prox
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
     PveApiError,
     PveClient,
+    PveNotFound,
     client_from_params,
 )
 
@@ -97,6 +98,7 @@ class ProxmoxProvider(base.Provider):
     name = NAME
     noun = 'container'
     id_noun = 'VMID'
+    fork_refusal = None
     journal_templates = True
 
     def __init__(self, client, secret=None):
@@ -198,6 +200,9 @@ class ProxmoxProvider(base.Provider):
                 args['storage'] = a.storage
         else:
             args['full'] = 0
+        if a.snapshot:
+            # PVE copies a running container only from a snapshot, and only as a full clone.
+            args['snapname'] = a.snapshot
         return self.containers.clone(a.location, a.source, **args)
 
     def allocation_task(self, allocation, since):
@@ -335,6 +340,26 @@ class ProxmoxProvider(base.Provider):
 
     def wait(self, handle, timeout):
         return self.containers.wait_task(handle, timeout)
+
+    # ------------------------------------------------------------------------------- forks
+
+    def snapshot(self, resource, name, description):
+        return self.containers.snapshot(resource.location, resource.id, name, description)
+
+    def snapshot_exists(self, resource, name):
+        return any(s.get('name') == name and not s.get('snapstate')
+                   for s in self.containers.snapshots(resource.location, resource.id))
+
+    def delete_snapshot(self, resource, name):
+        if resource is None:
+            return None
+        try:
+            names = [s.get('name') for s in self.containers.snapshots(resource.location, resource.id)]
+        except PveNotFound:
+            return None
+        if name not in names:
+            return None
+        return self.containers.delete_snapshot(resource.location, resource.id, name)
 
     def task_status(self, handle):
         return self.containers.task_status(handle)

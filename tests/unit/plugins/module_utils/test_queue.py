@@ -529,7 +529,7 @@ def test_children_queued_by_a_parent_are_run_by_the_runs_that_join_them(journal,
 
 
 @pytest.mark.parametrize('args, message', [
-    (('build', 'ws1'), "Unknown operation kind 'build'; expected one of archive, brief, create, destroy, reconcile, "
+    (('build', 'ws1'), "Unknown operation kind 'build'; expected one of archive, brief, create, destroy, fork, reconcile, "
                        "template_build"),
     (('create', 'ws1', 'template'), "A create operation acts on a workspace, not a 'template'"),
     (('create', 'bad name'), "Invalid workspace name 'bad name'"),

@@ -239,7 +239,6 @@ class ExpirySweep:
         self.journal.amend_workspace(name, settle)
 
 
-
 class FleetSweep(fleet.FleetRun):
     """An expiry sweep of every place the journal holds workspaces in (fleet.places), one after another."""
 

@@ -162,11 +162,11 @@ def arm_error(answer, what):
     return error
 
 
-
 def steady(interval):
     """Looks every ``interval`` seconds (a wait on Azure's own pace: it says when to look again, not a backoff)."""
     interval = max(interval, 0.001)
     return waiter.Backoff(start=interval, maximum=interval, factor=1)
+
 
 class Arm:
     """ARM requests of one subscription (``compute`` and ``network``: the SDK clients whose pipelines carry the

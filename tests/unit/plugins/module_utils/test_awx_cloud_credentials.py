@@ -41,8 +41,8 @@ def awx_key_file(tmp_path):
 
 def test_awxs_compute_engine_credential_gives_the_key_file_and_project(tmp_path, monkeypatch):
     path = awx_key_file(tmp_path)
-    params = validated(gcp_argument_spec(), monkeypatch, {'GCE_CREDENTIALS_FILE_PATH': path,
-                                                         'GCP_SERVICE_ACCOUNT_FILE': path, 'GCE_PROJECT': 'proj-1'})
+    env = {'GCE_CREDENTIALS_FILE_PATH': path, 'GCP_SERVICE_ACCOUNT_FILE': path, 'GCE_PROJECT': 'proj-1'}
+    params = validated(gcp_argument_spec(), monkeypatch, env)
     assert (params['gcp_service_account_file'], params['gcp_project'], params['gcp_auth_kind']) == (
         path, 'proj-1', 'application')
     # The default auth kind uses the file that was given, not whatever application default credentials find.
@@ -54,8 +54,8 @@ def test_awxs_compute_engine_credential_gives_the_key_file_and_project(tmp_path,
 
 
 def test_awxs_azure_credential_gives_the_tenant_and_the_secret(monkeypatch):
-    params = validated(azure_argument_spec(), monkeypatch, {'AZURE_SUBSCRIPTION_ID': 'sub', 'AZURE_CLIENT_ID': 'app',
-                                                           'AZURE_TENANT': 'tenant', 'AZURE_SECRET': 's3cret'})
+    env = {'AZURE_SUBSCRIPTION_ID': 'sub', 'AZURE_CLIENT_ID': 'app', 'AZURE_TENANT': 'tenant', 'AZURE_SECRET': 's3cret'}
+    params = validated(azure_argument_spec(), monkeypatch, env)
     assert (params['azure_subscription_id'], params['azure_client_id'], params['azure_tenant_id'],
             params['azure_client_secret']) == ('sub', 'app', 'tenant', 's3cret')
     # The Azure SDK's own names win when both are set.

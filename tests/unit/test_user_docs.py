@@ -23,7 +23,7 @@ USER_PAGES = ['README.md'] + ['docs/%s.md' % name for name in (
 MAX_LINES = 300
 
 FORBIDDEN = [
-    ('a source path', re.compile(r'(?<![\w.-])(plugins|module_utils|plugin_utils|tests|bench)/')),
+    ('a source path', re.compile(r'(?<![\w.-])(plugins|module_utils|plugin_utils|tests|bench)/[\w.]')),
     ('a Python file name', re.compile(r'\b[\w-]+\.py\b')),
     ('"seam"', re.compile(r'\bseams?\b', re.I)),
     ('a numbered finding', re.compile(r'\b[Ff]inding\s*#?\d+|\bF\d+\b')),

@@ -133,7 +133,7 @@ faults-clouds: venv
 	time $(BIN)/python -m tests.faults matrix --part clouds --size $(FAULTS_SIZE) \
 		--json build/faults-clouds-$(FAULTS_SIZE).json
 
-# The Molecule scenarios (extensions/molecule, docs/awx.md): the create, destroy and archive roles against one try-out
+# The Molecule scenarios (extensions/molecule, docs/internals/awx.md): the create, destroy and archive roles against one try-out
 # cluster that the default scenario starts before them and stops after them. make test runs them through
 # tests/integration/molecule/test_molecule.py, which also shows that no copy of the collection in
 # ~/.ansible/collections shadows the checkout.

@@ -8,7 +8,7 @@ writes what it is about to do *before* it does it, acts, and records what it obs
 that finds its work done changes nothing, so a rerun resumes at the first unfinished step, and a
 controller that died anywhere leaves a journal from which the next run can finish or clean up.
 
-The VMID protocol (see docs/create.md): the candidate from /cluster/nextid is persisted before the
+The VMID protocol (see docs/internals/create.md): the candidate from /cluster/nextid is persisted before the
 clone; the clone request writes our ownership marker into the new container's description
 atomically with the VMID claim; "already exists" means take a new candidate; a lost answer means
 look at the candidate first and adopt it only when its marker verifies.

@@ -118,7 +118,7 @@ CLOUD_TESTS := tests/integration/hetzner tests/integration/gcp tests/integration
 test-clouds: venv
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile $(CLOUD_TESTS)
 
-# The crash-safety matrix (docs/faults.md): every kill point and lost response of create, destroy, the expiry sweep
+# The crash-safety matrix (docs/internals/faults.md): every kill point and lost response of create, destroy, the expiry sweep
 # and the template build (on a debian-tier cluster of its own), the races and seeded random schedules; prints the
 # table and writes it as JSON to build/faults-$(FAULTS_SIZE).json.
 # make test runs it at FAULTS_SIZE=ci: every point once per variant, as chains (the build's: one chain, rerun only).
@@ -128,13 +128,13 @@ faults: venv
 	time $(BIN)/python -m tests.faults matrix --size $(FAULTS_SIZE) --json build/faults-$(FAULTS_SIZE).json
 
 # The matrix's rows of the Hetzner Cloud, Compute Engine and Azure providers, each on the fake of a try-out cloud of
-# its own, side by side (docs/faults.md). Apart from make test: at the ci size they take about as long again.
+# its own, side by side (docs/internals/faults.md). Apart from make test: at the ci size they take about as long again.
 faults-clouds: venv
 	@mkdir -p build
 	time $(BIN)/python -m tests.faults matrix --part clouds --size $(FAULTS_SIZE) \
 		--json build/faults-clouds-$(FAULTS_SIZE).json
 
-# The Molecule scenarios (extensions/molecule, docs/awx.md): the create, destroy and archive roles against one try-out
+# The Molecule scenarios (extensions/molecule, docs/internals/awx.md): the create, destroy and archive roles against one try-out
 # cluster that the default scenario starts before them and stops after them. make test runs them through
 # tests/integration/molecule/test_molecule.py, which also shows that no copy of the collection in
 # ~/.ansible/collections shadows the checkout.

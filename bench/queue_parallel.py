@@ -14,7 +14,7 @@ in the 10-workspace run). As a control, the same play with every queue task repl
 read-only queue_info task (as many module processes, no queue) is timed too: the ratio that
 remains there is Ansible's, not the queue's. --same-target adds 10 operations on one workspace from 10 concurrent
 ansible-playbook runs (as 10 operators would), which the queue must run one after another
-(~10 x hold). (Hosts of one run on one target are refused at once: see docs/queue.md.)
+(~10 x hold). (Hosts of one run on one target are refused at once: see docs/internals/queue.md.)
 """
 
 import argparse

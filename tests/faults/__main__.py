@@ -1,4 +1,4 @@
-"""Crash-safety runs against a try-out cluster of their own (docs/faults.md).
+"""Crash-safety runs against a try-out cluster of their own (docs/internals/faults.md).
 
     python -m tests.faults matrix [--size ci|full] [--part PART] [--json PATH]
                                     kill and lost-response matrix, races, seeds (main); the template build's rows on

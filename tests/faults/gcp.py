@@ -1,5 +1,5 @@
 """The Compute Engine rows of the crash-safety matrix, on a try-out cloud of their own: the cloud parts' shape
-(tests/faults/cloud.py) on the cloud's Compute Engine fake (tests/localcloud/gcp.py; docs/gcp.md), with real sshd
+(tests/faults/cloud.py) on the cloud's Compute Engine fake (tests/localcloud/gcp.py; docs/internals/gcp.md), with real sshd
 guests on the instances' external addresses; the instances run with no service account and a termination time.
 
 Kill points: besides the steps, journal commits and guest commands, the provider's own failpoints: right after the

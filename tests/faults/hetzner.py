@@ -1,5 +1,5 @@
 """The Hetzner rows of the crash-safety matrix, on a try-out cloud of their own: the cloud parts' shape
-(tests/faults/cloud.py) on the cloud's Hetzner Cloud fake (tests/localcloud/hetzner.py; docs/hetzner.md).
+(tests/faults/cloud.py) on the cloud's Hetzner Cloud fake (tests/localcloud/hetzner.py; docs/internals/hetzner.md).
 
 The calls that act have failpoints of their own, right after their answer (``hetzner POST /servers``,
 ``hetzner PUT /servers`` (the lease labels at ready), ``hetzner POST /servers/actions/shutdown``,

@@ -1,6 +1,6 @@
 """The local try-out cloud for AWS: moto in server mode behind a fault proxy, with real SSH guests.
 
-    python -m tests.localcloud up | status | fault ... | down      (docs/localcloud.md)
+    python -m tests.localcloud up | status | fault ... | down      (docs/localcloud.md; faults: docs/internals/localcloud.md)
 
 From Python (tests):
 

@@ -1,4 +1,5 @@
-"""Command line: python -m tests.localcloud up | status | env | fault ... | down   (see docs/localcloud.md)."""
+"""Command line: python -m tests.localcloud up | status | env | fault ... | down   (see docs/localcloud.md;
+the fault commands: docs/internals/localcloud.md)."""
 
 import argparse
 import json

@@ -2,7 +2,7 @@
 
 The document ships inside the google-api-python-client wheel (googleapiclient/discovery_cache/documents/
 compute.v1.json); ``load`` downloads the wheel with pip into a cache directory (never into the repository) the first
-time, and reads the document from it. docs/gcp.md names the version and the document's revision.
+time, and reads the document from it. docs/internals/gcp.md names the version and the document's revision.
 """
 
 import glob

@@ -1,5 +1,5 @@
 """A Hetzner Cloud API fake for the try-out cloud: the calls the collection's Hetzner provider makes, over loopback,
-with the fields and error bodies of the public API reference (docs/hetzner.md names the version it follows).
+with the fields and error bodies of the public API reference (docs/internals/hetzner.md names the version it follows).
 
 Servers live in this process's memory. A new server is ``initializing`` and its ``create_server`` action ``running``
 for ``boot_secs``, then ``running``/``success``; a deleted one is ``deleting`` with its ``delete_server`` action

@@ -1,6 +1,6 @@
 """The local try-out cluster: a fake Proxmox VE datacenter with real SSH guests and fault injection.
 
-    python -m tests.localpve up | status | fault ... | down      (docs/localpve.md)
+    python -m tests.localpve up | status | fault ... | down      (docs/localpve.md; faults: docs/internals/localpve.md)
 
 From Python (tests):
 

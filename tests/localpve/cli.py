@@ -1,4 +1,5 @@
-"""Command line: python -m tests.localpve up | status | fault ... | down   (see docs/localpve.md)."""
+"""Command line: python -m tests.localpve up | status | fault ... | down   (see docs/localpve.md;
+the fault commands: docs/internals/localpve.md)."""
 
 import argparse
 import json

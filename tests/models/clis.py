@@ -21,7 +21,7 @@ import tempfile
 # claude-code's package asks for node >= 22 but runs a native binary that needs no node; npm 11 on Node 20 would
 # otherwise pick an older release whose engines match. Its postinstall (and opencode's) puts the native binary of
 # the optional dependency in place: npm 11 runs both, warning that allowScripts does not cover them
-# (docs/agent-cli-facts.md).
+# (docs/internals/agent-cli-facts.md).
 PINS = {'@anthropic-ai/claude-code': '2.1.332', '@openai/codex': '0.171.0', 'opencode-ai': '1.18.33'}
 COMMANDS = ('claude', 'codex', 'opencode')
 CACHE_ENV = 'EPHEMERA_AGENT_CACHE'

@@ -32,7 +32,8 @@ def documented_commands():
     """(file, command) of every ansible-playbook/ansible command in the README's and docs' code blocks and in the
     playbooks' usage comments, continuation lines joined."""
     found = []
-    for path in [os.path.join(ROOT, 'README.md')] + sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md'))):
+    pages = sorted(glob.glob(os.path.join(ROOT, 'docs', '**', '*.md'), recursive=True))
+    for path in [os.path.join(ROOT, 'README.md')] + pages:
         with open(path) as src:
             text = src.read()
         blocks = FENCE.findall(text)

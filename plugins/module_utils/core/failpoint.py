@@ -19,7 +19,7 @@ user running Ansible is appended to.
 The points are where the issue of crash safety lives: the start of each step (``begin``), right
 after every journal commit (``journal <label>``), right after the answer of every mutating API
 call arrived (``pve <METHOD> <path>``: the cluster acted, the journal does not know yet), and right
-after every command on a guest (``ssh <what>``). ``docs/faults.md`` describes the tests that use
+after every command on a guest (``ssh <what>``). ``docs/internals/faults.md`` describes the tests that use
 them. Never set these variables outside those tests.
 """
 

@@ -341,7 +341,7 @@ ANY = object()
 
 # SQLite's primary result codes: of a damaged file (CORRUPT, NOTADB), of a -wal/-shm it cannot make (READONLY, CANTOPEN).
 SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_CANTOPEN, SQLITE_NOTADB = 8, 11, 14, 26
-RECOVERY = 'docs/journal.md, "A damaged journal"'
+RECOVERY = 'docs/internals/journal.md, "A damaged journal"'
 
 
 def default_path():

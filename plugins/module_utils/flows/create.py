@@ -8,7 +8,7 @@ writes what it is about to do *before* it does it, acts, and records what it obs
 that finds its work done changes nothing, so a rerun resumes at the first unfinished step, and a
 controller that died anywhere leaves a journal from which the next run can finish or clean up.
 
-The VMID protocol (see docs/create.md): the candidate from /cluster/nextid is persisted before the
+The VMID protocol (see docs/internals/create.md): the candidate from /cluster/nextid is persisted before the
 clone; the clone request writes our ownership marker into the new container's description
 atomically with the VMID claim; "already exists" means take a new candidate; a lost answer means
 look at the candidate first and adopt it only when its marker verifies.
@@ -1111,7 +1111,7 @@ class CreateFlow(Flow):
 
     def _published_host_keys(self, resource):
         """(facts with ``host_keys_published``, or None; a sentence; warnings): the SSH host keys the machine published
-        through the provider's API (docs/security.md, host keys), waited for up to ``ssh_timeout``, so that the first
+        through the provider's API (docs/internals/security.md, host keys), waited for up to ``ssh_timeout``, so that the first
         connection is pinned to them rather than trusting whatever key answers at the address."""
         source = self.provider.host_key_source
         facts = self.ws['facts']
@@ -1179,7 +1179,7 @@ class CreateFlow(Flow):
                           % (req['agent_user'], keys, '; ' + said if said else ''), **({'warnings': warned} if warned else {}))
 
     def _renew_host_keys(self, guest):
-        """Give the clone host keys of its own, made in it now, and pin the new key (docs/security.md, host keys).
+        """Give the clone host keys of its own, made in it now, and pin the new key (docs/internals/security.md, host keys).
 
         A clone carries its template's host keys; every clone of a template would present the same key. Over the
         connection the first SSH pinned, new keys are made next to the served ones; the key sshd will present is

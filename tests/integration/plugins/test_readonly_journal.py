@@ -210,7 +210,7 @@ def test_damaged_journal_names_the_file_and_the_recovery(tmp_path):
     def assert_names_the_damage(text):
         assert said('The journal %s is damaged' % path, text), text
         assert said('database disk image is malformed', text)
-        assert said('docs/journal.md, "A damaged journal"', text) and said('sqlite3 .recover', text)
+        assert said('docs/internals/journal.md, "A damaged journal"', text) and said('sqlite3 .recover', text)
 
     run = run_reader(['ansible-playbook', play(tmp_path, DAMAGED_PLAY)], tmp_path, env={'EPHEMERA_JOURNAL': path})
     failed = dict(run.failures())

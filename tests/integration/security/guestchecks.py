@@ -7,7 +7,7 @@ the guest as root or as another user over SSH with the tier's key, archives the 
 (``ArchiveFlow`` in process, on the workspace's record in the journal: its address, SSH settings, pinned host key and
 layout, whatever the provider), and knows the repository it was cloned from (a bare repository served over HTTP with
 a token). tests/integration/security/test_guest_side.py runs the checks on Proxmox VE and
-test_agent_user_on_every_cloud.py on each cloud; docs/security.md says what each one shows.
+test_agent_user_on_every_cloud.py on each cloud; docs/internals/security.md says what each one shows.
 """
 
 import glob

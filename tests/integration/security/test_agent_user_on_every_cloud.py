@@ -8,7 +8,7 @@ once by the create playbook through the provider's try-out inventory, from a rep
 token (the module-scoped `workspace` fixture, one per provider: pytest runs a provider's tests together). Each test
 then looks at the guest as root and as another user, and plays the agent: its credentials are its own only, its
 runner's socket answers no one else, no process list shows a key, and it writes none of root's files
-(docs/security.md, "The agent is a user of its own"). The checks of tests/integration/security/guestchecks.py follow
+(docs/internals/security.md, "The agent is a user of its own"). The checks of tests/integration/security/guestchecks.py follow
 on the same workspace, in the order test_guest_side.py runs them on Proxmox VE: the archive push and its token, the
 capture's directories and the untracked tar with its restore, fetch, a hostile branch and remote URL with the restore
 commands, and floods of output. They archive through the workspace's record in the journal, as the archive module
@@ -91,7 +91,7 @@ def test_the_agent_is_a_user_of_its_own_that_reaches_nothing_of_roots(site, work
                                              admin='ephemera' if workspace.provider == 'azure' else None)
 
 
-# The archive's guest side, as test_guest_side.py checks it on Proxmox VE (docs/security.md, "Guest-side defences").
+# The archive's guest side, as test_guest_side.py checks it on Proxmox VE (docs/internals/security.md, "Guest-side defences").
 # Each runs on the provider's workspace after the test above, in this order: a later one finds the checkout as the
 # one before left it, as on Proxmox VE.
 

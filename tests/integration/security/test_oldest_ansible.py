@@ -1,7 +1,7 @@
 """Journal and cluster data never become templates, on the oldest ansible-core the collection claims
 (meta/runtime.yml requires_ansible), whose templar still honours a ``#jinja2:`` header that chooses other
 delimiters: a purpose typed into a survey with no brace in it used to run a lookup on the controller through the
-inventory's host variables. docs/security.md, finding 4.
+inventory's host variables. docs/internals/security.md, finding 4.
 
 The oldest ansible-core is installed once from the package index into build/ansible-core-<version>/ (with the
 collection's requirements) and reused; the collection is this checkout, found through the pinned collections path.

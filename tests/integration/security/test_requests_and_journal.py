@@ -1,4 +1,4 @@
-"""The untrusted parties of docs/security.md against the try-out cluster, through the shipped playbooks: another
+"""The untrusted parties of docs/internals/security.md against the try-out cluster, through the shipped playbooks: another
 Proxmox user who writes a crafted description onto a tagged container or restores a destroyed workspace's
 container at its VMID, a request with a token in its repository URL or a purpose that reads as an option, and a
 journal that others may write. One cluster and two workspaces for the whole file."""

@@ -1,6 +1,6 @@
 """Failpoints are for the crash tests only, but an operator may export their variables by mistake: the kill stays
 within the run (never the shell that exported them, nor what else that shell runs), and the trace file is never
-opened through a symbolic link. docs/security.md, finding 14."""
+opened through a symbolic link. docs/internals/security.md, finding 14."""
 
 import json
 import os

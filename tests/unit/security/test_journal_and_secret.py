@@ -1,6 +1,6 @@
 """The journal and the controller secret are trusted only when nobody but their owner can change them: whoever can
 write the journal chooses the SSH address, the pinned host key and the agent command lines of a resumed create,
-and whoever reads the secret can sign markers. docs/security.md, finding 12."""
+and whoever reads the secret can sign markers. docs/internals/security.md, finding 12."""
 
 import os
 

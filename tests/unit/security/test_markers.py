@@ -1,6 +1,6 @@
 """Ownership markers against people who may edit a container's description: crafted fields never raise, and a
 marker of an earlier life of a workspace (a restored backup, a copy pasted onto a container that got the same
-VMID) is never taken for the current one's. docs/security.md, findings 5 and 6."""
+VMID) is never taken for the current one's. docs/internals/security.md, findings 5 and 6."""
 
 import pytest
 

@@ -1,7 +1,7 @@
 """Request text is untrusted (an AWX survey, a person's words): a token in the repository URL, a purpose the agent
 would read as an option, a checkout path whose directory is a system one, an agent user that would hold the
 controller's login to the guest. Each is refused at the request, before anything is recorded or cloned.
-docs/security.md, findings 8, 10 and 13, and "The agent is a user of its own"."""
+docs/internals/security.md, findings 8, 10 and 13, and "The agent is a user of its own"."""
 
 import os
 

@@ -210,5 +210,5 @@ def test_damaged_pages_name_the_file_and_the_recovery(path, readonly):
     message = str(err.value)
     assert 'The journal %s is damaged' % path in message
     assert 'database disk image is malformed' in message
-    assert 'docs/journal.md, "A damaged journal"' in message and '.recover' in message
+    assert 'docs/internals/journal.md, "A damaged journal"' in message and '.recover' in message
     assert err.value.details['path'] == path

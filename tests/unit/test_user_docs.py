@@ -16,7 +16,7 @@ DOCS = ROOT / 'docs'
 # The pages a user reads. docs/leases.md and docs/templates.md are not in the list yet.
 USER_PAGES = ['README.md'] + ['docs/%s.md' % name for name in (
     'aws', 'azure', 'gcp', 'hetzner', 'awx', 'localcloud', 'localpve', 'agents', 'inventory', 'archive',
-    'install', 'errors', 'destroy', 'create', 'troubleshooting', 'model-endpoints', 'security',
+    'install', 'errors', 'destroy', 'create', 'troubleshooting', 'model-endpoints', 'security', 'fork',
     'quickstart-aws', 'quickstart-azure', 'quickstart-gcp', 'quickstart-hetzner', 'quickstart-proxmox')]
 
 # A user page longer than this is reference for a maintainer, or two pages.

@@ -13,10 +13,11 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / 'docs'
 
-# The pages a user reads. docs/leases.md and docs/templates.md are not in the list yet.
+# The pages a user reads.
 USER_PAGES = ['README.md'] + ['docs/%s.md' % name for name in (
     'aws', 'azure', 'gcp', 'hetzner', 'awx', 'localcloud', 'localpve', 'agents', 'inventory', 'archive',
-    'install', 'errors', 'destroy', 'create', 'troubleshooting', 'model-endpoints', 'security', 'fork',
+    'install', 'errors', 'destroy', 'create', 'troubleshooting', 'model-endpoints', 'security', 'fork', 'leases',
+    'templates',
     'quickstart-aws', 'quickstart-azure', 'quickstart-gcp', 'quickstart-hetzner', 'quickstart-proxmox')]
 
 # A user page longer than this is reference for a maintainer, or two pages.

@@ -9,7 +9,7 @@ versions the build recorded. Tests of the agents themselves create workspaces fr
 
 On this machine (2 cores) a build of the default toolset took 96 s with an empty package cache
 (LOCALPVE_PACKAGE_CACHE=<an empty directory>) and 90 s as the rebuild test's second build; the file takes about
-3.5 minutes (docs/templates.md, Figures). A template of the default toolset takes 4.3 GB: the cluster's container
+3.5 minutes (docs/internals/templates.md, Figures). A template of the default toolset takes 4.3 GB: the cluster's container
 files are removed when the module's tests are done.
 """
 

@@ -104,7 +104,7 @@ def test_relative_links_resolve(page):
     path = ROOT / page
     broken = []
     for number, target in _links(path):
-        file_part, _, fragment = target.partition('#')
+        file_part, dummy, fragment = target.partition('#')
         dest = (path.parent / file_part).resolve() if file_part else path
         if not dest.exists():
             broken.append('%s:%d links to %s: no such file' % (page, number, target))

@@ -56,6 +56,7 @@ ADVICE = {
                 'journal with the cluster, then ' + DESTROY + ' if the resource is still there',
     'retained': 'released without delete until {retained_until}, when the expiry sweep deletes it; destroy it '
                 'sooner with ' + DESTROY + ' once its work is no longer needed',
+    'retained_no_end': 'released without delete; destroy it with ' + DESTROY + ' when its work is no longer needed',
     'retention_over': 'released without delete until {retained_until}, which has passed; the next expiry sweep '
                       '(ephemera.workspaces.expire) deletes it',
     'expired': 'expired at {expires_at}; the next expiry sweep (ephemera.workspaces.expire) releases it',
@@ -159,6 +160,9 @@ def case(found, now):
         return 'kept' if found.get('keep') else 'leased'
     if category == leasing.RETAINED and found.get('retained_in') is not None and found['retained_in'] <= 0:
         return 'retention_over'
+    if category == leasing.RETAINED and found.get('retained_until') is None:
+        # A retention whose end nobody can tell (it says neither when it began nor when it ends): never deleted.
+        return 'retained_no_end'
     return category
 
 
@@ -194,7 +198,8 @@ def report_line(found):
         if found['next_retry']:
             details.append('next retry %s' % found['next_retry'])
     elif found['category'] == leasing.RETAINED:
-        details = ['status %s' % found['status'], 'retained until %s' % found['retained_until']]
+        details = ['status %s' % found['status']] + (
+            ['retained until %s' % found['retained_until']] if found.get('retained_until') else [])
     else:
         details = ['status %s' % found['status']]
     return '%s: %s (%s): %s' % (found['name'], found['category'], ', '.join(details) or 'no error recorded',

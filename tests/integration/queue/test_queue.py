@@ -184,7 +184,7 @@ def test_bad_input_gets_clear_messages_and_leaves_the_queue_consistent(tmp_path,
     run = start_run({'parent_id': parent.entry['id'], 'busy_id': busy.claim['entry_id']}, playbook=str(playbook))
     assert run.wait().returncode == 0, run.output[-3000:]
     results = dict(run.results())
-    assert 'value of kind must be one of: archive, brief, create, destroy, reconcile, template_build, got: build' in \
+    assert 'value of kind must be one of: archive, brief, create, destroy, fork, reconcile, template_build, got: build' in \
         results['unknown kind']['msg']
     assert results['unknown target']['msg'].startswith("Unknown target: no workspace named 'ghost' is recorded")
     timeout = results['wait timeout']['msg']

@@ -62,6 +62,8 @@ ADVICE_CASES = [
     ('retained', found('retained', retained_until='2026-12-10T10:00:00Z', retained_in=7 * 86400),
      'released without delete until 2026-12-10T10:00:00Z, when the expiry sweep deletes it; destroy it sooner with '
      + DESTROY + ' once its work is no longer needed'),
+    ('retained, no end known', found('retained'),
+     'released without delete; destroy it with ' + DESTROY + ' when its work is no longer needed'),
     ('retention over', found('retained', retained_until='2026-12-03T09:00:00Z', retained_in=-3600),
      'released without delete until 2026-12-03T09:00:00Z, which has passed; the next expiry sweep '
      '(ephemera.workspaces.expire) deletes it'),

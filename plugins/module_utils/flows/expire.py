@@ -246,6 +246,3 @@ class FleetSweep(fleet.FleetRun):
         sweep = ExpirySweep(self.journal, provider, params, self.secret, check_mode=self.check_mode, clock=self.clock)
         entries = [e for e in sweep.run() if e['action'] != 'other_provider']
         return sweep.changed, entries
-
-
-counts_of = fleet.counts_of

@@ -53,7 +53,10 @@ options:
     type: int
     default: 16
   parallel:
-    description: How many workspaces are asked for their activity at once.
+    description:
+      - How many workspaces are asked for their activity at once, and how many due workspaces are released at
+        once (each through its own queue, with a journal connection of its own).
+      - With O(fleet=true), the places are swept one after another, each with this bound.
     type: int
     default: 8
   activity_timeout:

@@ -32,6 +32,7 @@ import os
 import re
 import signal
 import stat
+import threading
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import parent_pid
@@ -39,7 +40,10 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_ident
 TRACE_ENV = 'EPHEMERA_FAILPOINT_TRACE'
 KILL_ENV = 'EPHEMERA_FAILPOINT_KILL'
 
+# The scope last entered in this process, and each thread's own (the expiry sweep releases several workspaces at
+# once, one per thread): a thread that entered none (one a step started) reads the process's.
 _scope = {'workspace': '-', 'where': '-'}
+_local = threading.local()
 # Parts of an API path that name one object, not a kind of call: /nodes/pve1/lxc/104/clone -> /nodes/*/lxc/*/clone
 _NAMED = re.compile(r'(?<=/nodes/)[^/]+|(?<=/lxc/)\d+|(?<=/qemu/)\d+|(?<=/tasks/)[^/]+|(?<=/pools/)[^/]+')
 
@@ -50,10 +54,16 @@ def active():
 
 def enter(workspace, where):
     """From here on, points belong to ``workspace`` at ``where`` (e.g. ``create.clone``); passes ``begin``."""
-    if not active() or (_scope['workspace'], _scope['where']) == (workspace, where):
+    scope = _current_scope()
+    if not active() or (scope['workspace'], scope['where']) == (workspace, where):
         return
-    _scope.update(workspace=workspace or '-', where=where)
+    _local.scope = dict(workspace=workspace or '-', where=where)
+    _scope.update(_local.scope)
     reached('begin')
+
+
+def _current_scope():
+    return getattr(_local, 'scope', None) or _scope
 
 
 def api_point(method, path):
@@ -65,8 +75,9 @@ def reached(what, workspace=None, where=None):
     trace = os.environ.get(TRACE_ENV)
     if not trace:
         return
-    workspace = workspace or _scope['workspace']
-    point = '%s %s' % (where or _scope['where'], what)
+    scope = _current_scope()
+    workspace = workspace or scope['workspace']
+    point = '%s %s' % (where or scope['where'], what)
     line = '%s\t%s\n' % (workspace, point)
     with _open_trace(trace) as out:
         fcntl.flock(out, fcntl.LOCK_EX)

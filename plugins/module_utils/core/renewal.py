@@ -29,15 +29,27 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 
 # Renewals per lease, as a waiting request marks itself (queue.py).
 PER_LEASE = 3.0
-# The keeper of the step this process runs now, if any (one step at a time per process: a task's worker).
-_current = None
+# The keepers of the steps this process runs now, by the thread that runs each (a task's worker runs one step at a
+# time; the expiry sweep releases several workspaces at once, each step in a thread of its own).
+_running = {}
 _lock = threading.Lock()
+
+
+def current():
+    """The keeper of the step the calling thread runs; for a thread that runs no step itself (one a step started),
+    the keeper of the only step running, if only one is."""
+    with _lock:
+        own = _running.get(threading.get_ident())
+        if own is not None:
+            return own
+        running = list(_running.values())
+    return running[0] if len(running) == 1 else None
 
 
 def check(claim=None):
     """Raise the ClaimLostError of the running step's keeper if its claim was lost (for ``claim``: only if that is
     the keeper's claim); nothing without a keeper."""
-    keeper = _current
+    keeper = current()
     if keeper is not None and (claim is None or keeper.holds(claim)):
         keeper.check()
 
@@ -63,6 +75,7 @@ class ClaimKeeper:
         self.lease = None
         self.last_renewed = None
         self._previous = None
+        self._thread_id = None
 
     def holds(self, claim):
         return isinstance(claim, dict) and claim.get('entry_id') == self.claim.get('entry_id') \
@@ -106,7 +119,6 @@ class ClaimKeeper:
                 return
 
     def __enter__(self):
-        global _current  # pylint: disable=global-statement
         try:
             self.renew_now()
             self.check()
@@ -118,13 +130,17 @@ class ClaimKeeper:
         self._thread = threading.Thread(target=self._run, name='claim-keeper', daemon=True)
         self._thread.start()
         with _lock:
-            self._previous, _current = _current, self
+            self._thread_id = threading.get_ident()
+            self._previous = _running.get(self._thread_id)
+            _running[self._thread_id] = self
         return self
 
     def __exit__(self, *exc):
-        global _current  # pylint: disable=global-statement
         with _lock:
-            _current = self._previous
+            if self._previous is None:
+                _running.pop(self._thread_id, None)
+            else:
+                _running[self._thread_id] = self._previous
         self._stop.set()
         self._thread.join()
         if self._close is not None:

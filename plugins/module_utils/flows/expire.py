@@ -14,7 +14,7 @@ can run every few minutes:
    after it expired). A workspace that does not answer is left as it was.
 2. **Release.** At most ``limit`` workspaces whose lease expired (and not retained), or whose failed
    cleanup is due for a retry, are claimed through their queue (a busy one is left for the next
-   sweep) and destroyed through the release path: their unsaved work archived first, then the
+   sweep) and destroyed through the release path, up to ``parallel`` at once: their unsaved work archived first, then the
    ownership-checked delete confirmed by absence. A failure keeps the workspace, counts the attempt,
    keeps the error and retries 5 minutes later; success clears the failure and records when the
    cleanup completed. The record stays, with its identity, for audit.
@@ -92,8 +92,7 @@ class ExpirySweep:
         candidates = sorted([(ws, why) for ws, why in candidates if why and self._here(ws)],
                             key=lambda pair: (pair[0].get('lease') or {}).get('expires_at') or 0)
         limit = self.params.get('limit') or DEFAULT_LIMIT
-        for ws, why in candidates[:limit]:
-            self.release(ws, why)
+        self.release_all(candidates[:limit])
         for ws, why in candidates[limit:]:
             self._add(ws['name'], 'deferred', 'due (%s), beyond this sweep\'s limit of %d' % (why, limit))
         return self.entries
@@ -139,6 +138,33 @@ class ExpirySweep:
             activity=activity)
 
     # ------------------------------------------------------------------ release
+
+    def release_all(self, due):
+        """Release (or retain) every ``(ws, why)`` of ``due``, up to ``parallel`` at once, each through its own queue
+        and a journal connection of its own; the entries keep the order of ``due`` (earliest expiry first)."""
+        width = max(1, min(self.params.get('parallel') or 8, len(due)))
+        if width == 1:
+            for ws, why in due:
+                self.release(ws, why)
+            return
+        workers = [self._worker() for dummy in due]
+        try:
+            with ThreadPoolExecutor(max_workers=width) as pool:
+                for done in [pool.submit(worker.release, ws, why) for worker, (ws, why) in zip(workers, due)]:
+                    done.result()
+        finally:
+            for worker in workers:
+                worker.journal.close()
+                self.entries.extend(worker.entries)
+                self.changed = self.changed or worker.changed
+
+    def _worker(self):
+        """A sweep like this one for one release in a thread: the same provider and options, its own journal
+        connection (a connection serves one thread at a time) and its own entries."""
+        worker = ExpirySweep(self.journal.reopen(), None, self.params, self.secret, check_mode=self.check_mode,
+                             clock=self.clock)
+        worker.provider = self.provider
+        return worker
 
     def release(self, ws, why):
         name = ws['name']

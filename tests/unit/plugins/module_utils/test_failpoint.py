@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
@@ -110,3 +111,33 @@ def test_api_points_name_the_kind_of_call_not_the_object():
     assert failpoint.api_point('post', '/nodes/pve2/lxc/104/status/start') == 'pve POST /nodes/*/lxc/*/status/start'
     assert failpoint.api_point('DELETE', '/nodes/pve1/lxc/9000') == 'pve DELETE /nodes/*/lxc/*'
     assert failpoint.api_point('PUT', '/pools/disposable-workspaces') == 'pve PUT /pools/*'
+
+
+def test_each_thread_traces_its_own_workspace_and_a_thread_without_one_the_last_entered(tmp_path, monkeypatch):
+    """The expiry sweep releases several workspaces at once, one per thread: a point belongs to the workspace its
+    thread entered, whatever another thread entered since; a thread that entered none (one a step started) takes
+    the scope entered last in the process, as before."""
+    monkeypatch.setenv(failpoint.TRACE_ENV, str(tmp_path / 'trace'))
+    monkeypatch.delenv(failpoint.KILL_ENV, raising=False)
+    entered, go = threading.Barrier(2), threading.Event()
+
+    def release(name):
+        failpoint.enter(name, 'destroy.delete')
+        entered.wait(5)  # both have entered before either passes its point
+        go.wait(5)
+        failpoint.reached('pve DELETE /nodes/*/lxc/*')
+
+    threads = [threading.Thread(target=release, args=(name,)) for name in ('w1', 'w2')]
+    for thread in threads:
+        thread.start()
+    go.set()
+    for thread in threads:
+        thread.join(10)
+    helper = threading.Thread(target=failpoint.reached, args=('guest command',))
+    helper.start()
+    helper.join(10)
+    lines = trace(tmp_path)
+    assert sorted(lines[:2]) == ['w1\tdestroy.delete begin', 'w2\tdestroy.delete begin']
+    assert sorted(lines[2:4]) == ['w1\tdestroy.delete pve DELETE /nodes/*/lxc/*',
+                                  'w2\tdestroy.delete pve DELETE /nodes/*/lxc/*']
+    assert lines[4] in ('w1\tdestroy.delete guest command', 'w2\tdestroy.delete guest command')

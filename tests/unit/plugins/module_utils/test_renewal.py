@@ -3,6 +3,7 @@ controller on another host waits behind a step longer than the lease instead of 
 step whose renewal is refused (taken over, cancelled) or cannot reach the journal for most of a lease stops at its
 next wait, call or write. On both backends, with real processes standing for the runs."""
 
+import threading
 import time
 
 import pytest
@@ -79,3 +80,59 @@ def test_a_journal_out_of_reach_for_most_of_a_lease_stops_the_step():
         renewal.check({'entry_id': 8, 'fence': 'g'})
     assert len(calls) >= 3  # the first renewal, then failed attempts until the claim was given up
     renewal.check()  # the step ended: nothing is checked any more
+
+
+def test_steps_in_threads_of_their_own_each_answer_to_their_own_keeper():
+    """Two releases of one expiry sweep run at once, each in a thread with its claim's keeper: the claim lost by one
+    stops that one only; a thread a step started (no keeper of its own) answers to the only step running, and to
+    none while two run."""
+    def lost_after_first():
+        calls = []
+
+        def renew():
+            calls.append(1)
+            if len(calls) > 1:
+                raise ClaimLostError('claim #1 was taken over')
+            return 0.3
+        return renew
+
+    both_in, first_lost, done = threading.Barrier(2), threading.Event(), threading.Event()
+    seen = {}
+
+    def step(name, renew, claim):
+        with renewal.ClaimKeeper(renew, claim) as keeper:
+            both_in.wait(5)
+            if name == 'lost':
+                deadline = time.monotonic() + 5.0
+                while keeper.lost is None and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                first_lost.set()
+            else:
+                first_lost.wait(5)
+            try:
+                renewal.check()
+                seen[name] = 'went on'
+            except ClaimLostError as err:
+                seen[name] = str(err)
+            helper = threading.Thread(target=lambda: seen.setdefault(name + ' helper', renewal.current()))
+            helper.start()
+            helper.join(5)
+            both_in.wait(5)
+        if name == 'kept':
+            done.set()
+
+    threads = [threading.Thread(target=step, args=('lost', lost_after_first(), {'entry_id': 1, 'fence': 'a'})),
+               threading.Thread(target=step, args=('kept', lambda: 60.0, {'entry_id': 2, 'fence': 'b'}))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert seen['lost'] == 'claim #1 was taken over' and seen['kept'] == 'went on'
+    # While both ran, a helper thread could not tell whose it was: it is checked against neither.
+    assert seen['lost helper'] is None and seen['kept helper'] is None
+    assert done.is_set() and renewal.current() is None
+    with renewal.ClaimKeeper(lambda: 60.0, {'entry_id': 3, 'fence': 'c'}) as alone:
+        helper = threading.Thread(target=lambda: seen.setdefault('alone helper', renewal.current()))
+        helper.start()
+        helper.join(5)
+    assert seen['alone helper'] is alone

@@ -164,15 +164,21 @@ def mark_warm(journal, record, claim=None):
     return moved or record
 
 
-def claim_member(journal, pool, workspace, claim=None, check=None):
+def claim_member(journal, pool, workspace, claim=None, check=None, version=None):
     """Give workspace ``workspace`` one warm member of pool ``pool`` (a name), by compare-and-set: the member it has
-    claimed already (a rerun after a crash), else the oldest warm member not taken by another run first. ``check``
-    (member -> bool) is the claim check: a member that fails it is released, never given out. None when no member
-    could be had: the caller creates cold."""
+    claimed already (a rerun after a crash), else the oldest warm member not taken by another run first. A member
+    made from another template version than ``version`` (the template's current one, when given) and one that fails
+    ``check`` (member -> bool, the claim check) are released, never given out: a controller that died between a
+    template switch and its drain gives out no member of the old version. None when no member could be had: the
+    caller creates cold."""
     for record in members(journal, pool, state='claimed'):
         if record.get('workspace') == workspace:
             return record
     for record in members(journal, pool, state='warm'):
+        if version is not None and record.get('version') != version:
+            release(journal, record, 'made from template version %s, the template is at %s' % (
+                record.get('version'), version), claim=claim)
+            continue
         if check is not None and not check(record):
             release(journal, record, 'failed its claim check', claim=claim)
             continue

@@ -131,6 +131,15 @@ def test_a_template_switch_drains_the_old_versions_members(journal):
     assert pools.drain(journal, 'debian-agent', 2) == []
 
 
+def test_a_claim_after_a_switch_whose_drain_never_ran_gives_out_no_old_member(journal):
+    pool = pools.validate_pool(POOL)
+    old, = fill(journal, pool, 1, version=1)
+    new, = fill(journal, pool, 1, version=2)
+    assert pools.claim_member(journal, 'py', 'ws1', version=2)['member'] == new['member']
+    stale = pools.member(journal, 'py', old['member'])
+    assert (stale['state'], stale['reason']) == ('released', 'made from template version 1, the template is at 2')
+
+
 def test_the_maximum_bounds_a_fill(journal):
     pool = pools.validate_pool(dict(POOL, size=2, maximum=2))
     fill(journal, pool, 2)

@@ -29,6 +29,7 @@ import time
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError, JournalError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import StepResult
@@ -410,6 +411,7 @@ class TemplateBuild:
                                              tools=ws['facts'].get('tools') or {}, claim=self.claim)
         failpoint.enter(flow.name, 'template.finalize')
         pointer = self.journal.switch_template(self.name, version['version'], claim=self.claim, finish_build=True)
+        drained = self._drain(pointer['current'])
         flow.ws = self.journal.get_workspace(flow.name)
         # A template has no address of its own: a static one goes back to the range.
         self.journal.release_address(flow.name, claim=self.claim)
@@ -419,7 +421,7 @@ class TemplateBuild:
                           % (self.name, version['version'], flow.provider.label(ws['resource_id']),
                              pointer['previous'] if pointer['previous'] is not None else '-'),
                           version=version['version'], previous=pointer['previous'], vmid=ws['resource_id'],
-                          tools=ws['facts'].get('tools') or {}, removable=self.removable())
+                          tools=ws['facts'].get('tools') or {}, removable=self.removable(), drained=drained)
 
     def removable(self):
         """Versions older than the previous one that no recorded workspace was cloned from (reported, never removed
@@ -490,10 +492,16 @@ class TemplateBuild:
             return StepResult(True, 'switch: would point %s at v%d' % (self.name, version['version']))
         pointer = self.journal.switch_template(self.name, version['version'],
                                                expected=pointer['current'] if pointer else None, claim=self.claim)
+        drained = self._drain(pointer['current'])
         return StepResult(True, 'switch: template %s is v%d (%s) now; v%s kept'
                           % (self.name, pointer['current'], flow.provider.label(version['resource_id']),
                              pointer['previous']), version=pointer['current'], previous=pointer['previous'],
-                          vmid=version['resource_id'])
+                          vmid=version['resource_id'], drained=drained)
+
+    def _drain(self, current):
+        """Release the warm pool members made from another version of this template: they are never given out (a
+        claim checks the version too, so a run that dies before this line gives none out either)."""
+        return sorted(m['member'] for m in pools.drain(self.journal, self.name, current, claim=self.claim))
 
 
 def handle_failure(build, step, err):

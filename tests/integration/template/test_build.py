@@ -12,6 +12,7 @@ import secrets
 
 import pytest
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.template import SMOKE_REPO
 from tests.integration.playbooks import running_cluster
@@ -303,17 +304,37 @@ def test_a_container_that_is_not_a_template_is_not_a_source(site, cluster, first
 
 # ---------------------------------------------------------------------------------------------- versions
 
+def warm_member(ctl, member, version, claimed_by=None):
+    """A pool member record of template NAME made from ``version`` (warm, or claimed by ``claimed_by``)."""
+    pool = pools.validate_pool({'name': 'wsp', 'location': 'pve1', 'template': NAME, 'size': 4})
+    with ctl.journal() as journal:
+        pools.mark_warm(journal, pools.begin_member(journal, pool, member, version=version))
+        if claimed_by:
+            pools.claim_member(journal, 'wsp', claimed_by)
+
+
+def member_states(ctl):
+    with ctl.journal() as journal:
+        return {m['member']: m['state'] for m in pools.members(journal, 'wsp')}
+
+
 def test_a_build_from_the_current_version_then_a_switch_back(site, first):
+    warm_member(site, 'pool-wsp-taken', 1, claimed_by='ws-from-pool')
+    warm_member(site, 'pool-wsp-v1', 1)
     run = build(site, **EMPTY)
     assert run.ok, run.explain()
     pointer, versions = records(site)
     new = versions[-1]
     assert pointer['current'] == new['version'] and pointer['previous'] == 1
+    # The switch drained the pool of the old version: its warm member is released, the claimed one is a workspace.
+    assert member_states(site) == {'pool-wsp-taken': 'claimed', 'pool-wsp-v1': 'released'}
+    warm_member(site, 'pool-wsp-v2', new['version'])
     assert new['source']['name'] == NAME and new['source']['version'] == 1
     back = build(site, version=1)
     assert back.ok, back.explain()
     pointer = records(site)[0]
     assert (pointer['current'], pointer['previous']) == (1, new['version'])
+    assert member_states(site)['pool-wsp-v2'] == 'released'
     # Both versions are kept as templates; nothing was removed.
     guests = every_guest(site)
     assert guests[new['resource_id']]['template'] == 1

@@ -23,13 +23,12 @@ this process so that fakepve's own request log can be read; time scale 0, so Pro
 
 Names are spread at random (seeded), so the kinds mix in the order the sweep asks them. Then the sweep, as users
 run it: ``ansible-playbook ephemera.workspaces.expire -e limit=<expired>`` (the collection pinned to this
-checkout), with ``-e ephemera_parallel=N`` for the parallel activity look (the playbook has no variable of its own
-for it; the module takes an option it is not given from its ``ephemera_<option>`` variable), every other option at
-its default (activity_timeout 10 s).
+checkout), with ``-e parallel=N`` (the activity asks and the releases, each up to N at once), every other option at
+its default (activity_timeout 10 s). ``--parallel 1,8`` compares one at a time with the default.
 
 Printed per sweep: the run's wall time and the sweep task's time, split from the journal's event times into the
-activity look (the asks, then the recording of the answers), the releases (archive, then delete, one after the
-other) and the rest; the API requests fakepve received, by what they were for; how long the hanging
+activity look (the asks, then the recording of the answers), the releases (archive, then delete; up to parallel at
+once) and the rest; the API requests fakepve received, by what they were for; how long the hanging
 connections were held; the CPU seconds of every process. The outcome is checked (every expired workspace
 archived and destroyed, its container gone; every live one still ready; the answering ones' activity recorded;
 the others' records untouched) and a wrong outcome exits non-zero. No time is asserted. The last line:
@@ -200,7 +199,7 @@ def sweep(cluster, journal, expired, parallel):
     before = cluster.run(lambda: len(cluster.pve.requests))
     cpu = cpu_seconds()
     run = run_ansible(['ansible-playbook', '-i', INVENTORY, 'ephemera.workspaces.expire', '-e', 'limit=%d' % expired,
-                       '-e', 'ephemera_parallel=%d' % parallel],
+                       '-e', 'parallel=%d' % parallel],
                       env={'LOCALPVE_STATE_DIR': cluster.info['state_dir'], 'EPHEMERA_JOURNAL': journal}, timeout=3600)
     cpu = cpu_seconds() - cpu
     requests = cluster.run(lambda: list(cluster.pve.requests))[before:]

@@ -224,18 +224,8 @@ def audit_records(records, now, categories=DEFAULT_CATEGORIES, every=False):
     for found in everything:
         counts[found['category']] += 1
     entries = [found for found in everything if found['category'] in categories]
-    places = {}
-    for found in entries:
-        places.setdefault(found['place'], {})
-        places[found['place']][found['category']] = places[found['place']].get(found['category'], 0) + 1
-    return {'entries': entries, 'counts': counts, 'places': places,
+    return {'entries': entries, 'counts': counts, 'places': fleet.by_place(entries, 'category'),
             'report': [summary_line(counts, categories)] + [report_line(found) for found in entries]}
-
-
-def place_lines(places):
-    """One line per place of the fleet with listed workspaces: ``PLACE: N failed, N retained``."""
-    return ['%s: %s' % (place, ', '.join('%d %s' % (n, c) for c, n in sorted(counted.items())))
-            for place, counted in sorted(places.items())]
 
 
 def audit(journal, now, categories=DEFAULT_CATEGORIES, every=False):

@@ -69,6 +69,18 @@ def counts_of(entries, key='action'):
     return counts
 
 
+def by_place(entries, key='action'):
+    """The entries (each naming its ``place``) counted by ``key``, place by place."""
+    return dict((place, counts_of([e for e in entries if e['place'] == place], key))
+                for place in set(e['place'] for e in entries))
+
+
+def place_lines(counted_by_place, empty='nothing found'):
+    """One report line per place, sorted: ``PLACE: N kind, N kind`` (``empty`` when nothing was counted there)."""
+    return ['%s: %s' % (place, ', '.join('%d %s' % (n, kind) for kind, n in sorted(counted.items())) or empty)
+            for place, counted in sorted(counted_by_place.items())]
+
+
 class FleetRun:
     """A sweep over every place of :func:`places`, one after another, each through a connection of its own
     (``connect(params)``: what a module acts through). A place that cannot be reached (credentials missing or
@@ -124,8 +136,7 @@ class FleetRun:
 
     def place_lines(self, empty='nothing found'):
         """One report line per place swept: what was done there, by ``kind_key`` (``empty`` when nothing)."""
-        return ['%s: %s' % (place, ', '.join('%d %s' % (n, kind) for kind, n in sorted(counted.items()))
-                            or empty) for place, counted in sorted(self.by_place.items())]
+        return place_lines(self.by_place, empty)
 
     def unreachable_message(self, what):
         """The failure of a run that could not reach every place."""

@@ -47,6 +47,8 @@ def test_one_sweep_releases_what_expired_on_every_provider_and_names_the_one_it_
     assert swept.get('fleet-aws') == 'aws' and 'fleet-hz' not in swept, result['report']
     assert [e['place'] for e in result['entries'] if e['action'] == 'unreachable'] == ['hetzner']
     assert any(p.startswith('aws ') for p in result['places']) and result['counts']['unreachable'] == 1
+    assert any(line.startswith('[aws ') for line in result['report']), result['report']
+    assert result['report'][-1].startswith('[hetzner] unreachable: hetzner was not swept'), result['report']
     assert len(aws.instances('fleet-aws')) == 1 and len(hetzner.servers('fleet-hz')) == 1
 
     expiry = max(aws.workspace(name)['lease']['expires_at'] for name in ('fleet-aws', 'fleet-hz'))

@@ -5,6 +5,7 @@ left on the cloud; a kept one (keep=true) is retained for its retain_ttl, then d
 is kept as cleanup debt with its attempt and error, and the next due sweep finishes it. One cloud for the file; one
 controller (a journal) per provider."""
 
+import json
 import os
 import time
 
@@ -30,8 +31,8 @@ class AzureSite(HetznerSite):
     inventory = os.path.join(ROOT, 'inventories', 'localcloud-azure')
 
     def playbook(self, playbook, env=None, check=False, timeout=300, **extra_vars):
-        import json
-        cmd = ['ansible-playbook', '-i', self.inventory, os.path.join(PLAYBOOKS, playbook), '-e', json.dumps(extra_vars)]
+        cmd = ['ansible-playbook', '-i', self.inventory, os.path.join(PLAYBOOKS, playbook),
+               '-e', json.dumps(extra_vars)]
         return run_ansible(cmd, timeout=timeout, env=self.env(**(env or {})))
 
 
@@ -54,7 +55,8 @@ def refuse_delete(site, kind, ws):
                    message='Disk detach failed on the host.')
     else:
         site.cloud.azure('rule', action='error', operation='VirtualMachines_Delete', times=None, status=403,
-                         code='AuthorizationFailed', message='The client may not delete this VM.', match='*%s*' % ws['name'])
+                         code='AuthorizationFailed', message='The client may not delete this VM.',
+                         match='*%s*' % ws['name'])
 
 
 SITES = {'hetzner': HetznerSite, 'gcp': GcpSite, 'azure': AzureSite}
@@ -88,9 +90,9 @@ def test_leases_on_the_cloud(site):
     def own(agent, idle_timeout=IDLE, **lease):
         return dict(agent='worker', ephemera_agents={'worker': agent}, idle_timeout=idle_timeout, **lease)
 
-    created = site.many('create.yml', {work: own(WORKING_AGENT, ttl=ttl, idle_timeout=work_idle), idle: own(DONE_AGENT, ttl=600),
-                                       kept: own(DONE_AGENT, ttl=600, keep=True), debt: own(DONE_AGENT, ttl=600)},
-                        repo=site.repo)
+    created = site.many('create.yml', {
+        work: own(WORKING_AGENT, ttl=ttl, idle_timeout=work_idle), idle: own(DONE_AGENT, ttl=600),
+        kept: own(DONE_AGENT, ttl=600, keep=True), debt: own(DONE_AGENT, ttl=600)}, repo=site.repo)
     assert created.ok, created.explain()
     records = dict((name, site.workspace(name)) for name in (work, idle, kept, debt))
     assert all(ws['status'] == 'ready' and ws['provider'] == kind for ws in records.values()), records

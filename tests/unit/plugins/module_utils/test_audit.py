@@ -324,8 +324,8 @@ def test_fleet_adds_a_line_per_place_and_every_entry_names_its_place(path, now):
     assert result['places'] == {'proxmox': {'expired': 1}, 'aws eu-west-1': {'expired': 1},
                                 'aws us-east-1': {'expired': 1}, 'hetzner': {'expired': 1, 'failed': 1}}
     assert result['report'][:5] == ['lease audit: 0 pending, 1 failed, 0 retained, 4 expired',
-                                     'aws eu-west-1: 1 expired', 'aws us-east-1: 1 expired',
-                                     'hetzner: 1 expired, 1 failed', 'proxmox: 1 expired']
+                                    'aws eu-west-1: 1 expired', 'aws us-east-1: 1 expired',
+                                    'hetzner: 1 expired, 1 failed', 'proxmox: 1 expired']
     alone = run_in_process('workspace_lease_audit', dict(journal_path=path))
     assert 'places' not in alone
     assert [(e['name'], e['place']) for e in alone['entries']] == [(e['name'], e['place']) for e in result['entries']]

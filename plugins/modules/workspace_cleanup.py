@@ -69,6 +69,17 @@ options:
     description: Containers with this tag are swept too (a tag is a hint, never proof of ownership).
     type: str
     default: ephemera
+  fleet:
+    description:
+      - Sweep the whole fleet - every provider the journal holds a workspace on (and, for AWS and Compute Engine,
+        whose connections serve one region or zone, each region or zone), besides O(provider) - one after another,
+        each through its own connection from this task's options and the providers' environment variables. Without
+        a journal only O(provider) is swept.
+      - A place that cannot be reached (credentials missing or refused, its SDK not installed) is reported, the
+        others are still swept, and then the task fails naming it.
+      - V(false) sweeps O(provider) alone, in its configured region or zone.
+    type: bool
+    default: false
 '''
 
 EXAMPLES = r'''
@@ -100,7 +111,8 @@ report:
 counts:
   description:
     - The number of containers by what was done with them (V(deleted), V(would_delete), V(reported), V(skipped),
-      V(failed)), and V(to_delete), how many the sweep selected for deletion.
+      V(failed)), and V(to_delete), how many the sweep selected for deletion; with O(fleet), also V(unreachable),
+      the places not reached.
   returned: always
   type: dict
   sample: {"to_delete": 1, "deleted": 1, "would_delete": 0, "reported": 1, "skipped": 3, "failed": 0}
@@ -112,9 +124,15 @@ entries:
       V(mismatch), V(forged) or V(unverified)), C(decision) (what the labels decide, V(delete), V(skip) or V(report)),
       C(reason), C(known) (the journal knows its workspace), C(action) (V(deleted), V(would delete), V(reported),
       V(skipped) or V(failed)) and C(error) (why it failed, or null).
+    - With O(fleet), each entry names its C(place) (V(aws eu-west-1), V(proxmox)), and a place that could not be
+      reached is an entry with C(action) V(unreachable) and the reason in C(detail).
   returned: always
   type: list
   elements: dict
+places:
+  description: With O(fleet), the containers by action of each place swept (V(proxmox), V(aws us-east-1), ...).
+  returned: when O(fleet) is true
+  type: dict
 kind:
   description:
     - What kind of failure it was, and so what a caller may do next (the collection's C(docs/errors.md) has the
@@ -190,7 +208,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
     controller_argument_spec,
     journal_argument_spec,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.cleanup import Sweep, sweep_secret
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.cleanup import FleetCleanup, Sweep, sweep_secret
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
@@ -207,6 +225,7 @@ def module_args():
         apply=dict(type='bool', default=False),
         pool=dict(type='str', default='disposable-workspaces'),
         tag=dict(type='str', default='ephemera'),
+        fleet=dict(type='bool', default=False),
     )
     spec.update(controller_argument_spec())
     spec.update(connection_argument_spec())
@@ -233,11 +252,15 @@ def run(module):
         except JournalMissing:
             journal = None
         secret = sweep_secret(path, params['controller_secret'])
-        client = api_from_params(params)
-        sweep = Sweep(journal, client, secret, pool=params['pool'], tag=params['tag'], apply=apply,
-                      task_timeout=params['task_timeout'], lock_timeout=params['lock_timeout'], journal_path=path,
-                      azure_grace=params.get('azure_orphan_grace'))
-        result = sweep.run()
+        if params['fleet']:
+            sweep = FleetCleanup(journal, params, secret, api_from_params, apply=apply, journal_path=path)
+            result = sweep.result(sweep.run())
+        else:
+            client = api_from_params(params)
+            sweep = Sweep(journal, client, secret, pool=params['pool'], tag=params['tag'], apply=apply,
+                          task_timeout=params['task_timeout'], lock_timeout=params['lock_timeout'],
+                          journal_path=path, azure_grace=params.get('azure_orphan_grace'))
+            result = sweep.run()
     except EphemeraError as err:
         module.fail_json(msg=str(err), **err.details)
     finally:
@@ -245,6 +268,8 @@ def run(module):
             journal.close()
         if client is not None:
             client.close()
+    if params['fleet'] and sweep.unreachable:
+        module.fail_json(changed=sweep.changed, msg=sweep.unreachable_message('cleanup sweep'), **result)
     module.exit_json(changed=sweep.changed, **result)
 
 

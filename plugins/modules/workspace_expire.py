@@ -191,8 +191,7 @@ def run(module):
     result = dict(changed=sweep.changed, entries=entries, counts=counts, report=report, msg=summary)
     if params['fleet']:
         result['places'] = sweep.by_place
-        report[1:1] = ['%s: %s' % (place, ', '.join('%d %s' % (n, action) for action, n in sorted(counted.items()))
-                                   or 'nothing due') for place, counted in sorted(sweep.by_place.items())]
+        report[1:1] = sweep.place_lines('nothing due')
         if sweep.unreachable:
             result['msg'] = sweep.unreachable_message('expiry sweep')
             module.fail_json(**result)

@@ -45,6 +45,16 @@ options:
       - List every workspace of the journal, whatever its category. O(statuses) is then ignored.
     type: bool
     default: false
+  fleet:
+    description:
+      - Report the whole fleet place by place - every provider (and, for AWS and Compute Engine, region or zone)
+        the journal holds listed workspaces in - as a line per place after the summary, and in RV(places).
+      - The audit reads the journal only and connects to no provider, so no place can be out of its reach; the
+        sweeps that act (M(ephemera.workspaces.workspace_expire) with O(ephemera.workspaces.workspace_expire#module:fleet))
+        report a place they cannot reach.
+      - V(false) lists the same workspaces, without the lines per place.
+    type: bool
+    default: false
 '''
 
 EXAMPLES = r'''
@@ -92,6 +102,10 @@ entries:
     resource:
       description: C(provider), C(resource_id) (null before its allocation was confirmed) and C(location).
       type: dict
+    place:
+      description: Where the workspace lives - its provider, and its region or zone on AWS and Compute Engine
+        (V(aws eu-west-1), V(hetzner), V(proxmox)).
+      type: str
     expires_at:
       description: When the lease expires or expired (RFC 3339, UTC); null for a workspace made before leases, which
         never expires by itself.
@@ -172,6 +186,11 @@ report:
     - "fix-login: failed (attempt 2, last error: CT 101 stayed locked for 120 s (backup), next retry
       2026-12-03T10:45:00Z): retried at 2026-12-03T10:45:00Z by the expiry sweep or reconcile; to retry now run
       ephemera.workspaces.destroy -e workspace=fix-login"
+places:
+  description: With O(fleet), the listed workspaces by category of each place (V(proxmox), V(aws us-east-1), ...).
+  returned: when O(fleet) is true
+  type: dict
+  sample: {"aws us-east-1": {failed: 1}, hetzner: {retained: 2}}
 journal_path:
   description: The journal that was read.
   returned: always
@@ -186,6 +205,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, resolve_location
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import audit
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import fleet
 
 
 def module_args():
@@ -194,6 +214,7 @@ def module_args():
         statuses=dict(type='list', elements='str', choices=list(audit.CATEGORIES),
                       default=list(audit.DEFAULT_CATEGORIES)),
         all=dict(type='bool', default=False),
+        fleet=dict(type='bool', default=False),
     )
     argument_spec.update(journal_argument_spec())
     return dict(argument_spec=argument_spec, supports_check_mode=True)
@@ -219,8 +240,12 @@ def run(module):
                 found = audit.audit(journal, time.time(), **selection)
             except EphemeraError as err:  # a damaged page met while reading, or a record the lease rules refuse
                 module.fail_json(msg=str(err), journal_path=path)
-    module.exit_json(changed=False, entries=found['entries'], counts=found['counts'], report=found['report'],
-                     journal_path=path)
+    result = dict(changed=False, entries=found['entries'], counts=found['counts'], report=found['report'],
+                  journal_path=path)
+    if params['fleet']:
+        result['places'] = found['places']
+        result['report'][1:1] = fleet.place_lines(found['places'])
+    module.exit_json(**result)
 
 
 def main():

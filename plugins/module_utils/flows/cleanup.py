@@ -32,6 +32,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import le
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import fleet
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import CANDIDATE_ID, RESOURCE_ID
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import Locked, NotFound
 
@@ -371,3 +372,37 @@ class Sweep:
         entries = sorted(self.entries, key=lambda e: (order[e.action], e.id))
         return {'entries': [e.as_dict() for e in entries], 'counts': counts,
                 'report': ['; '.join([summary] + self.notes())] + [self.line(e) for e in entries]}
+
+
+class FleetCleanup(fleet.FleetRun):
+    """The label sweep of every place the journal holds workspaces in (fleet.places; without a journal, the
+    configured one), one after another: each place's entries (with their ``place``), counts and report lines."""
+
+    def __init__(self, journal, params, secret, connect, apply=False, journal_path=None):
+        super().__init__(journal, params, secret, connect, check_mode=not apply)
+        self.apply = apply
+        self.journal_path = journal_path
+        self.report_lines = []
+        self.counts = {}
+
+    def sweep(self, provider, params):
+        sweep = Sweep(self.journal, provider, self.secret, pool=params['pool'], tag=params['tag'], apply=self.apply,
+                      task_timeout=params['task_timeout'], lock_timeout=params['lock_timeout'],
+                      journal_path=self.journal_path, azure_grace=params.get('azure_orphan_grace'))
+        result = sweep.run()
+        for action, n in result['counts'].items():
+            self.counts[action] = self.counts.get(action, 0) + n
+        self.report_lines += ['[%s] %s' % (fleet.place_of_provider(provider), line) for line in result['report']]
+        return sweep.changed, result['entries']
+
+    def result(self, entries):
+        counts = dict(self.counts, unreachable=len(self.unreachable))
+        summary = 'cleanup of the fleet (%s): %d to delete, %d deleted, %d reported, %d skipped, %d failed' % (
+            'applied' if self.apply else 'dry run', counts.get('to_delete', 0), counts.get(DELETED, 0),
+            counts.get(REPORTED, 0), counts.get(SKIPPED, 0), counts.get(FAILED, 0))
+        if self.unreachable:
+            summary += ', %d not reached' % len(self.unreachable)
+        unreachable = ['[%s] unreachable: %s' % (e['place'], e['detail']) for e in entries
+                       if e['action'] == 'unreachable']
+        return {'entries': entries, 'counts': counts, 'places': self.by_place,
+                'report': [summary] + self.report_lines + unreachable}

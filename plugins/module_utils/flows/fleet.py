@@ -28,6 +28,11 @@ def place_label(name, location):
     return '%s %s' % (name, location) if option and location else name
 
 
+def place_of_provider(provider):
+    """The place label of a bound Provider: its name, and its location where its connection serves one."""
+    return place_label(provider.name, provider.here if provider.location_option else None)
+
+
 def place_of(ws):
     """The place label of a workspace record."""
     return place_label(provider_of(ws), ws.get('location'))
@@ -44,10 +49,11 @@ def lives_here(provider, ws):
 def places(journal, params):
     """The places a run over the whole fleet covers, as (provider, location or None): the run's own provider (None:
     the location it is configured for), and every provider the journal holds a workspace on that is not destroyed
-    (for a provider whose connection serves one location, each such location). The run's own comes first."""
+    (for a provider whose connection serves one location, each such location). The run's own comes first; without a
+    journal (None: a lost one, for the label sweep) the run's own is the only place."""
     own = params.get('provider') or 'proxmox'
     found = {(own, None)}
-    for ws in journal.list_workspaces():
+    for ws in journal.list_workspaces() if journal is not None else ():
         if ws['status'] == 'destroyed':
             continue
         name = provider_of(ws)
@@ -61,6 +67,18 @@ def counts_of(entries, key='action'):
     for entry in entries:
         counts[entry[key]] = counts.get(entry[key], 0) + 1
     return counts
+
+
+def by_place(entries, key='action'):
+    """The entries (each naming its ``place``) counted by ``key``, place by place."""
+    return dict((place, counts_of([e for e in entries if e['place'] == place], key))
+                for place in set(e['place'] for e in entries))
+
+
+def place_lines(counted_by_place, empty='nothing found'):
+    """One report line per place, sorted: ``PLACE: N kind, N kind`` (``empty`` when nothing was counted there)."""
+    return ['%s: %s' % (place, ', '.join('%d %s' % (n, kind) for kind, n in sorted(counted.items())) or empty)
+            for place, counted in sorted(counted_by_place.items())]
 
 
 class FleetRun:
@@ -115,6 +133,10 @@ class FleetRun:
             self.by_place[label] = counts_of(found, self.kind_key)
             entries.extend(found)
         return entries
+
+    def place_lines(self, empty='nothing found'):
+        """One report line per place swept: what was done there, by ``kind_key`` (``empty`` when nothing)."""
+        return place_lines(self.by_place, empty)
 
     def unreachable_message(self, what):
         """The failure of a run that could not reach every place."""

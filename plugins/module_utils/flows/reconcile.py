@@ -597,7 +597,7 @@ class FleetReconcile(fleet.FleetRun):
         reconciler = Reconciler(self.journal, provider, self.secret, params, check_mode=self.check_mode)
         result = reconciler.run()
         findings = [f for f in result['findings'] if f['kind'] != 'other_provider']
-        label = fleet.place_label(provider.name, provider.here if provider.location_option else None)
+        label = fleet.place_of_provider(provider)
         self.report_lines += ['[%s] %s' % (label, line) for line in result['report']
                               if not line.startswith('other_provider ')]
         if provider.name == (self.params.get('provider') or 'proxmox'):

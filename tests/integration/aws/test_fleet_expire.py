@@ -1,7 +1,8 @@
 """The whole fleet through the shipped playbooks: a journal that holds a workspace on EC2 and one on Hetzner Cloud
 (both on the try-out cloud). Reconcile from the AWS inventory says the Hetzner one lives elsewhere (not "missing"),
-and with fleet=true looks at each through its own provider. One expiry sweep from the AWS inventory then releases
-what expired on both. Without Hetzner's
+and with fleet=true looks at each through its own provider. The label sweep (cleanup) covers both places and names
+the one it cannot reach. One expiry sweep from the AWS inventory then releases what expired on both, and the lease
+audit reports each place. Without Hetzner's
 credentials the EC2 workspace is released, the Hetzner one is reported as not reached and kept, and the run fails
 naming it; with them, the next run releases it too."""
 
@@ -37,6 +38,19 @@ def test_one_sweep_releases_what_expired_on_every_provider_and_names_the_one_it_
         == [('fleet-aws', 'ok', 'aws'), ('fleet-hz', 'ok', 'hetzner')], found['report']
     assert 'hetzner' in found['places'] and any(p.startswith('aws ') for p in found['places'])
 
+    # The label sweep over the fleet (a dry run), without Hetzner's token: EC2 is swept, Hetzner Cloud is named.
+    cleanup = aws.playbook('cleanup.yml')
+    assert not cleanup.ok
+    result = cleanup.task('Sweep the pool by labels')
+    assert 'could not reach hetzner' in result['msg'] and 'every other place was swept' in result['msg'], result['msg']
+    swept = dict((e['name'], e['place'].split()[0]) for e in result['entries'] if e.get('name'))
+    assert swept.get('fleet-aws') == 'aws' and 'fleet-hz' not in swept, result['report']
+    assert [e['place'] for e in result['entries'] if e['action'] == 'unreachable'] == ['hetzner']
+    assert any(p.startswith('aws ') for p in result['places']) and result['counts']['unreachable'] == 1
+    assert any(line.startswith('[aws ') for line in result['report']), result['report']
+    assert result['report'][-1].startswith('[hetzner] unreachable: hetzner was not swept'), result['report']
+    assert len(aws.instances('fleet-aws')) == 1 and len(hetzner.servers('fleet-hz')) == 1
+
     expiry = max(aws.workspace(name)['lease']['expires_at'] for name in ('fleet-aws', 'fleet-hz'))
     time.sleep(max(0.0, expiry - time.time()) + 0.3)
 
@@ -50,6 +64,14 @@ def test_one_sweep_releases_what_expired_on_every_provider_and_names_the_one_it_
     assert [e['place'] for e in result['entries'] if e['action'] == 'unreachable'] == ['hetzner']
     assert aws.workspace('fleet-aws')['status'] == 'destroyed' and aws.instances('fleet-aws') == []
     assert aws.workspace('fleet-hz')['status'] == 'ready' and len(hetzner.servers('fleet-hz')) == 1
+
+    # The lease audit, place by place: the EC2 workspace's cleanup complete, the Hetzner one expired and waiting.
+    audit = aws.playbook('lease_audit.yml', audit_all=True)
+    assert audit.ok, audit.explain()
+    result = audit.task('Audit the leases and cleanups in the journal')
+    places = dict((place.split()[0], counted) for place, counted in result['places'].items())
+    assert places == {'aws': {'complete': 1}, 'hetzner': {'expired': 1}}, result['report']
+    assert any(line.startswith('hetzner: 1 expired') for line in result['report']), result['report']
 
     # The Hetzner Cloud token and endpoint in the environment, as a site gives them: the next sweep finishes.
     second = aws.playbook('expire.yml', env=hetzner_env)

@@ -11,6 +11,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import audit
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import destroy
+from ansible_collections.ephemera.workspaces.plugins.plugin_utils.in_process import run_in_process
 
 T0 = 1796292000.0          # 2026-12-03T10:00:00Z
 DESTROY = 'ephemera.workspaces.destroy -e workspace=ws'
@@ -189,7 +190,7 @@ def test_an_entry_carries_the_record_the_retry_and_the_advice(seeded, now):
     assert entries['failed-retry'] == {
         'name': 'failed-retry', 'category': 'failed', 'cleanup_status': 'failed', 'status': 'destroying',
         'desired_state': 'destroyed', 'resource': {'provider': 'proxmox', 'resource_id': 103, 'location': 'pve1'},
-        'expires_at': leasing.format_time(now - 600), 'expires_in': -600, 'keep': False, 'attempts': 2,
+        'place': 'proxmox', 'expires_at': leasing.format_time(now - 600), 'expires_in': -600, 'keep': False, 'attempts': 2,
         'last_error': 'CT 103 is locked (backup)', 'failed_at': leasing.format_time(now - 100),
         'next_retry': leasing.format_time(now + 200), 'needs_operator': False, 'cleanup_debt': [],
         'retained_until': None, 'retained_in': None,
@@ -294,9 +295,38 @@ def test_the_audit_writes_nothing(path, now):
 
 def test_an_empty_journal_and_a_damaged_lease(path, now):
     assert audit.audit_records([], now) == {
-        'entries': [], 'counts': dict((c, 0) for c in audit.CATEGORIES),
+        'entries': [], 'counts': dict((c, 0) for c in audit.CATEGORIES), 'places': {},
         'report': ['lease audit: 0 pending, 0 failed, 0 retained, 0 expired']}
     with Journal.open(path) as journal:
         journal.create_workspace('broken', status='ready', lease={'ttl': 60})
         with pytest.raises(EphemeraError, match='Workspace broken: The lease misses created_at'):
             audit.audit(journal, now)
+
+
+def test_fleet_adds_a_line_per_place_and_every_entry_names_its_place(path, now):
+    """The module with fleet=true: the places of the listed workspaces (a provider, and its region or zone where its
+    connections serve one), counted by category, a line each after the summary; without it, the same entries."""
+    with Journal.open(path) as journal:
+        make(journal, 'pve-expired', now - 60, resource_id=101)
+        for name, provider, location in (('ec2-expired', 'aws', 'eu-west-1'), ('ec2-other', 'aws', 'us-east-1'),
+                                         ('hz-expired', 'hetzner', 'fsn1'), ('hz-live', 'hetzner', 'nbg1')):
+            terms = lease_until(now + 60 if name.endswith('live') else now - 60)
+            journal.create_workspace(name, status='ready', resource_id='r-' + name, provider=provider,
+                                     location=location, lease=terms, lease_expires_at=terms['expires_at'])
+        journal.create_workspace('hz-failed', status='destroying', desired_state='destroyed', resource_id='r-hz',
+                                 provider='hetzner', location='fsn1',
+                                 cleanup=leasing.cleanup_failed({}, 'server locked', now - 10))
+    result = run_in_process('workspace_lease_audit', dict(journal_path=path, fleet=True))
+    assert not result.get('failed') and not result['changed'], result
+    assert dict((e['name'], e['place']) for e in result['entries']) == {
+        'pve-expired': 'proxmox', 'ec2-expired': 'aws eu-west-1', 'ec2-other': 'aws us-east-1',
+        'hz-expired': 'hetzner', 'hz-failed': 'hetzner'}
+    assert result['places'] == {'proxmox': {'expired': 1}, 'aws eu-west-1': {'expired': 1},
+                                'aws us-east-1': {'expired': 1}, 'hetzner': {'expired': 1, 'failed': 1}}
+    assert result['report'][:5] == ['lease audit: 0 pending, 1 failed, 0 retained, 4 expired',
+                                    'aws eu-west-1: 1 expired', 'aws us-east-1: 1 expired',
+                                    'hetzner: 1 expired, 1 failed', 'proxmox: 1 expired']
+    alone = run_in_process('workspace_lease_audit', dict(journal_path=path))
+    assert 'places' not in alone
+    assert [(e['name'], e['place']) for e in alone['entries']] == [(e['name'], e['place']) for e in result['entries']]
+    assert alone['report'] == result['report'][:1] + result['report'][5:]

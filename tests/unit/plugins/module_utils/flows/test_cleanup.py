@@ -327,3 +327,27 @@ def test_the_module_fails_cleanly_when_the_cluster_cannot_be_listed(fleet):
     fleet.pve.fail('GET', '/cluster/resources', 500, 'cluster read failed on purpose')
     result = run_in_process('workspace_cleanup', module_args(fleet, apply=True))
     assert result['failed'] and 'cluster read failed on purpose' in result['msg'] and result.get('status') == 500
+
+
+def test_the_module_over_the_fleet_sweeps_each_place_and_names_the_one_it_cannot_reach(fleet, monkeypatch):
+    """fleet=true: the cluster is swept as without it, each entry naming its place; a place of the journal that
+    cannot be reached (Hetzner Cloud, no token) is an entry of its own, and the task then fails naming it."""
+    alone = run_in_process('workspace_cleanup', module_args(fleet))
+    result = run_in_process('workspace_cleanup', module_args(fleet, fleet=True))
+    assert not result.get('failed') and not result['changed'], result
+    assert set(e['place'] for e in result['entries']) == {'proxmox'}
+    assert sorted(e['id'] for e in result['entries']) == sorted(e['id'] for e in alone['entries'])
+    actions = [e['action'] for e in alone['entries']]
+    assert result['places'] == {'proxmox': dict((a, actions.count(a)) for a in set(actions))}
+    assert result['counts'] == dict(alone['counts'], unreachable=0)
+    assert result['report'][0].startswith('cleanup of the fleet (dry run): %d to delete, 0 deleted' % len(DELETED))
+    assert result['report'][1] == '[proxmox] ' + alone['report'][0]
+    for name in ('HCLOUD_TOKEN', 'EPHEMERA_HCLOUD_TOKEN'):
+        monkeypatch.delenv(name, raising=False)
+    fleet.journal.create_workspace('on-hetzner', status='ready', resource_id=7, provider='hetzner', location='fsn1')
+    failed = run_in_process('workspace_cleanup', module_args(fleet, fleet=True, apply=True))
+    assert failed['failed'] and 'could not reach hetzner' in failed['msg'], failed
+    assert 'every other place was swept' in failed['msg']
+    assert [e['place'] for e in failed['entries'] if e['action'] == 'unreachable'] == ['hetzner']
+    assert failed['changed'] and failed['counts']['deleted'] == len(DELETED) and failed['counts']['unreachable'] == 1
+    assert failed['report'][-1].startswith('[hetzner] unreachable: hetzner was not swept')

@@ -29,6 +29,8 @@ from .machines import MachineGuests
 LOG = logging.getLogger('localcloud.fleet')
 TIMING_KEYS = ('boot_secs', 'stop_secs', 'shutdown_secs')
 CONSOLE_FAULTS = ('console_key', 'console_silent')
+# What a copy of a live guest's files leaves out (sockets, pipes), as the try-out cluster's snapshots do.
+SPECIAL_FILES = pve_guests._special_files  # pylint: disable=protected-access
 # Seconds an image made by CreateImage stays pending after its copy of the instance's files is complete.
 IMAGE_SECS = 0.3
 
@@ -214,7 +216,7 @@ class Fleet(MachineGuests):
         target = self.image_root(ami_id)
         shutil.rmtree(os.path.dirname(target), ignore_errors=True)
         if os.path.isdir(source):
-            shutil.copytree(source, target, symlinks=True, ignore=pve_guests._special_files)  # pylint: disable=protected-access
+            shutil.copytree(source, target, symlinks=True, ignore=SPECIAL_FILES)
         else:
             os.makedirs(target)
         self.images[ami_id] = time.monotonic()
@@ -241,7 +243,7 @@ class Fleet(MachineGuests):
             return
         root = self.root(instance.id)
         shutil.rmtree(self.guest_dir(instance.id), ignore_errors=True)
-        shutil.copytree(source, root, symlinks=True, ignore=pve_guests._special_files)  # pylint: disable=protected-access
+        shutil.copytree(source, root, symlinks=True, ignore=SPECIAL_FILES)
         path = self.authorized_keys(instance.id)
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         have = open(path, encoding='utf-8').read().splitlines() if os.path.exists(path) else []

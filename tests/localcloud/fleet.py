@@ -225,6 +225,8 @@ class Fleet(MachineGuests):
     def _follow_images(self, now):
         """An image is available once its copy is complete (a tick later: a while pending, as on EC2); the files of
         an image that is deregistered go with it."""
+        if not self.images:
+            return
         held = moto_images()
         for ami_id, ami in held.items():
             if ami.state == 'pending' and ami_id in self.images and now - self.images[ami_id] >= IMAGE_SECS:

@@ -20,7 +20,8 @@ description:
     V(snapshot) takes the snapshot; V(children) clones each child from it and takes it through identity reset;
     V(adopt) is the commit point (every child reset, or none is adopted), then briefs each child and marks it ready;
     V(finish) removes the snapshot. V(abandon) destroys every child of an unadopted fork and removes the snapshot.
-  - Only Proxmox VE forks yet; a parent on another provider is refused, naming the provider and why.
+  - Proxmox VE (a snapshot, full clones from it) and AWS (an AMI of the instance made without reboot, launches
+    from it) fork; a parent on another provider is refused, naming the provider and why.
 author:
   - Ephemera maintainers (@ephemera)
 requirements:

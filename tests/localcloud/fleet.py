@@ -13,6 +13,7 @@ import base64
 import hashlib
 import logging
 import os
+import shutil
 import time
 
 import yaml
@@ -28,13 +29,64 @@ from .machines import MachineGuests
 LOG = logging.getLogger('localcloud.fleet')
 TIMING_KEYS = ('boot_secs', 'stop_secs', 'shutdown_secs')
 CONSOLE_FAULTS = ('console_key', 'console_silent')
+# What a copy of a live guest's files leaves out (sockets, pipes), as the try-out cluster's snapshots do.
+SPECIAL_FILES = pve_guests._special_files  # pylint: disable=protected-access
+# Seconds an image made by CreateImage stays pending after its copy of the instance's files is complete.
+IMAGE_SECS = 0.3
+
+
+# Called with (instance id, AMI id) by CreateImage in this process, before it answers: the fleet copies the
+# instance's files for the image then (the image's snapshot of the instance's volume).
+IMAGE_HOOKS = []
 
 
 def teach_moto():
-    """What moto lacks of EC2's DescribeInstances, added to the moto of this process: the ``client-token`` filter
-    (the instances launched with one of the filter's client tokens), which the EC2 API reference documents."""
+    """What moto lacks of EC2, added to the moto of this process: DescribeInstances' ``client-token`` filter (the
+    instances launched with one of the filter's client tokens), and CreateImage as the EC2 API reference describes
+    it: a name already used by an image of the account in the region is ``InvalidAMIName.Duplicate``, the tags of
+    ``TagSpecifications`` with ``ResourceType`` snapshot go on the image's snapshots, and the image is ``pending``
+    until its snapshot is complete (the fleet makes it ``available`` when it copied the instance's files)."""
     from moto.ec2 import utils  # pylint: disable=import-outside-toplevel
+    from moto.ec2.exceptions import EC2ClientError  # pylint: disable=import-outside-toplevel
+    from moto.ec2.models.amis import AmiBackend  # pylint: disable=import-outside-toplevel
     utils.filter_dict_attribute_mapping.setdefault('client-token', 'client_token')
+    if getattr(AmiBackend.create_image, 'taught', False):
+        return
+    moto_create_image = AmiBackend.create_image
+
+    def create_image(self, instance_id, name, description, tag_specifications):
+        for ami in list(self.amis.values()):
+            if ami.name == name and ami.owner_id == self.account_id:
+                raise EC2ClientError('InvalidAMIName.Duplicate', 'AMI name {0} is already in use by AMI {1}'.format(
+                    name, ami.id))
+        image_tags, snapshot_tags = [], []
+        for spec in tag_specifications or []:
+            if spec.get('ResourceType') == 'snapshot':
+                snapshot_tags += spec.get('Tags') or []
+            else:
+                image_tags.append(spec)
+        ami = moto_create_image(self, instance_id, name, description, image_tags)
+        for tag in snapshot_tags:
+            ami.ebs_snapshot.add_tag(tag['Key'], tag['Value'])
+        ami.state = 'pending'
+        for hook in IMAGE_HOOKS:
+            hook(instance_id, ami.id)
+        return ami
+
+    create_image.taught = True
+    AmiBackend.create_image = create_image
+
+
+def moto_images():
+    """{AMI id: image} of every image moto holds that CreateImage made (from an instance)."""
+    from moto.ec2.models import ec2_backends  # pylint: disable=import-outside-toplevel
+    out = {}
+    for dummy, regions in list(dict.items(ec2_backends)):
+        for dummy, backend in list(dict.items(regions)):
+            for ami in list(backend.amis.values()):
+                if getattr(ami, 'instance_id', None):
+                    out[ami.id] = ami
+    return out
 
 
 def moto_instances():
@@ -148,6 +200,59 @@ class Fleet(MachineGuests):
         self.instances = {}
         # Arms for instances that are not launched yet: timing, invisible.
         self.arms = []
+        # Images made by CreateImage: {AMI id: monotonic time its copy of the instance's files was complete}.
+        self.images = {}
+        IMAGE_HOOKS[:] = [self.capture_image]
+
+    # ------------------------------------------------------------ images
+
+    def image_root(self, ami_id):
+        """The files of an image made from an instance (the snapshot of its volume), as they were at CreateImage."""
+        return os.path.join(self.site.options.state_dir, 'images', ami_id, 'root')
+
+    def capture_image(self, instance_id, ami_id):
+        """CreateImage of ``instance_id`` (in moto's thread, before it answers): a copy of the instance's files."""
+        source = self.root(instance_id)
+        target = self.image_root(ami_id)
+        shutil.rmtree(os.path.dirname(target), ignore_errors=True)
+        if os.path.isdir(source):
+            shutil.copytree(source, target, symlinks=True, ignore=SPECIAL_FILES)
+        else:
+            os.makedirs(target)
+        self.images[ami_id] = time.monotonic()
+        LOG.info('image %s of instance %s: its files copied', ami_id, instance_id)
+
+    def _follow_images(self, now):
+        """An image is available once its copy is complete (a tick later: a while pending, as on EC2); the files of
+        an image that is deregistered go with it."""
+        if not self.images:
+            return
+        held = moto_images()
+        for ami_id, ami in held.items():
+            if ami.state == 'pending' and ami_id in self.images and now - self.images[ami_id] >= IMAGE_SECS:
+                ami.state = 'available'
+        for ami_id in sorted(set(self.images) - set(held)):
+            shutil.rmtree(os.path.dirname(self.image_root(ami_id)), ignore_errors=True)
+            del self.images[ami_id]
+
+    async def _make_instance_root(self, instance):
+        """A new instance's files: a copy of its image's when the image was made from an instance (CreateImage),
+        root's authorized keys then with the launch's keys added (as cloud-init adds them); else fresh ones."""
+        image = getattr(instance.raw, 'image_id', None)
+        source = self.image_root(image) if image in self.images else None
+        if source is None or not os.path.isdir(source) or self.roots is not None:
+            await self.make_keyed_root(instance.id, instance.keys)
+            return
+        root = self.root(instance.id)
+        shutil.rmtree(self.guest_dir(instance.id), ignore_errors=True)
+        shutil.copytree(source, root, symlinks=True, ignore=SPECIAL_FILES)
+        path = self.authorized_keys(instance.id)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        have = open(path, encoding='utf-8').read().splitlines() if os.path.exists(path) else []
+        with open(path, 'w', encoding='utf-8') as out:
+            out.writelines(k + '\n' for k in have + [k for k in instance.keys if k not in have])
+        os.chmod(path, 0o600)
+        self.rooted.add(instance.id)
 
     # ------------------------------------------------------------ faults
 
@@ -290,10 +395,11 @@ class Fleet(MachineGuests):
 
     async def _reconcile(self, now):
         self.refresh(now)
+        self._follow_images(now)
         for instance in list(self.instances.values()):
             if instance.state != 'terminated' and instance.id not in self.rooted:
                 # Root's authorized keys: the key pair's public key and the ssh_authorized_keys of its user data.
-                await self.make_keyed_root(instance.id, instance.keys)
+                await self._make_instance_root(instance)
             guest = self.guests.setdefault(instance.id, pve_guests.Guest(instance.id))
             running = instance.state == 'running' and instance.private is not None
             if running and self.boots.get(instance.id) != instance.since:

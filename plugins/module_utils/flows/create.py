@@ -44,6 +44,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base
     Locked,
     NotFound,
     ProviderError,
+    Refused,
     Settings,
     TaskFailed,
     UnknownOutcome,
@@ -839,6 +840,12 @@ class CreateFlow(Flow):
                                  marker_nonce=nonce))
             try:
                 upid = self.provider.allocate(self._allocation(candidate))
+            except Refused as err:
+                # An answer that refused the allocation: it made nothing, so the dispatch is no longer one whose
+                # outcome is unknown (a destroy need not wait out the provider's absence window for it).
+                self.save('clone', kind='observed', detail={'vmid': candidate, 'refused': str(err)},
+                          facts=dict(self.ws['facts'], clone_dispatched=None, clone_refused=candidate))
+                raise
             except Conflict:
                 state = self._inspect_candidate(candidate)[0]
                 if state == 'ours':

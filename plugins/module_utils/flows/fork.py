@@ -35,7 +35,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create i
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import DestroyFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import NotFound, UnknownOutcome
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import Conflict, NotFound, UnknownOutcome
 
 STEPS = ('check', 'begin', 'snapshot', 'children', 'adopt', 'finish')
 # The rescue's step: every child destroyed, the snapshot deleted, the parent as it was.
@@ -232,8 +232,9 @@ class ForkFlow(Flow):
             self.event('dispatched', 'fork_snapshot', {'snapshot': name, 'vmid': self.resource_id})
             try:
                 handle = self.provider.snapshot(resource, name, self.provider.marker(self.name, self.resource_id))
-            except UnknownOutcome:
-                # The answer was lost: the snapshot may be on its way. Look before asking again.
+            except (UnknownOutcome, Conflict):
+                # The answer was lost, or the name is taken (an earlier run's copy whose answer was lost): the
+                # snapshot may be on its way. Look before asking again.
                 handle = None
             if handle:
                 self.provider.wait(handle, timeout=self.params['task_timeout'])
@@ -246,8 +247,7 @@ class ForkFlow(Flow):
         def probe(remaining):
             if self.provider.snapshot_exists(resource, name):
                 return waiter.done()
-            found = self.provider.find(resource.id, resource.location)
-            return waiter.pending() if found is not None and found.lock else waiter.failed()
+            return waiter.pending() if self.provider.snapshot_pending(resource, name) else waiter.failed()
         if not waiter.wait_for(probe, self.params['task_timeout'], what='snapshot %s' % name).ok:
             raise ForkError('Snapshot %s of %s did not appear after its request\'s answer was lost. Run the fork '
                             'again: it looks for the snapshot first.' % (name, self.provider.label(resource.id)))

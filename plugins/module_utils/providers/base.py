@@ -495,6 +495,12 @@ class Provider:
         """Whether ``resource`` has a finished snapshot ``name``."""
         raise NotImplementedError
 
+    def snapshot_pending(self, resource, name):
+        """Whether snapshot ``name`` of ``resource`` is on its way (asked for, not finished): by default while the
+        resource holds a lock."""
+        found = self.find(resource.id, resource.location)
+        return found is not None and bool(found.lock)
+
     def delete_snapshot(self, resource, name):
         """Delete snapshot ``name`` of ``resource``; a task handle, or None when there is none (or no resource)."""
         raise NotImplementedError

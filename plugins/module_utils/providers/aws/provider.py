@@ -51,6 +51,8 @@ TAG_SCOPE = 'ephemera:scope'
 TAG_TOKEN = 'ephemera:token'
 TAG_LEASE_ID = 'ephemera:lease-id'
 TAG_CREATED_BY = 'ephemera:created-by'
+# On a fork's image and its EBS snapshots: the image's name (the fork's), by which its snapshots are found again.
+TAG_FORK_IMAGE = 'ephemera:fork-image'
 LABEL_KEYS = (leasing.LABEL_STATE, leasing.LABEL_EXPIRES_AT, leasing.LABEL_KEEP, leasing.LABEL_CREATED_AT)
 # EC2's tag rules: letters, digits, spaces and + - = . _ : / @; keys up to 128 characters, values up to 256.
 TAG_CHARS = re.compile(r'^[\w +\-=.:/@]*$', re.U)
@@ -154,6 +156,8 @@ class AwsProvider(cloud.CloudProvider):
     image_hint = 'on AWS give an AMI'
     # An instance id is never given to another instance.
     unique_ids = True
+    # A fork copies the parent as an AMI made without reboot (CreateImage NoReboot) and launches the children from it.
+    fork_refusal = None
     # cloud-init prints the host keys to the console, which EC2 keeps (published_host_keys).
     host_key_source = 'the console output (GetConsoleOutput)'
     host_key_advice = 'An image whose cloud-init prints the keys to the console (its default) avoids that.'
@@ -349,7 +353,16 @@ class AwsProvider(cloud.CloudProvider):
         a = allocation
         launch = dict(self.launch, **(a.options or {}))
         tags = [{'Key': k, 'Value': v} for k, v in sorted(self._tags(a).items())]
-        args = dict(ImageId=a.source, InstanceType=launch.get('instance_type') or 't3.micro', MinCount=1,
+        image = a.source
+        if a.snapshot:
+            # A fork's child: launched from the fork's image of its parent (a.source), found again by its name.
+            found = self._fork_image(a.snapshot, a.source)
+            if found is None or found.get('State') != 'available':
+                raise base.Refused('The fork image %s of %s is %s: a child is launched only from an available image. '
+                                   'Run the fork again.' % (a.snapshot, self.label(a.source, self.region),
+                                                            'missing' if found is None else found.get('State')))
+            image = found['ImageId']
+        args = dict(ImageId=image, InstanceType=launch.get('instance_type') or 't3.micro', MinCount=1,
                     MaxCount=1, ClientToken=a.candidate,
                     TagSpecifications=[{'ResourceType': 'instance', 'Tags': tags},
                                        {'ResourceType': 'volume', 'Tags': tags}])
@@ -387,6 +400,107 @@ class AwsProvider(cloud.CloudProvider):
                                '(aws ec2 describe-instances --filters Name=client-token,Values=%s) before going on.'
                                % (len(found), candidate, candidate))
         return found[0]['InstanceId']
+
+    # --------------------------------------------------------------------------------- forks
+
+    # A fork's image is an AMI of the parent made without reboot, named by the fork (the name the journal recorded
+    # before CreateImage: an account has one image of a name in a region, so a rerun finds it and never makes a
+    # second), its marker tag binding the parent's instance id, its EBS snapshots tagged with its name.
+
+    def _images_named(self, name):
+        """Every image of this account named ``name`` (any state)."""
+        answer = self.ec2.call('describe_images', Owners=['self'], Filters=[{'Name': 'name', 'Values': [name]}])
+        return [i for i in answer.get('Images') or [] if i.get('Name') == name]
+
+    def _image_ours(self, image, instance_id):
+        """True when the image's marker is ours and binds ``instance_id`` (the instance it was made of)."""
+        verdict = ownership.verdict(tags_of(image).get(TAG_MARKER), self.secret, self.controller, None,
+                                    cloud.bound_number(instance_id), ownership.ANY)
+        return verdict == ownership.VERIFIED
+
+    def _fork_image(self, name, instance_id):
+        """The image ``name`` of ``instance_id`` made by a fork of ours, or None; Refused for one of that name that
+        is not ours."""
+        found = self._images_named(name)
+        for image in found:
+            if self._image_ours(image, instance_id):
+                return image
+        if found:
+            raise base.Refused('Image %s (%s) carries no marker of this controller for %s: it is not the fork\'s '
+                               'image, and it is left alone. Abandon the fork (-e fork_abandon=true) and fork again.'
+                               % (name, found[0].get('ImageId'), self.label(instance_id, self.region)))
+        return None
+
+    def snapshot(self, resource, name, description):
+        """CreateImage of the running instance without reboot, named ``name``, its marker ``description`` on the
+        image and its snapshots; a handle that waits for the image to be available. Conflict when the name is
+        taken."""
+        tags = [{'Key': TAG_MARKER, 'Value': description}, {'Key': TAG_FORK_IMAGE, 'Value': name},
+                {'Key': 'Name', 'Value': name}]
+        try:
+            answer = self.ec2.call('create_image', acts=True, InstanceId=resource.id, Name=name, NoReboot=True,
+                                   Description='Copy of %s for a fork (ephemera)' % resource.id,
+                                   TagSpecifications=[{'ResourceType': 'image', 'Tags': tags},
+                                                      {'ResourceType': 'snapshot', 'Tags': tags}])
+        except base.Refused as err:
+            if getattr(err, 'code', '') == 'InvalidAMIName.Duplicate':
+                raise base.Conflict(str(err))
+            raise
+        if not answer.get('ImageId'):
+            raise base.UnknownOutcome('CreateImage answered without an image id; look for image %s first.' % name)
+        return task_handle('image', self.region, answer['ImageId'])
+
+    def snapshot_exists(self, resource, name):
+        image = self._fork_image(name, resource.id)
+        return image is not None and image.get('State') == 'available'
+
+    def snapshot_pending(self, resource, name):
+        image = self._fork_image(name, resource.id)
+        return image is not None and image.get('State') == 'pending'
+
+    def _fork_snapshots(self, name):
+        """The EBS snapshots of this account tagged as the fork image ``name``'s."""
+        answer = self.ec2.call('describe_snapshots', OwnerIds=['self'],
+                               Filters=[{'Name': 'tag:' + TAG_FORK_IMAGE, 'Values': [name]}])
+        return [s['SnapshotId'] for s in answer.get('Snapshots') or []]
+
+    def delete_snapshot(self, resource, name):
+        """Deregister the fork image ``name`` (ours) and delete its EBS snapshots (those its block device mappings
+        name, and any tagged with its name); a handle that is done once describing finds neither. None when there
+        was none."""
+        images = [i for i in self._images_named(name) if tags_of(i).get(TAG_FORK_IMAGE) == name and
+                  (resource is None or self._image_ours(i, resource.id))]
+        snapshots = set(self._fork_snapshots(name))
+        for image in images:
+            snapshots.update(m['Ebs']['SnapshotId'] for m in image.get('BlockDeviceMappings') or []
+                             if (m.get('Ebs') or {}).get('SnapshotId'))
+            try:
+                self.ec2.call('deregister_image', acts=True, ImageId=image['ImageId'])
+            except base.Refused as err:
+                if not str(getattr(err, 'code', '')).startswith('InvalidAMIID'):
+                    raise
+        for snapshot_id in sorted(snapshots):
+            try:
+                self.ec2.call('delete_snapshot', acts=True, SnapshotId=snapshot_id)
+            except base.Refused as err:
+                if getattr(err, 'code', '') != 'InvalidSnapshot.NotFound':
+                    raise
+        if not images and not snapshots:
+            return None
+        return task_handle('unimage', self.region, name)
+
+    def _image_gone(self, name):
+        """'done' when neither the fork image ``name`` nor a snapshot of it is described any more, else 'running'."""
+        return 'running' if self._images_named(name) or self._fork_snapshots(name) else 'done'
+
+    def _image_state(self, ami_id):
+        try:
+            images = self.ec2.call('describe_images', ImageIds=[ami_id]).get('Images') or []
+        except base.Refused as err:
+            if str(getattr(err, 'code', '')).startswith('InvalidAMIID'):
+                return None, None
+            raise
+        return ((images[0].get('State'), images[0]) if images else (None, None))
 
     # ------------------------------------------------------------------------------- looking
 
@@ -547,6 +661,18 @@ class AwsProvider(cloud.CloudProvider):
         return '%s is %s, not %s.' % (self.label(instance_id, region), state, want)
 
     def task_look(self, handle):
+        action, region, ident, at = parse_handle(handle)
+        if action == 'unimage':
+            return self._image_gone(ident), None
+        if action == 'image':
+            state, image = self._image_state(ident)
+            if state == 'available':
+                return 'done', (state, None)
+            if state == 'pending' or (state is None and time.time() - at < self.visibility_window):
+                return 'running', (state, None)
+            return ('Image %s is %s, not available. AWS says: %s' % (
+                ident, state or 'not there', ((image or {}).get('StateReason') or {}).get('Message') or 'nothing'),
+                (state, None))
         state, instance = self._look(handle)
         return self._verdict(handle, state), (state, instance)
 
@@ -556,17 +682,25 @@ class AwsProvider(cloud.CloudProvider):
 
     def task_what(self, handle):
         action, region, instance_id, at = parse_handle(handle)
+        if action in ('image', 'unimage'):
+            return '%s of image %s in %s' % ('the creation' if action == 'image' else 'the removal', instance_id,
+                                             region)
         return 'the %s of %s' % (action, self.label(instance_id, region))
 
     def task_timeout(self, handle, seconds, detail):
         action, region, instance_id, at = parse_handle(handle)
+        if action in ('image', 'unimage'):
+            return ('Image %s in %s is not %s after %d s. Look at it in EC2 (describe-images, describe-snapshots), '
+                    'then run the fork again: it looks for the image first.'
+                    % (instance_id, region, 'available' if action == 'image' else 'gone', seconds))
         return ('%s is %s after %d s; asked to %s it. Check its state and state reason in EC2 (describe-instances), '
                 'then run again: the next run looks at it again.'
                 % (self.label(instance_id, region), (detail or (None,))[0] or 'not visible', seconds, action))
 
     def wait(self, handle, timeout):
         action, region, instance_id, at = parse_handle(handle)
-        self.learned.setdefault(instance_id, at)
+        if action not in ('image', 'unimage'):
+            self.learned.setdefault(instance_id, at)
         return super(AwsProvider, self).wait(handle, timeout)
 
 

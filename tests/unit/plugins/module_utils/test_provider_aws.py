@@ -428,3 +428,38 @@ def test_an_expiry_sweep_leaves_a_workspace_of_another_provider_alone(journal):
     assert journal.get_workspace('on-aws')['generation'] == before['generation']
     note = lease_flow.write_labels(journal, ProxmoxProvider(None), before)
     assert 'lives on aws' in note
+
+
+def test_a_fork_image_is_made_once_found_by_its_name_launched_from_and_removed(ec2, seeded):
+    from tests.localcloud.fleet import moto_images
+    p = provider(ec2, seeded)
+    a, task, parent = allocate(p, seeded, 'unit-fork')
+    name = 'ephemera-fork-0a1b2c3d4e'
+    marker = p.marker('unit-fork', parent.id)
+    handle = p.snapshot(parent, name, marker)
+    assert handle.startswith('ec2/image/us-east-1/ami-')
+    ami = handle.split('/')[3]
+    # Pending until its snapshot is complete; asked again (a lost answer's rerun), EC2 refuses the name: no second.
+    assert p.snapshot_pending(parent, name) and not p.snapshot_exists(parent, name)
+    with pytest.raises(base.Conflict):
+        p.snapshot(parent, name, marker)
+    moto_images()[ami].state = 'available'
+    assert p.wait(handle, 10).succeeded and p.snapshot_exists(parent, name)
+    images = ec2.call('describe_images', Owners=['self'], Filters=[{'Name': 'name', 'Values': [name]}])['Images']
+    assert [i['ImageId'] for i in images] == [ami]
+    # Another controller's image of that name is not taken for the fork's.
+    with pytest.raises(base.Refused):
+        awsprovider.AwsProvider(ec2, b'o' * 32, launch=launch(seeded)).snapshot_exists(parent, name)
+    child = base.Allocation(p.candidate_for('unit-fork-1', 1.0), 'unit-fork-1', parent.id, REGION, 'agent-unit-fork-1',
+                            'disposable-workspaces', nonce=NONCE, snapshot=name)
+    launched = p.find(p.resource_of(child.candidate, p.allocate(child)), REGION)
+    assert launched.native['ImageId'] == ami
+    assert p.verify(launched, 'unit-fork-1', NONCE) == ownership.VERIFIED
+    removal = p.delete_snapshot(parent, name)
+    assert removal is not None and p.wait(removal, 10).succeeded
+    assert ec2.call('describe_images', Owners=['self'], Filters=[{'Name': 'name', 'Values': [name]}])['Images'] == []
+    assert ec2.call('describe_snapshots', OwnerIds=['self'],
+                    Filters=[{'Name': 'tag:ephemera:fork-image', 'Values': [name]}])['Snapshots'] == []
+    assert p.delete_snapshot(parent, name) is None
+    for resource in (launched, parent):
+        p.wait(p.delete(resource), 10)

@@ -4,6 +4,9 @@ import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.fork import ForkError, plan_children
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.provider import AwsProvider
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.provider import AzureProvider
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.provider import GcpProvider
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.provider import HetznerProvider
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider import ProxmoxProvider
 
 PARENT = {'name': 'fix', 'purpose': 'Fix the login'}
@@ -39,6 +42,8 @@ def test_the_limit_can_be_raised():
     assert len(plan_children(PARENT, count=20, limit=20)) == 20
 
 
-def test_only_proxmox_forks_and_the_others_say_why():
+def test_proxmox_and_aws_fork_and_the_others_say_why():
     assert ProxmoxProvider.fork_refusal is None
-    assert 'not built yet' in AwsProvider.fork_refusal
+    assert AwsProvider.fork_refusal is None
+    for provider in (HetznerProvider, GcpProvider, AzureProvider):
+        assert 'not built yet' in provider.fork_refusal

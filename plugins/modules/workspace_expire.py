@@ -132,7 +132,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import argument_spec as archive_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.expire import (
     DEFAULT_LIMIT, ExpirySweep, FleetSweep)
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.fleet import counts_of
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.placing import counts_of
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec

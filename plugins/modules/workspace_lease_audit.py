@@ -205,7 +205,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, resolve_location
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import audit
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import fleet
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import placing
 
 
 def module_args():
@@ -244,7 +244,7 @@ def run(module):
                   journal_path=path)
     if params['fleet']:
         result['places'] = found['places']
-        result['report'][1:1] = fleet.place_lines(found['places'])
+        result['report'][1:1] = placing.place_lines(found['places'])
     module.exit_json(**result)
 
 

@@ -19,7 +19,7 @@ import re
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import fleet
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import placing
 
 EXPIRED = 'expired'
 # The audit's categories: core/lease.py's cleanup statuses, and expired.
@@ -122,7 +122,7 @@ def entry(ws, debts, now):
         'desired_state': ws['desired_state'],
         'resource': {'provider': ws.get('provider'), 'resource_id': ws.get('resource_id'),
                      'location': ws.get('location')},
-        'place': fleet.place_of(ws),
+        'place': placing.place_of(ws),
         'expires_at': leasing.format_time(expires_at) if expires_at is not None else None,
         'expires_in': int(expires_at - now) if expires_at is not None else None,
         'keep': bool(terms.get('keep')) if terms else False,
@@ -224,7 +224,7 @@ def audit_records(records, now, categories=DEFAULT_CATEGORIES, every=False):
     for found in everything:
         counts[found['category']] += 1
     entries = [found for found in everything if found['category'] in categories]
-    return {'entries': entries, 'counts': counts, 'places': fleet.by_place(entries, 'category'),
+    return {'entries': entries, 'counts': counts, 'places': placing.by_place(entries, 'category'),
             'report': [summary_line(counts, categories)] + [report_line(found) for found in entries]}
 
 

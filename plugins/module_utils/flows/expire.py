@@ -32,6 +32,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import le
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import agent as agent_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import fleet
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import placing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS, DestroyFlow
@@ -88,7 +89,7 @@ class ExpirySweep:
         for ws, why in candidates:
             if why and not self._here(ws):
                 self._add(ws['name'], 'other_provider', 'due (%s); it lives on %s, left to a sweep that talks to it'
-                          % (why, fleet.place_of(ws)))
+                          % (why, placing.place_of(ws)))
         candidates = sorted([(ws, why) for ws, why in candidates if why and self._here(ws)],
                             key=lambda pair: (pair[0].get('lease') or {}).get('expires_at') or 0)
         limit = self.params.get('limit') or DEFAULT_LIMIT

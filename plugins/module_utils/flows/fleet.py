@@ -15,33 +15,18 @@ import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
-
-
-def provider_of(ws):
-    """The provider a workspace record lives on (a record without one is Proxmox VE's)."""
-    return ws.get('provider') or 'proxmox'
-
-
-def place_label(name, location):
-    """A provider and, where its connections are bound to one, its location: "aws eu-west-1", "proxmox"."""
-    option = providers.provider_class(name).location_option
-    return '%s %s' % (name, location) if option and location else name
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import placing
 
 
 def place_of_provider(provider):
     """The place label of a bound Provider: its name, and its location where its connection serves one."""
-    return place_label(provider.name, provider.here if provider.location_option else None)
-
-
-def place_of(ws):
-    """The place label of a workspace record."""
-    return place_label(provider_of(ws), ws.get('location'))
+    return placing.place_label(provider.name, provider.here if provider.location_option else None)
 
 
 def lives_here(provider, ws):
     """True when the workspace lives on ``provider`` (a bound Provider), and, for a provider whose connection serves
     one location, in that location."""
-    if provider_of(ws) != provider.name:
+    if placing.provider_of(ws) != provider.name:
         return False
     return not provider.location_option or not ws.get('location') or ws['location'] == provider.here
 
@@ -56,29 +41,9 @@ def places(journal, params):
     for ws in journal.list_workspaces() if journal is not None else ():
         if ws['status'] == 'destroyed':
             continue
-        name = provider_of(ws)
+        name = placing.provider_of(ws)
         found.add((name, ws.get('location') if providers.provider_class(name).location_option else None))
     return sorted(found, key=lambda place: (place != (own, None), place[0], place[1] or ''))
-
-
-def counts_of(entries, key='action'):
-    """The entries by ``key``."""
-    counts = {}
-    for entry in entries:
-        counts[entry[key]] = counts.get(entry[key], 0) + 1
-    return counts
-
-
-def by_place(entries, key='action'):
-    """The entries (each naming its ``place``) counted by ``key``, place by place."""
-    return dict((place, counts_of([e for e in entries if e['place'] == place], key))
-                for place in set(e['place'] for e in entries))
-
-
-def place_lines(counted_by_place, empty='nothing found'):
-    """One report line per place, sorted: ``PLACE: N kind, N kind`` (``empty`` when nothing was counted there)."""
-    return ['%s: %s' % (place, ', '.join('%d %s' % (n, kind) for kind, n in sorted(counted.items())) or empty)
-            for place, counted in sorted(counted_by_place.items())]
 
 
 class FleetRun:
@@ -109,7 +74,7 @@ class FleetRun:
         for name, location in places(self.journal, self.params):
             if (name, location) in covered:
                 continue
-            label = place_label(name, location)
+            label = placing.place_label(name, location)
             params = dict(self.params, provider=name)
             option = providers.provider_class(name).location_option
             if option and location:
@@ -119,7 +84,7 @@ class FleetRun:
                 if option and location is None:
                     # The run's own connection: its location (from an option or the environment) is swept now.
                     location = provider.here
-                    label = place_label(name, location)
+                    label = placing.place_label(name, location)
                     covered.add((name, location))
                 changed, found = self.sweep(provider, params)
             except EphemeraError as err:
@@ -130,13 +95,13 @@ class FleetRun:
             self.changed = self.changed or changed
             for entry in found:
                 entry['place'] = label
-            self.by_place[label] = counts_of(found, self.kind_key)
+            self.by_place[label] = placing.counts_of(found, self.kind_key)
             entries.extend(found)
         return entries
 
     def place_lines(self, empty='nothing found'):
         """One report line per place swept: what was done there, by ``kind_key`` (``empty`` when nothing)."""
-        return place_lines(self.by_place, empty)
+        return placing.place_lines(self.by_place, empty)
 
     def unreachable_message(self, what):
         """The failure of a run that could not reach every place."""

@@ -39,6 +39,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import fleet
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import placing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import (
     CANDIDATE_ID,
     LOCATION,
@@ -198,7 +199,7 @@ class Reconciler:
             self._elsewhere.add(ws['name'])
             if ws['status'] != 'destroyed':
                 self._add('other_provider', ws['name'], None, None, 'lives on %s; left to a reconcile that talks to '
-                          'it' % fleet.place_of(ws))
+                          'it' % placing.place_of(ws))
         # Destroyed records by name: a resource bound exactly to one of them is that workspace's, left behind.
         self._destroyed = dict((ws['name'], ws) for ws in records
                                if ws['status'] == 'destroyed' and ws['desired_state'] == 'destroyed')
@@ -608,7 +609,7 @@ class FleetReconcile(fleet.FleetRun):
 
     def result(self, findings):
         counts = dict((k, 0) for k in KINDS + ('unreachable',))
-        counts.update(fleet.counts_of(findings, 'kind'))
+        counts.update(placing.counts_of(findings, 'kind'))
         summary = ', '.join('%d %s' % (n, k) for k, n in counts.items() if n) or 'nothing to report'
         unreachable = ['[%s] unreachable: %s' % (f['place'], f['detail']) for f in findings
                        if f['kind'] == 'unreachable']

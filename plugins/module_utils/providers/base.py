@@ -57,6 +57,10 @@ STOPPED = 'stopped'
 # Without the controller secret a marker can only be read, not checked: ours by its words, unproven.
 UNVERIFIED = ownership.UNVERIFIED
 
+# The providers whose connection is bound to one location, and the option that names it (Provider.location_option):
+# an EC2 client serves one region, a Compute Engine connection one zone.
+LOCATION_OPTIONS = {'aws': 'aws_region', 'gcp': 'gcp_zone'}
+
 
 # ---------------------------------------------------------------------------------------- errors
 
@@ -246,7 +250,8 @@ class Provider:
     # template name resolves to its current version there. Else the provider resolves its own images.
     journal_templates = False
     # The option that binds a connection to one location (aws_region: an EC2 client serves one region), or None when
-    # one connection reaches every location of the provider. A sweep of the whole fleet connects once per location.
+    # one connection reaches every location of the provider (LOCATION_OPTIONS). A sweep of the whole fleet connects
+    # once per location.
     location_option = None
     # True when an id is never given to a second resource (an EC2 instance id): a resource found at a destroyed
     # record's id (or launched with its recorded candidate id) can only be that record's, never a newcomer.

@@ -149,7 +149,7 @@ class AwsProvider(cloud.CloudProvider):
     """The provider seam over EC2 in one region (``ec2``: an :class:`Ec2`)."""
 
     name = NAME
-    location_option = 'aws_region'
+    location_option = base.LOCATION_OPTIONS[NAME]
     kind = KIND
     noun = 'instance'
     candidate_noun = 'An EC2 client token'

@@ -166,7 +166,7 @@ class GcpProvider(cloud.CloudProvider):
     """The provider seam over Compute Engine in one project and zone (``compute``: a :class:`Compute`)."""
 
     name = NAME
-    location_option = 'gcp_zone'
+    location_option = base.LOCATION_OPTIONS[NAME]
     kind = KIND
     noun = 'instance'
     candidate_noun = 'A Compute Engine instance name'

@@ -330,3 +330,11 @@ def test_fleet_adds_a_line_per_place_and_every_entry_names_its_place(path, now):
     assert 'places' not in alone
     assert [(e['name'], e['place']) for e in alone['entries']] == [(e['name'], e['place']) for e in result['entries']]
     assert alone['report'] == result['report'][:1] + result['report'][5:]
+
+
+def test_the_places_name_a_location_exactly_where_a_providers_connection_is_bound_to_one():
+    """The audit names places without loading any provider's code (flows/placing.py); its table is the providers'."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import LOCATION_OPTIONS
+    assert dict((name, providers.provider_class(name).location_option) for name in providers.PROVIDERS
+                if providers.provider_class(name).location_option) == LOCATION_OPTIONS

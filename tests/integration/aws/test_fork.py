@@ -54,15 +54,22 @@ def fork(site, parent, **extra):
 
 def test_a_child_that_fails_undoes_the_fork_and_leaves_no_image(site, parent):
     before = site.workspace(parent)
-    # The second child's launch is refused: the first child, launched and reset, is terminated with it.
+    # CreateImage's answer is lost: the fork finds the image by its name and never asks for a second one. The second
+    # child's launch is refused: the first child, launched and reset, is terminated with it.
+    sent = site.cloud.proxy_add('log', 'CreateImage', times=None)
+    lost = site.cloud.drop_response('CreateImage')
     site.cloud.proxy_add('error', 'RunInstances', skip=1, times=1, code='InsufficientInstanceCapacity', status=500,
                          message='We currently do not have sufficient t3.micro capacity.')
     try:
         result = fork(site, parent, children=['aws-bad-1', 'aws-bad-2'])
+        rules = site.cloud.proxy_rules()
     finally:
         site.cloud.proxy_clear()
     assert not result.ok
     assert 'is as it was' in result.output, result.output[-3000:]
+    assert 'InsufficientInstanceCapacity' in result.output
+    hits = dict((r['id'], len(r['hits'])) for r in rules)
+    assert hits[sent['id']] == 1 and hits[lost['id']] == 1, rules
     first = [e['action'] for e in site.events('aws-bad-1')]
     assert 'identity_reset' in first and 'ready' not in first
     for name in ('aws-bad-1', 'aws-bad-2'):

@@ -90,15 +90,18 @@ def test_with_the_journal_lost_the_dry_run_lists_the_expired_one_and_apply_delet
     # Of everything in the pool (other tests' workspaces are foreign to this controller), only ours would go.
     assert [e['id'] for e in result['entries'] if e['action'] == 'would delete'] == [site.vmids['sweep-short']]
     first = result['report'][0]
-    assert first.startswith('cleanup (dry run): 1 to delete, 0 deleted,') and 'no journal at %s' % site.journal_path \
-        in first
+    # The playbook sweeps the fleet; with no journal that is the configured provider alone, whose line says so.
+    assert first.startswith('cleanup of the fleet (dry run): 1 to delete, 0 deleted,')
+    assert result['report'][1].startswith('[proxmox] cleanup (dry run): 1 to delete, 0 deleted,')
+    assert 'no journal at %s' % site.journal_path in result['report'][1]
     assert site.cluster_state() == state and not os.path.exists(site.journal_path)
     assert run.stats()['changed'] == 0
 
     run, result, mine = sweep(site, apply=True)
     assert mine['sweep-short']['action'] == 'deleted' and run.stats()['changed'] == 1
     assert [e['id'] for e in result['entries'] if e['action'] == 'deleted'] == [site.vmids['sweep-short']]
-    assert result['report'][0].startswith('cleanup (applied): 1 to delete, 1 deleted,')
+    assert result['report'][0].startswith('cleanup of the fleet (applied): 1 to delete, 1 deleted,')
+    assert result['report'][1].startswith('[proxmox] cleanup (applied): 1 to delete, 1 deleted,')
     after = site.cluster_state()
     assert site.vmids['sweep-short'] not in after
     assert after == dict((vmid, seen) for vmid, seen in state.items() if vmid != site.vmids['sweep-short'])

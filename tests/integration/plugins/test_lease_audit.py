@@ -86,6 +86,8 @@ def expected_report(path, t):
     return [
         'Journal %s:' % path,
         'lease audit: 2 pending, 2 failed, 1 retained, 1 expired',
+        # The playbook audits the fleet: a line per place, counting what it lists.
+        'proxmox: 1 expired, 2 failed, 2 pending, 1 retained',
         'ws-creating: pending (status provisioning): creation is under way; nothing to do',
         'ws-destroying: pending (status destroying): a destroy is queued or running; run ephemera.workspaces.status '
         'to see it, or ephemera.workspaces.reconcile if its run died',
@@ -126,7 +128,7 @@ def test_the_playbook_reports_every_category_and_writes_nothing(tmp_path):
         return {'provider': 'proxmox', 'resource_id': rid, 'location': 'pve1'}
 
     common = dict(keep=False, attempts=0, last_error=None, failed_at=None, next_retry=None, needs_operator=False,
-                  cleanup_debt=[], retained_until=None, retained_in=None)
+                  cleanup_debt=[], retained_until=None, retained_in=None, place='proxmox')
     assert entries == [
         dict(common, name='ws-creating', category='pending', cleanup_status='pending', status='provisioning',
              desired_state='present', resource=resource(None), advice='creation is under way; nothing to do'),
@@ -173,8 +175,8 @@ def test_all_lists_every_workspace_statuses_select_and_check_mode_reads_the_same
                                'needed')
     failed = audit(path, '-e', '{"audit_statuses": ["failed", "expired"]}').task(AUDIT)
     assert [e['name'] for e in failed['entries']] == ['ws-expired', 'ws-failed', 'ws-protected']
-    assert failed['report'][1:] == [line for line in expected_report(path, t)[2:]
-                                    if line.startswith(('ws-expired:', 'ws-failed:', 'ws-protected:'))]
+    assert failed['report'][1:] == ['proxmox: 1 expired, 2 failed'] + [
+        line for line in expected_report(path, t)[2:] if line.startswith(('ws-expired:', 'ws-failed:', 'ws-protected:'))]
     assert failed['counts'] == every['counts']
     assert snapshot(path) == before
 

@@ -175,8 +175,9 @@ def test_all_lists_every_workspace_statuses_select_and_check_mode_reads_the_same
                                'needed')
     failed = audit(path, '-e', '{"audit_statuses": ["failed", "expired"]}').task(AUDIT)
     assert [e['name'] for e in failed['entries']] == ['ws-expired', 'ws-failed', 'ws-protected']
+    listed = ('ws-expired:', 'ws-failed:', 'ws-protected:')
     assert failed['report'][1:] == ['proxmox: 1 expired, 2 failed'] + [
-        line for line in expected_report(path, t)[2:] if line.startswith(('ws-expired:', 'ws-failed:', 'ws-protected:'))]
+        line for line in expected_report(path, t)[2:] if line.startswith(listed)]
     assert failed['counts'] == every['counts']
     assert snapshot(path) == before
 

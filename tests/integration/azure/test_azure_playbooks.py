@@ -97,6 +97,17 @@ def test_create_to_ready_and_a_destroy_interrupted_between_two_deletions_on_post
     assert sorted(record['ids']) == ['disk', 'nic', 'pip', 'vm'] and record['ids']['vm'] == ws['resource_id']
     assert record['binding']['vm_id'] == ws['resource_id'] and not record['claims']
     assert not os.path.exists(site.journal_path)
+    # A management lock on the VM: ARM answers 409 ScopeLocked, which no wait ends. The destroy stops at once and
+    # says to remove the lock; nothing was deleted.
+    site.cloud.azure('rule', action='error', operation='VirtualMachines_Delete', times=None, status=409,
+                     code='ScopeLocked', message="The scope 'az1' cannot perform delete operation because "
+                                                 "following scope(s) are locked: 'az1'.")
+    locked = site.playbook('destroy.yml', workspace='az1', fail=False)
+    assert locked.returncode != 0 and 'remove it (az lock list, az lock delete)' in locked.stdout, locked.stdout
+    # Asked once, not again and again until a timeout.
+    [rule] = site.cloud.azure('rules')
+    assert len(rule['hits']) == 1 and len(site.resources('az1')) == 4, rule['hits']
+    site.cloud.azure('clear')
     # The connection drops on the NIC's DELETE (after the VM's was confirmed): the run stops there.
     site.cloud.azure('rule', action='reset', operation='NetworkInterfaces_Delete', times=4)
     first = site.playbook('destroy.yml', workspace='az1', fail=False)

@@ -40,6 +40,8 @@ PENDING_STATES = ('accepted', 'inprogress', 'running', 'creating', 'updating', '
 FAILED_STATES = ('failed', 'canceled', 'cancelled')
 IN_USE = ('InUseNetworkInterfaceCannotBeDeleted', 'NicInUse', 'PublicIPAddressInUse', 'InUsePublicIpAddressCannotBeDeleted',
           'OperationNotAllowed', 'DiskInUse', 'AnotherOperationInProgress', 'RetryableError')
+# What ARM answers (409) to a write or delete under a management lock.
+SCOPE_LOCKED = 'ScopeLocked'
 NOT_FOUND_CODES = ('ResourceNotFound', 'NotFound', 'ResourceGroupNotFound', 'SubscriptionNotFound',
                    'InvalidSubscriptionId')
 # Boot diagnostics (managed storage): retrieveBootDiagnosticsData answers SAS URLs of the VM's serial log and
@@ -151,6 +153,11 @@ def arm_error(answer, what):
         error = base.NotFound(text)
     elif answer.status == 429:
         error = base.Transient(text + ' (throttled)')
+    elif code == SCOPE_LOCKED:
+        # A management lock is not waited out: it stays until someone removes it.
+        error = base.Refused(text + ' A management lock (CanNotDelete or ReadOnly) is on the resource, its resource '
+                                    'group or the subscription: remove it (az lock list, az lock delete) or ask its '
+                                    'owner, then run again.')
     elif code in IN_USE or answer.status == 409:
         error = base.Locked(text)
     elif answer.status >= 500:

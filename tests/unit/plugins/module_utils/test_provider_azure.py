@@ -160,6 +160,7 @@ def test_throttling_waits_retry_after_then_goes_on():
     (404, 'ResourceNotFound', base.NotFound), (404, 'ResourceGroupNotFound', base.NotFound),
     (400, 'NicInUse', base.Locked), (409, 'InUseNetworkInterfaceCannotBeDeleted', base.Locked),
     (503, 'ServerBusy', base.Transient), (400, 'InvalidParameter', base.Refused),
+    (409, 'ScopeLocked', base.Refused),
 ])
 def test_arm_errors_map_onto_kinds(status, code, kind):
     a, dummy, dummy2 = arm([Response(status, {'error': {'code': code, 'message': 'msg'}})])
@@ -168,6 +169,8 @@ def test_arm_errors_map_onto_kinds(status, code, kind):
     assert code in str(err.value)
     if status in (401, 403):
         assert 'AZURE_CLIENT_ID' in str(err.value)
+    if code == 'ScopeLocked':
+        assert 'remove it (az lock list, az lock delete)' in str(err.value)
 
 
 def test_a_listing_follows_every_next_link():

@@ -13,7 +13,7 @@ PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run
 
 .PHONY: help venv system-packages test unit static sanity lint integration test-clouds test-cores demo collection
 .PHONY: bench-journal bench-journal-tasks bench-queue bench-create bench-reconcile bench-step bench-expire
-.PHONY: bench-inventory bench-template bench-agent bench-fork faults faults-clouds soak
+.PHONY: bench-inventory bench-template bench-agent bench-fork faults faults-clouds soak soak-fleet
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
 .PHONY: molecule
 .PHONY: cloud-up cloud-status cloud-down
@@ -35,6 +35,7 @@ help:
 	@echo "make faults        the crash-safety matrix (FAULTS_SIZE=full, the default, or ci as in make test)"
 	@echo "make faults-clouds its Hetzner, Compute Engine and Azure rows, side by side (FAULTS_SIZE=full or ci)"
 	@echo "make soak          500 seeded random fault schedules (SCHEDULES=N, FIRST_SEED=N, SOAK_JOBS=N)"
+	@echo "make soak-fleet    the same on every provider, journal in SQLite and in PostgreSQL (same variables)"
 	@echo "make bench-journal  8 processes x 200 fenced transitions: SQLite and PostgreSQL journals, tx/s"
 	@echo "make bench-journal-tasks  what a task pays to open the journal: SQLite against PostgreSQL, as AWX runs it"
 	@echo "make bench-expire  one expiry sweep over 1,000 leased workspaces, 50 expired: times and API requests"
@@ -151,6 +152,13 @@ soak: venv
 	@mkdir -p build
 	$(BIN)/python -m tests.faults soak --schedules $(SCHEDULES) --first-seed $(FIRST_SEED) --jobs $(SOAK_JOBS) \
 		--json build/soak.json
+
+# Random schedules on every provider's try-out place with the journal in SQLite and in PostgreSQL
+# (tests/faults/fleet.py); SOAK_JOBS places side by side. Hours at the default 500.
+soak-fleet: venv
+	@mkdir -p build
+	time $(BIN)/python -m tests.faults soak-fleet --schedules $(SCHEDULES) --first-seed $(FIRST_SEED) \
+		--jobs $(SOAK_JOBS) --json build/soak-fleet.json
 
 # PROVIDER=aws|hetzner|gcp|azure: the same job on the try-out cloud (scripts/demo.sh, docs/localcloud.md).
 # AGENT=claude-code|codex|opencode: which real agent CLI works in the workspace (docs/agents.md).

@@ -10,6 +10,9 @@
                                     azure: tests/faults/hetzner.py, gcp.py, azure.py); clouds: those three side by
                                     side
     python -m tests.faults soak [--schedules 500] [--first-seed 1001] [--jobs N] [--json PATH]   schedules only
+    python -m tests.faults soak-fleet [--schedules 500] [--first-seed 1001] [--jobs 2] [--json PATH]
+                                    schedules on every provider, journal in SQLite and in PostgreSQL
+                                    (tests/faults/fleet.py); seed N again: --schedules 1 --first-seed N
     python -m tests.faults replay --seed N                          one random schedule again, exactly
 
 Prints one line per run as it ends, then the table; exits 1 unless every run converged with no
@@ -50,11 +53,16 @@ def main(argv=None):
     soak.add_argument('--first-seed', type=int, default=1001)
     soak.add_argument('--jobs', type=int, default=1,
                       help='schedules run by this many processes, each with its own cluster, seeds dealt out in turn')
+    fleet = sub.add_parser('soak-fleet', help='random schedules on every provider and both journal backends '
+                                              '(tests/faults/fleet.py)')
+    fleet.add_argument('--schedules', type=int, default=500)
+    fleet.add_argument('--first-seed', type=int, default=1001)
+    fleet.add_argument('--jobs', type=int, default=2, help='places (a provider and a backend) run side by side')
     replay = sub.add_parser('replay', help='one random schedule, by its seed')
     replay.add_argument('--seed', type=int, required=True)
     part = sub.add_parser('soak-part', help=argparse.SUPPRESS)
     part.add_argument('--seeds', type=lambda text: [int(s) for s in text.split(',') if s], required=True)
-    for each in (matrix, soak, replay, part):
+    for each in (matrix, soak, fleet, replay, part):
         each.add_argument('--json', help='write the report as JSON here too')
         each.add_argument('--keep', action='store_true', help='keep the working directory (journal, traces, logs)')
     args = parser.parse_args(argv)
@@ -62,6 +70,13 @@ def main(argv=None):
     if args.command == 'soak' and args.jobs > 1:
         return soak_in_parallel(args)
     started = time.monotonic()
+    if args.command == 'soak-fleet':
+        from tests.faults.fleet import soak_fleet, summary_line
+        cells = soak_fleet(args.schedules, args.first_seed, args.jobs, args.keep,
+                           log=lambda line: print(line, flush=True))
+        code = finish(args, cells, [], started)
+        print(summary_line(cells))
+        return code
     part = getattr(args, 'part', 'main')
     cells, uncovered = [], []
     # Each part runs on a site of its own (a cluster, a try-out cloud, a database server), beside the others: much of
@@ -166,8 +181,8 @@ def finish(args, cells, uncovered, started):
     lines = report.table(cells, uncovered)
     print('\n'.join(lines))
     failing = [c.seed for c in cells if c.seed is not None and not c.ok]
-    if failing:
-        print('failing seeds: %s (python -m tests.faults replay --seed N)' % ', '.join(map(str, failing)))
+    for cell in [c for c in cells if c.seed is not None and not c.ok]:
+        print('failing seed %d: %s' % (cell.seed, report.replay_command(cell)))
     total = report.totals(cells, uncovered)
     print('took %.0f s' % (time.monotonic() - started))
     if args.json:

@@ -1,4 +1,5 @@
-"""A crash-safety site whose controllers share a journal on PostgreSQL (tests/pgserver.py) instead of a file.
+"""A crash-safety site whose controllers share a journal on PostgreSQL (tests/pgserver.py) instead of a file
+(:class:`OnPostgres`; :class:`PgFaultSite` on the try-out cluster).
 
 Everything else is the SQLite site's (tests/faults/site.py): the try-out cluster in this process, the git server,
 the shipped playbooks run by ansible-playbook, the failpoints. The runs get the journal as ``ephemera_journal_url``,
@@ -17,36 +18,30 @@ from tests.faults.site import FaultSite
 from tests.localpve.cluster import LocalCluster
 
 
-class PgFaultSite(FaultSite):
-    """:class:`FaultSite` with the journal in the PostgreSQL database ``url``."""
+class OnPostgres:
+    """The journal of a crash-safety site in the PostgreSQL database ``url`` (a mixin before the site's class: the
+    try-out cluster's :class:`FaultSite`, or a try-out cloud's site). :meth:`use_database` switches a started site
+    over; its runs never make a journal file."""
 
     url = None
     controller_secret = None
     default_host = None
     default_lease = None
 
-    @classmethod
-    def start(cls, workdir, url=None, host=None, lease=None, **options):  # pylint: disable=arguments-differ
-        cluster = LocalCluster.start(os.path.join(workdir, 'cluster'), **options)
-        cluster.run(lambda: setattr(cluster.pve, 'max_requests', 10 ** 6))
-        try:
-            site = cls(workdir, cluster)
-        except BaseException:
-            cluster.stop()
-            raise
-        site.url = url
-        site.controller_secret = secrets.token_hex(32)
-        site.default_host, site.default_lease = host, lease
+    def use_database(self, url, host=None, lease=None):
+        self.url = url
+        self.controller_secret = secrets.token_hex(32)
+        self.default_host, self.default_lease = host, lease
         # The file a run would use if the URL did not reach it: it must never be made.
-        site.journal_path = os.path.join(workdir, 'controller', 'never-made.sqlite')
+        self.journal_path = os.path.join(self.workdir, 'controller', 'never-made.sqlite')
         # The journal started in the new database, as the first job of a site does it (-e ephemera_new_journal=true):
         # a create does not start one in a database on its own.
         with Journal.open(url=url, create=True):
             pass
-        return site
+        return self
 
     def playbook_vars(self, op):
-        values = super(PgFaultSite, self).playbook_vars(op)
+        values = super().playbook_vars(op)
         values.pop('ephemera_journal_path', None)
         values['ephemera_journal_url'] = self.url
         values['ephemera_controller_secret'] = self.controller_secret
@@ -76,3 +71,17 @@ class PgFaultSite(FaultSite):
         if not os.path.isdir(directory):
             return []
         return sorted(name for name in os.listdir(directory) if name.startswith('never-made'))
+
+
+class PgFaultSite(OnPostgres, FaultSite):
+    """:class:`FaultSite` with the journal in the PostgreSQL database ``url``."""
+
+    @classmethod
+    def start(cls, workdir, url=None, host=None, lease=None, **options):  # pylint: disable=arguments-differ
+        cluster = LocalCluster.start(os.path.join(workdir, 'cluster'), **options)
+        cluster.run(lambda: setattr(cluster.pve, 'max_requests', 10 ** 6))
+        try:
+            return cls(workdir, cluster).use_database(url, host, lease)
+        except BaseException:
+            cluster.stop()
+            raise

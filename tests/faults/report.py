@@ -30,6 +30,13 @@ def rows(cells):
     return [(row, grouped[row]) for row in order]
 
 
+def replay_command(cell):
+    """The command that runs a seed's schedule again, where it ran: a fleet soak's seed on its own place."""
+    if cell.row.startswith('random schedules: '):
+        return 'python -m tests.faults soak-fleet --schedules 1 --first-seed %d' % cell.seed
+    return 'python -m tests.faults replay --seed %d' % cell.seed
+
+
 def totals(cells, uncovered=()):
     points = set(cell.row for cell in cells if cell.kind in ('kill', 'lost')) | set(row for row, dummy in uncovered)
     leaks = set(leak.split(':')[0] for cell in cells for leak in cell.leaks)
@@ -62,7 +69,7 @@ def table(cells, uncovered=()):
             if not cell.converged:
                 problems.extend(cell.notes[-1:])
             if cell.seed is not None and not cell.ok:
-                problems.append('replay: python -m tests.faults replay --seed %d' % cell.seed)
+                problems.append('replay: %s' % replay_command(cell))
         body.append((row, str(len(group)), str(sum(1 for c in group if c.converged)),
                      str(sum(len(c.leaks) for c in group)), str(sum(len(c.foreign) for c in group)),
                      str(max(c.reruns for c in group)), '; '.join(dict.fromkeys(problems)) or '-'))

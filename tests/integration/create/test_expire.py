@@ -68,22 +68,26 @@ def test_an_idle_workspace_is_archived_then_released_and_nothing_of_it_remains(c
 
 
 def test_a_working_agent_keeps_its_workspace_past_idle_expiry_until_its_ttl(controller, repo):
-    # The idle window starts at the request: on a loaded machine the create alone can take a good part of 15 s,
-    # so the windows are wide.
-    run = controller.create(request_vars(repo.url, 'busy', ttl=60, idle_timeout=30,
+    # The idle window starts at the request: on a loaded machine the create alone can take half a minute, so the
+    # ttl leaves room for sweeps past the first idle timeout.
+    run = controller.create(request_vars(repo.url, 'busy', ttl=90, idle_timeout=30,
                                          ephemera_agents={'worker': WORKING_AGENT}))
     assert run.ok, run.explain()
     # The idle window starts at the request; a heartbeat starts it again now that the workspace is ready.
     beat = controller.create({'workspace': 'busy'}, playbook=os.path.join(ROOT, 'playbooks', 'heartbeat.yml'))
     assert beat.ok, beat.explain()
     first = controller.workspace('busy')['lease']
-    end_of_life = first['created_at'] + 60
-    # Swept now, once past the idle timeout, and at the ttl (then every two seconds until it goes): each sweep is
-    # a playbook run, so the sweeps come when something is due rather than in a loop.
-    moments = [time.time(), first['last_touched_at'] + 31, end_of_life]
+    end_of_life = first['created_at'] + 90
+    # Swept every 15 s, well within the idle timeout (the agent's activity counts only while its lease runs: a sweep
+    # that comes after the idle timeout finds it expired), then at the ttl and every two seconds until it goes.
     swept_after_idle = False
+    next_sweep = time.time()
     while time.time() < end_of_life + 15:
-        wait_until(moments.pop(0) if moments else time.time() + 1.8)
+        if time.time() < end_of_life:
+            wait_until(min(next_sweep, end_of_life))
+        else:
+            time.sleep(1.8)
+        next_sweep = time.time() + 15
         result = sweep(controller)
         now = time.time()
         if 'released' in actions(result, 'busy'):
@@ -100,7 +104,8 @@ def test_a_working_agent_keeps_its_workspace_past_idle_expiry_until_its_ttl(cont
 
 def test_an_agent_that_says_it_works_and_does_nothing_goes_at_its_idle_expiry(controller, repo):
     """Its activity is its own word: the lease counts it only as late as the agent last made progress."""
-    run = controller.create(request_vars(repo.url, 'posing', ttl=600, idle_timeout=20,
+    # An idle timeout longer than a create takes on a loaded machine: the heartbeat comes before it.
+    run = controller.create(request_vars(repo.url, 'posing', ttl=600, idle_timeout=40,
                                          ephemera_agents={'worker': IDLING_AGENT}))
     assert run.ok, run.explain()
     beat = controller.create({'workspace': 'posing'}, playbook=os.path.join(ROOT, 'playbooks', 'heartbeat.yml'))
@@ -111,8 +116,8 @@ def test_an_agent_that_says_it_works_and_does_nothing_goes_at_its_idle_expiry(co
     released = None
     # Swept once before the idle timeout (which sees no progress since the first sweep), once after it, then every
     # three seconds until it goes.
-    moments = [touched + 8, touched + 21]
-    while time.time() < touched + 20 + 45:
+    moments = [touched + 8, touched + 41]
+    while time.time() < touched + 40 + 45:
         wait_until(moments.pop(0) if moments else time.time() + 2.8)
         result = sweep(controller)
         if 'released' in actions(result, 'posing'):

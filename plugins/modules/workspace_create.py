@@ -304,6 +304,15 @@ options:
     description: Seconds to wait for the agent runner to answer; a runner whose process exited fails the step at once.
     type: int
     default: 60
+  pools:
+    description:
+      - The warm pools (C(ephemera_pools), see M(ephemera.workspaces.workspace_pool)). The V(vmid) step of a request
+        that matches one (provider, node, template, and the pool's repository or none) takes a warm member that
+        passes its claim check (its container runs, carries its marker, its runner answers) instead of cloning; the
+        workspace records it as C(facts.from_pool). A member failing the check is released; with none left the
+        create goes on cold.
+    type: list
+    elements: dict
 '''
 
 EXAMPLES = r'''
@@ -513,6 +522,7 @@ def argument_spec():
         address_timeout=dict(type='int', default=120),
         ssh_timeout=dict(type='int', default=120),
         runner_timeout=dict(type='int', default=60),
+        pools=dict(type='list', elements='dict'),
     )
     spec.update(controller_argument_spec())
     spec.update(connection_argument_spec())

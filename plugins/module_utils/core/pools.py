@@ -57,9 +57,14 @@ def validate_pool(spec):
         raise PoolError('Pool %s: warm pools are built on %s only, not on %s. Remove the pool, or declare it for '
                         'one of those providers; creates on %s stay cold.'
                         % (name, ', '.join(POOL_PROVIDERS), pool['provider'], pool['provider']))
-    for key in ('location', 'template'):
-        if not isinstance(pool.get(key), str) or not pool[key]:
-            raise PoolError('Pool %s has no %s: say which %s its members are made on.' % (name, key, key))
+    if not isinstance(pool.get('location'), str) or not pool['location']:
+        raise PoolError('Pool %s has no location: say which location its members are made on.' % name)
+    template = pool.get('template')
+    # A template name, or the VMID of a prepared template (a number, or its digits).
+    if isinstance(template, bool) or not (isinstance(template, str) and template or
+                                          isinstance(template, int) and template > 0):
+        raise PoolError('Pool %s has no template: say which template its members are made on (a template name or '
+                        'VMID).' % name)
     pool.setdefault('repo', None)
     size = pool.get('size')
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:

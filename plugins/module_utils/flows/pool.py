@@ -27,8 +27,10 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils import provide
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools as pooling
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import (
     STEP_LABELS,
+    CreateError,
     CreateFlow,
     template_value,
 )
@@ -161,6 +163,10 @@ class PoolFill:
             return 'pool member: ' + STEP_LABELS[each], act
 
         def warm():
+            # The labels first: a sweep by labels (no journal) reads a warm member as one whose lease is its own.
+            note = lease_flow.write_labels(self.journal, flow.provider, flow.ws, state='warm', claim=operation.claim)
+            if note:
+                raise CreateError('Pool member %s: %s; the next fill goes on with it.' % (member, note))
             pooling.mark_warm(self.journal, pooling.member(self.journal, pool['name'], member), claim=operation.claim)
 
         try:

@@ -1,0 +1,170 @@
+"""Warm pools through the shipped playbooks on the try-out cluster: pool_fill makes members, a matching create takes
+one and is ready, the next fill refills, a create that matches no pool is cold, a member whose guest stopped is
+released (and deleted by the next fill) while the create goes on cold, and a create killed mid-claim converges.
+
+Each test has its own controller (journal, secret) and its own pool name; the pools are declared as the inventory
+would, in ``ephemera_pools``, which both playbooks read.
+"""
+
+import json
+import os
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools
+
+from .createrun import ROOT, Controller, request_vars
+
+POOL_FILL = os.path.join(ROOT, 'playbooks', 'pool_fill.yml')
+
+
+def declared(ctl, name, size, **extra):
+    return [dict({'name': name, 'location': ctl.info['template_node'], 'template': ctl.info['template_vmid'],
+                  'size': size}, **extra)]
+
+
+def fill(ctl, declaration, **options):
+    return ctl.create({'ephemera_pools': declaration}, playbook=POOL_FILL, **options)
+
+
+def members(ctl, pool, state=None):
+    with ctl.journal() as journal:
+        return pools.members(journal, pool, state=state)
+
+
+def pool_containers(ctl, pool):
+    """{vmid: the member or workspace name its marker verifies for}, for the containers of this controller whose
+    marker names a member of ``pool`` or a workspace that took one."""
+    out = {}
+    for vmid, guest in ctl.guests().items():
+        fields = ownership.parse(ctl.config(vmid, guest['node']).get('description')) or {}
+        name = fields.get('workspace')
+        if name and ctl.marker_verdict(vmid, name) == ownership.VERIFIED:
+            out[vmid] = name
+    return out
+
+
+def test_a_fill_makes_warm_members_a_create_takes_one_and_the_next_fill_refills(cluster, repo, tmp_path):
+    ctl = Controller(cluster, tmp_path / 'ctl')
+    try:
+        declaration = declared(ctl, 'tryout', 2)
+        check = fill(ctl, declaration, check=True)
+        assert check.ok, check.explain()
+        first = fill(ctl, declaration)
+        assert first.ok, first.explain()
+        warm = members(ctl, 'tryout', 'warm')
+        assert len(warm) == 2
+        vmids = {}
+        for record in warm:
+            ws = ctl.workspace(record['member'])
+            assert ws['params']['pool_member'] == {'pool': 'tryout'}
+            assert ws['address'] and ws['facts'].get('host_key')
+            assert ctl.ours(record['member']) == [ws['resource_id']]
+            vmids[record['member']] = ws['resource_id']
+            # The lease labels are on the container, as on any workspace's.
+            assert 'state=warm' in ctl.config(ws['resource_id'])['description']
+        # A second fill finds the pool full and changes nothing.
+        again = fill(ctl, declaration)
+        assert again.ok and not again.changed, again.explain()
+        assert len(members(ctl, 'tryout', 'warm')) == 2
+
+        run = ctl.create(request_vars(repo.url, 'pooled', ephemera_pools=declaration))
+        assert run.ok, run.explain()
+        ws = ctl.workspace('pooled')
+        assert ws['status'] == 'ready' and ws['facts']['from_pool'] == 'tryout'
+        assert 'from warm pool tryout' in ' '.join(run.report())
+        taken = ws['facts']['pool_member']
+        assert ws['resource_id'] == vmids[taken]
+        # The container is the workspace's now: its marker verifies for it alone, its host name is its own.
+        assert ctl.ours('pooled') == [ws['resource_id']] and ctl.ours(taken) == []
+        assert ctl.config(ws['resource_id'])['hostname'] == 'agent-pooled'
+        assert ws['facts']['head'] == repo.main_head
+        claimed = members(ctl, 'tryout', 'claimed')
+        assert [(m['member'], m['workspace']) for m in claimed] == [(taken, 'pooled')]
+        assert ctl.workspace(taken)['status'] == 'destroyed' and ctl.workspace(taken)['resource_id'] is None
+        with ctl.journal() as journal:
+            assert pools.violations(journal) == []
+
+        refill = fill(ctl, declaration)
+        assert refill.ok and refill.changed, refill.explain()
+        assert len(members(ctl, 'tryout', 'warm')) == 2
+        # Every container of the pool exists once: two warm members and the workspace.
+        owners = pool_containers(ctl, 'tryout')
+        assert sorted(owners.values()) == sorted([m['member'] for m in members(ctl, 'tryout', 'warm')] + ['pooled'])
+
+        # A pool of another repository does not serve this request: the create is cold and takes nothing.
+        other = declared(ctl, 'tryout', 2, repo='https://git.example.invalid/other.git')
+        cold = ctl.create(request_vars(repo.url, 'coldone', ephemera_pools=other))
+        assert cold.ok, cold.explain()
+        ws = ctl.workspace('coldone')
+        assert ws['status'] == 'ready' and not ws['facts'].get('from_pool')
+        assert len(members(ctl, 'tryout', 'warm')) == 2
+        assert ctl.ours('coldone') == [ws['resource_id']]
+    finally:
+        ctl.stop()
+
+
+def test_a_member_whose_guest_stopped_is_released_the_create_is_cold_and_the_next_fill_deletes_it(
+        cluster, repo, tmp_path):
+    ctl = Controller(cluster, tmp_path / 'ctl')
+    try:
+        declaration = declared(ctl, 'stopped', 1)
+        assert fill(ctl, declaration).ok
+        member = members(ctl, 'stopped', 'warm')[0]['member']
+        vmid = ctl.workspace(member)['resource_id']
+        node = ctl.info['template_node']
+        ctl.api.nodes(node).lxc(vmid).status.stop.post()
+        cluster_wait_stopped(ctl, vmid)
+
+        run = ctl.create(request_vars(repo.url, 'fallback', ephemera_pools=declaration))
+        assert run.ok, run.explain()
+        ws = ctl.workspace('fallback')
+        assert ws['status'] == 'ready' and not ws['facts'].get('from_pool')
+        assert ws['resource_id'] != vmid
+        record = pools.member(ctl.journal(), 'stopped', member)
+        assert record['state'] == 'released' and 'not running' in record['reason']
+
+        refill = fill(ctl, declaration)
+        assert refill.ok, refill.explain()
+        assert vmid not in ctl.guests()
+        with ctl.journal() as journal:
+            assert pools.member(journal, 'stopped', member) is None
+            assert [m['state'] for m in pools.members(journal, 'stopped')] == ['warm']
+    finally:
+        ctl.stop()
+
+
+def cluster_wait_stopped(ctl, vmid, timeout=30):
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ctl.guests()[vmid]['status'] == 'stopped':
+            return
+        time.sleep(0.2)
+    raise AssertionError('CT %s did not stop' % vmid)
+
+
+def test_a_create_killed_mid_claim_converges_on_its_rerun_and_the_member_goes_to_it_alone(cluster, repo, tmp_path):
+    ctl = Controller(cluster, tmp_path / 'ctl')
+    try:
+        declaration = declared(ctl, 'crash', 2)
+        assert fill(ctl, declaration).ok
+        trace = os.path.join(ctl.workdir, 'trace')
+        open(trace, 'w').close()
+        # Killed right after the member's container was re-signed for the workspace, before the journal knew.
+        kill = {'workspace': 'crashed', 'point': 'create.vmid pve PUT /nodes/*/lxc/*/config', 'nth': 1}
+        run = ctl.create(request_vars(repo.url, 'crashed', ephemera_pools=declaration),
+                         env={'EPHEMERA_FAILPOINT_TRACE': trace, 'EPHEMERA_FAILPOINT_KILL': json.dumps(kill)})
+        assert not run.ok
+        claimed = members(ctl, 'crash', 'claimed')
+        assert [m['workspace'] for m in claimed] == ['crashed']
+        assert ctl.workspace('crashed')['resource_id'] is None
+        rerun = ctl.create(request_vars(repo.url, 'crashed', ephemera_pools=declaration))
+        assert rerun.ok, rerun.explain()
+        ws = ctl.workspace('crashed')
+        assert ws['status'] == 'ready' and ws['facts']['pool_member'] == claimed[0]['member']
+        assert ctl.ours('crashed') == [ws['resource_id']]
+        assert len(members(ctl, 'crash', 'claimed')) == 1 and len(members(ctl, 'crash', 'warm')) == 1
+        with ctl.journal() as journal:
+            assert pools.violations(journal) == []
+    finally:
+        ctl.stop()

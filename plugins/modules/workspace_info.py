@@ -122,10 +122,11 @@ workspaces:
       sample: debian
     pool_member:
       description:
-        - For a warm pool member's record, its C(pool) and membership C(state) (V(filling), V(warm), V(claimed),
-          V(released), or V(forgotten) once its container was deleted); null for a workspace.
+        - For a warm pool member's record, its C(pool), membership C(state) (V(filling), V(warm), V(claimed),
+          V(released), or V(forgotten) once its container was deleted) and a one-line C(summary) (null once claimed
+          or forgotten); null for a workspace.
       type: dict
-      sample: {"pool": "debian", "state": "warm"}
+      sample: {"pool": "debian", "state": "warm", "summary": "warm pool debian: warm"}
     checkout_path:
       description:
         - Where the repository is checked out, as the guest's files are reached (on the try-out places' host tier,
@@ -322,7 +323,11 @@ def pool_membership(journal, record):
     if not pool:
         return None
     member = pools.member(journal, pool, record['name'])
-    return {'pool': pool, 'state': member['state'] if member else 'forgotten'}
+    state = member['state'] if member else 'forgotten'
+    waiting = state in ('filling', 'warm', 'released')
+    return {'pool': pool, 'state': state, 'summary': 'warm pool %s: %s%s' % (
+        pool, state, ' (%s)' % member['reason'] if state == 'released' and member.get('reason') else '')
+        if waiting else None}
 
 
 def read_workspaces(journal, name=None, status=None, activity=None, events=False, events_limit=50):

@@ -837,6 +837,9 @@ class CreateFlow(Flow):
         member = self.journal.get_workspace(record['member'])
         if member is None or member['status'] == 'destroyed' or not member[RESOURCE_ID]:
             return 'its workspace record names no container'
+        if member['desired_state'] != 'present' or (member.get('lease') and
+                                                    leasing.is_expired(member['lease'], time.time())):
+            return 'its lease expired: the expiry sweep deletes it'
         try:
             resource = self.provider.find(member[RESOURCE_ID], member[LOCATION])
             if resource is None:

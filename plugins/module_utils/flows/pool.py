@@ -61,18 +61,28 @@ def template_version(journal, pool):
 
 
 def is_member(ws):
-    """True for the workspace record of a pool member that no workspace took (yet)."""
-    return bool(((ws or {}).get('params') or {}).get('pool_member')) and not (ws.get('facts') or {}).get('claimed_by')
+    """The pool of a pool member's workspace record that no workspace took, else None."""
+    if (ws.get('facts') or {}).get('claimed_by'):
+        return None
+    return ((ws.get('params') or {}).get('pool_member') or {}).get('pool')
 
 
 def release_member(journal, ws, reason, claim=None):
     """Release the membership of member record ``ws`` (filling or warm) with ``reason``; True when it is released
-    now or was already."""
-    pool = ((ws.get('params') or {}).get('pool_member') or {}).get('pool')
+    now or was already (or has none), False when a create claimed it first."""
+    pool = is_member(ws)
     record = pooling.member(journal, pool, ws['name']) if pool else None
     if record is None or record['state'] == 'released':
         return True
     return pooling.release(journal, record, reason, claim=claim) is not None
+
+
+def forget_member(journal, ws):
+    """Forget the released membership of ``ws``, whose container is confirmed gone."""
+    pool = is_member(ws)
+    record = pooling.member(journal, pool, ws['name']) if pool else None
+    if record is not None and record['state'] == 'released':
+        pooling.forget(journal, record)
 
 
 class PoolFill:

@@ -8,9 +8,12 @@ would, in ``ephemera_pools``, which both playbooks read.
 
 import json
 import os
+import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools
+
+from tests.ansible_run import run_ansible
 
 from .createrun import ROOT, Controller, request_vars
 
@@ -136,7 +139,6 @@ def test_a_member_whose_guest_stopped_is_released_the_create_is_cold_and_the_nex
 
 
 def cluster_wait_stopped(ctl, vmid, timeout=30):
-    import time
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if ctl.guests()[vmid]['status'] == 'stopped':
@@ -168,5 +170,53 @@ def test_a_create_killed_mid_claim_converges_on_its_rerun_and_the_member_goes_to
         assert len(members(ctl, 'crash', 'claimed')) == 1 and len(members(ctl, 'crash', 'warm')) == 1
         with ctl.journal() as journal:
             assert pools.violations(journal) == []
+    finally:
+        ctl.stop()
+
+
+def test_members_are_seen_by_status_inventory_and_reconcile_and_expire_deletes_one_whose_lease_ran_out(
+        cluster, tmp_path):
+    ctl = Controller(cluster, tmp_path / 'ctl')
+    try:
+        declaration = declared(ctl, 'seen', 1, lease=60)
+        assert fill(ctl, declaration).ok
+        member = members(ctl, 'seen', 'warm')[0]['member']
+        ws = ctl.workspace(member)
+
+        status = ctl.create({}, playbook=os.path.join(ROOT, 'playbooks', 'status.yml'))
+        assert status.ok, status.explain()
+        assert status.task('Print the warm pool members')['msg'] == ['%s: warm pool seen: warm' % member]
+
+        reconcile = ctl.create({}, playbook=os.path.join(ROOT, 'playbooks', 'reconcile.yml'))
+        assert reconcile.ok, reconcile.explain()
+        found = reconcile.task('Compare the journal with the cluster')
+        kinds = dict((f['workspace'] or f['vmid'], f['kind']) for f in found['findings'])
+        assert kinds.get(member) == 'pool_member' and 'orphan' not in kinds.values()
+        assert ws['status'] != 'destroyed' and ctl.ours(member) == [ws['resource_id']]
+
+        inventory = os.path.join(ctl.workdir, 'site.workspaces.yml')
+        with open(inventory, 'w') as out:
+            json.dump({'plugin': 'ephemera.workspaces.workspaces', 'journal_path': ctl.journal_path,
+                       'api_host': ctl.info['proxy_url'], 'api_token_id': ctl.info['token_id'],
+                       'api_token_secret': ctl.info['token_secret'], 'ca_file': ctl.info['ca_file']}, out)
+        listed = run_ansible(['ansible-inventory', '-i', inventory, '--list'], timeout=180, callback=None,
+                             env={'XDG_CACHE_HOME': os.path.join(ctl.workdir, 'cache')})
+        assert listed.returncode == 0, listed.output
+        assert listed.data['warm_pool_seen']['hosts'] == [member]
+        assert listed.data['warm_pool_members']['hosts'] == [member]
+        assert listed.data['_meta']['hostvars'][member]['ephemera_warm_pool'] == 'seen'
+
+        # Its lease ran out (moved back in the journal rather than waited for): the expiry sweep deletes it.
+        with ctl.journal() as journal:
+            record = journal.get_workspace(member)
+            back = time.time() - 120
+            journal.update_workspace(member, record['generation'],
+                                     lease=dict(record['lease'], created_at=back, last_touched_at=back))
+        expire = ctl.create({}, playbook=os.path.join(ROOT, 'playbooks', 'expire.yml'))
+        assert expire.ok, expire.explain()
+        entries = [e for e in expire.task('Release what expired')['entries'] if e['workspace'] == member]
+        assert [e['action'] for e in entries] == ['released'], entries
+        assert ctl.workspace(member)['status'] == 'destroyed' and ctl.ours(member) == []
+        assert members(ctl, 'seen') == []
     finally:
         ctl.stop()

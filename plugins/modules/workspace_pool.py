@@ -27,6 +27,9 @@ author:
   - Ephemera maintainers (@ephemera)
 requirements:
   - paramiko >= 3.2
+  # The create and destroy code it shares with every provider's modules imports these SDKs when they are used.
+  - boto3 >= 1.28
+  - hcloud >= 2.27
 extends_documentation_fragment:
   - ephemera.workspaces.controller
   - ephemera.workspaces.controller.shutdown

@@ -10,6 +10,8 @@ import json
 import os
 import time
 
+import pytest
+
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools
 
@@ -147,15 +149,21 @@ def cluster_wait_stopped(ctl, vmid, timeout=30):
     raise AssertionError('CT %s did not stop' % vmid)
 
 
-def test_a_create_killed_mid_claim_converges_on_its_rerun_and_the_member_goes_to_it_alone(cluster, repo, tmp_path):
+@pytest.mark.parametrize('point', [
+    # Killed right after the claim's compare-and-set, before anything else was written or done.
+    'create.vmid journal pool_claim',
+    # Killed right after the member's container was re-signed for the workspace, before the journal knew.
+    'create.vmid pve PUT /nodes/*/lxc/*/config',
+])
+def test_a_create_killed_mid_claim_converges_on_its_rerun_and_the_member_goes_to_it_alone(cluster, repo, tmp_path,
+                                                                                          point):
     ctl = Controller(cluster, tmp_path / 'ctl')
     try:
         declaration = declared(ctl, 'crash', 2)
         assert fill(ctl, declaration).ok
         trace = os.path.join(ctl.workdir, 'trace')
         open(trace, 'w').close()
-        # Killed right after the member's container was re-signed for the workspace, before the journal knew.
-        kill = {'workspace': 'crashed', 'point': 'create.vmid pve PUT /nodes/*/lxc/*/config', 'nth': 1}
+        kill = {'workspace': 'crashed', 'point': point, 'nth': 1}
         run = ctl.create(request_vars(repo.url, 'crashed', ephemera_pools=declaration),
                          env={'EPHEMERA_FAILPOINT_TRACE': trace, 'EPHEMERA_FAILPOINT_KILL': json.dumps(kill)})
         assert not run.ok

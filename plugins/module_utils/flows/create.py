@@ -73,7 +73,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh impo
 # (the host key the member's first connection pinned and its bootstrap renewed). The configure step runs (the request's
 # settings), the bootstrap only writes the request's credentials, then the checkout, the brief and ready.
 POOLED_STEPS = ('vmid', 'clone', 'wait_clone', 'start', 'address', 'ssh', 'runner')
-MEMBER_FACTS = ('host_key', 'host_keys_published', 'default_branch', 'head')
+MEMBER_FACTS = ('host_key', 'host_keys_published', 'pool_fetched')
 # What a request records of the module's options (besides the lease, the requester and the secrets' names).
 REQUEST_KEYS = ('template', 'node', 'pool', 'full_clone', 'storage', 'repo', 'ref', 'purpose', 'agent', 'agents',
                 'cores', 'memory', 'bridge', 'address_mode', 'address_range', 'address_prefix', 'gateway',
@@ -882,7 +882,9 @@ class CreateFlow(Flow):
                                                                                    member[RESOURCE_ID]),
                                                                record['member']))
                 self.provider.remark(resource, self.name, nonce, 'agent-%s' % self.name, self._labels('provisioning'))
-            mfacts = member['facts'] or {}
+            mfacts = dict(member['facts'] or {})
+            if member['params'].get('repo') and member['params'].get('repo') == self.request.get('repo'):
+                mfacts['pool_fetched'] = True
             now = time.time()
             done = dict((step, now) for step in POOLED_STEPS)
             self.save('pool_member_taken', detail={'pool': pool['name'], 'member': record['member'],
@@ -1398,7 +1400,9 @@ class CreateFlow(Flow):
         try:
             head, branch = self._with_guest(lambda g: guest_ops.checkout(
                 g, self._layout(), self.ssh_user, req['repo'], req['ref'], git_token=self.params.get('git_token'),
-                git_username=self.params.get('git_username') or 'git'))
+                git_username=self.params.get('git_username') or 'git',
+                # A member of a pool of this repository has it cloned already: fetched again, not cloned.
+                fetched=bool(self.ws['facts'].get('from_pool') and self.ws['facts'].get('pool_fetched'))))
         except guest_ops.GuestError as err:
             if err.details.get('helper_left'):
                 # Visible until a later checkout removes it (or the container goes).

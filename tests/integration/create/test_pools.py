@@ -228,3 +228,26 @@ def test_members_are_seen_by_status_inventory_and_reconcile_and_expire_deletes_o
         assert members(ctl, 'seen') == []
     finally:
         ctl.stop()
+
+
+def test_a_pool_of_a_repository_has_it_fetched_and_a_create_checks_out_its_ref_there(cluster, repo, tmp_path):
+    ctl = Controller(cluster, tmp_path / 'ctl')
+    try:
+        declaration = declared(ctl, 'fetched', 1, repo=repo.url)
+        assert fill(ctl, declaration).ok
+        member = members(ctl, 'fetched', 'warm')[0]['member']
+        vmid = ctl.workspace(member)['resource_id']
+        checkout = os.path.join(ctl.guest_root(vmid), 'workspace', 'repo')
+        # The member has the repository (its default branch) before any request.
+        assert os.path.isfile(os.path.join(checkout, 'README'))
+        marker = os.path.join(checkout, '.git', 'fetched-by-the-fill')
+        open(marker, 'w').close()
+        run = ctl.create(request_vars(repo.url, 'onbranch', ref='feature', ephemera_pools=declaration))
+        assert run.ok, run.explain()
+        ws = ctl.workspace('onbranch')
+        assert ws['facts']['from_pool'] == 'fetched' and ws['resource_id'] == vmid
+        assert ws['facts']['head'] == repo.feature_head
+        # Checked out in the member's clone, fetched again: not cloned anew.
+        assert os.path.exists(marker) and os.path.isfile(os.path.join(checkout, 'farewell.py'))
+    finally:
+        ctl.stop()

@@ -16,6 +16,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools
 
 from tests.ansible_run import run_ansible
+from tests.localpve.clients import wait_task
 
 from .createrun import ROOT, Controller, request_vars
 
@@ -249,5 +250,61 @@ def test_a_pool_of_a_repository_has_it_fetched_and_a_create_checks_out_its_ref_t
         assert ws['facts']['head'] == repo.feature_head
         # Checked out in the member's clone, fetched again: not cloned anew.
         assert os.path.exists(marker) and os.path.isfile(os.path.join(checkout, 'farewell.py'))
+    finally:
+        ctl.stop()
+
+
+def built_version(ctl, name, api, node):
+    """A version of template ``name`` recorded as a build records it: a container of our own (a full clone of the
+    seed template carrying our marker for the version's record), converted into a template; its version number."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider import ProxmoxProvider
+    vmid = int(api.cluster.nextid.get())
+    with ctl.journal() as journal:
+        version = journal.begin_template_version(name, {'vmid': int(ctl.info['template_vmid'])},
+                                                 lambda v: 'tpl-%s-v%d' % (name, v))
+    marker = ProxmoxProvider(None, ctl.secret()).marker(version['workspace'], vmid)
+    assert wait_task(api, api.nodes(node).lxc(ctl.info['template_vmid']).clone.post(
+        newid=vmid, hostname='tpl-%s' % version['version'], full=1, description=marker))['exitstatus'] == 'OK'
+    assert wait_task(api, api.nodes(node).lxc(vmid).template.post())['exitstatus'] == 'OK'
+    with ctl.journal() as journal:
+        journal.update_template_version(name, version['version'], resource_id=vmid, location=node, provider='proxmox',
+                                        tools={'git': '2', 'claude': '1'})
+        journal.switch_template(name, version['version'], finish_build=True)
+    return version['version']
+
+
+def test_a_template_switch_drains_its_pool_and_the_next_fill_makes_members_of_the_version_switched_to(
+        cluster, repo, tmp_path):
+    ctl = Controller(cluster, tmp_path / 'ctl')
+    try:
+        node = ctl.info['template_node']
+        # The journal and its secret exist once a run made them.
+        assert fill(ctl, []).ok
+        first = built_version(ctl, 'tswitch', ctl.api, node)
+        second = built_version(ctl, 'tswitch', ctl.api, node)
+        declaration = [{'name': 'switched', 'location': node, 'template': 'tswitch', 'size': 1}]
+        assert fill(ctl, declaration).ok
+        old = members(ctl, 'switched', 'warm')[0]
+        assert old['version'] == second
+        old_vmid = ctl.workspace(old['member'])['resource_id']
+
+        back = ctl.create({'template': 'tswitch', 'version': first},
+                          playbook=os.path.join(ROOT, 'playbooks', 'template_build.yml'))
+        assert back.ok, back.explain()
+        # Released, never given out: the container is still there until the next fill deletes it.
+        assert pools.member(ctl.journal(), 'switched', old['member'])['state'] == 'released'
+        assert ctl.ours(old['member']) == [old_vmid]
+
+        refill = fill(ctl, declaration)
+        assert refill.ok, refill.explain()
+        assert ctl.ours(old['member']) == []
+        now = members(ctl, 'switched')
+        assert [(m['state'], m['version']) for m in now] == [('warm', first)]
+        run = ctl.create(request_vars(repo.url, 'afterswitch', ephemera_template='tswitch',
+                                      ephemera_pools=declaration))
+        assert run.ok, run.explain()
+        ws = ctl.workspace('afterswitch')
+        assert ws['facts']['from_pool'] == 'switched' and ws['params']['template_version']['version'] == first
+        assert ws['facts']['pool_member'] == now[0]['member']
     finally:
         ctl.stop()

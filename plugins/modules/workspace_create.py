@@ -347,7 +347,8 @@ workspace:
 details:
   description:
     - Facts of the step that ran. V(request), replaying an earlier request with the same O(idempotency_key),
-      C(replayed) (V(true)) and C(result) (name, vmid, node, address, status); V(vmid) C(vmid), the candidate id;
+      C(replayed) (V(true)) and C(result) (name, vmid, node, address, status); V(vmid) C(vmid), the candidate id
+      (or the container of the warm pool member it took, with C(from_pool), the pool);
       V(clone) C(vmid) and C(upid), the clone task (only C(vmid) when a clone made earlier was adopted);
       V(wait_clone) C(vmid) and C(warnings), the clone task's warning lines; V(start) C(upid); V(address)
       C(address); V(ssh) C(attempts), the connections it took; V(checkout) C(head), the commit checked out.

@@ -439,6 +439,7 @@ class CreateFlow(Flow):
         validate_checkout_path(req['checkout_path'])
         self._check_agent_user(req)
         self._check_agent(req)
+        self._declared_pools(step='request')
         if req['address_mode'] == 'static':
             address_candidates(req['address_range'])
         try:
@@ -799,6 +800,13 @@ class CreateFlow(Flow):
             cleanup={}, **self.resource_fields(provider=self.provider.name, location=node))
         return StepResult(True, 'pool member %s: recorded for pool %s' % (self.name, pool['name']))
 
+    def _declared_pools(self, step=None):
+        """The ``pools`` option, each declaration checked (CreateError saying what to correct)."""
+        try:
+            return [pooling.validate_pool(p) for p in self.params.get('pools') or []]
+        except pooling.PoolError as err:
+            raise CreateError('%s Correct ephemera_pools and run again.' % err, step=step)
+
     def _pool_request(self):
         """What a pool must match for this workspace: provider, location, template and repository."""
         req = self.request
@@ -813,10 +821,7 @@ class CreateFlow(Flow):
         if (not declared or self.check_mode or req.get('fork') or req.get('pool_member') or self.provider is None
                 or req.get('address_mode') == 'static' or self.ws['facts'].get('cold')):
             return None
-        try:
-            pool = pooling.matching_pool([pooling.validate_pool(p) for p in declared], self._pool_request())
-        except pooling.PoolError as err:
-            raise CreateError('%s Correct ephemera_pools and rerun.' % err)
+        pool = pooling.matching_pool(self._declared_pools(), self._pool_request())
         if pool is None:
             return None
         version = (req.get('template_version') or {}).get('version')
@@ -857,6 +862,17 @@ class CreateFlow(Flow):
             return 'its agent runner does not answer: %s' % (answer.get('error') or answer)
         return True
 
+    def _close_member(self, member, vmid):
+        """End the life of claimed member record ``member``: its container (``vmid``, None when it vanished) is this
+        workspace's now; the record stays, for audit."""
+        if member is None or member['status'] == 'destroyed':
+            return
+        self.journal.update_workspace(
+            member['name'], member['generation'], claim=self.claim,
+            event={'kind': 'observed', 'action': 'pool_claimed', 'detail': {'by': self.name, 'vmid': vmid}},
+            status='destroyed', desired_state='destroyed', facts=dict(member['facts'] or {}, claimed_by=self.name),
+            **self.resource_fields(resource_id=None, candidate_id=None))
+
     def _take_member(self, pool, record):
         """Make the claimed member ``record`` this workspace: its container re-signed with this workspace's marker,
         host name and lease labels, its record's container, address and host key taken over, the member's record
@@ -869,18 +885,22 @@ class CreateFlow(Flow):
             self.save('pool_claim', kind='dispatched', detail={'pool': pool['name'], 'member': record['member']},
                       facts=dict(facts, from_pool=pool['name'], pool_member=record['member'], marker_nonce=nonce))
         if self.resource_id is None:
-            if member is None or not member[RESOURCE_ID]:
-                raise CreateError('Pool member %s (claimed by this workspace) has no container in its record. Destroy '
-                                  'this workspace and create it again.' % record['member'])
-            resource = self.provider.find(member[RESOURCE_ID], member[LOCATION])
+            resource = None
+            if member is not None and member[RESOURCE_ID]:
+                resource = self.provider.find(member[RESOURCE_ID], member[LOCATION])
+            if resource is None:
+                # Gone between its claim check and now: this workspace goes on cold, the member's life ends here.
+                self._close_member(member, None)
+                self.save('pool_member_gone', kind='observed', detail={'member': record['member']},
+                          facts=dict(self.ws['facts'], from_pool=None, cold='pool member %s vanished after its claim'
+                                     % record['member']))
+                return None
             mine = self.provider.verify(resource, self.name, nonce)
             if mine != ownership.VERIFIED:
                 if self.provider.verify(resource, member['name'], ownership.record_nonce(member)) != ownership.VERIFIED:
                     raise CreateError('%s, the container of pool member %s, carries neither its marker nor this '
                                       'workspace\'s; refusing to touch it. Reconcile reports it; destroy this workspace '
-                                      'and create it again.' % (self.provider.label(resource.id if resource else
-                                                                                   member[RESOURCE_ID]),
-                                                               record['member']))
+                                      'and create it again.' % (self.provider.label(resource.id), record['member']))
                 self.provider.remark(resource, self.name, nonce, 'agent-%s' % self.name, self._labels('provisioning'))
             mfacts = dict(member['facts'] or {})
             if member['params'].get('repo') and member['params'].get('repo') == self.request.get('repo'):
@@ -893,14 +913,7 @@ class CreateFlow(Flow):
                       facts=dict(self.ws['facts'], **dict((k, mfacts[k]) for k in MEMBER_FACTS if k in mfacts)),
                       **self.resource_fields(resource_id=member[RESOURCE_ID], candidate_id=member[RESOURCE_ID],
                                              location=member[LOCATION]))
-        if member is not None and member['status'] != 'destroyed':
-            # The member's life ends here: its container is this workspace's now (the record stays, for audit).
-            self.journal.update_workspace(
-                member['name'], member['generation'], claim=self.claim,
-                event={'kind': 'observed', 'action': 'pool_claimed', 'detail': {'by': self.name,
-                                                                               'vmid': member[RESOURCE_ID]}},
-                status='destroyed', desired_state='destroyed', facts=dict(member['facts'] or {}, claimed_by=self.name),
-                **self.resource_fields(resource_id=None, candidate_id=None))
+        self._close_member(member, member[RESOURCE_ID] if member else None)
         return StepResult(True, 'candidate vmid: %s taken from warm pool %s (member %s)'
                           % (self.provider.label(self.resource_id), pool['name'], record['member']),
                           vmid=self.resource_id, from_pool=pool['name'])

@@ -763,7 +763,6 @@ class CreateFlow(Flow):
                                               claim=self.claim)
         return self._replayed(claim) if claim.replayed else None
 
-
     # ------------------------------------------------------------ warm pools
 
     def record_member(self, pool, version=None):

@@ -101,7 +101,8 @@ options:
     elements: str
     default: []
   checkout_path:
-    description: Where a pool's repository is fetched inside the guest, the checkout path of the workspaces taking members.
+    description:
+      - Where a pool's repository is fetched inside the guest; the checkout path of the workspaces that take members.
     type: str
     default: /workspace/repo
   guest_root:

@@ -898,8 +898,9 @@ class CreateFlow(Flow):
             if mine != ownership.VERIFIED:
                 if self.provider.verify(resource, member['name'], ownership.record_nonce(member)) != ownership.VERIFIED:
                     raise CreateError('%s, the container of pool member %s, carries neither its marker nor this '
-                                      'workspace\'s; refusing to touch it. Reconcile reports it; destroy this workspace '
-                                      'and create it again.' % (self.provider.label(resource.id), record['member']))
+                                      'workspace\'s; refusing to touch it. Reconcile reports it; destroy this '
+                                      'workspace and create it again.' % (self.provider.label(resource.id),
+                                                                          record['member']))
                 self.provider.remark(resource, self.name, nonce, 'agent-%s' % self.name, self._labels('provisioning'))
             mfacts = dict(member['facts'] or {})
             if member['params'].get('repo') and member['params'].get('repo') == self.request.get('repo'):

@@ -100,6 +100,9 @@ class PoolFill:
 
     def _add(self, pool, member, action, detail):
         self.entries.append({'pool': pool, 'member': member, 'action': action, 'detail': detail})
+        if action.startswith('would_'):
+            # Check mode says what a run would change.
+            self.changed = True
 
     def declared(self):
         """The validated declarations; PoolError (naming the pool and what is wrong) before anything is done."""
@@ -128,7 +131,8 @@ class PoolFill:
     def fill(self, pool):
         name = pool['name']
         if self.journal is None:
-            self._add(name, None, 'would_fill', 'would start %d member(s)' % pool['size'])
+            if pool['size']:
+                self._add(name, None, 'would_fill', 'would start %d member(s)' % pool['size'])
             return
         version = template_version(self.journal, pool)
         for record in pooling.members(self.journal, name, state='filling'):

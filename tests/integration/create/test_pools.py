@@ -52,10 +52,14 @@ def test_a_fill_makes_warm_members_a_create_takes_one_and_the_next_fill_refills(
     ctl = Controller(cluster, tmp_path / 'ctl')
     try:
         declaration = declared(ctl, 'tryout', 2)
+        before = ctl.guests()
         check = fill(ctl, declaration, check=True)
-        assert check.ok, check.explain()
+        assert check.ok and check.changed, check.explain()
+        assert check.task('Fill each pool to its size')['entries'] == [
+            {'pool': 'tryout', 'member': None, 'action': 'would_fill', 'detail': 'would start 2 member(s)'}]
+        assert sorted(ctl.guests()) == sorted(before)
         first = fill(ctl, declaration)
-        assert first.ok, first.explain()
+        assert first.ok and first.changed, first.explain()
         warm = members(ctl, 'tryout', 'warm')
         assert len(warm) == 2
         vmids = {}

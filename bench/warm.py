@@ -35,7 +35,7 @@ from bench.create import make_repo, run_community, run_create, workspace_figures
 from tests.localpve import LocalCluster  # noqa: E402 pylint: disable=wrong-import-position
 from tests.localpve.guests import stop_leftovers  # noqa: E402 pylint: disable=wrong-import-position
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal  # noqa: E402 pylint: disable=wrong-import-position
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import STEPS  # noqa: E402 pylint: disable=wrong-import-position
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import POOLED_STEPS, STEPS  # noqa: E402 pylint: disable=wrong-import-position
 
 POOL_FILL = os.path.join(ROOT, 'playbooks', 'pool_fill.yml')
 
@@ -50,6 +50,18 @@ def from_pool(journal, names):
         taken = [(jnl.get_workspace(n)['facts'] or {}).get('from_pool') for n in names]
     if not all(taken):
         sys.exit('not every create took a pool member: %s' % dict(zip(names, taken)))
+
+
+def step_times(journal, name, started):
+    """{step: seconds from the previous step's end} of a create that took a member: the steps the member had done are
+    marked done together at the candidate step, whose time they share."""
+    with Journal.open(journal, create=False) as jnl:
+        progress = jnl.get_workspace(name)['progress']
+    out, previous = {}, started
+    for step in [s for s in STEPS if s not in POOLED_STEPS or s == 'vmid']:
+        out[step] = progress[step] - previous
+        previous = progress[step]
+    return out
 
 
 def scenario(time_scale, count, repeat, forks):
@@ -72,7 +84,8 @@ def scenario(time_scale, count, repeat, forks):
             wall, started, dummy = run_create(workdir, state_dir, journal, repo, ['warm-%d' % n], forks,
                                               {'ephemera_pools': one})
             from_pool(journal, ['warm-%d' % n])
-            warm.append(dict(workspace_figures(cluster, journal, ['warm-%d' % n], started, before), wall=wall))
+            warm.append(dict(workspace_figures(cluster, journal, ['warm-%d' % n], started, before), wall=wall,
+                             steps=step_times(journal, 'warm-%d' % n, started)))
         out['warm'] = warm
         many = [dict(one[0], name='many', size=count)]
         fill(workdir, cluster, journal, repo, many)
@@ -102,8 +115,9 @@ def main():
     print('  community.proxmox clone+start  %s' % ' '.join('%.2fs' % s for s in result['community']))
     print('  cold create to ready           %s' % ' '.join('%.2fs' % s for s in result['cold']))
     print('  create from the pool to ready  %s' % ' '.join('%.2fs' % r['wall'] for r in result['warm']))
-    print('  median seconds per step of a create from the pool (from the previous step\'s end):')
-    for step in STEPS:
+    print('  median seconds per step of a create from the pool (from the previous step\'s end; the candidate step '
+          'takes the member: %s done with it):' % ', '.join(s for s in POOLED_STEPS if s != 'vmid'))
+    for step in result['warm'][0]['steps']:
         print('    %-12s %6.2f' % (step, statistics.median(r['steps'][step] for r in result['warm'])))
     print('warm: create from pool %.2f s, cold %.2f s, community.proxmox clone+start %.2f s, ratio A/C %.2f; '
           '%d creates from a pool of %d %.2f s' % (warm, cold, community, warm / community, args.count, args.count,

@@ -8,6 +8,7 @@ would, in ``ephemera_pools``, which both playbooks read.
 
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -310,5 +311,32 @@ def test_a_template_switch_drains_its_pool_and_the_next_fill_makes_members_of_th
         ws = ctl.workspace('afterswitch')
         assert ws['facts']['from_pool'] == 'switched' and ws['params']['template_version']['version'] == first
         assert ws['facts']['pool_member'] == now[0]['member']
+    finally:
+        ctl.stop()
+
+
+def test_two_creates_at_once_and_one_warm_member_one_takes_it_the_other_is_cold(cluster, repo, tmp_path):
+    ctl = Controller(cluster, tmp_path / 'ctl')
+    try:
+        declaration = declared(ctl, 'race', 1)
+        assert fill(ctl, declaration).ok
+        member = members(ctl, 'race', 'warm')[0]['member']
+        inventory = os.path.join(ctl.workdir, 'race.json')
+        with open(inventory, 'w') as out:
+            json.dump({'workspaces': {'hosts': dict((name, {'workspace': name}) for name in ('race-a', 'race-b')),
+                                      'vars': {'ansible_connection': 'local',
+                                               'ansible_python_interpreter': sys.executable}}}, out)
+        request = request_vars(repo.url, 'race-a', ephemera_pools=declaration)
+        request.pop('workspace')
+        run = ctl.create(request, inventory=inventory, target='workspaces', forks=2)
+        assert run.ok, run.explain()
+        taken = dict((name, ctl.workspace(name)['facts'].get('from_pool')) for name in ('race-a', 'race-b'))
+        assert sorted(taken.values(), key=str) == [None, 'race'], taken
+        holder = [name for name, pool in taken.items() if pool][0]
+        assert [(m['member'], m['workspace']) for m in members(ctl, 'race')] == [(member, holder)]
+        assert ctl.ours('race-a') == [ctl.workspace('race-a')['resource_id']]
+        assert ctl.ours('race-b') == [ctl.workspace('race-b')['resource_id']]
+        with ctl.journal() as journal:
+            assert pools.violations(journal) == []
     finally:
         ctl.stop()

@@ -195,10 +195,15 @@ def scenario(time_scale, count, repeat, forks, latency):
                            cpu=cpu, tasks=len(task_seconds(data)))
         return out
     finally:
-        cluster.stop()
-        # The runners and agents started their own sessions in the guests: gone with the guests' files.
-        stop_leftovers(cluster.info['state_dir'])
-        shutil.rmtree(workdir, ignore_errors=True)
+        teardown(cluster, workdir)
+
+
+def teardown(cluster, workdir):
+    """Stop a benchmark's cluster and remove its working directory."""
+    cluster.stop()
+    # The runners and agents started their own sessions in the guests: gone with the guests' files.
+    stop_leftovers(cluster.info['state_dir'])
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main():

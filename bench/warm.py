@@ -22,7 +22,6 @@ No figure is asserted.
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -31,9 +30,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The repository root first on sys.path, so that bench.* and tests.* import as packages.
 sys.path[0] = ROOT
 
-from bench.create import make_repo, run_community, run_create, workspace_figures  # noqa: E402 pylint: disable=wrong-import-position
+from bench.create import make_repo, run_community, run_create, teardown, workspace_figures  # noqa: E402 pylint: disable=wrong-import-position
 from tests.localpve import LocalCluster  # noqa: E402 pylint: disable=wrong-import-position
-from tests.localpve.guests import stop_leftovers  # noqa: E402 pylint: disable=wrong-import-position
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal  # noqa: E402 pylint: disable=wrong-import-position
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import POOLED_STEPS, STEPS  # noqa: E402 pylint: disable=wrong-import-position
 
@@ -94,9 +92,7 @@ def scenario(time_scale, count, repeat, forks):
         from_pool(journal, names)
         return out
     finally:
-        cluster.stop()
-        stop_leftovers(cluster.info['state_dir'])
-        shutil.rmtree(workdir, ignore_errors=True)
+        teardown(cluster, workdir)
 
 
 def main():

@@ -13,7 +13,7 @@ PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run
 
 .PHONY: help venv system-packages test unit static sanity lint integration test-clouds test-cores demo collection
 .PHONY: bench-journal bench-journal-tasks bench-queue bench-create bench-reconcile bench-step bench-expire
-.PHONY: bench-inventory bench-template bench-agent bench-fork faults faults-clouds soak soak-fleet
+.PHONY: bench-inventory bench-template bench-agent bench-fork bench-warm faults faults-clouds soak soak-fleet
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
 .PHONY: molecule
 .PHONY: cloud-up cloud-status cloud-down
@@ -42,6 +42,7 @@ help:
 	@echo "make bench-template  a template build by step, and create-to-ready on debian vs default guests"
 	@echo "make bench-agent   the real agent CLIs: create to ready, first edit, idle, and the agents' share"
 	@echo "make bench-fork    one ready workspace forked into 4 children against 4 cold creates"
+	@echo "make bench-warm    a create from a warm pool against a cold one and community.proxmox clone+start"
 
 system-packages:
 	@scripts/system-packages.sh
@@ -230,6 +231,10 @@ bench-create: venv
 # One ready workspace forked into 4 children against 4 cold creates, on the try-out cluster (bench/fork.py).
 bench-fork: venv
 	$(BIN)/python bench/fork.py
+
+# A create that takes a warm pool member against a cold one and community.proxmox, at time scale 0 (bench/warm.py).
+bench-warm: venv
+	$(BIN)/python bench/warm.py
 
 # One task of the collection as a module process against the same module run in the worker by its action plugin,
 # with and without the module's code loaded before the workers are forked (plugin_utils/in_process.py).

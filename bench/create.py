@@ -77,8 +77,9 @@ def make_repo(workdir):
     return 'file://' + repo
 
 
-def run_create(workdir, state_dir, journal, repo, names, forks):
-    """One ansible-playbook run creating ``names``; (wall seconds, start epoch, json output)."""
+def run_create(workdir, state_dir, journal, repo, names, forks, extra_vars=None, playbook=PLAYBOOK):
+    """One ansible-playbook run creating ``names`` (``extra_vars`` added, ``playbook`` another playbook of the same
+    hosts); (wall seconds, start epoch, json output)."""
     inventory = os.path.join(workdir, 'hosts-%d.json' % len(names))
     with open(inventory, 'w') as out:
         json.dump({'workspaces': {'hosts': dict((n, {'workspace': n}) for n in names), 'vars': {
@@ -86,8 +87,8 @@ def run_create(workdir, state_dir, journal, repo, names, forks):
     extra = os.path.join(workdir, 'vars.json')
     with open(extra, 'w') as out:
         json.dump({'target': 'workspaces', 'repo': repo, 'purpose': 'Benchmark the create', 'agent': 'bench',
-                   'ephemera_agents': {'bench': AGENT}}, out)
-    cmd = ['ansible-playbook', '-i', INVENTORY, '-i', inventory, PLAYBOOK, '-e', '@' + extra, '--forks', str(forks)]
+                   'ephemera_agents': {'bench': AGENT}, **(extra_vars or {})}, out)
+    cmd = ['ansible-playbook', '-i', INVENTORY, '-i', inventory, playbook, '-e', '@' + extra, '--forks', str(forks)]
     started = time.time()
     run = run_ansible(cmd, env={'LOCALPVE_STATE_DIR': state_dir, 'EPHEMERA_JOURNAL': journal}, timeout=3600)
     if not run.ok or run.data is None:
@@ -194,10 +195,15 @@ def scenario(time_scale, count, repeat, forks, latency):
                            cpu=cpu, tasks=len(task_seconds(data)))
         return out
     finally:
-        cluster.stop()
-        # The runners and agents started their own sessions in the guests: gone with the guests' files.
-        stop_leftovers(cluster.info['state_dir'])
-        shutil.rmtree(workdir, ignore_errors=True)
+        teardown(cluster, workdir)
+
+
+def teardown(cluster, workdir):
+    """Stop a benchmark's cluster and remove its working directory."""
+    cluster.stop()
+    # The runners and agents started their own sessions in the guests: gone with the guests' files.
+    stop_leftovers(cluster.info['state_dir'])
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main():

@@ -17,6 +17,9 @@ description:
     running workspace without a recorded address costs one more request (its C(interfaces)), and those run a few
     at a time (O(max_concurrency)). Pool members that the journal does not know are reported in the C(orphans)
     group, with the verdict of their ownership marker (one C(config) read each).
+  - Warm pool members (containers made ahead of demand by the C(pool_fill) playbook) are hosts too, in the groups
+    C(warm_pool_members) and C(warm_pool_<pool>), with C(warm_pool) naming their pool; a create that takes one
+    makes it that workspace's host.
   - The inventory changes nothing in the cluster or the journal. Orphans are reported, never acted on; the
     workspaces' own records are never changed. The one file it writes is the known-hosts file of O(known_hosts_file)
     (with the default O(host_key_pinning=file); none with V(inline)), and its cache when caching is on.
@@ -498,6 +501,8 @@ def workspace_entry(record, debts, operation, now=None):
         'marker_nonce': ownership.record_nonce(record),
         # A template build's candidate (or a built version's container): not a workspace, never a host.
         'template_build': bool(params.get('build')),
+        # A warm pool member's pool (docs/pools.md): a host in the groups warm_pool_members and warm_pool_<pool>.
+        'warm_pool': (params.get('pool_member') or {}).get('pool'),
         'pool': params.get('pool'),
         'lock': None,
         'tags': sorted(set(['ephemera'] + as_list(params.get('tags')))),
@@ -659,7 +664,7 @@ def workspace_vars(ws):
     names = ('name', 'status', 'activity', 'agent', 'desired_state', 'vmid', 'candidate_vmid', 'node', 'step', 'operation',
              'repo', 'ref', 'purpose', 'created_at', 'updated_at', 'last_failure', 'cleanup_debt', 'address',
              'address_source', 'agent_user', 'ssh_user', 'ssh_port', 'host_key', 'live_status', 'lock', 'pool', 'tags',
-             'lease', 'cleanup_status')
+             'lease', 'cleanup_status', 'warm_pool')
     out = dict((k, ws.get(k)) for k in names)
     out['marker'] = ws.get('marker')
     return out
@@ -672,6 +677,8 @@ def workspace_groups(ws):
         groups.append('node_' + safe_group(ws['node']))
     if ws['cleanup_debt']:
         groups.append('cleanup_debt')
+    if ws.get('warm_pool') and ws['status'] != 'destroyed':
+        groups += ['warm_pool_members', 'warm_pool_' + safe_group(ws['warm_pool'])]
     # The journal expects a container that the cluster does not show (or shows as someone else's).
     if ws['vmid'] is not None and ws['status'] in EXPECTS_CONTAINER and ws['live_status'] in ('absent', 'mismatch'):
         groups.append('missing')

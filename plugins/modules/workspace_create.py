@@ -304,6 +304,15 @@ options:
     description: Seconds to wait for the agent runner to answer; a runner whose process exited fails the step at once.
     type: int
     default: 60
+  pools:
+    description:
+      - The warm pools (C(ephemera_pools), see M(ephemera.workspaces.workspace_pool)). The V(vmid) step of a request
+        that matches one (provider, node, template, and the pool's repository or none) takes a warm member that
+        passes its claim check (its container runs, carries its marker, its runner answers) instead of cloning; the
+        workspace records it as C(facts.from_pool). A member failing the check is released; with none left the
+        create goes on cold.
+    type: list
+    elements: dict
 '''
 
 EXAMPLES = r'''
@@ -338,7 +347,8 @@ workspace:
 details:
   description:
     - Facts of the step that ran. V(request), replaying an earlier request with the same O(idempotency_key),
-      C(replayed) (V(true)) and C(result) (name, vmid, node, address, status); V(vmid) C(vmid), the candidate id;
+      C(replayed) (V(true)) and C(result) (name, vmid, node, address, status); V(vmid) C(vmid), the candidate id
+      (or the container of the warm pool member it took, with C(from_pool), the pool);
       V(clone) C(vmid) and C(upid), the clone task (only C(vmid) when a clone made earlier was adopted);
       V(wait_clone) C(vmid) and C(warnings), the clone task's warning lines; V(start) C(upid); V(address)
       C(address); V(ssh) C(attempts), the connections it took; V(checkout) C(head), the commit checked out.
@@ -513,6 +523,7 @@ def argument_spec():
         address_timeout=dict(type='int', default=120),
         ssh_timeout=dict(type='int', default=120),
         runner_timeout=dict(type='int', default=60),
+        pools=dict(type='list', elements='dict'),
     )
     spec.update(controller_argument_spec())
     spec.update(connection_argument_spec())

@@ -116,6 +116,17 @@ workspaces:
           it in one line, or null).
       type: dict
       sample: {"parent": null, "children": ["fix-1", "fix-2"], "fork_point": "4f1c2e...", "last_fork": null}
+    from_pool:
+      description: The warm pool whose member the create took (docs/pools.md), or null for a cold create.
+      type: str
+      sample: debian
+    pool_member:
+      description:
+        - For a warm pool member's record, its C(pool), membership C(state) (V(filling), V(warm), V(claimed),
+          V(released), or V(forgotten) once its container was deleted) and a one-line C(summary) (null once claimed
+          or forgotten); null for a workspace.
+      type: dict
+      sample: {"pool": "debian", "state": "warm", "summary": "warm pool debian: warm"}
     checkout_path:
       description:
         - Where the repository is checked out, as the guest's files are reached (on the try-out places' host tier,
@@ -265,7 +276,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
-
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import (
     history_argument_spec,
     journal_argument_spec,
@@ -306,6 +317,19 @@ def fork_tree(record):
             if last else None}
 
 
+def pool_membership(journal, record):
+    """{pool, state} of a warm pool member's record (docs/pools.md), else None."""
+    pool = ((record.get('params') or {}).get('pool_member') or {}).get('pool')
+    if not pool:
+        return None
+    member = pools.member(journal, pool, record['name'])
+    state = member['state'] if member else 'forgotten'
+    waiting = state in ('filling', 'warm', 'released')
+    return {'pool': pool, 'state': state, 'summary': 'warm pool %s: %s%s' % (
+        pool, state, ' (%s)' % member['reason'] if state == 'released' and member.get('reason') else '')
+        if waiting else None}
+
+
 def read_workspaces(journal, name=None, status=None, activity=None, events=False, events_limit=50):
     """The matching records, each with its cleanup debt, its operations and (optionally) its event log."""
     records = journal.list_workspaces(status=status, activity=activity, names=[name] if name else None)
@@ -322,6 +346,8 @@ def read_workspaces(journal, name=None, status=None, activity=None, events=False
                                                         record.get('vmid'), params.get('checkout_path'))
         record['operations'] = queue.entries(target=record['name'], target_type='workspace', recent=5)
         record['fork'] = fork_tree(record)
+        record['from_pool'] = (record.get('facts') or {}).get('from_pool')
+        record['pool_member'] = pool_membership(journal, record)
         if events:
             record['events'] = journal.events(record['name'], limit=events_limit or None)
     return records

@@ -86,6 +86,9 @@ entries:
     name:
       description: The workspace's name.
       type: str
+    warm_pool:
+      description: For a warm pool member (docs/pools.md), its pool; its report line says so. Null for a workspace.
+      type: str
     category:
       description: V(pending), V(failed), V(retained), V(expired), V(complete) or V(none), as in O(statuses).
       type: str

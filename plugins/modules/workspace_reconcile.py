@@ -109,7 +109,8 @@ counts:
     left behind by a destroyed workspace, deleted with O(orphans=delete)), V(destroyed_present) (a container at the
     id of a workspace the journal records as destroyed), V(debt_settled), V(debt_open),
     V(busy), V(unfinished_create), V(unfinished_fork) (a child of a fork not adopted yet, left to its fork),
-    V(template_build) (a template build's candidate, left to its builds),
+    V(template_build) (a template build's candidate, left to its builds), V(pool_member) (a warm pool member, left
+    to pool_fill),
     V(adoptable), V(candidate_taken), V(missing), V(not_ours), V(failed), V(orphan),
     V(unreadable), V(foreign), V(other_provider) (a workspace of another provider or region, not looked at),
     V(ok)); with O(fleet), also V(unreachable) (a place that could not be reached).

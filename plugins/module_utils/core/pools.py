@@ -57,9 +57,14 @@ def validate_pool(spec):
         raise PoolError('Pool %s: warm pools are built on %s only, not on %s. Remove the pool, or declare it for '
                         'one of those providers; creates on %s stay cold.'
                         % (name, ', '.join(POOL_PROVIDERS), pool['provider'], pool['provider']))
-    for key in ('location', 'template'):
-        if not isinstance(pool.get(key), str) or not pool[key]:
-            raise PoolError('Pool %s has no %s: say which %s its members are made on.' % (name, key, key))
+    if not isinstance(pool.get('location'), str) or not pool['location']:
+        raise PoolError('Pool %s has no location: say which location its members are made on.' % name)
+    template = pool.get('template')
+    # A template name, or the VMID of a prepared template (a number, or its digits).
+    if isinstance(template, bool) or not (isinstance(template, str) and template or
+                                          isinstance(template, int) and template > 0):
+        raise PoolError('Pool %s has no template: say which template its members are made on (a template name or '
+                        'VMID).' % name)
     pool.setdefault('repo', None)
     size = pool.get('size')
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
@@ -77,14 +82,21 @@ def validate_pool(spec):
 
 
 def matching_pool(pools, request):
-    """The first declared pool whose provider, location, template and repository equal ``request``'s, or None.
-    A pool declares its repository or none: a pool without one serves only requests without one (a member with
-    another repository fetched would be the wrong checkout)."""
-    for pool in pools or ():
-        if (pool.get('provider', 'proxmox') == request.get('provider', 'proxmox')
+    """The declared pool that serves ``request``, or None: its provider, location and template equal the request's
+    (a template VMID given as a number or as digits is the same template), and its repository is the request's (its
+    members have that repository fetched already), else it has none (its members have nothing fetched: the checkout
+    clones the request's). A pool of the request's repository comes first; then the order of the declarations."""
+    def same(pool):
+        return (pool.get('provider', 'proxmox') == request.get('provider', 'proxmox')
                 and pool.get('location') == request.get('location')
-                and pool.get('template') == request.get('template')
-                and (pool.get('repo') or None) == (request.get('repo') or None)):
+                and str(pool.get('template')) == str(request.get('template')))
+    fitting = [pool for pool in pools or () if same(pool)]
+    repo = request.get('repo') or None
+    for pool in fitting:
+        if repo is not None and (pool.get('repo') or None) == repo:
+            return pool
+    for pool in fitting:
+        if not pool.get('repo'):
             return pool
     return None
 
@@ -164,26 +176,27 @@ def mark_warm(journal, record, claim=None):
     return moved or record
 
 
-def claim_member(journal, pool, workspace, claim=None, check=None, version=None):
+def claim_member(journal, pool, workspace, claim=None, check=None, version=None, life=None):
     """Give workspace ``workspace`` one warm member of pool ``pool`` (a name), by compare-and-set: the member it has
-    claimed already (a rerun after a crash), else the oldest warm member not taken by another run first. A member
-    made from another template version than ``version`` (the template's current one, when given) and one that fails
-    ``check`` (member -> bool, the claim check) are released, never given out: a controller that died between a
-    template switch and its drain gives out no member of the old version. None when no member could be had: the
-    caller creates cold."""
+    claimed already in this life (``life``: when its request was recorded; a rerun after a crash), else the oldest
+    warm member not taken by another run first. A member made from another template version than ``version`` (the
+    template's current one, when given) and one that fails ``check`` (member -> True, or False or a sentence saying
+    why not: the claim check) are released, never given out: a controller that died between a template switch and
+    its drain gives out no member of the old version. None when no member could be had: the caller creates cold."""
     for record in members(journal, pool, state='claimed'):
-        if record.get('workspace') == workspace:
+        if record.get('workspace') == workspace and record.get('life') == life:
             return record
     for record in members(journal, pool, state='warm'):
         if version is not None and record.get('version') != version:
             release(journal, record, 'made from template version %s, the template is at %s' % (
                 record.get('version'), version), claim=claim)
             continue
-        if check is not None and not check(record):
-            release(journal, record, 'failed its claim check', claim=claim)
+        verdict = check(record) if check is not None else True
+        if verdict is not True:
+            release(journal, record, 'failed its claim check: %s' % (verdict or 'no reason given'), claim=claim)
             continue
         taken = _move(journal, record, ('warm',), claim, 'pool_claim', state='claimed', workspace=workspace,
-                      claimed_at=time.time())
+                      life=life, claimed_at=time.time())
         if taken is not None:
             return taken
     return None
@@ -245,10 +258,11 @@ def violations(journal):
             if not record.get('workspace'):
                 problems.append('member %s is claimed by no workspace' % record['key'])
             else:
-                holders.setdefault(record['workspace'], []).append(record['key'])
+                # A name destroyed and requested again is another life of it, which may hold a member of its own.
+                holders.setdefault((record['workspace'], record.get('life')), []).append(record['key'])
         elif record.get('workspace'):
             problems.append('member %s is %s but names workspace %s' % (record['key'], state, record['workspace']))
-    for workspace, keys in sorted(holders.items()):
+    for (workspace, dummy), keys in sorted(holders.items(), key=lambda item: (item[0][0], str(item[0][1]))):
         if len(keys) > 1:
             problems.append('workspace %s holds %d members: %s' % (workspace, len(keys), ', '.join(keys)))
     return problems

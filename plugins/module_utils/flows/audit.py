@@ -109,6 +109,11 @@ def entry(ws, debts, now):
         raise EphemeraError('Workspace %s: %s' % (ws.get('name'), err), workspace=ws.get('name'))
     cleanup = ws.get('cleanup') or {}
     last = _last_debt(debts)
+    member = None if (ws.get('facts') or {}).get('claimed_by') else \
+        ((ws.get('params') or {}).get('pool_member') or {}).get('pool')
+    if member and shown == leasing.PENDING and ws['desired_state'] == 'present':
+        # A warm pool member waits in the status its last create step left: no cleanup is under way, its lease runs.
+        shown = leasing.NO_CLEANUP
     category = shown
     if shown == leasing.NO_CLEANUP and expires_at is not None and now >= expires_at:
         category = EXPIRED
@@ -116,6 +121,8 @@ def entry(ws, debts, now):
     last_error = cleanup.get('cleanup_error') or (last or {}).get('last_error')
     found = {
         'name': ws['name'],
+        # A warm pool member's pool (docs/pools.md); None for a workspace.
+        'warm_pool': member,
         'category': category,
         'cleanup_status': shown,
         'status': ws['status'],
@@ -204,6 +211,8 @@ def report_line(found):
             ['retained until %s' % found['retained_until']] if found.get('retained_until') else [])
     else:
         details = ['status %s' % found['status']]
+    if found.get('warm_pool'):
+        details.insert(0, 'member of warm pool %s' % found['warm_pool'])
     return '%s: %s (%s): %s' % (found['name'], found['category'], ', '.join(details) or 'no error recorded',
                                 found['advice'])
 

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools as pooling
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import agents as agent_defs
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
@@ -36,7 +37,13 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import default_requester
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import Flow, StepResult, unadopted_fork
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import (
+    LOCATION,
+    RESOURCE_ID,
+    Flow,
+    StepResult,
+    unadopted_fork,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
     Allocation,
     Conflict,
@@ -62,6 +69,16 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh impo
     wait_for_guest,
 )
 
+# The steps a warm pool member did that a workspace taking it does not repeat, and what it takes of the member's facts
+# (the host key the member's first connection pinned and its bootstrap renewed). The configure step runs (the request's
+# settings), the bootstrap only writes the request's credentials, then the checkout, the brief and ready.
+POOLED_STEPS = ('vmid', 'clone', 'wait_clone', 'start', 'address', 'ssh', 'runner')
+MEMBER_FACTS = ('host_key', 'host_keys_published', 'pool_fetched')
+# What a request records of the module's options (besides the lease, the requester and the secrets' names).
+REQUEST_KEYS = ('template', 'node', 'pool', 'full_clone', 'storage', 'repo', 'ref', 'purpose', 'agent', 'agents',
+                'cores', 'memory', 'bridge', 'address_mode', 'address_range', 'address_prefix', 'gateway',
+                'checkout_path', 'guest_root', 'ssh_user', 'ssh_port', 'agent_user', 'agent_user_is_ssh_user', 'tags',
+                'agent_base_urls', 'agent_models')
 STEPS = ('request', 'vmid', 'clone', 'wait_clone', 'configure', 'start', 'address', 'ssh', 'bootstrap', 'checkout',
          'runner', 'brief', 'ready')
 STEP_LABELS = {
@@ -405,16 +422,7 @@ class CreateFlow(Flow):
             raise CreateError('A new request for workspace %r needs template, repo and purpose; %s %s not given. To '
                               'continue the request recorded for it, set resume=true instead.'
                               % (self.name, ', '.join(missing), 'is' if len(missing) == 1 else 'are'), step='request')
-        req = dict((k, self.params[k]) for k in (
-            'template', 'node', 'pool', 'full_clone', 'storage', 'repo', 'ref', 'purpose', 'agent', 'agents', 'cores',
-            'memory', 'bridge', 'address_mode', 'address_range', 'address_prefix', 'gateway', 'checkout_path',
-            'guest_root', 'ssh_user', 'ssh_port', 'agent_user', 'agent_user_is_ssh_user', 'tags', 'agent_base_urls',
-            'agent_models'))
-        req['agents'] = req['agents'] or {}
-        req['agent_base_urls'] = req['agent_base_urls'] or {}
-        req['agent_models'] = req['agent_models'] or {}
-        # Stored under a name the journal does not mask: it is the key file's path, not the key.
-        req['ssh_key_path'] = self.params['ssh_private_key']
+        req = self._settings_of_request()
         # Whose workspace it is: the brief is theirs to amend (_check_amender).
         req['requester'] = self._requester()
         # Which secrets the request came with (names, never values), so that a run resuming it without them
@@ -431,6 +439,7 @@ class CreateFlow(Flow):
         validate_checkout_path(req['checkout_path'])
         self._check_agent_user(req)
         self._check_agent(req)
+        self._declared_pools(step='request')
         if req['address_mode'] == 'static':
             address_candidates(req['address_range'])
         try:
@@ -445,21 +454,7 @@ class CreateFlow(Flow):
         replay = self._begin_idempotent(req)
         if replay is not None:
             return replay
-        # A template name stands for its current version now: the workspace records which one it came from, and
-        # goes on from it whatever a later build switches the name to.
-        if self.provider.journal_templates:
-            req['template_vmid'], template_node, version = resolve_template(self.journal, req['template'])
-        else:
-            # A cloud's image (an AMI id, or a name it resolves to one) is resolved once and recorded: a rerun, or
-            # a resume, launches from the same image whatever the name points to later.
-            req['template_vmid'], template_node, version = self._resolve_source(req), None, None
-            req['launch'] = self.provider.launch_options()
-            req['created_by'] = Owner.of_run().host
-        if version:
-            req['template_version'] = version
-            req['node'] = req['node'] or template_node
-        node = self._check_source(req)
-        req['node'] = node
+        node = self._resolve_source_of(req)
         repository = self._check_repository(req)
         if self.check_mode:
             return StepResult(True, 'request: would record workspace %s%s' % (self.name, repository))
@@ -477,6 +472,34 @@ class CreateFlow(Flow):
             self.ws = self.save('recreated', kind='recorded', address=None, failure=None, facts={}, activity='unknown',
                                 **fields)
         return StepResult(True, 'request: recorded workspace %s%s' % (self.name, repository))
+
+    def _settings_of_request(self):
+        """The request's recorded parameters as this run's options give them (the secrets only by name, later)."""
+        req = dict((k, self.params.get(k)) for k in REQUEST_KEYS)
+        req['agents'] = req['agents'] or {}
+        req['agent_base_urls'] = req['agent_base_urls'] or {}
+        req['agent_models'] = req['agent_models'] or {}
+        # Stored under a name the journal does not mask: it is the key file's path, not the key.
+        req['ssh_key_path'] = self.params['ssh_private_key']
+        return req
+
+    def _resolve_source_of(self, req):
+        """Resolve what ``req`` clones from into ``req`` (template_vmid, template_version, node); the node."""
+        # A template name stands for its current version now: the workspace records which one it came from, and
+        # goes on from it whatever a later build switches the name to.
+        if self.provider.journal_templates:
+            req['template_vmid'], template_node, version = resolve_template(self.journal, req['template'])
+        else:
+            # A cloud's image (an AMI id, or a name it resolves to one) is resolved once and recorded: a rerun, or
+            # a resume, launches from the same image whatever the name points to later.
+            req['template_vmid'], template_node, version = self._resolve_source(req), None, None
+            req['launch'] = self.provider.launch_options()
+            req['created_by'] = Owner.of_run().host
+        if version:
+            req['template_version'] = version
+            req['node'] = req['node'] or template_node
+        req['node'] = self._check_source(req)
+        return req['node']
 
     def _resolve_source(self, req):
         """The id a cloud provider allocates from for the request's source; refused before anything is recorded."""
@@ -740,6 +763,161 @@ class CreateFlow(Flow):
                                               claim=self.claim)
         return self._replayed(claim) if claim.replayed else None
 
+    # ------------------------------------------------------------ warm pools
+
+    def record_member(self, pool, version=None):
+        """Record this workspace as a member of warm pool ``pool`` (a validated declaration): a request that is the
+        pool's (its template, location and repository; the run's sizes and guest settings) with no purpose, ref or
+        secrets, so that every create step before the checkout of a ref and the brief can run for it."""
+        if self.ws is not None:
+            return StepResult(False, 'pool member %s: already recorded (%s)' % (self.name, self.ws['status']))
+        req = self._settings_of_request()
+        req.update(template=template_value(pool['template']), node=pool['location'], repo=pool.get('repo'), ref=None,
+                   purpose=None, requester={'by': 'pool_fill', 'job_id': self.params.get('job_id') or None},
+                   inputs={'agent_env': [], 'git_login': False}, pool_member={'pool': pool['name']})
+        if req['address_mode'] == 'static':
+            raise CreateError('Pool %s: a member takes its address by DHCP (a static address is leased to a '
+                              'workspace by name); set address_mode dhcp for the pool fill.' % pool['name'],
+                              step='request')
+        self._check_agent_user(req)
+        self._check_agent(req)
+        self._check_key()
+        node = self._resolve_source_of(req)
+        if version is not None and (req.get('template_version') or {}).get('version') not in (None, version):
+            raise CreateError('Pool %s: template %s moved to version %s while the member was recorded for version '
+                              '%s; the next fill makes members of the new one.'
+                              % (pool['name'], pool['template'], req['template_version']['version'], version),
+                              step='request')
+        if self.check_mode:
+            return StepResult(True, 'pool member %s: would record it' % self.name)
+        now = time.time()
+        # A member nobody takes is given up at the end of its lease, however idle it is meanwhile.
+        terms = leasing.new_lease(now, ttl=pool['lease'], idle_timeout=pool['lease'], keep=False)
+        self.ws = self.journal.create_workspace(
+            self.name, claim=self.claim, status='requested', desired_state='present', repo=req['repo'], ref=None,
+            purpose=None, params=req, progress={'request': now}, lease=terms, lease_expires_at=terms['expires_at'],
+            cleanup={}, **self.resource_fields(provider=self.provider.name, location=node))
+        return StepResult(True, 'pool member %s: recorded for pool %s' % (self.name, pool['name']))
+
+    def _declared_pools(self, step=None):
+        """The ``pools`` option, each declaration checked (CreateError saying what to correct)."""
+        try:
+            return [pooling.validate_pool(p) for p in self.params.get('pools') or []]
+        except pooling.PoolError as err:
+            raise CreateError('%s Correct ephemera_pools and run again.' % err, step=step)
+
+    def _pool_request(self):
+        """What a pool must match for this workspace: provider, location, template and repository."""
+        req = self.request
+        return {'provider': self.provider.name, 'location': req.get('node'), 'template': req.get('template'),
+                'repo': req.get('repo')}
+
+    def _from_pool(self):
+        """The vmid step's result when a warm member of a pool that matches the request became this workspace, else
+        None (no pool declared or matching, none warm, each failing its claim check): the create goes on cold."""
+        req = self.request
+        declared = self.params.get('pools') or []
+        if (not declared or self.check_mode or req.get('fork') or req.get('pool_member') or self.provider is None
+                or req.get('address_mode') == 'static' or self.ws['facts'].get('cold')):
+            return None
+        pool = pooling.matching_pool(self._declared_pools(), self._pool_request())
+        if pool is None:
+            return None
+        version = (req.get('template_version') or {}).get('version')
+        life = (self.ws['progress'] or {}).get('request')
+        record = pooling.claim_member(self.journal, pool['name'], self.name, claim=self.claim, check=self._claim_check,
+                                      version=version, life=life)
+        if record is None:
+            # Noted, so that a rerun of this step does not look again and take a member after a cold clone began.
+            self.save('pool_empty', kind='observed', detail={'pool': pool['name']},
+                      facts=dict(self.ws['facts'], cold='pool %s had no warm member that passed its claim check'
+                                 % pool['name']))
+            return None
+        return self._take_member(pool, record)
+
+    def _claim_check(self, record):
+        """True when member ``record`` may be given out: its record names a container that carries its marker, runs,
+        and whose agent runner answers; else why not (the member is then released)."""
+        member = self.journal.get_workspace(record['member'])
+        if member is None or member['status'] == 'destroyed' or not member[RESOURCE_ID]:
+            return 'its workspace record names no container'
+        if member['desired_state'] != 'present' or (member.get('lease') and
+                                                    leasing.is_expired(member['lease'], time.time())):
+            return 'its lease expired: the expiry sweep deletes it'
+        try:
+            resource = self.provider.find(member[RESOURCE_ID], member[LOCATION])
+            if resource is None:
+                return 'its container %s is gone' % self.provider.label(member[RESOURCE_ID])
+            verdict = self.provider.verify(resource, member['name'], ownership.record_nonce(member))
+            if verdict != ownership.VERIFIED:
+                return 'its container does not carry its marker (%s)' % verdict
+            if not self.provider.power(resource).running:
+                return 'its container %s is not running' % self.provider.label(resource.id)
+        except ProviderError as err:
+            return 'its container could not be looked at: %s' % err
+        answer = agent_flow.ask(member, key_file=self.params.get('ssh_private_key'),
+                                timeout=min(10, self.params.get('ssh_timeout') or 10))
+        if not answer.get('alive'):
+            return 'its agent runner does not answer: %s' % (answer.get('error') or answer)
+        return True
+
+    def _close_member(self, member, vmid):
+        """End the life of claimed member record ``member``: its container (``vmid``, None when it vanished) is this
+        workspace's now; the record stays, for audit."""
+        if member is None or member['status'] == 'destroyed':
+            return
+        self.journal.update_workspace(
+            member['name'], member['generation'], claim=self.claim,
+            event={'kind': 'observed', 'action': 'pool_claimed', 'detail': {'by': self.name, 'vmid': vmid}},
+            status='destroyed', desired_state='destroyed', facts=dict(member['facts'] or {}, claimed_by=self.name),
+            **self.resource_fields(resource_id=None, candidate_id=None))
+
+    def _take_member(self, pool, record):
+        """Make the claimed member ``record`` this workspace: its container re-signed with this workspace's marker,
+        host name and lease labels, its record's container, address and host key taken over, the member's record
+        closed. Every part is done again or found done by a rerun (the claim stays this workspace's)."""
+        member = self.journal.get_workspace(record['member'])
+        facts = self.ws['facts']
+        nonce = ownership.record_nonce(self.ws) or ownership.new_nonce()
+        if facts.get('from_pool') != pool['name'] or facts.get('marker_nonce') != nonce:
+            # The nonce the container's new marker carries, recorded before it is written (journal first).
+            self.save('pool_claim', kind='dispatched', detail={'pool': pool['name'], 'member': record['member']},
+                      facts=dict(facts, from_pool=pool['name'], pool_member=record['member'], marker_nonce=nonce))
+        if self.resource_id is None:
+            resource = None
+            if member is not None and member[RESOURCE_ID]:
+                resource = self.provider.find(member[RESOURCE_ID], member[LOCATION])
+            if resource is None:
+                # Gone between its claim check and now: this workspace goes on cold, the member's life ends here.
+                self._close_member(member, None)
+                self.save('pool_member_gone', kind='observed', detail={'member': record['member']},
+                          facts=dict(self.ws['facts'], from_pool=None, cold='pool member %s vanished after its claim'
+                                     % record['member']))
+                return None
+            mine = self.provider.verify(resource, self.name, nonce)
+            if mine != ownership.VERIFIED:
+                if self.provider.verify(resource, member['name'], ownership.record_nonce(member)) != ownership.VERIFIED:
+                    raise CreateError('%s, the container of pool member %s, carries neither its marker nor this '
+                                      'workspace\'s; refusing to touch it. Reconcile reports it; destroy this '
+                                      'workspace and create it again.' % (self.provider.label(resource.id),
+                                                                          record['member']))
+                self.provider.remark(resource, self.name, nonce, 'agent-%s' % self.name, self._labels('provisioning'))
+            mfacts = dict(member['facts'] or {})
+            if member['params'].get('repo') and member['params'].get('repo') == self.request.get('repo'):
+                mfacts['pool_fetched'] = True
+            now = time.time()
+            done = dict((step, now) for step in POOLED_STEPS)
+            self.save('pool_member_taken', detail={'pool': pool['name'], 'member': record['member'],
+                                                   'vmid': member[RESOURCE_ID]},
+                      address=member['address'], progress=dict(self.ws['progress'], **done),
+                      facts=dict(self.ws['facts'], **dict((k, mfacts[k]) for k in MEMBER_FACTS if k in mfacts)),
+                      **self.resource_fields(resource_id=member[RESOURCE_ID], candidate_id=member[RESOURCE_ID],
+                                             location=member[LOCATION]))
+        self._close_member(member, member[RESOURCE_ID] if member else None)
+        return StepResult(True, 'candidate vmid: %s taken from warm pool %s (member %s)'
+                          % (self.provider.label(self.resource_id), pool['name'], record['member']),
+                          vmid=self.resource_id, from_pool=pool['name'])
+
     # --------------------------------------------------------------- 2. vmid
 
     def _next_candidate(self, avoid=()):
@@ -757,6 +935,9 @@ class CreateFlow(Flow):
         if self.candidate_id:
             self.done('vmid')
             return StepResult(False, 'candidate vmid: %s (kept)' % self.candidate_id)
+        taken = self._from_pool()
+        if taken is not None:
+            return taken
         vmid = self._next_candidate()
         self.save('candidate_vmid', kind='recorded', **self.resource_fields(candidate_id=vmid))
         self.done('vmid')
@@ -1173,6 +1354,13 @@ class CreateFlow(Flow):
     def step_bootstrap(self):
         req = self.request
         credentials = self.params.get('agent_credentials')
+        if self.ws['facts'].get('from_pool'):
+            # The member was bootstrapped and given host keys of its own when it was made: only the request's
+            # credentials are new.
+            self._with_guest(lambda g: guest_ops.write_credentials(g, self._layout(), credentials))
+            self.done('bootstrap')
+            return StepResult(True, 'bootstrap: credentials written (the agent user and host keys came with pool '
+                              'member %s)' % self.ws['facts'].get('pool_member'))
         with self._guest().connect() as connected:
             keys = self._renew_host_keys(connected)
         self._with_guest(lambda g: guest_ops.bootstrap(g, self._layout(), self.ssh_user, credentials))
@@ -1225,7 +1413,9 @@ class CreateFlow(Flow):
         try:
             head, branch = self._with_guest(lambda g: guest_ops.checkout(
                 g, self._layout(), self.ssh_user, req['repo'], req['ref'], git_token=self.params.get('git_token'),
-                git_username=self.params.get('git_username') or 'git'))
+                git_username=self.params.get('git_username') or 'git',
+                # A member of a pool of this repository has it cloned already: fetched again, not cloned.
+                fetched=bool(self.ws['facts'].get('from_pool') and self.ws['facts'].get('pool_fetched'))))
         except guest_ops.GuestError as err:
             if err.details.get('helper_left'):
                 # Visible until a later checkout removes it (or the container goes).

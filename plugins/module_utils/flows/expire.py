@@ -34,6 +34,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import a
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import fleet
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import placing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import pool as pool_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive import ArchiveFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS, DestroyFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import Operation
@@ -175,13 +176,21 @@ class ExpirySweep:
             self._add(name, 'would_release', 'would archive its work and destroy it (%s)' % why)
             return
         failpoint.enter(name, 'expire.release')
+        member = pool_flow.is_member(ws)
+        if member and not pool_flow.release_member(self.journal, ws, 'its lease expired (%s)' % why):
+            # A create claimed it meanwhile: it is that workspace's now.
+            self._add(name, 'busy', 'a create took this warm pool member meanwhile; left to it')
+            return
         operation = self._claim(ws, why)
         if operation is None:
             return
-        params = dict(self.params, name=name, claim=operation.claim, archive=True, discard_unsaved_work=False)
+        # A warm pool member holds no work of anyone's: nothing to archive.
+        params = dict(self.params, name=name, claim=operation.claim, archive=not member, discard_unsaved_work=False)
         flow = DestroyFlow(self.journal, self.provider, params, self.secret, claim=operation.claim)
 
         def guard():
+            if member:
+                return
             seen = flow.run('inspect').extra
             failpoint.enter(name, 'destroy.guard')
             ArchiveFlow(self.journal, params, claim=operation.claim).guard(seen['present'], seen['running'],
@@ -203,6 +212,10 @@ class ExpirySweep:
             self._add(name, 'failed', str(err))
             return
         self._settle(name, None, None)
+        if member:
+            pool_flow.forget_member(self.journal, ws)
+            self._add(name, 'released', 'warm pool member %s, destroyed (%s)' % (member, why))
+            return
         self._add(name, 'released', 'archived and destroyed (%s)' % why)
 
     def _claim(self, ws, why):

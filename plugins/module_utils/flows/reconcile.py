@@ -36,6 +36,7 @@ import concurrent.futures
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import fleet
@@ -57,7 +58,8 @@ IN_PROGRESS = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registe
 # Finding kinds, in the order the report lists them.
 KINDS = ('destroyed', 'destroy_pending', 'destroy_blocked', 'orphan_deleted', 'destroyed_present', 'debt_settled',
          'debt_open', 'busy',
-         'unfinished_create', 'unfinished_fork', 'template_build', 'adoptable', 'candidate_taken', 'missing',
+         'unfinished_create', 'unfinished_fork', 'template_build', 'pool_member', 'adoptable', 'candidate_taken',
+         'missing',
          'not_ours', 'unreadable', 'failed', 'orphan', 'foreign', 'other_provider', 'ok')
 CONFIG_READERS = 8
 # What reconcile does with a resource bound exactly to a destroyed record, on a provider whose ids are unique.
@@ -227,6 +229,14 @@ class Reconciler:
                               'v%s; the next build of that template removes it if its build died'
                               % (ws['params']['build'].get('template'), ws['params']['build'].get('version')))
                 continue
+            member = (ws.get('params') or {}).get('pool_member')
+            if member and ws['status'] != 'destroyed':
+                # A warm pool member: its container is accounted for (never an orphan), and its create is the fill's
+                # to finish, never a create to resume (it has no request to brief).
+                self._add('pool_member', ws['name'], ws[RESOURCE_ID] or ws[CANDIDATE_ID], ws[LOCATION],
+                          'member of warm pool %s (%s); pool_fill finishes, refills and deletes members'
+                          % (member.get('pool'), self._membership(member.get('pool'), ws['name'])))
+                continue
             if ws['name'] in busy:
                 self._add('busy', ws['name'], ws[RESOURCE_ID], ws[LOCATION], 'a live run works on it (%s); left to it'
                           % busy[ws['name']])
@@ -246,6 +256,10 @@ class Reconciler:
         else:
             self._strangers(cluster, known)
         return self.report()
+
+    def _membership(self, pool, name):
+        record = pools.member(self.journal, pool, name) if pool else None
+        return record['state'] if record else 'no membership record'
 
     def _busy(self, queue):
         """Workspace name -> who runs it, for workspaces whose queue has a live running entry."""

@@ -231,7 +231,7 @@ def host_keys_install(guest, layout, stamp, install=True):
     return guest.run('sh -s', stdin='\n'.join(script), what='install the host keys').stdout.strip()
 
 
-def checkout(guest, layout, ssh_user, repo, ref, git_token=None, git_username='git', timeout=600):
+def checkout(guest, layout, ssh_user, repo, ref, git_token=None, git_username='git', timeout=600, fetched=False):
     """Clone ``repo`` into the checkout path and check out ``ref`` (None: the default branch, the one the remote's
     HEAD names); returns (the HEAD commit, the branch checked out or None for a detached HEAD).
 
@@ -241,10 +241,14 @@ def checkout(guest, layout, ssh_user, repo, ref, git_token=None, git_username='g
     with no system or global configuration, no credential helper and, with a token, no redirects.
     The helper is removed afterwards; if it cannot be (the connection broke), the GuestError says so
     (``helper_left``).
+
+    ``fetched``: the checkout path holds a clone of ``repo`` already (a warm pool member's): it is fetched again and
+    ``ref`` checked out in it (a branch at what the remote has now), instead of a new clone; a checkout path that
+    holds anything else is cloned anew.
     """
     askpass = posixpath.join(layout.helpers, 'git-askpass')
     try:
-        head = _clone(guest, layout, ssh_user, repo, ref, askpass, git_token, git_username, timeout)
+        head = _clone(guest, layout, ssh_user, repo, ref, askpass, git_token, git_username, timeout, fetched)
     except (SshError, GuestError) as exc:
         _remove_helper(guest, askpass, git_token, exc)
         raise
@@ -271,7 +275,31 @@ def git_environment(repo, git_token, git_username, askpass):
     return lines, options + gitlogin.NO_REDIRECTS, git_token + '\n'
 
 
-def _clone(guest, layout, ssh_user, repo, ref, askpass, git_token, git_username, timeout):
+def _reuse(git, layout, repo, ref):
+    """Shell lines that fetch into the clone at the checkout path when its origin is ``repo`` and check out ``ref``
+    there (a branch as the remote has it now), ending the script; otherwise they do nothing."""
+    # The branch the clone stands on (its default branch) when no ref is asked.
+    target = q(ref) if ref is not None else '"$(git symbolic-ref --quiet --short HEAD)"'
+    return [
+        'if [ -d %s/.git ] && [ "$(git -C %s config --get remote.origin.url)" = %s ]; then'
+        % (q(layout.checkout), q(layout.checkout), q(repo)),
+        '  cd %s' % q(layout.checkout),
+        '  %s fetch --quiet --tags --force origin' % git,
+        '  want=%s' % target,
+        '  if git rev-parse --quiet --verify "refs/remotes/origin/$want" >/dev/null; then',
+        '    %s checkout --quiet --force -B "$want" "refs/remotes/origin/$want" --' % git,
+        '  else',
+        '    %s checkout --quiet --force "$want" --' % git,
+        '  fi',
+        '  git clean --quiet -d --force',
+        '  echo "head $(git rev-parse HEAD)"',
+        '  echo "branch $(git symbolic-ref --quiet --short HEAD || true)"',
+        '  exit 0',
+        'fi',
+    ]
+
+
+def _clone(guest, layout, ssh_user, repo, ref, askpass, git_token, git_username, timeout, fetched=False):
     try:
         gitlogin.check_token_transport(repo, git_token)
     except gitlogin.GitLoginError as err:
@@ -281,7 +309,7 @@ def _clone(guest, layout, ssh_user, repo, ref, askpass, git_token, git_username,
         # No secret in it: root's, readable, in a directory only root writes to.
         guest.put(askpass, gitlogin.ASKPASS, mode=0o755)
     git = 'git %s' % ' '.join(q(o) for o in options)
-    script = '\n'.join(['set -e'] + env + [
+    script = '\n'.join(['set -e'] + env + (_reuse(git, layout, repo, ref) if fetched else []) + [
         'rm -rf %s' % q(layout.checkout),
         '%s clone --quiet --no-checkout -- %s %s' % (git, q(repo), q(layout.checkout)),
         'cd %s' % q(layout.checkout),

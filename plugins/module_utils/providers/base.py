@@ -349,6 +349,11 @@ class Provider:
         still reads the lease; Conflict when the resource changed since it was read."""
         raise NotImplementedError
 
+    def remark(self, resource, workspace, nonce, hostname, labels=None):
+        """Give ``resource`` (a warm pool member's) to ``workspace``: its marker signed for it with ``nonce``, its
+        host name ``hostname`` and its lease ``labels``; Conflict when the resource changed since it was read."""
+        raise NotImplementedError
+
     # --- allocation
 
     def check_source(self, source, location, scope):

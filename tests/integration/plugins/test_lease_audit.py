@@ -128,7 +128,7 @@ def test_the_playbook_reports_every_category_and_writes_nothing(tmp_path):
         return {'provider': 'proxmox', 'resource_id': rid, 'location': 'pve1'}
 
     common = dict(keep=False, attempts=0, last_error=None, failed_at=None, next_retry=None, needs_operator=False,
-                  cleanup_debt=[], retained_until=None, retained_in=None, place='proxmox')
+                  cleanup_debt=[], retained_until=None, retained_in=None, place='proxmox', warm_pool=None)
     assert entries == [
         dict(common, name='ws-creating', category='pending', cleanup_status='pending', status='provisioning',
              desired_state='present', resource=resource(None), advice='creation is under way; nothing to do'),

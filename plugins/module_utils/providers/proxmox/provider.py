@@ -284,6 +284,13 @@ class ProxmoxProvider(base.Provider):
         self.containers.update_config(resource.location, resource.id, resource.native.get('digest'),
                                       description=with_lease(description, labels))
 
+    def remark(self, resource, workspace, nonce, hostname, labels=None):
+        description = self.marker(workspace, resource.id, nonce)
+        if labels:
+            description = with_lease(description, labels)
+        self.containers.update_config(resource.location, resource.id, resource.native.get('digest'),
+                                      description=description, hostname=hostname)
+
     def apply_settings(self, resource, changes):
         self.containers.update_config(resource.location, resource.id, resource.native.get('digest'),
                                       **dict((k, after) for k, (before, after) in changes.items()))

@@ -193,7 +193,7 @@ def test_an_entry_carries_the_record_the_retry_and_the_advice(seeded, now):
         'place': 'proxmox', 'expires_at': leasing.format_time(now - 600), 'expires_in': -600, 'keep': False, 'attempts': 2,
         'last_error': 'CT 103 is locked (backup)', 'failed_at': leasing.format_time(now - 100),
         'next_retry': leasing.format_time(now + 200), 'needs_operator': False, 'cleanup_debt': [],
-        'retained_until': None, 'retained_in': None,
+        'retained_until': None, 'retained_in': None, 'warm_pool': None,
         'advice': 'retried at %s by the expiry sweep or reconcile; to retry now run ephemera.workspaces.destroy -e '
                   'workspace=failed-retry' % leasing.format_time(now + 200)}
     line = [line for line in audit.audit(seeded, now)['report'] if line.startswith('failed-retry:')]
@@ -338,3 +338,18 @@ def test_the_places_name_a_location_exactly_where_a_providers_connection_is_boun
     from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import LOCATION_OPTIONS
     assert dict((name, providers.provider_class(name).location_option) for name in providers.PROVIDERS
                 if providers.provider_class(name).location_option) == LOCATION_OPTIONS
+
+
+def test_a_warm_pool_member_is_named_as_one_and_a_workspace_that_took_one_is_not(path, now):
+    with Journal.open(path) as journal:
+        make(journal, 'debian-0a1b2c3d', now - 60, status='registering', resource_id=110,
+             params={'pool_member': {'pool': 'debian'}})
+        make(journal, 'debian-9f8e7d6c', now - 60, status='destroyed', desired_state='destroyed',
+             params={'pool_member': {'pool': 'debian'}}, facts={'claimed_by': 'fix-login'})
+        result = audit.audit(journal, now, every=True)
+    entries = dict((e['name'], e) for e in result['entries'])
+    assert entries['debian-0a1b2c3d']['warm_pool'] == 'debian'
+    assert entries['debian-9f8e7d6c']['warm_pool'] is None
+    line = [line for line in result['report'] if line.startswith('debian-0a1b2c3d:')]
+    assert line == ['debian-0a1b2c3d: expired (member of warm pool debian, status registering): %s'
+                    % entries['debian-0a1b2c3d']['advice']]

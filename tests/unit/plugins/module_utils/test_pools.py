@@ -51,7 +51,11 @@ def test_a_request_matches_a_pool_of_its_place_template_and_repository():
     request = {'provider': 'proxmox', 'location': 'pve1', 'template': 'debian-agent'}
     assert pools.matching_pool([repo, bare], request) is bare
     assert pools.matching_pool([bare, repo], dict(request, repo='https://git.example/app.git')) is repo
-    assert pools.matching_pool([bare, repo], dict(request, repo='https://git.example/other.git')) is None
+    # A pool without a repository has nothing fetched: it serves a request of any repository, after a pool of its own.
+    assert pools.matching_pool([bare, repo], dict(request, repo='https://git.example/other.git')) is bare
+    assert pools.matching_pool([repo], dict(request, repo='https://git.example/other.git')) is None
+    numbered = pools.validate_pool(dict(POOL, template='9000'))
+    assert pools.matching_pool([numbered], dict(request, template=9000)) is numbered
     assert pools.matching_pool([bare], dict(request, location='pve2')) is None
     assert pools.matching_pool([bare], dict(request, provider='aws')) is None
 
@@ -77,10 +81,10 @@ def test_a_member_goes_filling_warm_claimed_and_a_rerun_gets_the_same_member(jou
 def test_a_member_failing_its_claim_check_is_released_never_given_out(journal):
     pool = pools.validate_pool(POOL)
     fill(journal, pool, 2)
-    taken = pools.claim_member(journal, 'py', 'ws1', check=lambda m: m['member'] != 'pool-py-0-v1')
+    taken = pools.claim_member(journal, 'py', 'ws1', check=lambda m: m['member'] != 'pool-py-0-v1' or 'it is stopped')
     assert taken['member'] == 'pool-py-1-v1'
     gone = pools.member(journal, 'py', 'pool-py-0-v1')
-    assert (gone['state'], gone['reason']) == ('released', 'failed its claim check')
+    assert (gone['state'], gone['reason']) == ('released', 'failed its claim check: it is stopped')
     assert pools.claim_member(journal, 'py', 'ws2') is None
     pools.forget(journal, gone)
     assert pools.member(journal, 'py', 'pool-py-0-v1') is None
@@ -169,3 +173,13 @@ def test_violations_name_a_member_held_twice_or_by_nobody(journal):
         journal.put_provider_state(record['key'], dict(value, state='claimed', workspace='ws1'),
                                    generation=record['generation'])
     assert pools.violations(journal) == ['workspace ws1 holds 2 members: pool/py/pool-py-0-v1, pool/py/pool-py-1-v1']
+
+
+def test_a_rerun_gets_the_member_of_its_own_life_not_one_an_earlier_life_of_the_name_claimed(journal):
+    pool = pools.validate_pool(POOL)
+    fill(journal, pool, 2)
+    first = pools.claim_member(journal, 'py', 'ws1', life=100.0)
+    assert pools.claim_member(journal, 'py', 'ws1', life=100.0)['member'] == first['member']
+    # ws1 destroyed and requested again: its new life takes another member, never the old life's container.
+    second = pools.claim_member(journal, 'py', 'ws1', life=200.0)
+    assert second['member'] != first['member'] and second['life'] == 200.0

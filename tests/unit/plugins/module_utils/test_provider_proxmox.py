@@ -398,3 +398,20 @@ def test_nic_values_merge_and_compare():
     merged = merge_net(template, 'name=eth0,bridge=vmbr1,ip=10.0.0.5/24,gw=10.0.0.1')
     assert merged == 'name=eth0,bridge=vmbr1,firewall=1,hwaddr=BC:24:11:00:23:28,ip=10.0.0.5/24,type=veth,gw=10.0.0.1'
     assert same_net(template, 'type=veth,ip=dhcp,hwaddr=BC:24:11:00:23:28,firewall=1,bridge=vmbr0,name=eth0')
+
+
+def test_remark_gives_a_warm_members_container_to_a_workspace_and_refuses_a_changed_one(site):
+    fakepve, provider = site
+    member = allocate(provider, 100, workspace='debian-0a1b2c3d')
+    nonce = '2c' * 16
+    labels = {'state': 'provisioning', 'expires_at': '1796500000', 'keep': 'false', 'created_at': '1796490000'}
+    provider.remark(member, 'fix-login', nonce, 'agent-fix-login', labels)
+    taken = provider.find(100, 'pve1')
+    assert provider.verify(taken, 'fix-login', nonce) == ownership.VERIFIED
+    assert provider.verify(taken, 'debian-0a1b2c3d', NONCE) != ownership.VERIFIED
+    assert fakepve.ct(100).config['hostname'] == 'agent-fix-login'
+    assert provider.labels(taken)['state'] == 'provisioning'
+    # The member's config as read before the re-signing: its digest is stale, nothing is written.
+    with pytest.raises(base.ProviderError):
+        provider.remark(member, 'other', '3d' * 16, 'agent-other')
+    assert provider.verify(provider.find(100, 'pve1'), 'fix-login', nonce) == ownership.VERIFIED

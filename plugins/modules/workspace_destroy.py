@@ -3,9 +3,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 module: workspace_destroy
 short_description: Run one step of a workspace's destruction, or delete one orphaned container
@@ -300,7 +297,7 @@ def guard(journal, flow, params, check_mode):
     changed, msg, result = ArchiveFlow(journal, params, claim=params['claim'], check_mode=check_mode).guard(
         seen['present'], seen['running'], archive=params['archive'], discard=params['discard_unsaved_work'],
         noun=flow.provider.noun)
-    return StepResult(changed, msg, **dict((k, v) for k, v in result.items() if k not in ('changed', 'msg')))
+    return StepResult(changed, msg, **{k: v for k, v in result.items() if k not in ('changed', 'msg')})
 
 
 def module_args():

@@ -46,7 +46,7 @@ class PgFaultSite(FaultSite):
         return site
 
     def playbook_vars(self, op):
-        values = super(PgFaultSite, self).playbook_vars(op)
+        values = super().playbook_vars(op)
         values.pop('ephemera_journal_path', None)
         values['ephemera_journal_url'] = self.url
         values['ephemera_controller_secret'] = self.controller_secret

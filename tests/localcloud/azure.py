@@ -110,8 +110,8 @@ KINDS = {
     ('microsoft.network', 'networksecuritygroups'): ('nsg', 'Microsoft.Network/networkSecurityGroups',
                                                      'NetworkSecurityGroups'),
 }
-TYPE_OF = dict((v[0], v[1]) for v in KINDS.values())
-OPS_OF = dict((v[0], v[2]) for v in KINDS.values())
+TYPE_OF = {v[0]: v[1] for v in KINDS.values()}
+OPS_OF = {v[0]: v[2] for v in KINDS.values()}
 WRITABLE = ('pip', 'nic', 'vm', 'disk')
 # Azure's naming rules (Microsoft.Network: 1-80 characters, letters, digits, underscores, periods, hyphens,
 # beginning with a letter or digit, ending with a letter, digit or underscore; a Linux VM: 1-64, no underscore
@@ -187,7 +187,7 @@ class Resource(object):
         return resource_id(self.group, self.kind, self.name)
 
     def answer(self):
-        doc = copy.deepcopy(dict((k, v) for k, v in self.doc.items() if not k.startswith('_')))
+        doc = copy.deepcopy({k: v for k, v in self.doc.items() if not k.startswith('_')})
         doc.update(id=self.id, name=self.name, type=TYPE_OF[self.kind], location=self.location)
         doc.setdefault('tags', {})
         doc.setdefault('properties', {})['provisioningState'] = self.state
@@ -291,7 +291,7 @@ class Rule(object):
         return True
 
     def view(self):
-        return dict((k, v) for k, v in vars(self).items())
+        return {k: v for k, v in vars(self).items()}
 
 
 class AzureFake(object):
@@ -450,7 +450,7 @@ class AzureFake(object):
         null removes a key), location."""
         resource = self.find(ref)
         current = resource.doc.setdefault('tags', {})
-        current.update(dict((str(k), str(v)) for k, v in (tags or {}).items()))
+        current.update({str(k): str(v) for k, v in (tags or {}).items()})
         for key in remove_tags or ():
             current.pop(key, None)
         if properties:
@@ -906,7 +906,7 @@ class AzureFake(object):
             if resource is None:
                 raise _not_found(kind, name, group)
             if 'tags' in payload:
-                resource.doc['tags'] = dict((str(k), str(v)) for k, v in (payload.get('tags') or {}).items())
+                resource.doc['tags'] = {str(k): str(v) for k, v in (payload.get('tags') or {}).items()}
             if kind != 'disk':
                 resource.doc['etag'] = _etag()
             return _json(200, resource.answer())
@@ -1032,7 +1032,7 @@ class AzureFake(object):
         resource = existing or Resource(kind, group, name, location, principal)
         check = getattr(self, '_check_' + kind)
         doc = check(resource, props, payload, existing)
-        doc['tags'] = dict((str(k), str(v)) for k, v in tags.items())
+        doc['tags'] = {str(k): str(v) for k, v in tags.items()}
         if kind != 'disk':
             # A managed disk has no etag (Microsoft.Compute/disks).
             doc['etag'] = _etag()

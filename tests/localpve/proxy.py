@@ -113,7 +113,7 @@ class ProxyRule(object):
     def view(self):
         fields = ('id', 'action', 'method', 'path', 'times', 'skip', 'seconds', 'status', 'message', 'errors', 'seen',
                   'hits')
-        out = dict((k, getattr(self, k)) for k in fields)
+        out = {k: getattr(self, k) for k in fields}
         out['spent'] = self.spent
         return out
 
@@ -236,7 +236,7 @@ class FaultProxy(ProxyServer):
         return web.Response(status=status, reason=reason, headers=headers, body=payload)
 
     async def _forward(self, request, body):
-        headers = dict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_HEADERS)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         url = yarl.URL(self.upstream + request.raw_path, encoded=True)
         async with self.session.request(request.method, url, headers=headers, data=body or None,
                                         allow_redirects=False) as resp:

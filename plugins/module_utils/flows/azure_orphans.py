@@ -14,9 +14,6 @@ sets of live workspaces are left to their records, and mixed, incomplete, unboun
 report-only. Shared virtual networks, subnets, security groups and the resource group are never inventoried.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
@@ -155,7 +152,7 @@ class AzureOrphans:
         return self.groups
 
     def by_id(self):
-        return dict((g.id, g) for g in self.groups)
+        return {g.id: g for g in self.groups}
 
     # ------------------------------------------------------------------ before a deletion
 

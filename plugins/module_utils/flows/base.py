@@ -10,9 +10,6 @@ it), :meth:`Flow.fail` records a step's failure on the workspace. The workspace'
 by the provider-neutral fields of the record (its id, the candidate id, its location, task handles).
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
@@ -122,14 +119,14 @@ class Flow:
         one)."""
         columns = {'provider': PROVIDER, 'resource_id': RESOURCE_ID, 'candidate_id': CANDIDATE_ID, 'location': LOCATION,
                    'tasks': TASKS}
-        return dict((columns[k], v) for k, v in values.items())
+        return {columns[k]: v for k, v in values.items()}
 
     def with_task(self, step, handle):
         """The record's fields that add ``handle`` as the task of ``step``."""
         return {TASKS: dict(self.tasks, **{step: handle})}
 
     def without_tasks(self, *steps):
-        return {TASKS: dict((k, v) for k, v in self.tasks.items() if k not in steps)}
+        return {TASKS: {k: v for k, v in self.tasks.items() if k not in steps}}
 
     # ---------------------------------------------------------------- writing
 

@@ -20,9 +20,6 @@ observed absent. Each deletion is recorded in the journal, when there is one, un
 One resource that cannot be read or deleted is reported with its error; the sweep goes on with the others.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import concurrent.futures
 import os
 import time
@@ -86,7 +83,7 @@ class Entry:
         self.known = False
 
     def as_dict(self):
-        return dict((k, getattr(self, k)) for k in self.__slots__)
+        return {k: getattr(self, k) for k in self.__slots__}
 
 
 class Sweep:
@@ -166,7 +163,7 @@ class Sweep:
         concurrency."""
         out = {}
         with concurrent.futures.ThreadPoolExecutor(max_workers=CONFIG_READERS) as pool:
-            futures = dict((pool.submit(self._find, g), g['id']) for g in members)
+            futures = {pool.submit(self._find, g): g['id'] for g in members}
             for future in concurrent.futures.as_completed(futures):
                 try:
                     out[futures[future]] = future.result()
@@ -341,7 +338,7 @@ class Sweep:
     # ------------------------------------------------------------------ the report
 
     def counts(self):
-        counts = dict((action.replace(' ', '_'), 0) for action in ACTIONS)
+        counts = {action.replace(' ', '_'): 0 for action in ACTIONS}
         for entry in self.entries:
             counts[entry.action.replace(' ', '_')] += 1
         counts['to_delete'] = self.to_delete
@@ -368,7 +365,7 @@ class Sweep:
         summary = 'cleanup (%s): %d to delete, %d deleted, %d reported, %d skipped, %d failed' % (
             'applied' if self.apply else 'dry run', counts['to_delete'], counts[DELETED], counts[REPORTED],
             counts[SKIPPED], counts[FAILED])
-        order = dict((action, i) for i, action in enumerate(ORDER))
+        order = {action: i for i, action in enumerate(ORDER)}
         entries = sorted(self.entries, key=lambda e: (order[e.action], e.id))
         return {'entries': [e.as_dict() for e in entries], 'counts': counts,
                 'report': ['; '.join([summary] + self.notes())] + [self.line(e) for e in entries]}

@@ -14,9 +14,6 @@ which the next reconcile retries. Conditions no retry can cure (protection, a st
 lock, an HA manager that keeps the container up) are reported as such, with what to do.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
@@ -284,7 +281,7 @@ class DestroyFlow(Flow):
         if self.check_mode:
             return StepResult(True, 'mark destroying: would mark %s' % self.name)
         # A retained workspace released with delete: the cleanup it owns resumes.
-        cleanup = dict((k, v) for k, v in (self.ws.get('cleanup') or {}).items() if k not in ('retained', 'retained_at', 'retained_until'))
+        cleanup = {k: v for k, v in (self.ws.get('cleanup') or {}).items() if k not in ('retained', 'retained_at', 'retained_until')}
         self.save('destroy', kind='recorded', detail={'from_status': self.ws['status']}, desired_state='destroyed',
                   status='destroying', failure=None, cleanup=cleanup)
         return StepResult(True, 'mark destroying: %s is being destroyed; new agent operations are refused' % self.name)

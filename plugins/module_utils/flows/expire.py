@@ -20,9 +20,6 @@ can run every few minutes:
    cleanup completed. The record stays, with its identity, for audit.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -261,7 +258,7 @@ class ExpirySweep:
             record = leasing.cleanup_failed(record, err, now) if err is not None else leasing.cleanup_succeeded(record, now)
             return dict(cleanup=record), {
                 'kind': 'observed', 'action': 'cleanup_failed' if err is not None else 'cleanup_completed',
-                'detail': dict((k, v) for k, v in record.items() if v is not None)}
+                'detail': {k: v for k, v in record.items() if v is not None}}
         # Read and written holding the record: a heartbeat or an activity look beside it waits instead of racing.
         self.journal.amend_workspace(name, settle)
 

@@ -8,9 +8,6 @@ A sweep of one place leaves the workspaces of every other place alone (:func:`li
 (:class:`FleetRun`) sweeps each place in turn, reports a place it cannot reach and goes on with the others.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers

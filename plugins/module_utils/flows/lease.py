@@ -9,9 +9,6 @@ heartbeat racing the expiry sweep's claim loses, and is refused on its retry), f
 lease labels on the resource, so that a sweep without the journal reads the new expiry.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers

@@ -5,9 +5,6 @@
 client serves one region), its location. Pure, and with no provider's code: the lease audit, which reads only the
 journal, names places with it."""
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import LOCATION_OPTIONS
 
 
@@ -36,8 +33,8 @@ def counts_of(entries, key='action'):
 
 def by_place(entries, key='action'):
     """The entries (each naming its ``place``) counted by ``key``, place by place."""
-    return dict((place, counts_of([e for e in entries if e['place'] == place], key))
-                for place in set(e['place'] for e in entries))
+    return {place: counts_of([e for e in entries if e['place'] == place], key)
+            for place in {e['place'] for e in entries}}
 
 
 def place_lines(counted_by_place, empty='nothing found'):

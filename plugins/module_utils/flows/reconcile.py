@@ -29,9 +29,6 @@ container in the pool: one that cannot be read or verified is reported for that 
 pass goes on with the others.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import concurrent.futures
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
@@ -122,7 +119,7 @@ class Finding:
         self.detail = detail
 
     def as_dict(self):
-        return dict((k, getattr(self, k)) for k in self.__slots__)
+        return {k: getattr(self, k) for k in self.__slots__}
 
     def line(self, label=None):
         who = self.workspace or '-'
@@ -160,7 +157,7 @@ class Reconciler:
     # --------------------------------------------------------------- observe
 
     def _resources(self):
-        return dict((g['id'], g) for g in self.provider.list())
+        return {g['id']: g for g in self.provider.list()}
 
     def _find(self, vmid, node):
         return self.provider.find(vmid, node)
@@ -170,7 +167,7 @@ class Reconciler:
         bounded concurrency."""
         out = {}
         with concurrent.futures.ThreadPoolExecutor(max_workers=CONFIG_READERS) as pool:
-            futures = dict((pool.submit(self._find, g['id'], g['location']), g['id']) for g in guests)
+            futures = {pool.submit(self._find, g['id'], g['location']): g['id'] for g in guests}
             for future in concurrent.futures.as_completed(futures):
                 try:
                     out[futures[future]] = future.result()
@@ -201,8 +198,8 @@ class Reconciler:
                 self._add('other_provider', ws['name'], None, None, 'lives on %s; left to a reconcile that talks to '
                           'it' % placing.place_of(ws))
         # Destroyed records by name: a resource bound exactly to one of them is that workspace's, left behind.
-        self._destroyed = dict((ws['name'], ws) for ws in records
-                               if ws['status'] == 'destroyed' and ws['desired_state'] == 'destroyed')
+        self._destroyed = {ws['name']: ws for ws in records
+                           if ws['status'] == 'destroyed' and ws['desired_state'] == 'destroyed'}
         self._debts_of = {}
         for debt in self.journal.cleanup_debts():
             if debt['workspace'] in self._destroyed:
@@ -502,7 +499,7 @@ class Reconciler:
         counting = self.orphans == 'delete' and not self.check_mode
         sweep = azure_orphans.AzureOrphans(self.journal, self.provider, self.params.get('azure_orphan_grace'),
                                            counting=counting)
-        destroyed = dict((ws['name'], ws) for ws in records)
+        destroyed = {ws['name']: ws for ws in records}
         for group in sweep.run(records):
             if group.live:
                 continue
@@ -572,9 +569,9 @@ class Reconciler:
     # --------------------------------------------------------------- report
 
     def report(self):
-        order = dict((k, i) for i, k in enumerate(KINDS))
+        order = {k: i for i, k in enumerate(KINDS)}
         findings = sorted(self.findings, key=lambda f: (order.get(f.kind, 99), f.workspace or '', f.vmid or 0))
-        counts = dict((k, 0) for k in KINDS)
+        counts = {k: 0 for k in KINDS}
         for finding in findings:
             counts[finding.kind] += 1
         summary = ', '.join('%d %s' % (n, k) for k, n in counts.items() if n) or 'nothing to report'
@@ -608,7 +605,7 @@ class FleetReconcile(fleet.FleetRun):
         return reconciler.changed, findings
 
     def result(self, findings):
-        counts = dict((k, 0) for k in KINDS + ('unreachable',))
+        counts = {k: 0 for k in KINDS + ('unreachable',)}
         counts.update(placing.counts_of(findings, 'kind'))
         summary = ', '.join('%d %s' % (n, k) for k, n in counts.items() if n) or 'nothing to report'
         unreachable = ['[%s] unreachable: %s' % (f['place'], f['detail']) for f in findings

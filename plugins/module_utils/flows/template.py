@@ -21,9 +21,6 @@ switch back (``version``) is the same compare-and-set. Old versions are never re
 go (no linked clone is recorded from them) is reported.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils import providers

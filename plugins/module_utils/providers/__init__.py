@@ -3,9 +3,6 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Providers: the seam (base.py) and one package per provider. A provider's package is imported when it is used."""
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import importlib
 import os
 
@@ -28,8 +25,8 @@ PRELOAD_ENV = 'EPHEMERA_PRELOAD'
 # The environment variable that selects a module's provider (the provider option's fallback).
 PROVIDER_ENV = 'EPHEMERA_PROVIDER'
 # Each cloud provider's client module: its LIBRARIES are the SDK it imports when it is first used.
-CLIENTS = dict((name, 'ansible_collections.ephemera.workspaces.plugins.module_utils.providers.%s.client' % name)
-               for name in ('aws', 'gcp', 'hetzner', 'azure'))
+CLIENTS = {name: 'ansible_collections.ephemera.workspaces.plugins.module_utils.providers.%s.client' % name
+           for name in ('aws', 'gcp', 'hetzner', 'azure')}
 
 
 def preload(environ=None):

@@ -36,9 +36,6 @@ A task that ended with an error is a refusal (:class:`TaskFailed`); one still ru
 caller's deadline has an unknown outcome (:class:`TaskTimeout`): it goes on in the provider.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 
@@ -382,7 +379,7 @@ class Provider:
     def login_users(self):
         """{option: user} of the users the provider makes on a machine for the controller's login."""
         launch = self.launch_options() or {}
-        return dict((option, launch[key]) for option, key in self.login_options if launch.get(key))
+        return {option: launch[key] for option, key in self.login_options if launch.get(key)}
 
     def resource_of(self, candidate, task, location=None):
         """The id of the resource the allocation of ``candidate`` made (``task``: its handle, or None): the

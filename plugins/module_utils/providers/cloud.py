@@ -12,9 +12,6 @@ marker binds, how to act (``act_start``, ``act_shutdown``, ``act_stop``) and how
 (:meth:`CloudProvider.task_look`).
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import hashlib
 import os
 

@@ -89,7 +89,7 @@ def vm_model(seed, name, nic_id, key, disk_delete=None, nic_delete=None, size=No
 
 
 def resources(cloud, kind=None):
-    return dict((r['name'], r) for r in cloud.azure('resources') if kind is None or r['kind'] == kind)
+    return {r['name']: r for r in cloud.azure('resources') if kind is None or r['kind'] == kind}
 
 
 def wait(predicate, timeout=10):

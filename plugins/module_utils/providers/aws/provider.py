@@ -24,9 +24,6 @@ learning it, ``InvalidInstanceID.NotFound`` means "not visible yet", never "abse
 NotFound once the window has passed).
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import base64
 import re
 import time
@@ -94,7 +91,7 @@ def instance_number(client_token, instance_id):
 
 
 def tags_of(instance):
-    return dict((t.get('Key'), t.get('Value')) for t in instance.get('Tags') or [])
+    return {t.get('Key'): t.get('Value') for t in instance.get('Tags') or []}
 
 
 def task_handle(action, region, instance_id, at=None):
@@ -164,7 +161,7 @@ class AwsProvider(cloud.CloudProvider):
 
     def __init__(self, ec2, secret=None, launch=None, visibility_window=DEFAULT_VISIBILITY_WINDOW,
                  absence_window=DEFAULT_ABSENCE_WINDOW, sleep=time.sleep):
-        super(AwsProvider, self).__init__(secret)
+        super().__init__(secret)
         self.ec2 = ec2
         self.launch = dict(launch or {})
         self.visibility_window = visibility_window
@@ -269,7 +266,7 @@ class AwsProvider(cloud.CloudProvider):
 
     def labels(self, resource):
         tags = tags_of(resource.native or {})
-        return dict((k, tags[tag_label(k)]) for k in LABEL_KEYS if tag_label(k) in tags)
+        return {k: tags[tag_label(k)] for k in LABEL_KEYS if tag_label(k) in tags}
 
     def write_labels(self, resource, labels):
         ids = [resource.id] + self._volumes(resource)
@@ -701,7 +698,7 @@ class AwsProvider(cloud.CloudProvider):
         action, region, instance_id, at = parse_handle(handle)
         if action not in ('image', 'unimage'):
             self.learned.setdefault(instance_id, at)
-        return super(AwsProvider, self).wait(handle, timeout)
+        return super().wait(handle, timeout)
 
 
 def user_data(public_key):

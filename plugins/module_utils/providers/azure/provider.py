@@ -15,9 +15,6 @@ before the next request goes out; each write is a named commit point of the cras
 on a delete handle ticks the set's deletion until it is gone.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import copy
 import hashlib
 import re
@@ -149,8 +146,8 @@ class SetStore:
 
     def records(self):
         """{base: record} of every set the journal holds."""
-        return dict((key[len(STATE_PREFIX):], value)
-                    for key, value, dummy in self._journal().provider_states(STATE_PREFIX))
+        return {key[len(STATE_PREFIX):]: value
+                for key, value, dummy in self._journal().provider_states(STATE_PREFIX)}
 
     def save(self, record):
         base_name = record['plan']['base']
@@ -231,7 +228,7 @@ class AzureProvider(base.Provider):
 
     def __init__(self, arm, secret=None, launch=None, store=None, lost_window=120, timeout=900,
                  sleep=time.sleep):
-        super(AzureProvider, self).__init__(secret)
+        super().__init__(secret)
         self.arm = arm
         self.launch = dict(launch or {})
         self.store = store or SetStore()
@@ -305,7 +302,7 @@ class AzureProvider(base.Provider):
 
     def labels(self, resource):
         tags = (resource.native or {}).get('tags') or {}
-        return dict((k, tags[TAG_PREFIX + k]) for k in planning.LABEL_KEYS if TAG_PREFIX + k in tags)
+        return {k: tags[TAG_PREFIX + k] for k in planning.LABEL_KEYS if TAG_PREFIX + k in tags}
 
     def write_labels(self, resource, labels):
         record = self._record(base_of(resource.id))

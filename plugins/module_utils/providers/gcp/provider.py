@@ -23,9 +23,6 @@ A delete is done when its zone operation is DONE without an error **and** a GET 
 operation DONE with an error is a failure with Compute Engine's message.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import math
 import re
 import time
@@ -182,7 +179,7 @@ class GcpProvider(cloud.CloudProvider):
                        'at boot once guest attributes are enabled, which the collection sets on the instance.')
 
     def __init__(self, compute, secret=None, launch=None, sleep=time.sleep):
-        super(GcpProvider, self).__init__(secret)
+        super().__init__(secret)
         self.compute = compute
         self.launch = dict(launch or {})
         self.sleep = sleep
@@ -221,7 +218,7 @@ class GcpProvider(cloud.CloudProvider):
 
     def labels(self, resource):
         labels = dict((resource.native or {}).get('labels') or {})
-        return dict((k, labels[k]) for k in LABEL_KEYS if k in labels)
+        return {k: labels[k] for k in LABEL_KEYS if k in labels}
 
     def write_labels(self, resource, labels):
         instance = self.compute.get_instance(resource.id)
@@ -377,7 +374,7 @@ class GcpProvider(cloud.CloudProvider):
 
     def _resource(self, instance):
         labels = dict(instance.labels)
-        meta = dict((i.key, i.value) for i in instance.metadata.items)
+        meta = {i.key: i.value for i in instance.metadata.items}
         native = {'labels': labels, 'status': instance.status, 'id': instance.id, 'name': instance.name,
                   'deletion_protection': instance.deletion_protection,
                   'addresses': [(nic.network_i_p, [ac.nat_i_p for ac in nic.access_configs if ac.nat_i_p])

@@ -62,7 +62,7 @@ def world():
 
 
 def verdicts(groups):
-    return dict((g.base, (g.verdict, g.why)) for g in groups)
+    return {g.base: (g.verdict, g.why) for g in groups}
 
 
 # ------------------------------------------------------------------------------ the quarantine in the journal
@@ -199,7 +199,7 @@ def test_listed_sets_show_each_group_with_its_address_members_and_problem(world)
     foreign = '/subscriptions/%s/resourceGroups/%s/providers/Microsoft.Network/publicIPAddresses/their-pip' % (SUB, GROUP)
     double.docs[lower(foreign)] = {'id': foreign, 'name': 'their-pip', 'type': azplan.TYPES[PIP], 'location': 'westeurope',
                                    'tags': {azplan.TAG_SET: 'their-set', azplan.TAG_MEMBER: PIP}, 'properties': {}}
-    entries = dict((e['set'], e) for e in azset.listed_sets(azset.inventory(double, SUB, GROUP)))
+    entries = {e['set']: e for e in azset.listed_sets(azset.inventory(double, SUB, GROUP))}
     ours = entries['ws1-abc']
     assert (ours['id'], ours['status'], ours['address'], ours['members']) == (
         record['ids'][VM], 'complete', '203.0.113.7', sorted(azplan.MEMBERS))

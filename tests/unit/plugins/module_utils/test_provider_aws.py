@@ -22,7 +22,7 @@ REGION = 'us-east-1'
 @pytest.fixture(scope='module')
 def moto_url():
     from moto.server import ThreadedMotoServer
-    saved = dict((k, os.environ.get(k)) for k in ('MOTO_ENABLE_AMI_VALIDATION', 'MOTO_ENABLE_KEYPAIR_VALIDATION'))
+    saved = {k: os.environ.get(k) for k in ('MOTO_ENABLE_AMI_VALIDATION', 'MOTO_ENABLE_KEYPAIR_VALIDATION')}
     os.environ['MOTO_ENABLE_AMI_VALIDATION'] = '1'
     os.environ['MOTO_ENABLE_KEYPAIR_VALIDATION'] = '1'
     teach_moto()

@@ -53,7 +53,7 @@ def test_plan_refuses_bad_scope(field, value, words):
 
 
 @pytest.mark.parametrize('tags,words', [({'a/b': 'x'}, 'not allowed'), ({'ephemera:x': '1'}, 'reserved'),
-                                        ({'k': 'v' * 257}, '256'), (dict(('k%d' % i, 'v') for i in range(45)), '50')])
+                                        ({'k': 'v' * 257}, '256'), ({'k%d' % i: 'v' for i in range(45)}, '50')])
 def test_plan_refuses_tags_azure_does_not_take(tags, words):
     with pytest.raises(azplan.PlanError) as err:
         azplan.plan('ws1', 'ws1-abc', GROUP, 'westeurope', 'm', 'scope', extra=tags)

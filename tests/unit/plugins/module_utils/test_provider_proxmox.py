@@ -254,7 +254,7 @@ def test_list_and_scope(site):
     allocate(provider, 100)
     fakepve.add_ct(101, 'tagged', config={'tags': 'ephemera;x'})
     fakepve.add_vm(102, 'vm', pool=POOL)
-    listed = dict((e['id'], e) for e in provider.list())
+    listed = {e['id']: e for e in provider.list()}
     assert TEMPLATE not in listed
     assert listed[100]['location'] == 'pve1' and listed[100]['pool'] == POOL and listed[100]['kind'] == 'lxc'
     assert listed[101]['tags'] == ['ephemera', 'x']

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 
-class ModuleDocFragment(object):
+class ModuleDocFragment:
 
     DOCUMENTATION = r'''
 options:

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 
-class ModuleDocFragment(object):
+class ModuleDocFragment:
     """The option of the modules that act on what earlier runs recorded (destroy, reconcile, expire, archive, the
     readers of the status playbook), and of those that may start a journal (create, template build, the queue)."""
 

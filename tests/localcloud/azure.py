@@ -169,7 +169,7 @@ def _ref(value):
     return value.get('id') if isinstance(value, dict) and value.get('id') else None
 
 
-class Resource(object):
+class Resource:
     """One resource as ARM holds it. `doc` is its JSON as answered, minus provisioningState's moment."""
 
     def __init__(self, kind, group, name, location, owner):
@@ -217,7 +217,7 @@ class Resource(object):
         return out
 
 
-class Operation(object):
+class Operation:
     """A long-running operation: PUT or DELETE of one resource, pending until `due`."""
 
     def __init__(self, op_id, method, resource, style, seconds, outcome, poll, location):
@@ -235,7 +235,7 @@ class Operation(object):
         self.error = None
 
 
-class Rule(object):
+class Rule:
     def __init__(self, rule_id, action, operation, times=1, skip=0, match=None, seconds=None, code=None,
                  message=None, status=None, style=None, outcome=None, poll=None, size=None, fail_at=None):
         if action not in ACTIONS:
@@ -294,7 +294,7 @@ class Rule(object):
         return {k: v for k, v in vars(self).items()}
 
 
-class AzureFake(object):
+class AzureFake:
     """The fake's state, its HTTPS server and its controls."""
 
     def __init__(self, site, host, port, pki_paths, guests_pool, public_pool, pending_secs=0.5, poll_secs=1):

@@ -136,7 +136,7 @@ def user_data_keys(value):
     return [str(k).strip() for k in keys if str(k).strip()]
 
 
-class Instance(object):
+class Instance:
     """One instance as the cloud shows it."""
 
     def __init__(self, instance_id, account, region, now, timing):

@@ -89,7 +89,7 @@ def matches(labels, selector):
     return True
 
 
-class HetznerCloud(object):
+class HetznerCloud:
     """The fake's state and its aiohttp application. ``addresses``: an AddressPool of the servers' IPv4 addresses."""
 
     def __init__(self, token, addresses, boot_secs=0.5, delete_secs=0.5, host='127.0.0.1', port=0):

@@ -61,7 +61,7 @@ def _count(value, what, minimum):
     return pve_count(value, what, minimum, CloudError)
 
 
-class ProxyRule(object):
+class ProxyRule:
     """One rule; times None acts on every matching request, skip lets that many matching ones through first."""
 
     def __init__(self, rule_id, action, operation, times=1, skip=0, seconds=None, code=None, message=None,

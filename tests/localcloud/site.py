@@ -61,7 +61,7 @@ def start_moto(host, port):
     return 'http://{0}:{1}'.format(*bound), server
 
 
-class CloudSite(object):
+class CloudSite:
     """Everything of one cloud. Operations are the op_* methods."""
 
     def __init__(self, options, on_shutdown=None, scope=DEFAULT_SCOPE):

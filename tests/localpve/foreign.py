@@ -18,7 +18,7 @@ LOG = logging.getLogger('localpve.foreign')
 TASK_TIMEOUT = 300
 
 
-class ForeignClient(object):
+class ForeignClient:
     """Logs in as the foreign user with a ticket and talks to the API directly (never through the proxy)."""
 
     def __init__(self, site, user, password):

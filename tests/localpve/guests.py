@@ -39,7 +39,7 @@ def first_nic(ct):
     return (keys[0], ct.config[keys[0]]) if keys else (None, None)
 
 
-class Guest(object):
+class Guest:
     """What the harness knows about one container's sshd."""
 
     def __init__(self, vmid):
@@ -68,7 +68,7 @@ class Guest(object):
                 'init_pid': self.init_pid if self.holder else None, 'boot_secs': self.boot_secs}
 
 
-class GuestManager(object):
+class GuestManager:
     """Starts and stops the guests' sshd as the containers start and stop; owns their files and addresses."""
 
     def __init__(self, site):

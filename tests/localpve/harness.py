@@ -35,7 +35,7 @@ SETTLE_TIMEOUT = 10
 FOREIGN_USER = 'other@pve'
 
 
-class Site(object):
+class Site:
     """Everything of one cluster, living on one event loop. Operations are the op_* methods."""
 
     def __init__(self, options, on_shutdown=None):
@@ -511,7 +511,7 @@ def _uuid():
     return '-'.join((raw[:8], raw[8:12], raw[12:16], raw[16:20], raw[20:]))
 
 
-class ControlServer(object):
+class ControlServer:
     """POST /op/<name> with the arguments as a JSON object, and the token in X-LocalPVE-Token."""
 
     def __init__(self, site, host, port, token):

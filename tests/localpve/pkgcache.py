@@ -94,7 +94,7 @@ def write_guest_settings(root, npmrc_extra=''):
         os.chmod(target, mode)
 
 
-class PackageCache(object):
+class PackageCache:
     """The cache's directories and the cluster's caching proxy for apt; guest_setup() is what a guest's first process
     sets up in its /run."""
 

@@ -49,7 +49,7 @@ def _count(value, what, minimum, error=ClusterError):
     return number
 
 
-class ProxyRule(object):
+class ProxyRule:
     """One rule; times None acts on every matching request, skip lets that many matching ones through first."""
 
     def __init__(self, rule_id, action, method, path, times=1, skip=0, seconds=None, status=None, message=None,
@@ -136,7 +136,7 @@ def _reset(request):
     return web.Response(status=204)
 
 
-class ProxyServer(object):
+class ProxyServer:
     """A proxy on a loopback address in front of ``upstream`` with its fault rules (made by ``rule_class``); HTTPS
     with ``server_ssl``, to an upstream checked with ``client_ssl``. A subclass handles the requests (_handle)."""
 

@@ -42,7 +42,7 @@ def _make_repo(path):
     subprocess.run(git + ['commit', '-q', '-m', 'start'], check=True)
 
 
-class Site(object):
+class Site:
     def __init__(self, cloud, base, journal_path):
         self.cloud = cloud
         self.info = cloud.info

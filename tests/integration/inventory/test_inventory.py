@@ -27,7 +27,7 @@ GOOD_AGENT = ['true']
 CREATE_TIMEOUT = 240
 
 
-class Site(object):
+class Site:
     def __init__(self, cluster, journal_path, base):
         self.cluster = cluster
         self.info = cluster.info

@@ -36,7 +36,7 @@ def az(localcloud):
             info['azure']['seed'])
 
 
-class Raw(object):
+class Raw:
     """Plain HTTPS to the fake with our bearer token: to see statuses and headers the SDK hides."""
 
     def __init__(self, info):

@@ -117,6 +117,7 @@ agent:
   description: With O(name), what was recorded of its agent (as in RV(workspaces)).
   returned: when O(name) is given and the runner answered
   type: dict
+# BEGIN failure_facts.GUEST: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
 address:
   description: The address of the guest that SSH failed on.
   returned: failure, when SSH to the guest failed
@@ -127,6 +128,7 @@ attempts:
   returned: failure, when the guest did not accept SSH in the time allowed
   type: int
   sample: 7
+# END failure_facts.GUEST
 rc:
   description: The exit status of the command that failed in the guest.
   returned: failure, when a command in the guest failed

@@ -164,6 +164,7 @@ notes:
   returned: always
   type: list
   elements: str
+# BEGIN failure_facts.GUEST: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
 address:
   description: The address of the guest that SSH failed on.
   returned: failure, when SSH to the guest failed
@@ -184,6 +185,7 @@ stderr_tail:
   returned: failure, when a command in the guest failed
   type: str
   sample: "fatal: could not read Username for 'https://git.example.com': terminal prompts disabled"
+# END failure_facts.GUEST
 '''
 
 from ansible.module_utils.basic import AnsibleModule

@@ -126,6 +126,7 @@ places:
   description: With O(fleet), the findings by kind of each place reconciled (V(proxmox), V(aws us-east-1), ...).
   returned: when O(fleet) is true
   type: dict
+# BEGIN failure_facts.PROXMOX: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
 kind:
   description:
     - What kind of failure it was, and so what a caller may do next (the collection's C(docs/errors.md) has the
@@ -190,6 +191,7 @@ task:
            "type": "vzclone", "id": "9000", "user": "root@pam", "starttime": 1796231729, "status": "stopped",
            "exitstatus": "clone failed: no space left on device", "succeeded": false, "warnings": 0,
            "warning_lines": [], "log_tail": ["TASK ERROR: clone failed: no space left on device"], "elapsed": 12.4}
+# END failure_facts.PROXMOX
 '''
 
 from ansible.module_utils.basic import AnsibleModule

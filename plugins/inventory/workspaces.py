@@ -325,7 +325,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
     Journal,
     resolve_path,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
     NotFound,
     ProviderError,
@@ -1070,7 +1070,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     def _azure_provider(self, secret):
         params = {key: self.get_option(key) for key in AZURE_OPTIONS}
         try:
-            return providers.provider_class('azure').from_params(params, secret)
+            return registry.provider_class('azure').from_params(params, secret)
         except ImportError as err:
             self._fail('the azure workspaces need azure-identity, azure-mgmt-compute and azure-mgmt-network on the '
                        'controller (pip install azure-identity azure-mgmt-compute azure-mgmt-network): %s' % err)
@@ -1121,7 +1121,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                                                             'gcp_service_account_file', 'gcp_endpoint_url')}
             params['gcp_zone'] = region
             try:
-                return providers.provider_class(name).from_params(params, secret)
+                return registry.provider_class(name).from_params(params, secret)
             except ImportError as err:
                 self._fail('the gcp workspaces need google-cloud-compute on the controller (pip install '
                            'google-cloud-compute): %s' % err)
@@ -1131,7 +1131,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             params = dict(hetzner_location=region, hetzner_token=self.get_option('hetzner_token'),
                           hetzner_endpoint=self.get_option('hetzner_endpoint'))
             try:
-                return providers.provider_class(name).from_params(params, secret)
+                return registry.provider_class(name).from_params(params, secret)
             except ImportError as err:
                 self._fail('the hetzner workspaces need hcloud on the controller (pip install hcloud): %s' % err)
             except ProviderError as err:
@@ -1143,7 +1143,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                       aws_endpoint_url=self.get_option('aws_endpoint_url'),
                       aws_retry_timeout=self.get_option('aws_retry_timeout'))
         try:
-            return providers.provider_class(name).from_params(params, secret)
+            return registry.provider_class(name).from_params(params, secret)
         except ImportError as err:
             self._fail('the %s workspaces need boto3 on the controller (pip install boto3): %s' % (name, err))
         except ProviderError as err:

@@ -18,9 +18,6 @@ description:
   - It only reads; it never changes a task or the cluster.
 author:
   - Ephemera maintainers (@ephemera)
-requirements:
-  - boto3 >= 1.28
-  - hcloud >= 2.27
 extends_documentation_fragment:
   - ephemera.workspaces.proxmox
 attributes:

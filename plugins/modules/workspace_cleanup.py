@@ -207,7 +207,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
     journal_argument_spec,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.cleanup import FleetCleanup, Sweep, sweep_secret
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec

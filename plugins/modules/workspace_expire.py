@@ -130,7 +130,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.expire import (
     DEFAULT_LIMIT, ExpirySweep, FleetSweep)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.placing import counts_of
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec

@@ -29,7 +29,7 @@ from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import journal, waiter
 
 display = Display()
@@ -168,7 +168,7 @@ class InProcessAction(ActionBase):
         # EPHEMERA_NO_PRELOAD=1 leaves the import to each worker: what bench/step_cost.py compares against.
         if cls.MODULE and not os.environ.get('EPHEMERA_NO_PRELOAD'):
             module_file(cls.MODULE)
-            providers.preload()
+            registry.preload()
             journal.preload()
 
     def run(self, tmp=None, task_vars=None):

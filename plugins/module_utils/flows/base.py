@@ -12,7 +12,7 @@ by the provider-neutral fields of the record (its id, the candidate id, its loca
 
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 
 # The provider of a record that names none.
@@ -67,7 +67,7 @@ class Flow:
 
     def __init__(self, journal, provider, params, secret, claim=None, check_mode=False, sleep=time.sleep, diff=False):
         self.journal = journal
-        self.provider = providers.bind(provider, secret)
+        self.provider = registry.bind(provider, secret)
         self.params = params
         self.secret = secret
         self.claim = claim
@@ -106,7 +106,7 @@ class Flow:
         none (a guest step), its class."""
         if self.provider is not None:
             return self.provider
-        return providers.provider_class((self.ws or {}).get(PROVIDER) or DEFAULT_PROVIDER)
+        return registry.provider_class((self.ws or {}).get(PROVIDER) or DEFAULT_PROVIDER)
 
     @property
     def tasks(self):

@@ -24,7 +24,7 @@ import concurrent.futures
 import os
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
@@ -97,7 +97,7 @@ class Sweep:
                  task_timeout=300, lock_timeout=120, now=None, sleep=time.sleep, journal_path=None, azure_grace=None):
         self.journal = journal
         self.journal_path = journal_path
-        bound = providers.bind(provider, secret)
+        bound = registry.bind(provider, secret)
         # Without a secret nothing may verify, whatever secret a provider object was made with.
         self.provider = bound.with_secret(None) if secret is None and bound.secret is not None else bound
         self.secret = secret

@@ -22,7 +22,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import epoch
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import RESOURCE_ID, Flow, StepResult
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
@@ -468,7 +468,7 @@ def destroy_orphan(journal, provider, secret, vmid, node=None, task_timeout=300,
     workspace the marker names, at this id) is stopped and deleted. The deletion is logged under that
     workspace's name. ``provider`` a Provider or the API client of one.
     """
-    provider = providers.bind(provider, secret)
+    provider = registry.bind(provider, secret)
     label = provider.label(vmid)
     if node is None:
         resource = provider.find(vmid, search=True)

@@ -23,7 +23,7 @@ can run every few minutes:
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
@@ -68,7 +68,7 @@ class ExpirySweep:
 
     def __init__(self, journal, provider, params, secret, check_mode=False, clock=time.time):
         self.journal = journal
-        self.provider = providers.bind(provider, secret)
+        self.provider = registry.bind(provider, secret)
         self.params = params
         self.secret = secret
         self.check_mode = check_mode

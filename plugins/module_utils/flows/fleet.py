@@ -10,7 +10,7 @@ A sweep of one place leaves the workspaces of every other place alone (:func:`li
 
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import placing
 
@@ -39,7 +39,7 @@ def places(journal, params):
         if ws['status'] == 'destroyed':
             continue
         name = placing.provider_of(ws)
-        found.add((name, ws.get('location') if providers.provider_class(name).location_option else None))
+        found.add((name, ws.get('location') if registry.provider_class(name).location_option else None))
     return sorted(found, key=lambda place: (place != (own, None), place[0], place[1] or ''))
 
 
@@ -73,11 +73,11 @@ class FleetRun:
                 continue
             label = placing.place_label(name, location)
             params = dict(self.params, provider=name)
-            option = providers.provider_class(name).location_option
+            option = registry.provider_class(name).location_option
             if option and location:
                 params[option] = location
             try:
-                provider = providers.bind(self.connect(params), self.secret)
+                provider = registry.bind(self.connect(params), self.secret)
                 if option and location is None:
                     # The run's own connection: its location (from an option or the environment) is swept now.
                     location = provider.here

@@ -34,7 +34,7 @@ import concurrent.futures
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import fleet
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import placing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import (
@@ -135,7 +135,7 @@ class Reconciler:
 
     def __init__(self, journal, provider, secret, params, check_mode=False):
         self.journal = journal
-        self.provider = providers.bind(provider, secret)
+        self.provider = registry.bind(provider, secret)
         self.secret = secret
         self.params = params
         self.check_mode = check_mode

@@ -23,7 +23,7 @@ go (no linked clone is recorded from them) is reported.
 
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools
@@ -256,7 +256,7 @@ class TemplateBuild:
 
     @property
     def provider(self):
-        return providers.bind(self.client, self.secret)
+        return registry.bind(self.client, self.secret)
 
     # ------------------------------------------------------------------ running
 

@@ -6,7 +6,7 @@ and launches instances there. No SDK is imported here."""
 
 from ansible.module_utils.basic import env_fallback
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import PROVIDER_ENV
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import PROVIDER_ENV
 
 PROVIDER_CHOICES = ['proxmox', 'aws', 'hetzner', 'azure', 'gcp']
 

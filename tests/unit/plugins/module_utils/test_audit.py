@@ -334,7 +334,7 @@ def test_fleet_adds_a_line_per_place_and_every_entry_names_its_place(path, now):
 
 def test_the_places_name_a_location_exactly_where_a_providers_connection_is_bound_to_one():
     """The audit names places without loading any provider's code (flows/placing.py); its table is the providers'."""
-    from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
     from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import LOCATION_OPTIONS
-    assert {name: providers.provider_class(name).location_option for name in providers.PROVIDERS
-            if providers.provider_class(name).location_option} == LOCATION_OPTIONS
+    assert {name: registry.provider_class(name).location_option for name in registry.PROVIDERS
+            if registry.provider_class(name).location_option} == LOCATION_OPTIONS

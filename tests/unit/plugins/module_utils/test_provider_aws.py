@@ -8,7 +8,8 @@ import time
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, provider_class
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import provider_class
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws import client as awsclient
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws import provider as awsprovider
 from tests.localcloud.fleet import teach_moto

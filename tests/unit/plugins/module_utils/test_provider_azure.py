@@ -746,7 +746,7 @@ def test_bad_input_is_refused_before_the_first_put(change, words):
 
 
 def test_the_provider_is_registered_and_bound_to_an_arm_client(tmp_path):
-    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import bind, provider_class
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import bind, provider_class
     from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import provider as azprovider
     assert provider_class('azure') is azprovider.AzureProvider
     bound = bind(azclient.Arm(SUB, None, None), b's' * 32)

@@ -1,0 +1,136 @@
+"""The imports between the collection's Python files: no cycle, and every module_utils module imports on its own.
+
+An import counts wherever it stands (at the top, or in a function that runs later), and so does a string that names a
+module of the collection (the provider registry imports a provider's package by name when it is first used).
+"""
+
+import ast
+import functools
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+PLUGINS = os.path.join(ROOT, 'plugins')
+PACKAGE = 'ansible_collections.ephemera.workspaces.plugins.'
+FILES = sorted(glob.glob(os.path.join(PLUGINS, '**', '*.py'), recursive=True))
+MODULE_UTILS = [path for path in FILES if os.sep + 'module_utils' + os.sep in path]
+
+
+def dotted(path):
+    relative = os.path.relpath(path, PLUGINS)[:-3].split(os.sep)
+    if relative[-1] == '__init__':
+        relative = relative[:-1]
+    return PACKAGE + '.'.join(relative)
+
+
+def file_of(name):
+    """The file of the collection a dotted name is (a module, or a package's __init__.py), or None."""
+    if not name.startswith(PACKAGE):
+        return None
+    base = os.path.join(PLUGINS, *name[len(PACKAGE):].split('.'))
+    for candidate in (base + '.py', os.path.join(base, '__init__.py')):
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def imports(path):
+    """The collection's files ``path`` imports: ``import a.b``, ``from a import b`` (a, and a.b where that is a
+    module), at the top or in a function, and module names in strings."""
+    with open(path) as source:
+        tree = ast.parse(source.read(), path)
+    found = set()
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + ['%s.%s' % (node.module, alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = [node.value]
+        for name in names:
+            target = file_of(name)
+            if target and target != path:
+                found.add(target)
+    return frozenset(found)
+
+
+def cycles(files, edges):
+    """The strongly connected groups of more than one file (Tarjan), each sorted."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in edges(node):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in files:
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_the_walk_sees_the_imports():
+    """A walker that finds nothing would pass every test below."""
+    registry = os.path.join(PLUGINS, 'module_utils', 'providers', 'registry.py')
+    found = {os.path.relpath(path, PLUGINS) for path in imports(registry)}
+    assert {os.path.join('module_utils', 'providers', 'base.py'),
+            os.path.join('module_utils', 'providers', 'aws', 'provider.py')} <= found
+    assert cycles(['a', 'b', 'c'], {'a': ['b'], 'b': ['a'], 'c': ['a']}.get) == [['a', 'b']]
+
+
+def test_no_import_cycle():
+    found = cycles(FILES, imports)
+    assert not found, 'import cycles: %s' % '; '.join(
+        ' <-> '.join(os.path.relpath(path, PLUGINS) for path in group) for group in found)
+
+
+def test_every_module_utils_module_imports_on_its_own():
+    """Each module, imported into an interpreter that has none of the collection's modules loaded: an import cycle
+    at the top of two files fails for one of their orders at least."""
+    names = [dotted(path) for path in MODULE_UTILS]
+    program = '\n'.join((
+        'import importlib, sys, traceback',
+        'failed = []',
+        'for name in sys.argv[1:]:',
+        '    for loaded in [m for m in sys.modules if m.startswith("ansible_collections.ephemera")]:',
+        '        del sys.modules[loaded]',
+        '    try:',
+        '        importlib.import_module(name)',
+        '    except Exception:',
+        '        failed.append(name + ": " + traceback.format_exc().strip().splitlines()[-1])',
+        'print("\\n".join(failed))',
+        'sys.exit(1 if failed else 0)',
+    ))
+    done = subprocess.run([sys.executable, '-c', program] + names, capture_output=True, text=True, check=False,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+
+
+@pytest.mark.parametrize('path', [os.path.join(PLUGINS, 'module_utils', 'providers', '__init__.py')])
+def test_the_providers_package_is_empty(path):
+    """A provider's files import the seam (providers.base); were the registry that names them the package itself,
+    every one of them would import it back."""
+    with open(path) as source:
+        assert source.read().strip() == ''

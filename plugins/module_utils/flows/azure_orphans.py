@@ -78,7 +78,7 @@ class AzureOrphans:
         self.store = azset.QuarantineStore(journal, self.subscription, self.group, claim) if journal is not None \
             else None
         self.groups = []
-        if journal is not None and hasattr(provider, 'use_journal'):
+        if journal is not None:
             # The sets' records are read (and, deleting, written) through the pass's own journal.
             provider.use_journal(journal)
 

@@ -50,7 +50,6 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import agent as agent_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import preflight
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import (
     Guest,
     SshError,
@@ -1175,9 +1174,8 @@ class CreateFlow(Flow):
         self._with_guest(lambda g: guest_ops.bootstrap(g, self._layout(), self.ssh_user, credentials))
         # What a provider puts into its machines besides, from the launch settings the request recorded (a guest step
         # has no provider connection): refused, or a sentence and warnings.
-        setup = getattr(registry.provider_class(self.ws.get('provider') or 'proxmox'), 'guest_setup', None)
-        said, warned = self._with_guest(lambda g: setup(g, self._layout(), self.ws['address'], req.get('launch') or {})) \
-            if setup else ('', [])
+        said, warned = self.naming.guest_setup(self._with_guest, self._layout(), self.ws['address'],
+                                               req.get('launch') or {})
         self.done('bootstrap')
         return StepResult(True, 'bootstrap: agent user %s, credentials written; %s%s'
                           % (req['agent_user'], keys, '; ' + said if said else ''), **({'warnings': warned} if warned else {}))

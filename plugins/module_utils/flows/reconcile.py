@@ -473,9 +473,8 @@ class Reconciler:
         if operation is None:
             self._add('busy', name, rid, where, 'another run is queued on it; left to it')
             return
-        if hasattr(self.provider, 'use_journal'):
-            # A provider that keeps its progress in the journal (Azure) writes it under this run's claim.
-            self.provider.use_journal(self.journal, operation.claim, name)
+        # A provider that keeps its progress in the journal (Azure) writes it under this run's claim.
+        self.provider.use_journal(self.journal, operation.claim, name)
         self.changed = True
         try:
             delete_bound(self.journal, self.provider, name, resource, operation.claim,

@@ -36,6 +36,8 @@ A task that ended with an error is a refusal (:class:`TaskFailed`); one still ru
 caller's deadline has an unknown outcome (:class:`TaskTimeout`): it goes on in the provider.
 """
 
+import re
+
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 
@@ -222,6 +224,34 @@ class Settings:
         self.tags = list(tags)
 
 
+_WARNINGS = re.compile(r'^WARNINGS: (\d+)$')
+
+
+class TaskResult:
+    """What a provider's task came to, as :meth:`Provider.wait` and :meth:`Provider.task_status` give it.
+
+    ``upid`` is the task's handle; ``status`` is 'running' or 'stopped'; ``exitstatus`` None while it runs, then OK,
+    'WARNINGS: n' or the error; ``succeeded`` None while it runs, then True for OK or 'WARNINGS: n' (``warnings``
+    holds n, ``warning_lines`` the log's warning lines); ``log_tail`` has the last lines of the log of a task that
+    failed or warned; ``elapsed`` is the seconds a wait took. A provider may add what its task ids carry (Proxmox VE's
+    node, type and user).
+    """
+
+    def __init__(self, handle, status='stopped', exitstatus='OK', elapsed=0.0, log_tail=(), warning_lines=()):
+        self.upid = handle
+        self.status = status
+        self.exitstatus = exitstatus
+        self.elapsed = round(elapsed, 3)
+        self.log_tail = list(log_tail)
+        self.warning_lines = list(warning_lines)
+        warned = _WARNINGS.match(exitstatus or '')
+        self.warnings = int(warned.group(1)) if warned else 0
+        if status == 'running':
+            self.succeeded = None
+        else:
+            self.succeeded = exitstatus == 'OK' or warned is not None
+
+
 # -------------------------------------------------------------------------------------- protocol
 
 class Provider:
@@ -281,6 +311,15 @@ class Provider:
     def serves(api):
         """True when ``api`` is a client of this provider's API (so that it can be wrapped in the provider)."""
         return False
+
+    @classmethod
+    def guest_setup(cls, run, layout, address, launch):
+        """What the provider puts into a machine of its besides the bootstrap, from the launch settings a request
+        recorded (``launch``): a guest step has no provider connection, so this is a class method. ``run(action)``
+        calls ``action`` with a connected guest (and returns what it returns); ``layout`` is the guest's layout,
+        ``address`` the one SSH reaches. Returns (a sentence for the step's message, or '', [warnings]); raises to
+        refuse. Most providers put nothing there: no connection is made."""
+        return '', []
 
     # --- identity and wording
 

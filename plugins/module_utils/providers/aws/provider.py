@@ -106,9 +106,6 @@ def parse_handle(text):
     return parts[1], parts[2], parts[3], int(parts[4])
 
 
-TaskResult = cloud.TaskResult
-
-
 def address_of(instance, kind='public'):
     """The instance's IPv4 address of ``kind`` (public or private) from the documented fields, or None."""
     if kind == 'public':

@@ -168,18 +168,6 @@ class SetStore:
         self._held[base_name] = (generation, copy.deepcopy(record))
 
 
-class TaskResult:
-    def __init__(self, handle, status='stopped', exitstatus='OK'):
-        self.upid = handle
-        self.status = status
-        self.exitstatus = exitstatus
-        self.succeeded = exitstatus == 'OK'
-        self.warnings = 0
-        self.warning_lines = []
-        self.log_tail = []
-        self.elapsed = 0.0
-
-
 def launch_options(params):
     """The settings of a set, as a request records them (no credentials)."""
     return {'resource_group': params.get('azure_resource_group'), 'location': params.get('azure_location'),
@@ -559,7 +547,7 @@ class AzureProvider(base.Provider):
         if action == 'create':
             ws.create()
             ws.check_binding()
-            return TaskResult(handle)
+            return base.TaskResult(handle)
         label = self.label(base_name)
         if action == 'delete':
             def probe(remaining):
@@ -573,7 +561,7 @@ class AzureProvider(base.Provider):
             result = waiter.wait_for(probe, timeout, steady(1.0), sleep=self.sleep,
                                      what=lambda last: ('the delete of %s' % label, last and '%s is %s' % last))
             if result.ok:
-                return TaskResult(handle)
+                return base.TaskResult(handle)
             member, state = result.value or ('a member', 'not gone')
             err = base.TaskTimeout('%s: deleting %s is still %s after %d s. Check it in the resource group\'s '
                                    'activity log, then run again: the next run goes on with the delete.'
@@ -588,7 +576,7 @@ class AzureProvider(base.Provider):
             result = waiter.wait_for(probe, timeout, steady(1.0), sleep=self.sleep,
                                      what=lambda last: ('%s to be %s' % (label, want), last and 'it is %s' % last))
             if result.ok:
-                return TaskResult(handle)
+                return base.TaskResult(handle)
             err = base.TaskTimeout('%s is not %s after %d s. Check its instance view (power state) and the resource '
                                    'group\'s activity log, then run again.' % (label, want, timeout))
         else:
@@ -600,11 +588,11 @@ class AzureProvider(base.Provider):
         action, base_name, at = parse_handle(handle)
         record = self.store.load(base_name) or {}
         if action == 'create':
-            return TaskResult(handle) if record.get('binding') else TaskResult(handle, 'running', None)
+            return base.TaskResult(handle) if record.get('binding') else base.TaskResult(handle, 'running', None)
         if action == 'delete':
             done = all(m in record.get('claims', {}) or m not in record.get('ids', {}) for m in planning.MEMBERS)
-            return TaskResult(handle) if done else TaskResult(handle, 'running', None)
-        return TaskResult(handle)
+            return base.TaskResult(handle) if done else base.TaskResult(handle, 'running', None)
+        return base.TaskResult(handle)
 
     def close(self):
         pass

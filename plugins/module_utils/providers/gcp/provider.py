@@ -114,9 +114,6 @@ def short(url):
     return (url or '').rstrip('/').rsplit('/', 1)[-1]
 
 
-TaskResult = cloud.TaskResult
-
-
 def launch_options(params):
     """The launch settings of module params (doc fragment ephemera.workspaces.gcp), as a request records them."""
     return {

@@ -112,9 +112,6 @@ def marker_text(labels):
     return ' '.join(words)
 
 
-TaskResult = cloud.TaskResult
-
-
 def launch_options(params):
     """The server settings of module params (doc fragment ephemera.workspaces.hetzner), as a request records them."""
     return {

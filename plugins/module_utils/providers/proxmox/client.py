@@ -361,39 +361,21 @@ class Upid:
         return hash(self.text)
 
 
-_WARNINGS = re.compile(r'^WARNINGS: (\d+)$')
-
-
-class TaskResult:
-    """What is known about a task: the UPID's fields, status, exitstatus and the log lines that matter.
-
-    status is 'running' or 'stopped'; succeeded is None while running, then True for exitstatus OK
-    or 'WARNINGS: n' (warnings holds n, warning_lines the log's WARN lines); log_tail has the last
-    lines of the log of a task that failed or warned; elapsed is the seconds a wait took.
-    """
+class TaskResult(base.TaskResult):
+    """A Proxmox VE task as :class:`base.TaskResult` tells it, with the fields of its UPID (node, type, id, user,
+    starttime): what ephemera.workspaces.pve_task returns (:meth:`as_dict`)."""
 
     FIELDS = ('upid', 'node', 'type', 'id', 'user', 'starttime', 'status', 'exitstatus', 'succeeded', 'warnings',
               'warning_lines', 'log_tail', 'elapsed')
 
     def __init__(self, upid, status, exitstatus=None, elapsed=0.0, log_tail=(), warning_lines=()):
         upid = Upid.parse(upid)
-        self.upid = upid.text
+        super().__init__(upid.text, status, exitstatus, elapsed, log_tail, warning_lines)
         self.node = upid.node
         self.type = upid.type
         self.id = upid.id
         self.user = upid.user
         self.starttime = upid.starttime
-        self.status = status
-        self.exitstatus = exitstatus
-        self.elapsed = round(elapsed, 3)
-        self.log_tail = list(log_tail)
-        self.warning_lines = list(warning_lines)
-        warned = _WARNINGS.match(exitstatus or '')
-        self.warnings = int(warned.group(1)) if warned else 0
-        if status == 'running':
-            self.succeeded = None
-        else:
-            self.succeeded = exitstatus == 'OK' or warned is not None
 
     def describe(self):
         """A short name for messages: 'vzstart 105 on node pve1'."""

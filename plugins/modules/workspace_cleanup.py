@@ -257,7 +257,7 @@ def run(module):
             client = api_from_params(params)
             sweep = Sweep(journal, client, secret, pool=params['pool'], tag=params['tag'], apply=apply,
                           task_timeout=params['task_timeout'], lock_timeout=params['lock_timeout'],
-                          journal_path=path, azure_grace=params.get('azure_orphan_grace'))
+                          journal_path=path, params=params)
             result = sweep.run()
     except EphemeraError as err:
         module.fail_json(msg=str(err), **err.details)

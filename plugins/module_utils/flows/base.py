@@ -15,8 +15,6 @@ import time
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 
-# The provider of a record that names none.
-DEFAULT_PROVIDER = 'proxmox'
 # The record's fields that name the workspace's resource.
 PROVIDER = 'provider'
 RESOURCE_ID = 'resource_id'
@@ -106,7 +104,7 @@ class Flow:
         none (a guest step), its class."""
         if self.provider is not None:
             return self.provider
-        return registry.provider_class((self.ws or {}).get(PROVIDER) or DEFAULT_PROVIDER)
+        return registry.provider_class(registry.provider_of(self.ws))
 
     @property
     def tasks(self):

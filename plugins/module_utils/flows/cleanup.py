@@ -90,11 +90,12 @@ class Sweep:
     """One sweep over ``provider`` (a Provider, or the API client of one) in ``pool`` and ``tag``.
 
     ``journal`` an open Journal, or None when there is none; ``secret`` the controller secret, or None (then no
-    marker verifies and nothing is deleted); ``apply`` False: a dry run that changes nothing.
+    marker verifies and nothing is deleted); ``apply`` False: a dry run that changes nothing; ``params`` the module's
+    options, where a provider's set sweep finds its own settings.
     """
 
     def __init__(self, journal, provider, secret, pool='disposable-workspaces', tag='ephemera', apply=False,
-                 task_timeout=300, lock_timeout=120, now=None, sleep=time.sleep, journal_path=None, azure_grace=None):
+                 task_timeout=300, lock_timeout=120, now=None, sleep=time.sleep, journal_path=None, params=None):
         self.journal = journal
         self.journal_path = journal_path
         bound = registry.bind(provider, secret)
@@ -112,10 +113,11 @@ class Sweep:
         self.to_delete = 0
         # resource id -> the workspace the journal records as destroyed there (filled by _known)
         self.destroyed_at = {}
-        self.azure_grace = azure_grace
-        # Azure: the orphan sweep of this pass, and its groups by listed id (filled by _azure_sweep)
-        self.azure = None
-        self.azure_groups = {}
+        self.params = params or {}
+        # The provider's set sweep of this pass (Provider.set_sweep), and its groups by listed id (filled by
+        # _set_sweep)
+        self.sets = None
+        self.set_groups = {}
 
     @property
     def changed(self):
@@ -183,8 +185,7 @@ class Sweep:
     def run(self):
         names, ids = self._known()
         members = self._members()
-        if self.provider.sweeps_sets:
-            self._azure_sweep()
+        self._set_sweep()
         resources = self._reads(members)
         selected = []
         for listed in members:
@@ -205,8 +206,8 @@ class Sweep:
             entry.known = holder is not None
             if decided.decision == leasing.SKIP:
                 entry.action = SKIPPED
-            elif self.azure is not None and not entry.known:
-                self._azure_entry(entry, decided, resource, selected)
+            elif self.sets is not None and not entry.known:
+                self._set_entry(entry, decided, resource, selected)
             elif self.destroyed_at.get(entry.id) is not None and self.destroyed_at[entry.id] == entry.name:
                 entry.action = REPORTED
                 entry.reason = ('%s; but workspace %s was destroyed at this id: this container came back some other '
@@ -231,26 +232,25 @@ class Sweep:
                 self._delete(entry)
         return self.report()
 
-    # ------------------------------------------------------------------ Azure: the orphan sweep
+    # ------------------------------------------------------------------ a provider's set sweep
 
-    def _azure_sweep(self):
-        """Azure: judge every group of sets from one complete inventory (flows/azure_orphans.py); with apply the
-        inventory counts in each set's quarantine, written durably before anything is deleted."""
-        # pylint: disable=import-outside-toplevel
-        from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import azure_orphans
-        self.azure = azure_orphans.AzureOrphans(self.journal, self.provider, self.azure_grace,
-                                                counting=self.apply, now=self.now)
-        self.azure.run(self.journal.list_workspaces() if self.journal is not None else [])
-        self.azure_groups = self.azure.by_id()
+    def _set_sweep(self):
+        """A provider whose workspaces are sets of resources: judge every group of sets from one complete inventory
+        (Provider.set_sweep); with apply the inventory counts in each set's quarantine, written durably before
+        anything is deleted."""
+        self.sets = self.provider.set_sweep(self.journal, self.params, counting=self.apply, now=self.now)
+        if self.sets is None:
+            return
+        self.sets.run(self.journal.list_workspaces() if self.journal is not None else [])
+        self.set_groups = self.sets.by_id()
 
-    def _azure_entry(self, entry, decided, resource, selected):
-        """An Azure set the journal holds no live workspace of: deleted only when the labels say so and the
-        orphan sweep's quarantine passed (an exact group bound to its destroyed record); else reported with why."""
-        from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
-        group = self.azure_groups.get(entry.id)
-        said = self.azure.sentence(group) if group is not None else 'orphan sweep: not in its inventory'
+    def _set_entry(self, entry, decided, resource, selected):
+        """A set the journal holds no live workspace of: deleted only when the labels say so and the set sweep's
+        quarantine passed (an exact group bound to its destroyed record); else reported with why."""
+        group = self.set_groups.get(entry.id)
+        said = self.sets.sentence(group) if group is not None else 'orphan sweep: not in its inventory'
         entry.reason = '%s; %s' % (decided.reason, said)
-        if decided.decision != leasing.DELETE or group is None or group.verdict != azset.CANDIDATE:
+        if decided.decision != leasing.DELETE or group is None or not group.deletable:
             entry.action = REPORTED
         elif resource.deleting:
             entry.action, entry.reason = SKIPPED, '%s; a deletion of it is under way already' % decided.reason
@@ -262,8 +262,8 @@ class Sweep:
     # ------------------------------------------------------------------ deleting
 
     def _delete(self, entry):
-        group = self.azure_groups.get(entry.id) if self.azure is not None else None
-        if group is not None and not self.azure.unchanged(group):
+        group = self.set_groups.get(entry.id) if self.sets is not None else None
+        if group is not None and not self.sets.unchanged(group):
             entry.action = REPORTED
             entry.reason = ('not deleted: set %s changed right before its deletion, so its quarantine started again'
                             % group.base)
@@ -288,7 +288,7 @@ class Sweep:
             return
         entry.action = DELETED
         if group is not None:
-            self.azure.deleted(group)
+            self.sets.deleted(group)
         self._event(entry.name, 'observed', 'cleanup_deleted', detail)
 
     def _remove(self, entry, label):
@@ -385,7 +385,7 @@ class FleetCleanup(fleet.FleetRun):
     def sweep(self, provider, params):
         sweep = Sweep(self.journal, provider, self.secret, pool=params['pool'], tag=params['tag'], apply=self.apply,
                       task_timeout=params['task_timeout'], lock_timeout=params['lock_timeout'],
-                      journal_path=self.journal_path, azure_grace=params.get('azure_orphan_grace'))
+                      journal_path=self.journal_path, params=params)
         result = sweep.run()
         for action, n in result['counts'].items():
             self.counts[action] = self.counts.get(action, 0) + n

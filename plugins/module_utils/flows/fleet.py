@@ -10,7 +10,7 @@ A sweep of one place leaves the workspaces of every other place alone (:func:`li
 
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import placing
 
@@ -33,13 +33,13 @@ def places(journal, params):
     the location it is configured for), and every provider the journal holds a workspace on that is not destroyed
     (for a provider whose connection serves one location, each such location). The run's own comes first; without a
     journal (None: a lost one, for the label sweep) the run's own is the only place."""
-    own = params.get('provider') or 'proxmox'
+    own = registry.provider_of(params)
     found = {(own, None)}
     for ws in journal.list_workspaces() if journal is not None else ():
         if ws['status'] == 'destroyed':
             continue
         name = placing.provider_of(ws)
-        found.add((name, ws.get('location') if registry.provider_class(name).location_option else None))
+        found.add((name, ws.get('location') if base.location_option(name) else None))
     return sorted(found, key=lambda place: (place != (own, None), place[0], place[1] or ''))
 
 
@@ -73,7 +73,7 @@ class FleetRun:
                 continue
             label = placing.place_label(name, location)
             params = dict(self.params, provider=name)
-            option = registry.provider_class(name).location_option
+            option = base.location_option(name)
             if option and location:
                 params[option] = location
             try:

@@ -238,8 +238,9 @@ class Reconciler:
                 self._add('unreadable', ws['name'], ws[RESOURCE_ID], ws[LOCATION], 'could not be checked: %s'
                           % describe(err))
         self._debts(cluster, busy)
-        if self.provider.sweeps_sets:
-            self._azure_sweep(records, busy)
+        sweep = self.provider.set_sweep(self.journal, self.params, counting=self.counting)
+        if sweep is not None:
+            self._set_sweep(sweep, records, busy)
         else:
             self._strangers(cluster, known)
         return self.report()
@@ -268,7 +269,7 @@ class Reconciler:
                     self._settle(ws, cluster)
                     return
                 if self.provider.sweeps_sets:
-                    return True  # its set is judged by the Azure orphan sweep (_azure_sweep)
+                    return True  # its set is judged by the provider's set sweep (_set_sweep)
                 resource = self._find(vmid, present['location'])
                 verdict = self._verdict(resource, name, nonce)
                 if verdict not in (ownership.VERIFIED, ownership.REPLAYED):
@@ -486,37 +487,38 @@ class Reconciler:
         operation.succeeded({'workspace': name, 'status': 'destroyed', 'orphan': rid})
         self._add('orphan_deleted', name, rid, where, said + '; deleted, and observed absent')
 
-    # --------------------------------------------------------------- Azure: the orphan sweep with its quarantine
+    # --------------------------------------------------------------- a provider's set sweep with its quarantine
 
-    def _azure_sweep(self, records, busy):
-        """Azure: every group of sets in the resource group judged from one complete inventory
-        (flows/azure_orphans.py). Sets of live workspaces are left to their records; a set bound to a destroyed
-        record is deleted with orphans=delete once its quarantine passed; every other group is reported with its
-        verdict and why, never touched."""
-        # pylint: disable=import-outside-toplevel
-        from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import azure_orphans
-        counting = self.orphans == 'delete' and not self.check_mode
-        sweep = azure_orphans.AzureOrphans(self.journal, self.provider, self.params.get('azure_orphan_grace'),
-                                           counting=counting)
+    @property
+    def counting(self):
+        """True when this pass may count an inventory in a set's quarantine: it may delete (orphans=delete) and is
+        no check."""
+        return self.orphans == 'delete' and not self.check_mode
+
+    def _set_sweep(self, sweep, records, busy):
+        """A provider whose workspaces are sets of resources: every group of sets in its scope judged from one
+        complete inventory (Provider.set_sweep). Sets of live workspaces are left to their records; a set bound to a
+        destroyed record is deleted with orphans=delete once its quarantine passed; every other group is reported
+        with its verdict and why, never touched."""
+        counting = self.counting
         destroyed = {ws['name']: ws for ws in records}
         for group in sweep.run(records):
             if group.live:
                 continue
             try:
-                self._azure_group(sweep, group, destroyed.get(group.holder), busy, counting)
+                self._set_group(sweep, group, destroyed.get(group.holder), busy, counting)
             except Exception as err:  # pylint: disable=broad-except
                 self._add('unreadable', group.holder, group.id, group.location, 'set %s could not be looked at: %s'
                           % (group.base, describe(err)))
 
-    def _azure_group(self, sweep, group, ws, busy, counting):
-        from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
+    def _set_group(self, sweep, group, ws, busy, counting):
         said = sweep.sentence(group)
         if ws is not None:
             name = ws['name']
             if name in busy:
                 self._add('busy', name, group.id, group.location, 'a live run works on it (%s); left to it' % busy[name])
                 return
-            if group.verdict == azset.CANDIDATE and counting:
+            if group.deletable and counting:
                 if not sweep.unchanged(group):
                     self._add('destroyed_present', name, group.id, group.location, 'set %s of the destroyed workspace; '
                               '%s; but it changed right before its deletion: its quarantine started again, nothing '
@@ -531,9 +533,9 @@ class Reconciler:
                 if self.findings and self.findings[-1].kind == 'orphan_deleted':
                     sweep.deleted(group)
                 return
-            if group.verdict == azset.CANDIDATE:
+            if group.deletable:
                 more = '; would delete it' if self.orphans == 'delete' else '; reconcile with orphans=delete deletes it'
-            elif group.verdict == azset.QUARANTINED:
+            elif group.quarantined:
                 more = '' if counting else ' (this report counted no inventory: only orphans=delete does)'
             else:
                 more = '; it is left for a person'
@@ -597,7 +599,7 @@ class FleetReconcile(fleet.FleetRun):
         label = fleet.place_of_provider(provider)
         self.report_lines += ['[%s] %s' % (label, line) for line in result['report']
                               if not line.startswith('other_provider ')]
-        if provider.name == (self.params.get('provider') or 'proxmox'):
+        if provider.name == registry.provider_of(self.params):
             # A create is resumed by a run of its own provider's settings: the others' unfinished creates are
             # findings (unfinished_create), for a reconcile with that provider to resume.
             self.resume_create += result['resume_create']

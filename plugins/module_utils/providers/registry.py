@@ -8,7 +8,12 @@ modules can import the seam (providers/base.py) without importing the registry t
 import importlib
 import os
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import Provider
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
+    DEFAULT_PROVIDER,
+    PROVIDER_ENV,
+    Provider,
+    provider_of,
+)
 
 # name -> (module, class) of each provider.
 PROVIDERS = {
@@ -21,11 +26,8 @@ PROVIDERS = {
     'azure': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.provider', 'AzureProvider'),
 }
 
-
 # The providers whose SDKs a run loads before it forks its workers, besides Proxmox VE's (a comma-separated list).
 PRELOAD_ENV = 'EPHEMERA_PRELOAD'
-# The environment variable that selects a module's provider (the provider option's fallback).
-PROVIDER_ENV = 'EPHEMERA_PROVIDER'
 # Each cloud provider's client module: its LIBRARIES are the SDK it imports when it is first used.
 CLIENTS = {name: 'ansible_collections.ephemera.workspaces.plugins.module_utils.providers.%s.client' % name
            for name in ('aws', 'gcp', 'hetzner', 'azure')}
@@ -78,7 +80,7 @@ def bind(api, secret=None):
 def api_from_params(params, secret=None):
     """What a module acts through, from its options (doc fragments ephemera.workspaces.proxmox and .aws): the
     Proxmox VE client, or the provider named by ``provider``."""
-    if (params.get('provider') or 'proxmox') != 'proxmox':
+    if provider_of(params) != DEFAULT_PROVIDER:
         return provider_class(params['provider']).from_params(params, secret)
     from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params
     return client_from_params(params)

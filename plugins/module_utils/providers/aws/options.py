@@ -6,8 +6,10 @@ and launches instances there. No SDK is imported here."""
 
 from ansible.module_utils.basic import env_fallback
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import PROVIDER_ENV
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import PROVIDER_ENV
 
+# An EC2 client serves one region (Provider.location_option).
+LOCATION_OPTION = 'aws_region'
 PROVIDER_CHOICES = ['proxmox', 'aws', 'hetzner', 'azure', 'gcp']
 
 

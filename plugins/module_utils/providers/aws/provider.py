@@ -33,6 +33,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import cloud
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import hostkeys
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws import options
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.client import (
     ENDPOINT_ENV,
     REGION_ENV,
@@ -143,7 +144,7 @@ class AwsProvider(cloud.CloudProvider):
     """The provider seam over EC2 in one region (``ec2``: an :class:`Ec2`)."""
 
     name = NAME
-    location_option = base.LOCATION_OPTIONS[NAME]
+    location_option = options.LOCATION_OPTION
     kind = KIND
     noun = 'instance'
     candidate_noun = 'An EC2 client token'

@@ -24,6 +24,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import ClaimLostError, JournalError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, hostkeys
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import orphans
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import plan as planning
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.client import Arm, option, steady
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.plan import (
@@ -244,6 +245,11 @@ class AzureProvider(base.Provider):
     def use_journal(self, journal, claim=None, workspace=None):
         """Keep the sets' progress in ``journal``; the writes for ``workspace``'s set carry the run's ``claim``."""
         self.store.use(journal, claim, workspace)
+
+    def set_sweep(self, journal, params, counting=False, now=None):
+        """The orphan sweep of the resource group (providers/azure/orphans.py), its grace period from the option
+        azure_orphan_grace."""
+        return orphans.AzureOrphans(journal, self, params.get('azure_orphan_grace'), counting=counting, now=now)
 
     def with_secret(self, secret):
         return AzureProvider(self.arm, secret, self.launch, self.store, self.lost_window, self.timeout, self.sleep)

@@ -6,6 +6,8 @@ there. No SDK is imported here."""
 
 from ansible.module_utils.basic import env_fallback
 
+# A Compute Engine connection serves one zone (Provider.location_option).
+LOCATION_OPTION = 'gcp_zone'
 DEPRECATED = dict(removed_in_version='1.0.0', removed_from_collection='ephemera.workspaces')
 
 

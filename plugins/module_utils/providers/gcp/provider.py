@@ -33,6 +33,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import le
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import cloud
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import hostkeys
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp import options
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.client import (
     ENDPOINT_ENV,
     PROJECT_ENV,
@@ -160,7 +161,7 @@ class GcpProvider(cloud.CloudProvider):
     """The provider seam over Compute Engine in one project and zone (``compute``: a :class:`Compute`)."""
 
     name = NAME
-    location_option = base.LOCATION_OPTIONS[NAME]
+    location_option = options.LOCATION_OPTION
     kind = KIND
     noun = 'instance'
     candidate_noun = 'A Compute Engine instance name'

@@ -333,8 +333,14 @@ def test_fleet_adds_a_line_per_place_and_every_entry_names_its_place(path, now):
 
 
 def test_the_places_name_a_location_exactly_where_a_providers_connection_is_bound_to_one():
-    """The audit names places without loading any provider's code (flows/placing.py); its table is the providers'."""
+    """The audit names a place's location where the provider declares its connections bound to one (its
+    location_option), and for no other provider, nor for a provider name it does not know."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import placing
     from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
-    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import LOCATION_OPTIONS
-    assert {name: registry.provider_class(name).location_option for name in registry.PROVIDERS
-            if registry.provider_class(name).location_option} == LOCATION_OPTIONS
+    bound = {name: registry.provider_class(name).location_option for name in registry.PROVIDERS
+             if registry.provider_class(name).location_option}
+    assert bound == {'aws': 'aws_region', 'gcp': 'gcp_zone'}
+    for name in registry.PROVIDERS:
+        assert placing.place_label(name, 'here-1') == ('%s here-1' % name if name in bound else name)
+    assert placing.place_label('nope', 'here-1') == 'nope'
+    assert placing.place_of({'location': 'pve2'}) == 'proxmox'

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox import client as pve
 
 MODULE_UTILS = os.path.dirname(os.path.dirname(os.path.abspath(base.__file__)))
@@ -71,4 +71,46 @@ def test_flows_call_what_the_base_declares_plainly(path):
         if isinstance(node, ast.Call) and getattr(node.func, 'id', None) in ('hasattr', 'getattr') and \
                 len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in names:
             found.append('%s line %d: %s' % (os.path.basename(path), node.lineno, ast.unparse(node)))
+    assert not found, found
+
+
+@pytest.mark.parametrize('name', sorted(registry.PROVIDERS))
+def test_a_provider_has_a_set_sweep_exactly_when_it_sweeps_sets(name):
+    cls = registry.provider_class(name)
+    assert cls.sweeps_sets == (cls.set_sweep is not base.Provider.set_sweep), name
+
+
+def test_the_base_has_no_set_sweep():
+    assert base.Provider(None).set_sweep(object(), {}, counting=True) is None
+
+
+def test_each_provider_declares_its_own_location_option():
+    """The option that binds a connection to one location is declared in the provider's package (its options.py,
+    read by the lease audit without the provider's code), and its class takes it from there; a name that is no
+    provider has none."""
+    assert not hasattr(base, 'LOCATION_OPTIONS')
+    for name in registry.PROVIDERS:
+        assert base.location_option(name) == registry.provider_class(name).location_option
+    assert base.location_option('aws') == 'aws_region' and base.location_option('gcp') == 'gcp_zone'
+    for none in ('proxmox', 'hetzner', 'azure', 'nope', '../x', None):
+        assert base.location_option(none) is None
+
+
+def strings_in_code(tree):
+    """The string constants of ``tree`` that are not docstrings."""
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body and \
+                isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            docstrings.add(id(node.body[0].value))
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings]
+
+
+@pytest.mark.parametrize('path', FLOWS, ids=[os.path.basename(p)[:-3] for p in FLOWS])
+def test_flows_name_no_provider(path):
+    """A flow loops over what providers declare: no provider's name in its code (the default provider of a record
+    that names none is the registry's)."""
+    names = set(registry.PROVIDERS)
+    found = ['line %d: %r' % (node.lineno, node.value) for node in strings_in_code(parsed(path)) if node.value in names]
     assert not found, found

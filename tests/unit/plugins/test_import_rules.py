@@ -1,4 +1,5 @@
-"""The imports between the collection's Python files: no cycle, and every module_utils module imports on its own.
+"""The imports between the collection's Python files follow the rules docs/internals/architecture.md states: no
+cycle, every module_utils module imports on its own, and each part imports only what is below it.
 
 An import counts wherever it stands (at the top, or in a function that runs later), and so does a string that names a
 module of the collection (the provider registry imports a provider's package by name when it is first used).
@@ -134,3 +135,77 @@ def test_the_providers_package_is_empty(path):
     every one of them would import it back."""
     with open(path) as source:
         assert source.read().strip() == ''
+
+
+# ------------------------------------------------------------------------------- the rules of docs/internals/architecture.md
+
+def part(path):
+    """The part of the tree a file belongs to, as docs/internals/architecture.md names them: 'core', 'guest',
+    'flows', 'operation', 'providers' (the seam's own files: base.py, registry.py, cloud.py, ...), 'provider:<name>'
+    (one provider's package), 'modules', 'action', 'inventory', 'lookup', 'plugin_utils', 'doc_fragments'."""
+    relative = os.path.relpath(path, PLUGINS).split(os.sep)
+    if relative[0] != 'module_utils':
+        return relative[0]
+    if relative[1] == 'providers':
+        return 'provider:%s' % relative[2] if len(relative) > 3 else 'providers'
+    return relative[1] if len(relative) > 2 else relative[1][:-3]
+
+
+def seam_file(path):
+    return os.path.relpath(path, os.path.join(PLUGINS, 'module_utils', 'providers'))
+
+
+def broken_rules(path, targets):
+    """What ``path`` imports against the rules, as sentences."""
+    mine, broken = part(path), []
+    for target in sorted(targets):
+        theirs = part(target)
+        said = '%s imports %s' % (os.path.relpath(path, PLUGINS), os.path.relpath(target, PLUGINS))
+        if mine == 'core' and theirs != 'core':
+            broken.append(said + ': core imports nothing outside core')
+        elif mine in ('guest', 'operation') and theirs not in ('core', mine):
+            broken.append(said + ': %s imports core only' % mine)
+        elif mine == 'flows' and theirs.startswith('provider:'):
+            broken.append(said + ': a flow imports no provider package, only the seam (providers/base.py and '
+                                 'providers/registry.py)')
+        elif mine == 'flows' and theirs == 'providers' and \
+                seam_file(target) not in ('base.py', 'registry.py', '__init__.py'):
+            broken.append(said + ': a flow reaches providers through the seam (base.py) and the registry only')
+        elif (mine.startswith('provider:') or mine == 'providers') and theirs in (
+                'flows', 'operation', 'guest', 'modules', 'action', 'inventory', 'lookup', 'plugin_utils'):
+            broken.append(said + ': a provider imports no flow (nor the runner, the guest code or a plugin)')
+        elif mine.startswith('provider:') and theirs.startswith('provider:') and theirs != mine:
+            broken.append(said + ': a provider package imports no other provider package')
+        elif mine == 'providers' and theirs.startswith('provider:') and seam_file(path) != 'registry.py':
+            broken.append(said + ': only the registry names a provider package')
+        elif mine == 'modules' and theirs == 'modules':
+            broken.append(said + ': no module imports another module')
+        elif mine == 'action' and theirs not in ('plugin_utils',):
+            broken.append(said + ': an action plugin imports plugin_utils/in_process.py and names its own module')
+    return broken
+
+
+def test_the_rules_see_a_broken_import():
+    module_utils = os.path.join(PLUGINS, 'module_utils')
+    journal = os.path.join(module_utils, 'core', 'journal.py')
+    create = os.path.join(module_utils, 'flows', 'create.py')
+    azure = os.path.join(module_utils, 'providers', 'azure', 'members.py')
+    registry = os.path.join(module_utils, 'providers', 'registry.py')
+    assert broken_rules(journal, [create]) and broken_rules(create, [azure]) and broken_rules(azure, [create])
+    assert broken_rules(os.path.join(PLUGINS, 'modules', 'workspace_create.py'),
+                        [os.path.join(PLUGINS, 'modules', 'workspace_destroy.py')])
+    assert not broken_rules(create, [registry]) and not broken_rules(registry, [azure])
+
+
+def test_the_imports_follow_the_rules():
+    broken = [sentence for path in FILES for sentence in broken_rules(path, imports(path))]
+    assert not broken, '\n'.join(broken)
+
+
+def test_an_action_plugin_runs_its_own_module():
+    for path in glob.glob(os.path.join(PLUGINS, 'action', '*.py')):
+        with open(path) as source:
+            tree = ast.parse(source.read(), path)
+        named = [node.value.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                 and [getattr(t, 'id', None) for t in node.targets] == ['MODULE']]
+        assert named == [os.path.basename(path)[:-3]], path

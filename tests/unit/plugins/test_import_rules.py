@@ -6,13 +6,14 @@ module of the collection (the provider registry imports a provider's package by 
 """
 
 import ast
-import functools
 import glob
 import os
 import subprocess
 import sys
 
 import pytest
+
+from tests.plugin_imports import imported_files as imports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PLUGINS = os.path.join(ROOT, 'plugins')
@@ -26,39 +27,6 @@ def dotted(path):
     if relative[-1] == '__init__':
         relative = relative[:-1]
     return PACKAGE + '.'.join(relative)
-
-
-def file_of(name):
-    """The file of the collection a dotted name is (a module, or a package's __init__.py), or None."""
-    if not name.startswith(PACKAGE):
-        return None
-    base = os.path.join(PLUGINS, *name[len(PACKAGE):].split('.'))
-    for candidate in (base + '.py', os.path.join(base, '__init__.py')):
-        if os.path.isfile(candidate):
-            return candidate
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def imports(path):
-    """The collection's files ``path`` imports: ``import a.b``, ``from a import b`` (a, and a.b where that is a
-    module), at the top or in a function, and module names in strings."""
-    with open(path) as source:
-        tree = ast.parse(source.read(), path)
-    found = set()
-    for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + ['%s.%s' % (node.module, alias.name) for alias in node.names]
-        elif isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            names = [node.value]
-        for name in names:
-            target = file_of(name)
-            if target and target != path:
-                found.add(target)
-    return frozenset(found)
 
 
 def cycles(files, edges):

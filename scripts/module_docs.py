@@ -1,8 +1,9 @@
-#!/usr/bin/env python3
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Copy the result keys several modules share into their RETURN blocks, from one source.
 
-    scripts/module_docs.py            rewrite the blocks that differ from the source, naming each module rewritten
-    scripts/module_docs.py --check    name them and exit 1 instead (tests/unit/packaging/test_return_docs.py)
+    python scripts/module_docs.py           rewrite the blocks that differ from the source, naming each module
+    python scripts/module_docs.py --check   name them and exit 1 instead (tests/unit/packaging/test_return_docs.py)
 
 ansible-core merges a doc fragment into a module's DOCUMENTATION only, and ansible-doc reads RETURN as the module's
 own string: the keys a module returns when the Proxmox VE API or a guest command failed cannot come from a fragment.
@@ -105,7 +106,7 @@ def main(argv):
         print('error: %s' % problem, file=sys.stderr)
     for path, (old, new) in differ.items():
         if '--check' in argv:
-            print('%s: its RETURN differs from %s; run scripts/module_docs.py' % (os.path.relpath(path, ROOT), SOURCE))
+            print('%s: its RETURN differs from %s; run python scripts/module_docs.py' % (os.path.relpath(path, ROOT), SOURCE))
         else:
             with open(path + '.tmp', 'w') as out:
                 out.write(new)

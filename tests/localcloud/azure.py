@@ -291,7 +291,7 @@ class Rule:
         return True
 
     def view(self):
-        return {k: v for k, v in vars(self).items()}
+        return dict(vars(self))
 
 
 class AzureFake:

@@ -38,7 +38,7 @@ def test_the_source_has_the_families():
 def test_every_copy_is_what_the_source_gives():
     differ, problems = docs['check']()
     assert not problems
-    assert not differ, 'run scripts/module_docs.py: %s' % ', '.join(os.path.relpath(p, ROOT) for p in differ)
+    assert not differ, 'run python scripts/module_docs.py: %s' % ', '.join(os.path.relpath(p, ROOT) for p in differ)
     done = subprocess.run([sys.executable, SCRIPT, '--check'], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 

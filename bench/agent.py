@@ -123,8 +123,8 @@ class Bench:
                     sys.exit('%s: the agent did not write farewell.py and finish within 120 s: %s' % (name, state))
                 time.sleep(0.1)
             events = state.get('events') or []
-            at = dict((kind, next((e['at'] for e in events if e['type'] == kind), None)) for kind in
-                      ('brief', 'session', 'tool'))
+            at = {kind: next((e['at'] for e in events if e['type'] == kind), None) for kind in
+                  ('brief', 'session', 'tool')}
             figures.update(first_edit=os.path.getmtime(edited) - started,
                            idle=state['agent_process']['ended_at'] - started,
                            cli_start=(at['session'] or at['tool']) - at['brief'],

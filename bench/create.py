@@ -82,7 +82,7 @@ def run_create(workdir, state_dir, journal, repo, names, forks, extra_vars=None,
     hosts); (wall seconds, start epoch, json output)."""
     inventory = os.path.join(workdir, 'hosts-%d.json' % len(names))
     with open(inventory, 'w') as out:
-        json.dump({'workspaces': {'hosts': dict((n, {'workspace': n}) for n in names), 'vars': {
+        json.dump({'workspaces': {'hosts': {n: {'workspace': n} for n in names}, 'vars': {
             'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable}}}, out)
     extra = os.path.join(workdir, 'vars.json')
     with open(extra, 'w') as out:
@@ -162,7 +162,7 @@ def workspace_figures(cluster, journal, names, started, before):
             previous = ws['progress'][step]
     return {'ready': [ws['progress']['ready'] - started for ws in records], 'requests': len(requests),
             'polls': sum(1 for r in requests if '/tasks/' in r[1] and r[1].endswith('/status')),
-            'steps': dict((k, statistics.median(v)) for k, v in steps.items())}
+            'steps': {k: statistics.median(v) for k, v in steps.items()}}
 
 
 def scenario(time_scale, count, repeat, forks, latency):

@@ -92,7 +92,7 @@ def step_times(journal, started):
         record = jnl.get_workspace('bench-aws')
     if record is None or record['status'] != 'ready':
         sys.exit('bench-aws is not ready: %s' % (record and record['status']))
-    return dict((step, record['progress'][step] - started) for step in STEPS if step in record['progress'])
+    return {step: record['progress'][step] - started for step in STEPS if step in record['progress']}
 
 
 def main():
@@ -104,7 +104,7 @@ def main():
             repo = make_repo(workdir)
             journal = os.path.join(workdir, 'journal.sqlite')
             plain, instance = run_ec2_instance(workdir, info)
-            states = dict((i['instance_id'], i['state']) for i in cloud.instances())
+            states = {i['instance_id']: i['state'] for i in cloud.instances()}
             ours, started = run_ours(workdir, info, repo, journal)
             steps = step_times(journal, started)
     finally:

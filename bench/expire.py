@@ -130,15 +130,15 @@ def plan(records, expired, answering, hanging):
              + ['hanging'] * hanging)
     kinds += ['refusing'] * (records - len(kinds))
     random.Random(SEED).shuffle(kinds)
-    return dict(('ws-%04d' % n, kind) for n, kind in enumerate(kinds))
+    return {'ws-%04d' % n: kind for n, kind in enumerate(kinds)}
 
 
 def create_real(workdir, cluster, journal, repo, names, kinds, forks):
     """The real workspaces, by the create playbook in one ansible-playbook run; its wall seconds."""
     inventory = os.path.join(workdir, 'hosts.json')
     with open(inventory, 'w') as out:
-        json.dump({'workspaces': {'hosts': dict((n, {'workspace': n, 'agent': 'done' if kinds[n] == 'expired'
-                                                     else kinds[n]}) for n in names),
+        json.dump({'workspaces': {'hosts': {n: {'workspace': n, 'agent': 'done' if kinds[n] == 'expired'
+                                                else kinds[n]} for n in names},
                                   'vars': {'ansible_connection': 'local',
                                            'ansible_python_interpreter': sys.executable}}}, out)
     extra = os.path.join(workdir, 'create-vars.json')
@@ -158,7 +158,7 @@ def prepare_journal(cluster, journal, kinds, refusing_net, hanging_at):
     simulated live ones. Returns {name: record} of every workspace as the sweep will find it."""
     now = time.time()
     with Journal.open(journal, create=False) as jnl:
-        real = dict((ws['name'], ws) for ws in jnl.list_workspaces())
+        real = {ws['name']: ws for ws in jnl.list_workspaces()}
         wrong = [(n, ws['status']) for n, ws in real.items() if ws['status'] != 'ready']
         if wrong or len(real) != sum(1 for k in kinds.values() if k in ('expired', 'working', 'done')):
             sys.exit('the create playbook did not make every real workspace ready: %s' % wrong)
@@ -191,7 +191,7 @@ def prepare_journal(cluster, journal, kinds, refusing_net, hanging_at):
                 facts=model['facts'], params=dict(model['params'], ssh_port=port), lease=fresh,
                 lease_expires_at=fresh['expires_at'])
             next_vmid += 1
-        return dict((ws['name'], ws) for ws in jnl.list_workspaces())
+        return {ws['name']: ws for ws in jnl.list_workspaces()}
 
 
 def sweep(cluster, journal, expired, parallel):
@@ -251,9 +251,9 @@ def check(cluster, journal, kinds, before, result, hanging_held, repo_dir):
     branches = subprocess.run(['git', '-C', repo_dir, 'branch', '--list', 'ephemera/*', '--format=%(refname:short)'],
                               check=True, capture_output=True, text=True).stdout.split()
     with Journal.open(journal, create=False) as jnl:
-        after = dict((ws['name'], ws) for ws in jnl.list_workspaces())
-        events = dict((name, [e['action'] for e in jnl.events(name)]) for name, kind in kinds.items()
-                      if kind in ('expired', 'working', 'done'))
+        after = {ws['name']: ws for ws in jnl.list_workspaces()}
+        events = {name: [e['action'] for e in jnl.events(name)] for name, kind in kinds.items()
+                  if kind in ('expired', 'working', 'done')}
     for name, kind in sorted(kinds.items()):
         ws, old = after[name], before[name]
         if kind == 'expired':
@@ -329,14 +329,14 @@ def timing(kinds, journal, start, end):
     (the answers are recorded once every ask is done), the releases run from the first expired event to the last
     completed cleanup."""
     with Journal.open(journal, create=False) as jnl:
-        events = dict((name, [dict(e, at=epoch(e['at'])) for e in jnl.events(name)]) for name, kind in kinds.items()
-                      if kind in ('expired', 'working', 'done'))
+        events = {name: [dict(e, at=epoch(e['at'])) for e in jnl.events(name)] for name, kind in kinds.items()
+                  if kind in ('expired', 'working', 'done')}
     recorded = [e['at'] for name, trail in events.items() for e in trail
                 if kinds[name] != 'expired' and e['action'] == 'activity' and start <= e['at'] <= end]
-    began = dict((name, min(e['at'] for e in trail if e['action'] == 'expired'))
-                 for name, trail in events.items() if kinds[name] == 'expired')
-    completed = dict((name, max(e['at'] for e in trail if e['action'] == 'cleanup_completed'))
-                     for name, trail in events.items() if kinds[name] == 'expired')
+    began = {name: min(e['at'] for e in trail if e['action'] == 'expired')
+             for name, trail in events.items() if kinds[name] == 'expired'}
+    completed = {name: max(e['at'] for e in trail if e['action'] == 'cleanup_completed')
+                 for name, trail in events.items() if kinds[name] == 'expired'}
     release_start = min(began.values())
     asks_end = min(recorded) if recorded else release_start
     return {'asks': asks_end - start, 'recording': (max(recorded) if recorded else asks_end) - asks_end,

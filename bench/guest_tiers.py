@@ -37,7 +37,7 @@ def timed(fn):
 
 
 def bench_tier(tier, runs):
-    figures = dict((key, []) for key in ('up', 'linked', 'full', 'login', 'boot', 'sshd'))
+    figures = {key: [] for key in ('up', 'linked', 'full', 'login', 'boot', 'sshd')}
     for dummy in range(runs):
         state = tempfile.mkdtemp(prefix='bench-tiers-')
         try:

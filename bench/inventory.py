@@ -75,13 +75,13 @@ def build(size, workdir):
     members, others, plan = layout(size)
     journal_path = os.path.join(workdir, 'journal.sqlite')
     secret = ownership.load_secret(journal_path)
-    status_of = dict((vmid, (name, status)) for name, (status, vmid) in plan.items() if vmid is not None)
+    status_of = {vmid: (name, status) for name, (status, vmid) in plan.items() if vmid is not None}
     with Journal.open(journal_path) as journal:
         controller = ownership.controller_id(secret)
         for name, (status, vmid) in sorted(plan.items()):
             failed = status == 'failed'
-            progress = dict((step, '2026-01-01T00:00:00Z') for step in STEPS[:{'ready': 13, 'booting': 6,
-                                                                               'destroying': 13}.get(status, 2)])
+            progress = {step: '2026-01-01T00:00:00Z' for step in STEPS[:{'ready': 13, 'booting': 6,
+                                                                         'destroying': 13}.get(status, 2)]}
             journal.create_workspace(
                 name, status=status, activity='idle' if status == 'ready' else 'unknown', vmid=vmid,
                 node='pve%d' % (1 + (vmid or 0) % NODES), address=address_of(vmid) if status == 'ready' else None,

@@ -120,7 +120,7 @@ def main():
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     start = measured['empty play']
-    per_task = dict((label, [(measured[label][i] - start[i]) / args.tasks for i in (0, 1)]) for label, e, v in books)
+    per_task = {label: [(measured[label][i] - start[i]) / args.tasks for i in (0, 1)] for label, e, v in books}
     print('journal tasks: %d workspace_info tasks a playbook, median of %d runs, on %d cores'
           % (args.tasks, args.repeat, os.cpu_count()))
     for label, dummy, dummy2 in books:

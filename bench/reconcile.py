@@ -71,7 +71,7 @@ def build(workdir, records, containers, pending):
             else:
                 journal.create_workspace(name, status='ready', activity='idle', vmid=vmid, candidate_vmid=vmid,
                                          **fields)
-    named = dict((vmid, name) for name, (kind, vmid) in plan.items())
+    named = {vmid: name for name, (kind, vmid) in plan.items()}
     for vmid in ours:
         name = named.get(vmid, 'lost-%d' % vmid)
         ct = pve.add_ct(vmid, 'agent-' + name, node='pve%d' % (1 + vmid % NODES), status='running',

@@ -73,12 +73,12 @@ def main():
                  ('in the worker', 'ephemera.workspaces.workspace_info', None),
                  ('no preload', 'ephemera.workspaces.workspace_info', {'EPHEMERA_NO_PRELOAD': '1'}),
                  ('module process', 'workspace_info_as_module', None)]
-        measured = dict((label, measure(playbook(workdir, label.replace(' ', '-'), action, args.tasks, journal),
-                                        library, args.repeat, env)) for label, action, env in books)
+        measured = {label: measure(playbook(workdir, label.replace(' ', '-'), action, args.tasks, journal),
+                                   library, args.repeat, env) for label, action, env in books}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     start = measured['empty play']
-    per_task = dict((label, [(measured[label][i] - start[i]) / args.tasks for i in (0, 1)]) for label, d, e in books)
+    per_task = {label: [(measured[label][i] - start[i]) / args.tasks for i in (0, 1)] for label, d, e in books}
     print('step cost: %d tasks a playbook, median of %d runs, on %d cores'
           % (args.tasks, args.repeat, os.cpu_count()))
     for label, dummy, dummy2 in books:

@@ -127,8 +127,8 @@ def default_toolset(tier):
         raise SystemExit('the default toolset build did not build the default lists: %s %r' % (version['state'], lists))
     if sorted(version['tools']) != sorted(names) or not all(version['tools'].values()):
         raise SystemExit('not every default tool answered: %r' % version['tools'])
-    cache = dict((key, cache_after[key] - cache_before[key]) for key in ('hits', 'misses', 'bytes_from_cache',
-                                                                         'bytes_fetched'))
+    cache = {key: cache_after[key] - cache_before[key] for key in ('hits', 'misses', 'bytes_from_cache',
+                                                                   'bytes_fetched')}
     return seconds, version['tools'], step_times(build), cache
 
 

@@ -77,7 +77,7 @@ def core_version():
 def environment(env=None, callback=JSON_CALLBACK, pin=True, unset=()):
     """The environment of a run: this process's (but for the names that start with one of ``unset``), quiet and
     plain, the callback, ``env`` on top, then the pin."""
-    out = dict((k, v) for k, v in os.environ.items() if not k.startswith(tuple(unset)))
+    out = {k: v for k, v in os.environ.items() if not k.startswith(tuple(unset))}
     out.update(QUIET)
     out.pop('ANSIBLE_STDOUT_CALLBACK', None)
     if callback:
@@ -115,7 +115,7 @@ def plain(value):
     if isinstance(value, dict):
         if set(value) == {'__ansible_unsafe'}:
             return value['__ansible_unsafe']
-        return dict((k, plain(v)) for k, v in value.items())
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list):
         return [plain(v) for v in value]
     return value

@@ -3,9 +3,6 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Runs ephemera.workspaces.workspace_expire in the worker process (see plugin_utils/in_process.py)."""
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 from ansible_collections.ephemera.workspaces.plugins.plugin_utils.in_process import InProcessAction
 
 

@@ -2,11 +2,8 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
 
-
-class ModuleDocFragment(object):
+class ModuleDocFragment:
 
     DOCUMENTATION = r'''
 options:

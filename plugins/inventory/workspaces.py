@@ -2,9 +2,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 name: workspaces
 short_description: Workspaces from the journal, with their live state from one cluster read
@@ -331,7 +328,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
     Journal,
     resolve_path,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
     NotFound,
     ProviderError,
@@ -396,7 +393,7 @@ def make_unsafe(value):
     without a single brace.
     """
     if isinstance(value, dict):
-        return dict((make_unsafe(k), make_unsafe(v)) for k, v in value.items())
+        return {make_unsafe(k): make_unsafe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [make_unsafe(v) for v in value]
     if isinstance(value, (str, bytes)):
@@ -464,7 +461,7 @@ def agent_view(record):
     agent = (record.get('facts') or {}).get('agent')
     if not agent:
         return None
-    return dict((k, agent.get(k)) for k in ('name', 'session', 'error', 'waiting', 'running', 'exit', 'observed_at'))
+    return {k: agent.get(k) for k in ('name', 'session', 'error', 'waiting', 'running', 'exit', 'observed_at')}
 
 
 def workspace_entry(record, debts, operation, now=None):
@@ -489,7 +486,7 @@ def workspace_entry(record, debts, operation, now=None):
         'created_at': record['created_at'],
         'updated_at': record['updated_at'],
         'last_failure': record['failure'],
-        'cleanup_debt': [dict((k, d[k]) for k in ('resource', 'attempts', 'last_error', 'next_retry')) for d in debts],
+        'cleanup_debt': [{k: d[k] for k in ('resource', 'attempts', 'last_error', 'next_retry')} for d in debts],
         'address': record['address'],
         'address_source': 'journal' if record['address'] else None,
         'agent_user': params.get('agent_user') or 'agent',
@@ -525,7 +522,7 @@ def assemble(records, debts, operations, resources, pools):
     orphans = []
     if resources is None:
         return {'workspaces': workspaces, 'orphans': orphans}
-    live = dict((int(r['vmid']), r) for r in resources if r.get('vmid') is not None and not int(r.get('template') or 0))
+    live = {int(r['vmid']): r for r in resources if r.get('vmid') is not None and not int(r.get('template') or 0)}
     watched = set(pools) | set(ws['pool'] for ws in workspaces if ws['pool'])
     claimed = set()
     for ws in workspaces:
@@ -543,7 +540,7 @@ def assemble(records, debts, operations, resources, pools):
             continue
         view = live_view(resource)
         claimed.add(view['vmid'])
-        ws['journal_view'] = dict((k, ws[k]) for k in ('node', 'pool', 'tags'))
+        ws['journal_view'] = {k: ws[k] for k in ('node', 'pool', 'tags')}
         ws.update(vmid=view['vmid'], node=view['node'] or ws['node'], live_status=view['status'] or 'unknown',
                   lock=view['lock'], pool=view['pool'], tags=view['tags'], live=view)
         ws['check_marker'] = view['name'] != HOSTNAME_PREFIX + ws['name']
@@ -665,7 +662,7 @@ def workspace_vars(ws):
              'repo', 'ref', 'purpose', 'created_at', 'updated_at', 'last_failure', 'cleanup_debt', 'address',
              'address_source', 'agent_user', 'ssh_user', 'ssh_port', 'host_key', 'live_status', 'lock', 'pool', 'tags',
              'lease', 'cleanup_status', 'warm_pool')
-    out = dict((k, ws.get(k)) for k in names)
+    out = {k: ws.get(k) for k in names}
     out['marker'] = ws.get('marker')
     return out
 
@@ -687,7 +684,7 @@ def workspace_groups(ws):
 
 def orphan_vars(orphan):
     names = ('vmid', 'type', 'name', 'node', 'status', 'lock', 'pool', 'tags', 'reason', 'marker', 'marker_workspace')
-    out = dict((k, orphan.get(k)) for k in names)
+    out = {k: orphan.get(k) for k in names}
     out['live_status'] = out.pop('status')
     out['orphan_reason'] = out.pop('reason')
     return out
@@ -766,7 +763,7 @@ def assemble_cloud(provider, records, debts, operations, listings, judge):
         ws.update(instance_id=entry['id'], live_status=entry.get('status') or 'unknown', lock=entry.get('lock'),
                   tags=sorted(entry.get('tags') or []), live=entry)
         ws['needs_address'] = entry.get('status') == 'running' and not ws['address']
-    recorded = dict(((ws['region'], ws['instance_id']), ws) for ws in workspaces if ws['instance_id'])
+    recorded = {(ws['region'], ws['instance_id']): ws for ws in workspaces if ws['instance_id']}
     orphans = []
     for key in sorted(live):
         if key in claimed:
@@ -870,10 +867,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     NAME = 'ephemera.workspaces.workspaces'
 
     def verify_file(self, path):
-        return super(InventoryModule, self).verify_file(path) and path.endswith(('.workspaces.yml', '.workspaces.yaml'))
+        return super().verify_file(path) and path.endswith(('.workspaces.yml', '.workspaces.yaml'))
 
     def parse(self, inventory, loader, path, cache=True):
-        super(InventoryModule, self).parse(inventory, loader, path)
+        super().parse(inventory, loader, path)
         self._path = path
         config = self._read_config_data(path)
         self._config_data = config
@@ -1050,7 +1047,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             snapshot['regions']['azure/%s' % group] = 'ok' if state == 'ok' else 'offline'
             if state != 'ok':
                 self._cloud_error('azure', group, state)
-        live = dict(((location, e['id']), e) for location, entries in listings.items() for e in entries or ())
+        live = {(location, e['id']): e for location, entries in listings.items() for e in entries or ()}
 
         def judge(entry, workspace, nonce):
             resource = Resource(entry['id'], entry['location'], marker_text=entry.get('marker_text'),
@@ -1078,9 +1075,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         snapshot['orphans'].extend(part['orphans'])
 
     def _azure_provider(self, secret):
-        params = dict((key, self.get_option(key)) for key in AZURE_OPTIONS)
+        params = {key: self.get_option(key) for key in AZURE_OPTIONS}
         try:
-            return providers.provider_class('azure').from_params(params, secret)
+            return registry.provider_class('azure').from_params(params, secret)
         except ImportError as err:
             self._fail('the azure workspaces need azure-identity, azure-mgmt-compute and azure-mgmt-network on the '
                        'controller (pip install azure-identity azure-mgmt-compute azure-mgmt-network): %s' % err)
@@ -1103,8 +1100,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     @staticmethod
     def _operations(entries):
-        return dict((e['target'], {'id': e['id'], 'kind': e['kind'], 'step': e['step'], 'started_at': e['started_at'],
-                                   'runner_alive': e['runner_alive']}) for e in entries)
+        return {e['target']: {'id': e['id'], 'kind': e['kind'], 'step': e['step'], 'started_at': e['started_at'],
+                              'runner_alive': e['runner_alive']} for e in entries}
 
     def _journal_where(self):
         if self._given('journal_path') is None and os.environ.get('EPHEMERA_JOURNAL'):
@@ -1112,7 +1109,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         return 'option journal_path'
 
     def _provider(self):
-        params = dict((name, self._given(name)) for name in CONNECTION_OPTIONS)
+        params = {name: self._given(name) for name in CONNECTION_OPTIONS}
         try:
             options = connection_options(params)
             if not options['api_host']:
@@ -1127,11 +1124,11 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _cloud_provider(self, name, region, secret):
         if name == 'gcp':
-            params = dict((key, self.get_option(key)) for key in ('gcp_project', 'gcp_auth_kind',
-                                                                  'gcp_service_account_file', 'gcp_endpoint_url'))
+            params = {key: self.get_option(key) for key in ('gcp_project', 'gcp_auth_kind',
+                                                            'gcp_service_account_file', 'gcp_endpoint_url')}
             params['gcp_zone'] = region
             try:
-                return providers.provider_class(name).from_params(params, secret)
+                return registry.provider_class(name).from_params(params, secret)
             except ImportError as err:
                 self._fail('the gcp workspaces need google-cloud-compute on the controller (pip install '
                            'google-cloud-compute): %s' % err)
@@ -1141,7 +1138,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             params = dict(hetzner_location=region, hetzner_token=self.get_option('hetzner_token'),
                           hetzner_endpoint=self.get_option('hetzner_endpoint'))
             try:
-                return providers.provider_class(name).from_params(params, secret)
+                return registry.provider_class(name).from_params(params, secret)
             except ImportError as err:
                 self._fail('the hetzner workspaces need hcloud on the controller (pip install hcloud): %s' % err)
             except ProviderError as err:
@@ -1153,7 +1150,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                       aws_endpoint_url=self.get_option('aws_endpoint_url'),
                       aws_retry_timeout=self.get_option('aws_retry_timeout'))
         try:
-            return providers.provider_class(name).from_params(params, secret)
+            return registry.provider_class(name).from_params(params, secret)
         except ImportError as err:
             self._fail('the %s workspaces need boto3 on the controller (pip install boto3): %s' % (name, err))
         except ProviderError as err:
@@ -1311,7 +1308,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 continue
             host = self.inventory.add_host(make_unsafe(ws['name']), group=all_group)
             cloud = 'instance_id' in ws
-            hostvars = dict((prefix + k, v) for k, v in (cloud_vars(ws) if cloud else workspace_vars(ws)).items())
+            hostvars = {prefix + k: v for k, v in (cloud_vars(ws) if cloud else workspace_vars(ws)).items()}
             if not cloud:
                 hostvars[prefix + 'provider'] = 'proxmox'
             # The login the create flow proved: the request's SSH user with its key.
@@ -1344,7 +1341,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             else:
                 host = self.inventory.add_host('orphan-%d' % orphan['vmid'], group=orphans)
                 shown = orphan_vars(orphan)
-            hostvars = make_unsafe(dict((prefix + k, v) for k, v in shown.items()))
+            hostvars = make_unsafe({prefix + k: v for k, v in shown.items()})
             for key, value in hostvars.items():
                 self.inventory.set_variable(host, key, value)
 

@@ -15,9 +15,6 @@ claim writes nothing. Every caller goes through this runner:
   destroy steps with :meth:`Operation.run`, which records the failure before it re-raises it.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import contextlib
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal

@@ -3,9 +3,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 module: pve_task
 short_description: Wait for a Proxmox VE task, or look at it
@@ -21,9 +18,6 @@ description:
   - It only reads; it never changes a task or the cluster.
 author:
   - Ephemera maintainers (@ephemera)
-requirements:
-  - boto3 >= 1.28
-  - hcloud >= 2.27
 extends_documentation_fragment:
   - ephemera.workspaces.proxmox
 attributes:
@@ -152,6 +146,7 @@ task:
       description: Seconds the module waited.
       type: float
       sample: 4.211
+# BEGIN failure_facts.PROXMOX: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
 kind:
   description:
     - What kind of failure it was, and so what a caller may do next (the collection's C(docs/errors.md) has the
@@ -189,11 +184,6 @@ method:
   returned: failure, when an API request failed
   type: str
   sample: POST
-path:
-  description: The API path of the request that failed.
-  returned: failure, when an API request failed
-  type: str
-  sample: /nodes/pve1/lxc/9000/clone
 lock:
   description: The lock the container holds, when RV(kind) is V(locked).
   returned: failure, when the container is locked
@@ -204,6 +194,12 @@ upid:
   returned: failure, when a task did not finish in time or a task id is malformed
   type: str
   sample: "UPID:pve1:000003E8:00001B58:6B105231:vzclone:9000:root@pam:"
+# END failure_facts.PROXMOX
+path:
+  description: The API path of the request that failed.
+  returned: failure, when an API request failed
+  type: str
+  sample: /nodes/pve1/lxc/9000/clone
 '''
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib

@@ -3,9 +3,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 module: queue
 short_description: Queue a long operation on a workspace or template, wait for its turn, record its steps and outcome
@@ -372,7 +369,7 @@ def request_args(params):
 
 
 def preview_args(request):
-    return dict((key, request[key]) for key in ('kind', 'target', 'target_type', 'params', 'source', 'parent_id'))
+    return {key: request[key] for key in ('kind', 'target', 'target_type', 'params', 'source', 'parent_id')}
 
 
 def module_args():

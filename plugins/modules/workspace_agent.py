@@ -3,9 +3,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 module: workspace_agent
 short_description: See what a workspace's coding agent does, or brief it again
@@ -120,6 +117,7 @@ agent:
   description: With O(name), what was recorded of its agent (as in RV(workspaces)).
   returned: when O(name) is given and the runner answered
   type: dict
+# BEGIN failure_facts.GUEST: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
 address:
   description: The address of the guest that SSH failed on.
   returned: failure, when SSH to the guest failed
@@ -130,6 +128,7 @@ attempts:
   returned: failure, when the guest did not accept SSH in the time allowed
   type: int
   sample: 7
+# END failure_facts.GUEST
 rc:
   description: The exit status of the command that failed in the guest.
   returned: failure, when a command in the guest failed

@@ -3,9 +3,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 module: workspace_archive
 short_description: Archive a workspace's work, or tell whether it holds work that was never saved
@@ -167,6 +164,7 @@ notes:
   returned: always
   type: list
   elements: str
+# BEGIN failure_facts.GUEST: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
 address:
   description: The address of the guest that SSH failed on.
   returned: failure, when SSH to the guest failed
@@ -187,6 +185,7 @@ stderr_tail:
   returned: failure, when a command in the guest failed
   type: str
   sample: "fatal: could not read Username for 'https://git.example.com': terminal prompts disabled"
+# END failure_facts.GUEST
 '''
 
 from ansible.module_utils.basic import AnsibleModule

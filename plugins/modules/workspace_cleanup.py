@@ -3,9 +3,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 module: workspace_cleanup
 short_description: Delete the containers whose lease labels say they are over, and only those that are ours
@@ -133,6 +130,7 @@ places:
   description: With O(fleet), the containers by action of each place swept (V(proxmox), V(aws us-east-1), ...).
   returned: when O(fleet) is true
   type: dict
+# BEGIN failure_facts.PROXMOX: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
 kind:
   description:
     - What kind of failure it was, and so what a caller may do next (the collection's C(docs/errors.md) has the
@@ -156,7 +154,7 @@ errors:
   description: Proxmox VE's message for each parameter it refused.
   returned: failure, when the API refused parameters of the request
   type: dict
-  sample: {"type": "value 'vm' does not have a value in the enumeration 'vm, storage, node, sdn'"}
+  sample: {"hostname": "invalid format - value does not look like a valid DNS name"}
 transport:
   description:
     - How the connection to the API failed when no answer came. After V(refused), V(dns), V(connect_failed) and
@@ -164,19 +162,19 @@ transport:
       carried out; V(tls) is a certificate or TLS handshake failure.
   returned: failure, when the API could not be reached or its answer was lost
   type: str
-  sample: connect_failed
+  sample: read_timeout
 method:
   description: The HTTP method of the API request that failed.
   returned: failure, when an API request failed
   type: str
-  sample: GET
+  sample: POST
 path:
   description:
     - The API path of the request that failed.
     - When the journal or the controller secret could not be used, that file instead.
   returned: failure, when an API request failed, or the journal or the controller secret could not be used
   type: str
-  sample: /cluster/resources
+  sample: /nodes/pve1/lxc/9000/clone
 lock:
   description: The lock the container holds, when RV(kind) is V(locked).
   returned: failure, when the container is locked
@@ -186,18 +184,18 @@ upid:
   description: The id of the Proxmox task that did not finish in time, or a value given as a task id that is not one.
   returned: failure, when a task did not finish in time or a task id is malformed
   type: str
-  sample: "UPID:pve1:000003E8:00001B58:6B105231:vzdestroy:105:root@pam:"
+  sample: "UPID:pve1:000003E8:00001B58:6B105231:vzclone:9000:root@pam:"
 task:
   description:
     - The Proxmox task as last seen, with its exit status and the last lines of its log, as
       M(ephemera.workspaces.pve_task) returns it.
   returned: failure, when a Proxmox task failed or did not finish in time
   type: dict
-  sample: {"upid": "UPID:pve1:000003E8:00001B58:6B105231:vzdestroy:105:root@pam:", "node": "pve1",
-           "type": "vzdestroy", "id": "105", "user": "root@pam", "starttime": 1796231729, "status": "stopped",
-           "exitstatus": "unable to destroy CT 105 - container is running", "succeeded": false, "warnings": 0,
-           "warning_lines": [], "log_tail": ["TASK ERROR: unable to destroy CT 105 - container is running"],
-           "elapsed": 0.4}
+  sample: {"upid": "UPID:pve1:000003E8:00001B58:6B105231:vzclone:9000:root@pam:", "node": "pve1",
+           "type": "vzclone", "id": "9000", "user": "root@pam", "starttime": 1796231729, "status": "stopped",
+           "exitstatus": "clone failed: no space left on device", "succeeded": false, "warnings": 0,
+           "warning_lines": [], "log_tail": ["TASK ERROR: clone failed: no space left on device"], "elapsed": 12.4}
+# END failure_facts.PROXMOX
 '''
 
 from ansible.module_utils.basic import AnsibleModule
@@ -209,7 +207,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
     journal_argument_spec,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.cleanup import FleetCleanup, Sweep, sweep_secret
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec
@@ -259,7 +257,7 @@ def run(module):
             client = api_from_params(params)
             sweep = Sweep(journal, client, secret, pool=params['pool'], tag=params['tag'], apply=apply,
                           task_timeout=params['task_timeout'], lock_timeout=params['lock_timeout'],
-                          journal_path=path, azure_grace=params.get('azure_orphan_grace'))
+                          journal_path=path, params=params)
             result = sweep.run()
     except EphemeraError as err:
         module.fail_json(msg=str(err), **err.details)

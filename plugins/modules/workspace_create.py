@@ -3,9 +3,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 module: workspace_create
 short_description: Run one step of a workspace's creation
@@ -357,6 +354,7 @@ details:
   returned: always
   type: dict
   sample: {"vmid": 105, "upid": "UPID:pve1:000003E8:00001B58:6B105231:vzclone:9000:root@pam:"}
+# BEGIN failure_facts.PROXMOX: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
 kind:
   description:
     - What kind of failure it was, and so what a caller may do next (the collection's C(docs/errors.md) has the
@@ -421,6 +419,8 @@ task:
            "type": "vzclone", "id": "9000", "user": "root@pam", "starttime": 1796231729, "status": "stopped",
            "exitstatus": "clone failed: no space left on device", "succeeded": false, "warnings": 0,
            "warning_lines": [], "log_tail": ["TASK ERROR: clone failed: no space left on device"], "elapsed": 12.4}
+# END failure_facts.PROXMOX
+# BEGIN failure_facts.GUEST: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
 address:
   description: The address of the guest that SSH failed on.
   returned: failure, when SSH to the guest failed
@@ -441,6 +441,7 @@ stderr_tail:
   returned: failure, when a command in the guest failed
   type: str
   sample: "fatal: could not read Username for 'https://git.example.com': terminal prompts disabled"
+# END failure_facts.GUEST
 '''
 
 import contextlib
@@ -464,7 +465,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create i
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_location
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec

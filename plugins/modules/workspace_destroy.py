@@ -3,9 +3,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 module: workspace_destroy
 short_description: Run one step of a workspace's destruction, or delete one orphaned container
@@ -141,6 +138,7 @@ details:
   returned: always
   type: dict
   sample: {"present": true, "running": true, "vmid": 105, "verdict": "verified"}
+# BEGIN failure_facts.PROXMOX: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
 kind:
   description:
     - What kind of failure it was, and so what a caller may do next (the collection's C(docs/errors.md) has the
@@ -205,6 +203,8 @@ task:
            "type": "vzclone", "id": "9000", "user": "root@pam", "starttime": 1796231729, "status": "stopped",
            "exitstatus": "clone failed: no space left on device", "succeeded": false, "warnings": 0,
            "warning_lines": [], "log_tail": ["TASK ERROR: clone failed: no space left on device"], "elapsed": 12.4}
+# END failure_facts.PROXMOX
+# BEGIN failure_facts.GUEST: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
 address:
   description: The address of the guest that SSH failed on.
   returned: failure, when SSH to the guest failed
@@ -225,6 +225,7 @@ stderr_tail:
   returned: failure, when a command in the guest failed
   type: str
   sample: "fatal: could not read Username for 'https://git.example.com': terminal prompts disabled"
+# END failure_facts.GUEST
 vmid:
   description: The container whose ownership marker does not verify for this workspace.
   returned: failure, when a container's marker refused the step
@@ -260,7 +261,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy 
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec
@@ -300,7 +301,7 @@ def guard(journal, flow, params, check_mode):
     changed, msg, result = ArchiveFlow(journal, params, claim=params['claim'], check_mode=check_mode).guard(
         seen['present'], seen['running'], archive=params['archive'], discard=params['discard_unsaved_work'],
         noun=flow.provider.noun)
-    return StepResult(changed, msg, **dict((k, v) for k, v in result.items() if k not in ('changed', 'msg')))
+    return StepResult(changed, msg, **{k: v for k, v in result.items() if k not in ('changed', 'msg')})
 
 
 def module_args():

@@ -3,9 +3,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 module: workspace_expire
 short_description: Release the workspaces whose lease expired, after counting their agents' activity
@@ -133,7 +130,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.expire import (
     DEFAULT_LIMIT, ExpirySweep, FleetSweep)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.placing import counts_of
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec

@@ -3,9 +3,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 module: workspace_fork
 short_description: Run one step of forking a ready workspace into children, all or nothing
@@ -134,21 +131,7 @@ fork:
   returned: when the parent is recorded
   type: dict
   sample: {"id": "0a1b2c3d4e", "state": "done", "snapshot": "ephemera-fork-0a1b2c3d4e", "fork_point": "4f1c..."}
-address:
-  description: The address of the guest that SSH failed on.
-  returned: failure, when SSH to the guest failed
-  type: str
-  sample: 192.0.2.15
-attempts:
-  description: How many times SSH to the guest was tried, with backoff, before it was given up.
-  returned: failure, when the guest did not accept SSH in the time allowed
-  type: int
-  sample: 7
-errors:
-  description: Proxmox VE's message for each parameter it refused.
-  returned: failure, when the API refused parameters of the request
-  type: dict
-  sample: {"hostname": "invalid format - value does not look like a valid DNS name"}
+# BEGIN failure_facts.PROXMOX: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
 kind:
   description:
     - What kind of failure it was, and so what a caller may do next (the collection's C(docs/errors.md) has the
@@ -158,11 +141,29 @@ kind:
   returned: failure, when the Proxmox VE API or one of its tasks failed
   type: str
   sample: locked
-lock:
-  description: The lock the container holds, when RV(kind) is V(locked).
-  returned: failure, when the container is locked
+status:
+  description: The HTTP status of the API's answer to the request that failed.
+  returned: failure, when the API answered the request with an error
+  type: int
+  sample: 500
+pve_message:
+  description: Proxmox VE's own message about the request that failed.
+  returned: failure, when the API answered the request with an error
   type: str
-  sample: disk
+  sample: CT is locked (disk)
+errors:
+  description: Proxmox VE's message for each parameter it refused.
+  returned: failure, when the API refused parameters of the request
+  type: dict
+  sample: {"hostname": "invalid format - value does not look like a valid DNS name"}
+transport:
+  description:
+    - How the connection to the API failed when no answer came. After V(refused), V(dns), V(connect_failed) and
+      V(connect_timeout) nothing was sent; after V(read_timeout) and V(connection_lost) the request may have been
+      carried out; V(tls) is a certificate or TLS handshake failure.
+  returned: failure, when the API could not be reached or its answer was lost
+  type: str
+  sample: read_timeout
 method:
   description: The HTTP method of the API request that failed.
   returned: failure, when an API request failed
@@ -175,26 +176,16 @@ path:
   returned: failure, when an API request failed, or the journal or the controller secret could not be used
   type: str
   sample: /nodes/pve1/lxc/9000/clone
-pve_message:
-  description: Proxmox VE's own message about the request that failed.
-  returned: failure, when the API answered the request with an error
+lock:
+  description: The lock the container holds, when RV(kind) is V(locked).
+  returned: failure, when the container is locked
   type: str
-  sample: CT is locked (disk)
-rc:
-  description: The exit status of the command that failed in the guest.
-  returned: failure, when a command in the guest failed
-  type: int
-  sample: 128
-status:
-  description: The HTTP status of the API's answer to the request that failed.
-  returned: failure, when the API answered the request with an error
-  type: int
-  sample: 500
-stderr_tail:
-  description: The last lines of the standard error of the command that failed in the guest.
-  returned: failure, when a command in the guest failed
+  sample: disk
+upid:
+  description: The id of the Proxmox task that did not finish in time, or a value given as a task id that is not one.
+  returned: failure, when a task did not finish in time or a task id is malformed
   type: str
-  sample: "fatal: could not read Username for 'https://git.example.com': terminal prompts disabled"
+  sample: "UPID:pve1:000003E8:00001B58:6B105231:vzclone:9000:root@pam:"
 task:
   description:
     - The Proxmox task as last seen, with its exit status and the last lines of its log, as
@@ -205,19 +196,29 @@ task:
            "type": "vzclone", "id": "9000", "user": "root@pam", "starttime": 1796231729, "status": "stopped",
            "exitstatus": "clone failed: no space left on device", "succeeded": false, "warnings": 0,
            "warning_lines": [], "log_tail": ["TASK ERROR: clone failed: no space left on device"], "elapsed": 12.4}
-transport:
-  description:
-    - How the connection to the API failed when no answer came. After V(refused), V(dns), V(connect_failed) and
-      V(connect_timeout) nothing was sent; after V(read_timeout) and V(connection_lost) the request may have been
-      carried out; V(tls) is a certificate or TLS handshake failure.
-  returned: failure, when the API could not be reached or its answer was lost
+# END failure_facts.PROXMOX
+# BEGIN failure_facts.GUEST: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
+address:
+  description: The address of the guest that SSH failed on.
+  returned: failure, when SSH to the guest failed
   type: str
-  sample: read_timeout
-upid:
-  description: The id of the Proxmox task that did not finish in time, or a value given as a task id that is not one.
-  returned: failure, when a task did not finish in time or a task id is malformed
+  sample: 192.0.2.15
+attempts:
+  description: How many times SSH to the guest was tried, with backoff, before it was given up.
+  returned: failure, when the guest did not accept SSH in the time allowed
+  type: int
+  sample: 7
+rc:
+  description: The exit status of the command that failed in the guest.
+  returned: failure, when a command in the guest failed
+  type: int
+  sample: 128
+stderr_tail:
+  description: The last lines of the standard error of the command that failed in the guest.
+  returned: failure, when a command in the guest failed
   type: str
-  sample: "UPID:pve1:000003E8:00001B58:6B105231:vzclone:9000:root@pam:"
+  sample: "fatal: could not read Username for 'https://git.example.com': terminal prompts disabled"
+# END failure_facts.GUEST
 '''
 
 import contextlib
@@ -241,7 +242,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.fork imp
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_location
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec

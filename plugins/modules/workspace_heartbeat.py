@@ -3,9 +3,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 module: workspace_heartbeat
 short_description: Keep a workspace's lease alive
@@ -73,7 +70,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec, wants_aws
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec, wants_hetzner
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec, wants_gcp

@@ -3,9 +3,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 module: workspace_info
 short_description: Read workspace records from the journal
@@ -313,7 +310,7 @@ def fork_tree(record):
         said.append('fork %s unfinished (%s)' % (last.get('id'), last.get('state')))
     return {'parent': parent, 'children': children, 'summary': '; '.join(said) or None,
             'fork_point': mine.get('fork_point'),
-            'last_fork': dict((k, last.get(k)) for k in ('id', 'state', 'outcome', 'snapshot', 'children'))
+            'last_fork': {k: last.get(k) for k in ('id', 'state', 'outcome', 'snapshot', 'children')}
             if last else None}
 
 
@@ -381,8 +378,8 @@ def run(module):
         module.fail_json(msg=str(err), journal_path=path)
     with journal:
         try:
-            workspaces = read_workspaces(journal, **dict((k, module.params[k]) for k in
-                                                         ('name', 'status', 'activity', 'events', 'events_limit')))
+            workspaces = read_workspaces(journal, **{k: module.params[k] for k in
+                                                     ('name', 'status', 'activity', 'events', 'events_limit')})
             templates = read_templates(journal)
         except EphemeraError as err:  # a damaged page met while reading
             module.fail_json(msg=str(err), journal_path=path)
@@ -392,7 +389,7 @@ def run(module):
 def read_templates(journal):
     """Every template's pointer with its versions (a template whose first build has not finished has no pointer)."""
     versions = journal.template_versions()
-    pointers = dict((p['name'], p) for p in journal.templates())
+    pointers = {p['name']: p for p in journal.templates()}
     names = sorted(set(pointers) | set(v['name'] for v in versions))
     return [dict(pointers.get(name) or {'name': name, 'current': None, 'previous': None},
                  versions=[v for v in versions if v['name'] == name]) for name in names]

@@ -3,9 +3,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 module: workspace_pool
 short_description: Fill warm pools of workspaces made ahead of demand
@@ -184,7 +181,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
     open_journal,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.pool import PoolFill
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import connection_argument_spec
 
 

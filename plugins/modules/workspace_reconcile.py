@@ -3,9 +3,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 module: workspace_reconcile
 short_description: Compare the journal with the cluster, finish pending destructions, report everything else
@@ -130,6 +127,7 @@ places:
   description: With O(fleet), the findings by kind of each place reconciled (V(proxmox), V(aws us-east-1), ...).
   returned: when O(fleet) is true
   type: dict
+# BEGIN failure_facts.PROXMOX: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
 kind:
   description:
     - What kind of failure it was, and so what a caller may do next (the collection's C(docs/errors.md) has the
@@ -194,6 +192,7 @@ task:
            "type": "vzclone", "id": "9000", "user": "root@pam", "starttime": 1796231729, "status": "stopped",
            "exitstatus": "clone failed: no space left on device", "succeeded": false, "warnings": 0,
            "warning_lines": [], "log_tail": ["TASK ERROR: clone failed: no space left on device"], "elapsed": 12.4}
+# END failure_facts.PROXMOX
 '''
 
 from ansible.module_utils.basic import AnsibleModule
@@ -207,7 +206,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
     open_history,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec

@@ -3,9 +3,6 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 DOCUMENTATION = r'''
 module: workspace_template
 short_description: Run one step of a template build, or switch a template to another version
@@ -230,6 +227,7 @@ errors:
   returned: failure, when a build step failed and the build was aborted
   type: list
   elements: str
+# BEGIN failure_facts.PROXMOX: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
 kind:
   description:
     - What kind of failure it was, and so what a caller may do next (the collection's C(docs/errors.md) has the
@@ -289,9 +287,11 @@ task:
            "type": "vzclone", "id": "9000", "user": "root@pam", "starttime": 1796231729, "status": "stopped",
            "exitstatus": "clone failed: no space left on device", "succeeded": false, "warnings": 0,
            "warning_lines": [], "log_tail": ["TASK ERROR: clone failed: no space left on device"], "elapsed": 12.4}
+# END failure_facts.PROXMOX
+# BEGIN failure_facts.GUEST: written by scripts/module_docs.py from plugins/doc_fragments/failure_facts.py
 address:
   description: The address of the guest that SSH failed on.
-  returned: failure, when SSH to the candidate failed
+  returned: failure, when SSH to the guest failed
   type: str
   sample: 192.0.2.15
 attempts:
@@ -309,6 +309,7 @@ stderr_tail:
   returned: failure, when a command in the guest failed
   type: str
   sample: "fatal: could not read Username for 'https://git.example.com': terminal prompts disabled"
+# END failure_facts.GUEST
 '''
 
 import contextlib

@@ -18,9 +18,6 @@ collection up in one place, and the roles pass on only what is theirs. Options t
 (PER_TASK) are never taken from variables.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import contextlib
 import importlib
 import os
@@ -32,7 +29,7 @@ from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import journal, waiter
 
 display = Display()
@@ -68,7 +65,7 @@ class ModuleExit(Exception):
     """How ``exit_json`` and ``fail_json`` end a module body run in-process (a module would exit its process)."""
 
     def __init__(self, result):
-        super(ModuleExit, self).__init__(result.get('msg', ''))
+        super().__init__(result.get('msg', ''))
         self.result = result
 
 
@@ -140,8 +137,8 @@ def run_in_process(name, args, check_mode=False, diff=False, verbosity=0):
 @contextlib.contextmanager
 def environment(values):
     """The task's ``environment:`` applied to this (forked) worker for the length of the step."""
-    saved = dict((k, os.environ.get(k)) for k in values)
-    os.environ.update(dict((k, str(v)) for k, v in values.items()))
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update({k: str(v) for k, v in values.items()})
     try:
         yield
     finally:
@@ -167,15 +164,15 @@ class InProcessAction(ActionBase):
         collection's code it imports are loaded once per run and every worker inherits them: Ansible's collection
         loader compiles a collection's Python from source (no bytecode cache), which in each worker took about a
         third of a task's CPU time."""
-        super(InProcessAction, cls).__init_subclass__(**kwargs)
+        super().__init_subclass__(**kwargs)
         # EPHEMERA_NO_PRELOAD=1 leaves the import to each worker: what bench/step_cost.py compares against.
         if cls.MODULE and not os.environ.get('EPHEMERA_NO_PRELOAD'):
             module_file(cls.MODULE)
-            providers.preload()
+            registry.preload()
             journal.preload()
 
     def run(self, tmp=None, task_vars=None):
-        super(InProcessAction, self).run(tmp, task_vars)
+        super().run(tmp, task_vars)
         env = {}
         for entry in self._task.environment or []:
             env.update(self._templar.template(entry) or {})

@@ -125,8 +125,8 @@ class AzureAdapter(cloud.Adapter):
                 'live': True, 'tags': tags, 'workspace': tags.get(TAG_WORKSPACE) if base else None,
                 'marker': tags.get(TAG_MARKER), 'bound': set_number(base) if base else -1, 'base': base,
                 'identity': r.get('identity'),
-                'bindings': dict((k, r.get(k)) for k in ('ip_configuration', 'public_ip', 'virtual_machine',
-                                                         'managed_by'))}
+                'bindings': {k: r.get(k) for k in ('ip_configuration', 'public_ip', 'virtual_machine',
+                                                   'managed_by')}}
         return out
 
     def log_requests(self, site):

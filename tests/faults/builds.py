@@ -259,7 +259,7 @@ class BuildMatrix:
                 leaks.update(build_leaks)
                 cell.foreign = found.pop('foreign')
                 found.update(built)
-                cell.violations = dict((k, v) for k, v in found.items() if v)
+                cell.violations = {k: v for k, v in found.items() if v}
                 # Every leak counts here: a build site holds nothing but this matrix's builds.
                 cell.leaks = ['CT %d: %s' % (vmid, why) for vmid, why in sorted(leaks.items())]
                 judged[tuple(cell.names)] = cell
@@ -319,7 +319,7 @@ class BuildMatrix:
         starts again from the prepare step; one that ends without reaching i+1 ends the chain (the abort's own
         commits stand where a clean build's first ones do), and i+1 starts the next."""
         points = self.kill_points()
-        cells = dict((point, Cell(row_of(point), 'kill', [], variant)) for point in points)
+        cells = {point: Cell(row_of(point), 'kill', [], variant) for point in points}
         self.site.clear_faults()
         self.site.log_requests()
         remaining = list(points)

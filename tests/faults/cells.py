@@ -62,7 +62,7 @@ class Cell:
         """Check every invariant over this cell's workspaces (after its runs ended)."""
         found, leaks, dummy = invariants.check(site, self.names, foreign_before, requests, secret, clones, site.since)
         self.foreign = found.pop('foreign')
-        self.violations = dict((k, v) for k, v in found.items() if v)
+        self.violations = {k: v for k, v in found.items() if v}
         self.leaks = ['CT %d: %s' % (vmid, why) for vmid, why in sorted(leaks.items())
                       if any(why.startswith(name + ':') for name in self.names)]
 

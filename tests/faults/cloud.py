@@ -356,7 +356,7 @@ class CloudView:
                 if item['live']:
                     self.ours[resource_id] = name
             else:
-                self.foreign[resource_id] = dict((k, item[k]) for k in fields)
+                self.foreign[resource_id] = {k: item[k] for k in fields}
 
 
 def leaks(adapter, view, records):
@@ -408,8 +408,8 @@ def check(site, names, foreign_before, requests, secret):
     """(what each invariant found, the leaks, the view) for the workspaces ``names``."""
     view = CloudView(site, secret)
     with site.journal() as journal:
-        records = dict((ws['name'], ws) for ws in journal.list_workspaces())
-    found = dict((k, []) for k in NAMES)
+        records = {ws['name']: ws for ws in journal.list_workspaces()}
+    found = {k: [] for k in NAMES}
     for name in names:
         ws = records.get(name)
         if ws is None:
@@ -483,7 +483,7 @@ class CloudMatrix(Matrix):
         for cell in cells:
             found, leaked, dummy = check(self.site, cell.names, self.foreign_before, requests, self.secret)
             cell.foreign = found.pop('foreign')
-            cell.violations = dict((k, v) for k, v in found.items() if v)
+            cell.violations = {k: v for k, v in found.items() if v}
             cell.leaks = ['%s %s' % (i, why) for i, why in sorted(leaked.items())
                           if any(why.startswith(name + ':') for name in cell.names)]
         running = set(i for i, item in self.site.items().items() if item['running'])
@@ -510,18 +510,18 @@ class CloudMatrix(Matrix):
             return
         adapter = self.adapter
         label = adapter.label
-        points = dict((op, adapter.decisive(found)) for op, found in (
-            ('create', self.create_points), ('destroy', self.destroy_points)))
+        points = {op: adapter.decisive(found) for op, found in (
+            ('create', self.create_points), ('destroy', self.destroy_points))}
         passed = len(self.create_points) + len(self.destroy_points) - sum(len(p) for p in points.values())
-        own = dict((op, adapter.own_rows(op, points[op])) for op in points)
+        own = {op: adapter.own_rows(op, points[op]) for op in points}
         for op in points:
             points[op] = [p for p in points[op] if p not in own[op]]
         self.log('%s ci: %d points (steps, journal commits and guest commands between the calls that act) are killed '
                  'in the full size only; %d in rows of their own' % (label, passed, sum(len(p) for p in own.values())))
         rows = {}
         for op in ('create', 'destroy'):
-            rows[op] = dict((point, Cell('%s kill %s: %s #%d' % (label, op, point[0], point[1]), 'kill', [], 'rerun'))
-                            for point in points[op])
+            rows[op] = {point: Cell('%s kill %s: %s #%d' % (label, op, point[0], point[1]), 'kill', [], 'rerun')
+                        for point in points[op]}
         work = [self._chain(rows[op], op, points[op], 'rerun') for op in ('create', 'destroy')]
         singles = [item for op in ('create', 'destroy') for item in self.kill_cells(op, own[op])]
         if singles:

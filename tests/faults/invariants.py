@@ -59,7 +59,7 @@ class ClusterView:
             if name and ownership.verify(description, secret, controller, name, vmid) == ownership.VERIFIED:
                 self.ours[vmid] = name
             else:
-                self.foreign[vmid] = dict((k, v) for k, v in config.items() if k not in IGNORED_CONFIG_KEYS)
+                self.foreign[vmid] = {k: v for k, v in config.items() if k not in IGNORED_CONFIG_KEYS}
         self.pool_members = set(vmid for vmid, (dummy, dummy2, resource) in self.containers.items()
                                 if resource.get('pool') == site.info['pool'])
 
@@ -228,8 +228,8 @@ def check(site, names, foreign_before, requests, secret, clones, since):
     """Every invariant over the workspaces ``names``; returns (violations by invariant, leaks, view)."""
     view = ClusterView(site, secret)
     with site.journal() as journal:
-        records = dict((ws['name'], ws) for ws in journal.list_workspaces())
-        found = dict((k, []) for k in NAMES)
+        records = {ws['name']: ws for ws in journal.list_workspaces()}
+        found = {k: [] for k in NAMES}
         for name in names:
             ws = records.get(name)
             if ws is None:
@@ -272,14 +272,14 @@ def check_build(site, view, template):
     is a leak.
     """
     from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.template import candidate_name
-    found = dict((k, []) for k in BUILD_NAMES)
+    found = {k: [] for k in BUILD_NAMES}
     leaked = {}
     with site.journal() as journal:
         found['pointer'] = check_pointer(journal, template)
         versions = journal.template_versions(template)
-        records = dict((v['workspace'], journal.get_workspace(v['workspace'])) for v in versions)
+        records = {v['workspace']: journal.get_workspace(v['workspace']) for v in versions}
         held = set(lease['workspace'] for lease in journal.address_leases())
-    by_name = dict((v['workspace'], v) for v in versions)
+    by_name = {v['workspace']: v for v in versions}
     prefix = candidate_name(template, 1)[:-1]
     for vmid, owner in sorted(view.ours.items()):
         if not owner.startswith(prefix):

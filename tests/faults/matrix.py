@@ -240,8 +240,8 @@ class Matrix:
     def run_kill_chains(self):
         """Every decisive point once with the same playbook again, once with reconcile first, as chains
         (cells.chain)."""
-        points = dict((op, decisive(found)) for op, found in (
-            ('create', self.create_points), ('destroy', self.destroy_points), ('expire', self.expire_points)))
+        points = {op: decisive(found) for op, found in (
+            ('create', self.create_points), ('destroy', self.destroy_points), ('expire', self.expire_points))}
         passed = sum(len(found) for found in (self.create_points, self.destroy_points, self.expire_points)) \
             - sum(len(found) for found in points.values())
         self.log("ci: %d bookkeeping points (a step's start, its queue record) are killed in the full size only"
@@ -249,8 +249,8 @@ class Matrix:
         for variant in ('rerun', 'reconcile'):
             rows = {}
             for op in ('create', 'destroy', 'expire'):
-                rows[op] = dict((point, Cell('kill %s: %s #%d' % (op, point[0], point[1]), 'kill', [], variant))
-                                for point in points[op])
+                rows[op] = {point: Cell('kill %s: %s #%d' % (op, point[0], point[1]), 'kill', [], variant)
+                            for point in points[op]}
             if variant == 'rerun':
                 # Two chains at once: neither runs reconcile, so neither touches the other's workspace.
                 work = [(None, self._chain(rows['create'], 'create', points['create'], variant)),

@@ -106,14 +106,14 @@ class PgMatrix(Matrix):
         self.cells.append(cell)
 
     def run_kill_chains(self):
-        points = dict((op, [(point, nth) for point, nth in decisive(found) if point in CI_POINTS])
-                      for op, found in (('create', self.create_points), ('destroy', self.destroy_points)))
+        points = {op: [(point, nth) for point, nth in decisive(found) if point in CI_POINTS]
+                  for op, found in (('create', self.create_points), ('destroy', self.destroy_points))}
         self.log('postgresql, ci: %d of %d points (CI_POINTS); the full size kills at every one'
                  % (sum(len(found) for found in points.values()), len(self.create_points) + len(self.destroy_points)))
         rows = {}
         for op in ('create', 'destroy'):
-            rows[op] = dict((point, Cell('postgresql: kill %s: %s #%d' % (op, point[0], point[1]), 'kill', [],
-                                         'rerun')) for point in points[op])
+            rows[op] = {point: Cell('postgresql: kill %s: %s #%d' % (op, point[0], point[1]), 'kill', [],
+                                    'rerun') for point in points[op]}
         work = [(None, self._chain(rows[op], op, points[op], 'rerun')) for op in ('create', 'destroy')]
         self.chain_wave(work, [cell for op in ('create', 'destroy') for cell in rows[op].values()])
 
@@ -129,14 +129,14 @@ class PgMatrix(Matrix):
                     'every decisive one' if not self.size['chains'] else 'one in each step'))
         rows = {}
         for op in ('create', 'destroy'):
-            rows[op] = dict((point, Cell('postgresql: kill %s, the other controller takes over: %s #%d'
-                                         % (op, point[0], point[1]), 'kill', [], 'takeover')) for point in points[op])
+            rows[op] = {point: Cell('postgresql: kill %s, the other controller takes over: %s #%d'
+                                    % (op, point[0], point[1]), 'kill', [], 'takeover') for point in points[op]}
         work = [(None, self._chain(rows[op], op, points[op], 'rerun', hosts=CONTROLLERS, lease=TAKEOVER_LEASE))
                 for op in ('create', 'destroy')]
         self.chain_wave(work, [cell for op in ('create', 'destroy') for cell in rows[op].values()])
 
     def judge(self, cells):
-        super(PgMatrix, self).judge(cells)
+        super().judge(cells)
         takeovers = [cell for cell in cells if cell.variant == 'takeover']
         total = 0
         for name in set(cell.names[0] for cell in takeovers if cell.names):

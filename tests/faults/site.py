@@ -263,7 +263,7 @@ class FaultSite:
             number = self.runs
         base = os.path.join(self.workdir, 'runs', '%05d' % number)
         os.makedirs(base)
-        paths = dict((k, os.path.join(base, k)) for k in ('vars.json', 'trace', 'log'))
+        paths = {k: os.path.join(base, k) for k in ('vars.json', 'trace', 'log')}
         # The run's secrets, as an extra-vars file from a vault would hold them: removed when the run has ended.
         fd = os.open(paths['vars.json'], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, 'w') as out:

@@ -107,8 +107,8 @@ class Site:
 
     def create_many(self, names, repo, forks=10, **extra):
         """Create several workspaces in one ansible-playbook run: one inventory host per workspace."""
-        hosts = dict((name, {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable,
-                             'workspace': name}) for name in names)
+        hosts = {name: {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable,
+                        'workspace': name} for name in names}
         inventory = os.path.join(self.directory, 'workspaces-%s.json' % names[0])
         with open(inventory, 'w') as out:
             json.dump({'workspaces': {'hosts': hosts}}, out)

@@ -110,8 +110,8 @@ KINDS = {
     ('microsoft.network', 'networksecuritygroups'): ('nsg', 'Microsoft.Network/networkSecurityGroups',
                                                      'NetworkSecurityGroups'),
 }
-TYPE_OF = dict((v[0], v[1]) for v in KINDS.values())
-OPS_OF = dict((v[0], v[2]) for v in KINDS.values())
+TYPE_OF = {v[0]: v[1] for v in KINDS.values()}
+OPS_OF = {v[0]: v[2] for v in KINDS.values()}
 WRITABLE = ('pip', 'nic', 'vm', 'disk')
 # Azure's naming rules (Microsoft.Network: 1-80 characters, letters, digits, underscores, periods, hyphens,
 # beginning with a letter or digit, ending with a letter, digit or underscore; a Linux VM: 1-64, no underscore
@@ -169,7 +169,7 @@ def _ref(value):
     return value.get('id') if isinstance(value, dict) and value.get('id') else None
 
 
-class Resource(object):
+class Resource:
     """One resource as ARM holds it. `doc` is its JSON as answered, minus provisioningState's moment."""
 
     def __init__(self, kind, group, name, location, owner):
@@ -187,7 +187,7 @@ class Resource(object):
         return resource_id(self.group, self.kind, self.name)
 
     def answer(self):
-        doc = copy.deepcopy(dict((k, v) for k, v in self.doc.items() if not k.startswith('_')))
+        doc = copy.deepcopy({k: v for k, v in self.doc.items() if not k.startswith('_')})
         doc.update(id=self.id, name=self.name, type=TYPE_OF[self.kind], location=self.location)
         doc.setdefault('tags', {})
         doc.setdefault('properties', {})['provisioningState'] = self.state
@@ -217,7 +217,7 @@ class Resource(object):
         return out
 
 
-class Operation(object):
+class Operation:
     """A long-running operation: PUT or DELETE of one resource, pending until `due`."""
 
     def __init__(self, op_id, method, resource, style, seconds, outcome, poll, location):
@@ -235,7 +235,7 @@ class Operation(object):
         self.error = None
 
 
-class Rule(object):
+class Rule:
     def __init__(self, rule_id, action, operation, times=1, skip=0, match=None, seconds=None, code=None,
                  message=None, status=None, style=None, outcome=None, poll=None, size=None, fail_at=None):
         if action not in ACTIONS:
@@ -291,10 +291,10 @@ class Rule(object):
         return True
 
     def view(self):
-        return dict((k, v) for k, v in vars(self).items())
+        return dict(vars(self))
 
 
-class AzureFake(object):
+class AzureFake:
     """The fake's state, its HTTPS server and its controls."""
 
     def __init__(self, site, host, port, pki_paths, guests_pool, public_pool, pending_secs=0.5, poll_secs=1):
@@ -450,7 +450,7 @@ class AzureFake(object):
         null removes a key), location."""
         resource = self.find(ref)
         current = resource.doc.setdefault('tags', {})
-        current.update(dict((str(k), str(v)) for k, v in (tags or {}).items()))
+        current.update({str(k): str(v) for k, v in (tags or {}).items()})
         for key in remove_tags or ():
             current.pop(key, None)
         if properties:
@@ -906,7 +906,7 @@ class AzureFake(object):
             if resource is None:
                 raise _not_found(kind, name, group)
             if 'tags' in payload:
-                resource.doc['tags'] = dict((str(k), str(v)) for k, v in (payload.get('tags') or {}).items())
+                resource.doc['tags'] = {str(k): str(v) for k, v in (payload.get('tags') or {}).items()}
             if kind != 'disk':
                 resource.doc['etag'] = _etag()
             return _json(200, resource.answer())
@@ -1032,7 +1032,7 @@ class AzureFake(object):
         resource = existing or Resource(kind, group, name, location, principal)
         check = getattr(self, '_check_' + kind)
         doc = check(resource, props, payload, existing)
-        doc['tags'] = dict((str(k), str(v)) for k, v in tags.items())
+        doc['tags'] = {str(k): str(v) for k, v in tags.items()}
         if kind != 'disk':
             # A managed disk has no etag (Microsoft.Compute/disks).
             doc['etag'] = _etag()

@@ -22,7 +22,7 @@ class AzureGuests(MachineGuests):
         self.identity = {}
 
     async def _reconcile(self, now):
-        current = dict((item['key'], item) for item in self.fake.vms())
+        current = {item['key']: item for item in self.fake.vms()}
         self.vms = current
         for key, item in current.items():
             if key in self.rooted and self.identity.get(key) != item['vm_id']:

@@ -249,8 +249,8 @@ def _fault_parsers(sub, common):
     azure_cli.add_parsers(kinds, common)
 
     kinds.add_parser('list', parents=[common], help='every fault in place').set_defaults(
-        fault=lambda c, a: dict((k, v) for k, v in c.status().items() if k in (
-            'proxy_rules', 'instance_faults', 'guest_faults')))
+        fault=lambda c, a: {k: v for k, v in c.status().items() if k in (
+            'proxy_rules', 'instance_faults', 'guest_faults')})
     kinds.add_parser('clear', parents=[common], help='every fault off').set_defaults(
         fault=lambda c, a: c.clear() and {'cleared': True})
     fault.set_defaults(func=cmd_fault)

@@ -10,7 +10,7 @@ from tests.localpve.control import OpClient
 from .config import CloudError, load_info
 
 
-class CloudApi(object):
+class CloudApi:
     """The operations on a running cloud. Subclasses define _op(name, **arguments)."""
 
     def _op(self, name, **arguments):

@@ -136,7 +136,7 @@ def user_data_keys(value):
     return [str(k).strip() for k in keys if str(k).strip()]
 
 
-class Instance(object):
+class Instance:
     """One instance as the cloud shows it."""
 
     def __init__(self, instance_id, account, region, now, timing):
@@ -172,7 +172,7 @@ class Instance(object):
 
     def tags(self):
         try:
-            return dict((t['key'], t['value']) for t in self.raw.get_tags())
+            return {t['key']: t['value'] for t in self.raw.get_tags()}
         except (AttributeError, KeyError, TypeError):
             return {}
 
@@ -196,7 +196,7 @@ class Fleet(MachineGuests):
         opts = site.options
         self.pool = AddressPool(opts.guest_range, exclude=(opts.host,))
         self.public_pool = AddressPool(opts.public_range, exclude=(opts.host,))
-        self.timing = dict((k, getattr(opts, k)) for k in TIMING_KEYS)
+        self.timing = {k: getattr(opts, k) for k in TIMING_KEYS}
         self.instances = {}
         # Arms for instances that are not launched yet: timing, invisible.
         self.arms = []

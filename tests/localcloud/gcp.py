@@ -503,7 +503,7 @@ class GcpFake:
         metadata, where Compute Engine also looks)."""
         with self.lock:
             instance = self.instances.get(name) or {}
-            items = dict((i.get('key'), i.get('value')) for i in instance.get('metadata', {}).get('items') or [])
+            items = {i.get('key'): i.get('value') for i in instance.get('metadata', {}).get('items') or []}
             return str(items.get('enable-guest-attributes') or '').strip().upper() == 'TRUE'
 
     def guest_attribute_write(self, name, namespace, key, value):
@@ -651,7 +651,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not parsed.path.startswith(prefix):
             return self._send(*_error(404, 'notFound', 'The resource \'%s\' was not found' % parsed.path))
         rest = parsed.path[len(prefix):]
-        fake.calls.append((method, rest, dict((k, v[0]) for k, v in query.items())))
+        fake.calls.append((method, rest, {k: v[0] for k, v in query.items()}))
         for verb, pattern, action, schema in ROUTES:
             m = re.match(pattern, rest)
             if verb == method and m:
@@ -828,7 +828,7 @@ class _MetadataHandler(http.server.BaseHTTPRequestHandler):
             return self._reply(200, json.dumps({'access_token': token, 'expires_in': 3599, 'token_type': 'Bearer'}),
                                'application/json')
         if key.startswith('instance/attributes/') and instance:
-            items = dict((i['key'], i['value']) for i in instance['metadata'].get('items') or [])
+            items = {i['key']: i['value'] for i in instance['metadata'].get('items') or []}
             name = key[len('instance/attributes/'):]
             if name in items:
                 return self._reply(200, items[name])

@@ -24,7 +24,7 @@ HOST_KEY_FAULTS = ('other', 'silent')
 
 def instance_keys(instance):
     """The public keys of an instance's ssh-keys metadata (lines of user:key)."""
-    items = dict((i.get('key'), i.get('value')) for i in (instance.get('metadata') or {}).get('items') or [])
+    items = {i.get('key'): i.get('value') for i in (instance.get('metadata') or {}).get('items') or []}
     keys = []
     for line in (items.get('ssh-keys') or '').splitlines():
         user, sep, key = line.partition(':')

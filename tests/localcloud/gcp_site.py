@@ -61,7 +61,7 @@ class GcpPart(CloudPart):
                 view = {'name': name, 'id': instance['id'], 'status': instance['status'],
                         'labels': dict(instance['labels']), 'scheduling': dict(instance.get('scheduling') or {}),
                         'service_accounts': [a['email'] for a in instance.get('serviceAccounts') or []],
-                        'metadata': dict((i['key'], i['value']) for i in instance['metadata'].get('items') or [])}
+                        'metadata': {i['key']: i['value'] for i in instance['metadata'].get('items') or []}}
                 view.update(guests.get(name, {'sshd': 'stopped', 'sshd_pid': None}))
                 out.append(view)
         return out
@@ -104,7 +104,7 @@ class GcpPart(CloudPart):
     def op_guest_attributes(self, name):
         """What instance ``name``'s guest wrote to its guest attributes: {namespace: {key: value}}."""
         with self.fake.lock:
-            return dict((ns, dict(entries)) for ns, entries in self.fake.guest_attributes.get(name, {}).items())
+            return {ns: dict(entries) for ns, entries in self.fake.guest_attributes.get(name, {}).items()}
 
     def op_clear(self):
         with self.fake.lock:

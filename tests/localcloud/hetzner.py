@@ -89,7 +89,7 @@ def matches(labels, selector):
     return True
 
 
-class HetznerCloud(object):
+class HetznerCloud:
     """The fake's state and its aiohttp application. ``addresses``: an AddressPool of the servers' IPv4 addresses."""
 
     def __init__(self, token, addresses, boot_secs=0.5, delete_secs=0.5, host='127.0.0.1', port=0):
@@ -255,7 +255,7 @@ class HetznerCloud(object):
 
     @staticmethod
     def public(item):
-        return dict((k, v) for k, v in item.items() if not k.startswith('_'))
+        return {k: v for k, v in item.items() if not k.startswith('_')}
 
     def _server_view(self, server):
         return self.public(server)
@@ -472,4 +472,4 @@ class HetznerCloud(object):
     def view(self):
         return {'url': self.url, 'servers': [dict(self._server_view(s), keys=s['_keys']) for s in self.servers.values()],
                 'ssh_keys': list(self.ssh_keys.values()), 'rules': [dict(r) for r in self.rules],
-                'deleting': dict((str(k), list(v)) for k, v in self.deleting.items())}
+                'deleting': {str(k): list(v) for k, v in self.deleting.items()}}

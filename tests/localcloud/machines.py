@@ -182,7 +182,7 @@ class MachineGuests(pve_guests.GuestManager):
             self._known = lines
 
 
-class KeyedAddresses(object):
+class KeyedAddresses:
     """The fleet's public address pool as one fake sees it: its machines' addresses are keyed ``prefix`` and the
     fake's own id (beside the EC2 instances and the other fakes' machines)."""
 
@@ -197,7 +197,7 @@ class KeyedAddresses(object):
         self.pool.release(self.prefix + str(ident))
 
 
-class CloudPart(object):
+class CloudPart:
     """A fake cloud API of the try-out cloud beside moto (its fake, its guests and what cloud.json says of it):
     started and stopped by CloudSite, ticked with the fleet, and asked its control operations (op_* methods, the
     control API's op ``title``)."""

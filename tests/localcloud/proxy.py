@@ -61,7 +61,7 @@ def _count(value, what, minimum):
     return pve_count(value, what, minimum, CloudError)
 
 
-class ProxyRule(object):
+class ProxyRule:
     """One rule; times None acts on every matching request, skip lets that many matching ones through first."""
 
     def __init__(self, rule_id, action, operation, times=1, skip=0, seconds=None, code=None, message=None,
@@ -145,7 +145,7 @@ class ProxyRule(object):
     def view(self):
         fields = ('id', 'action', 'operation', 'times', 'skip', 'seconds', 'code', 'message', 'status', 'size',
                   'repeat_at', 'fail_at', 'endless', 'match', 'seen', 'hits')
-        out = dict((k, getattr(self, k)) for k in fields)
+        out = {k: getattr(self, k) for k in fields}
         out['spent'] = self.spent
         return out
 
@@ -289,7 +289,7 @@ class FaultProxy(ProxyServer):
 
     async def _listing(self, request, fields):
         """The whole DescribeInstances answer (every reservation, rewritten) for a paged listing."""
-        plain = dict((k, v) for k, v in fields.items() if k not in ('NextToken', 'MaxResults'))
+        plain = {k: v for k, v in fields.items() if k not in ('NextToken', 'MaxResults')}
         plain, tokens = ec2xml.take_filter(plain, 'client-token')
         status, headers, payload = await self._forward(request, plain, None)
         if status != 200:
@@ -337,7 +337,7 @@ class FaultProxy(ProxyServer):
 
     async def _forward(self, request, fields, body):
         """Send the request (its fields re-encoded if they were changed) to moto; (status, headers, payload)."""
-        headers = dict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_HEADERS)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         if body is None or request.method != 'POST':
             data = ec2xml.encode_query(fields)
             headers['Content-Type'] = 'application/x-www-form-urlencoded; charset=utf-8'

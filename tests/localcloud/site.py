@@ -61,7 +61,7 @@ def start_moto(host, port):
     return 'http://{0}:{1}'.format(*bound), server
 
 
-class CloudSite(object):
+class CloudSite:
     """Everything of one cloud. Operations are the op_* methods."""
 
     def __init__(self, options, on_shutdown=None, scope=DEFAULT_SCOPE):
@@ -303,7 +303,7 @@ class CloudSite(object):
             copied = source.tags()
             copied['ephemera:marker'] = forged_marker(copied.get('ephemera:workspace', 'copy'), copy_tags_of)
             wanted = dict(copied, **wanted)
-        wanted = dict((k, v) for k, v in wanted.items() if not k.startswith('aws:'))
+        wanted = {k: v for k, v in wanted.items() if not k.startswith('aws:')}
         loop = asyncio.get_running_loop()
         ids = await loop.run_in_executor(None, self._foreign_launch, wanted, int(count))
         if not running:

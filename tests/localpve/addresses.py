@@ -32,7 +32,7 @@ def loopback(ip):
     return str(address) if address.version == 4 and address.is_loopback else None
 
 
-class AddressPool(object):
+class AddressPool:
     """Addresses of a range given to guests; each VMID keeps its address until the guest is destroyed."""
 
     def __init__(self, text, exclude=()):

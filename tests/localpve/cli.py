@@ -323,8 +323,8 @@ def _fault_parsers(sub, common):
     fkind.add_parser('clear', parents=[common]).set_defaults(fault=lambda c, a: c.foreign_clear())
 
     kinds.add_parser('list', parents=[common], help='every fault in place').set_defaults(
-        fault=lambda c, a: dict((k, v) for k, v in c.status().items() if k in (
-            'proxy_rules', 'pve_failures', 'guest_faults', 'foreign', 'dhcp', 'network', 'quorate', 'nodes')))
+        fault=lambda c, a: {k: v for k, v in c.status().items() if k in (
+            'proxy_rules', 'pve_failures', 'guest_faults', 'foreign', 'dhcp', 'network', 'quorate', 'nodes')})
     kinds.add_parser('clear', parents=[common], help='every fault off').set_defaults(fault=lambda c, a: c.clear())
     fault.set_defaults(func=cmd_fault)
 

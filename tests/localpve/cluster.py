@@ -68,7 +68,7 @@ def _tell(fd, message):
         out.write(json.dumps(message))
 
 
-class LoopThread(object):
+class LoopThread:
     """An event loop in a daemon thread; call() runs a coroutine on it and waits for the result."""
 
     def __init__(self, name):

@@ -14,7 +14,7 @@ from .config import ClusterError, load_info
 TOKEN_HEADER = 'X-LocalPVE-Token'
 
 
-class FaultApi(object):
+class FaultApi:
     """The operations on a running cluster. Subclasses define _op(name, **arguments)."""
 
     def _op(self, name, **arguments):
@@ -143,7 +143,7 @@ class FaultApi(object):
         return self._op('save')
 
 
-class OpClient(object):
+class OpClient:
     """Sends operations over HTTP on loopback to the control server of a try-out place that runs as its own
     process. What differs between the places is data: ``noun`` and ``module`` (for messages), ``error`` (what it
     raises) and ``read_info`` (how its info file is read)."""

@@ -202,7 +202,7 @@ def _trim(root):
 
 # ------------------------------------------------------------------ the roots of a cluster's containers
 
-class Roots(object):
+class Roots:
     """The files of a debian-tier cluster's containers: stacks of layers, mounted at guests/<vmid>/root."""
 
     def __init__(self, guests_dir, base):

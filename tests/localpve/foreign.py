@@ -18,7 +18,7 @@ LOG = logging.getLogger('localpve.foreign')
 TASK_TIMEOUT = 300
 
 
-class ForeignClient(object):
+class ForeignClient:
     """Logs in as the foreign user with a ticket and talks to the API directly (never through the proxy)."""
 
     def __init__(self, site, user, password):
@@ -45,7 +45,7 @@ class ForeignClient(object):
 
     async def call(self, method, path, **params):
         """One API request as the foreign user; its data, or ClusterError with PVE's message."""
-        params = dict((k, int(v) if isinstance(v, bool) else v) for k, v in params.items() if v is not None)
+        params = {k: int(v) if isinstance(v, bool) else v for k, v in params.items() if v is not None}
         kwargs = {'params': params} if method == 'GET' else {'data': params}
         for attempt in (1, 2):
             if self.headers is None:

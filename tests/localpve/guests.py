@@ -39,7 +39,7 @@ def first_nic(ct):
     return (keys[0], ct.config[keys[0]]) if keys else (None, None)
 
 
-class Guest(object):
+class Guest:
     """What the harness knows about one container's sshd."""
 
     def __init__(self, vmid):
@@ -68,7 +68,7 @@ class Guest(object):
                 'init_pid': self.init_pid if self.holder else None, 'boot_secs': self.boot_secs}
 
 
-class GuestManager(object):
+class GuestManager:
     """Starts and stops the guests' sshd as the containers start and stop; owns their files and addresses."""
 
     def __init__(self, site):
@@ -144,7 +144,7 @@ class GuestManager(object):
             raise ClusterError('the datacenter in {0} has {1} guests, not {2}: start with --fresh to change the '
                                'guest tier, or use another state directory'.format(
                                    self.site.options.state_dir, tier, self.tier))
-        self.pool.assigned = dict((int(k), v) for k, v in harness.get('addresses', {}).items())
+        self.pool.assigned = {int(k): v for k, v in harness.get('addresses', {}).items()}
         if self.roots is not None:
             self.rooted = self.roots.load()
         elif os.path.isdir(self.dir):
@@ -159,7 +159,7 @@ class GuestManager(object):
         return path if os.path.isdir(path) else None
 
     def saved(self):
-        return {'addresses': dict((str(k), v) for k, v in sorted(self.pool.assigned.items())), 'guests': self.tier}
+        return {'addresses': {str(k): v for k, v in sorted(self.pool.assigned.items())}, 'guests': self.tier}
 
     async def seed_template(self, vmid, public_key):
         """The template's files: the authorized key of the cluster's key pair, and an empty /workspace (on the
@@ -311,7 +311,7 @@ class GuestManager(object):
 
     async def _reconcile(self, now):
         pve = self.site.pve
-        cts = dict((ct.vmid, ct) for ct in pve.cts)
+        cts = {ct.vmid: ct for ct in pve.cts}
         for vmid, ct in cts.items():
             if vmid not in self.rooted:
                 origin = self.site.origins.pop(vmid, None)
@@ -573,7 +573,7 @@ class GuestManager(object):
         active = [f for f in self.faults if f['kind'] == 'drop' and f['times'] != 0]
         if not active:
             return
-        self._drop_seen = dict((k, v) for k, v in self._drop_seen.items() if system.alive(k[1]))
+        self._drop_seen = {k: v for k, v in self._drop_seen.items() if system.alive(k[1])}
         for guest in self.guests.values():
             if guest.proc is None or guest.state != 'up':
                 continue

@@ -35,7 +35,7 @@ SETTLE_TIMEOUT = 10
 FOREIGN_USER = 'other@pve'
 
 
-class Site(object):
+class Site:
     """Everything of one cluster, living on one event loop. Operations are the op_* methods."""
 
     def __init__(self, options, on_shutdown=None):
@@ -299,13 +299,13 @@ class Site(object):
         return {
             'pid': os.getpid(), 'api_url': pve.url, 'proxy_url': self.proxy.url, 'uptime': time.time() - self._started,
             'time_scale': pve.time_scale, 'quorate': pve.quorate,
-            'nodes': dict((name, bool(state.get('online', True))) for name, state in sorted(pve.nodes.items())),
+            'nodes': {name: bool(state.get('online', True)) for name, state in sorted(pve.nodes.items())},
             'network': dict(pve.network), 'tasks_running': sum(1 for t in pve.tasks.values()
                                                                if t['status'] == 'running'),
             'pve_failures': [dict(rule, method=key[0], path=key[1]) for key, rule in pve.failures.items()],
             'proxy_rules': self.proxy.view(), 'guest_faults': [dict(f) for f in self.guests.faults],
             'dhcp': {'delay': self.guests.dhcp_delay,
-                     'per_vmid': dict((str(k), v) for k, v in self.guests.dhcp_override.items())},
+                     'per_vmid': {str(k): v for k, v in self.guests.dhcp_override.items()}},
             'foreign': {'snipes': self.snipes, 'tampers': self.tampers},
             'guests': self.guests.view(),
             'package_cache': self.package_cache.view() if self.package_cache is not None else None,
@@ -340,7 +340,7 @@ class Site(object):
                 'times': times}
 
     def op_pve_errors(self, method, path):
-        return [dict((k, e[k]) for k in ('name', 'status', 'message', 'in_task') if k in e)
+        return [{k: e[k] for k in ('name', 'status', 'message', 'in_task') if k in e}
                 for e in self.pve.errors_for(str(method).upper(), path)]
 
     def op_pve_network(self, latency=None, jitter=None, node=None, drop_rate=None, hang_rate=None, hang_secs=None):
@@ -396,7 +396,7 @@ class Site(object):
                 setattr(ct, key, float(value))
         if start_error is not None:
             ct.start_error = start_error or None
-        return dict((k, getattr(ct, k)) for k in ('vmid', 'start_secs', 'shutdown_secs', 'stop_secs', 'start_error'))
+        return {k: getattr(ct, k) for k in ('vmid', 'start_secs', 'shutdown_secs', 'stop_secs', 'start_error')}
 
     def op_pve_access(self, token_id=None, token_secret=None, grants=(), pool=None, pool_vms=(), pool_storage=()):
         """What an administrator sets up with pveum for a restricted controller: an API token (``token_id``
@@ -414,8 +414,8 @@ class Site(object):
                 raise ClusterError('no pool {0!r}'.format(pool))
             pve.pools[pool].update(int(vmid) for vmid in pool_vms)
             pve.pool_info.setdefault(pool, {'comment': None, 'storage': set()})['storage'].update(pool_storage)
-        return {'acl': dict((user, [[path, sorted(privs)] for path, privs in granted])
-                            for user, granted in (pve.acl or {}).items())}
+        return {'acl': {user: [[path, sorted(privs)] for path, privs in granted]
+                        for user, granted in (pve.acl or {}).items()}}
 
     def op_pve_clear(self):
         pve = self.pve
@@ -511,7 +511,7 @@ def _uuid():
     return '-'.join((raw[:8], raw[8:12], raw[12:16], raw[16:20], raw[20:]))
 
 
-class ControlServer(object):
+class ControlServer:
     """POST /op/<name> with the arguments as a JSON object, and the token in X-LocalPVE-Token."""
 
     def __init__(self, site, host, port, token):

@@ -94,7 +94,7 @@ def write_guest_settings(root, npmrc_extra=''):
         os.chmod(target, mode)
 
 
-class PackageCache(object):
+class PackageCache:
     """The cache's directories and the cluster's caching proxy for apt; guest_setup() is what a guest's first process
     sets up in its /run."""
 
@@ -147,7 +147,7 @@ class PackageCache(object):
         pip_conf = '[global]\nindex-url = {0}/pypi/simple/\ntrusted-host = {1}:{2}\ncache-dir = {3}\n'.format(
             self.url, self.host, self.port, GUEST_CACHES['pip'])
         return {'files': {APT_PROXY_FILE: self.url + '\n', PIP_CONF: pip_conf},
-                'binds': dict((GUEST_CACHES[name], os.path.join(self.dir, name)) for name in GUEST_CACHES)}
+                'binds': {GUEST_CACHES[name]: os.path.join(self.dir, name) for name in GUEST_CACHES}}
 
     def view(self):
         return dict(self.stats, dir=self.dir, apt_proxy=self.url)
@@ -211,7 +211,7 @@ class PackageCache(object):
                 # The index's file links lead back here (same length or not: the body is sent whole).
                 body = body.replace(PYPI_FILES.encode(), '{0}/pypi/files/'.format(self.url).encode())
             return web.Response(status=resp.status, reason=resp.reason, body=body,
-                                headers=dict((k, v) for k, v in resp.headers.items() if k.lower() in BACK))
+                                headers={k: v for k, v in resp.headers.items() if k.lower() in BACK})
 
     async def _fetch(self, request, url, kept):
         """The whole file from the mirror, passed on to apt while it is written to the cache; renamed into place once
@@ -255,4 +255,4 @@ class PackageCache(object):
         self.stats['passed'] += 1
         body = await resp.read()
         return web.Response(status=resp.status, reason=resp.reason, body=body,
-                            headers=dict((k, v) for k, v in resp.headers.items() if k.lower() in BACK))
+                            headers={k: v for k, v in resp.headers.items() if k.lower() in BACK})

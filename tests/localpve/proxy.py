@@ -49,7 +49,7 @@ def _count(value, what, minimum, error=ClusterError):
     return number
 
 
-class ProxyRule(object):
+class ProxyRule:
     """One rule; times None acts on every matching request, skip lets that many matching ones through first."""
 
     def __init__(self, rule_id, action, method, path, times=1, skip=0, seconds=None, status=None, message=None,
@@ -113,7 +113,7 @@ class ProxyRule(object):
     def view(self):
         fields = ('id', 'action', 'method', 'path', 'times', 'skip', 'seconds', 'status', 'message', 'errors', 'seen',
                   'hits')
-        out = dict((k, getattr(self, k)) for k in fields)
+        out = {k: getattr(self, k) for k in fields}
         out['spent'] = self.spent
         return out
 
@@ -136,7 +136,7 @@ def _reset(request):
     return web.Response(status=204)
 
 
-class ProxyServer(object):
+class ProxyServer:
     """A proxy on a loopback address in front of ``upstream`` with its fault rules (made by ``rule_class``); HTTPS
     with ``server_ssl``, to an upstream checked with ``client_ssl``. A subclass handles the requests (_handle)."""
 
@@ -236,7 +236,7 @@ class FaultProxy(ProxyServer):
         return web.Response(status=status, reason=reason, headers=headers, body=payload)
 
     async def _forward(self, request, body):
-        headers = dict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_HEADERS)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         url = yarl.URL(self.upstream + request.raw_path, encoded=True)
         async with self.session.request(request.method, url, headers=headers, data=body or None,
                                         allow_redirects=False) as resp:

@@ -80,7 +80,7 @@ class SitePve(FakePve):
 
 def seed(pve, options):
     """What a real site has: nodes, a linked-clone capable storage, the pool, the workspace template."""
-    pve.nodes = dict((name, {'online': True}) for name in options.nodes)
+    pve.nodes = {name: {'online': True} for name in options.nodes}
     pve.cluster_name = 'localpve'
     pve.ct_secs.update(TASK_SECS)
     if options.storage not in pve.storages:
@@ -118,7 +118,7 @@ def dump(pve, harness):
     ct_pid, pve._ct_pids = _next(pve._ct_pids)  # pylint: disable=protected-access
     data = {
         'format': STATE_FORMAT, 'cluster_name': pve.cluster_name, 'nodes': pve.nodes,
-        'cts': [dict({'vmid': ct.vmid}, **dict((k, getattr(ct, k)) for k in CT_FIELDS)) for ct in pve.cts],
+        'cts': [dict({'vmid': ct.vmid}, **{k: getattr(ct, k) for k in CT_FIELDS}) for ct in pve.cts],
         'pools': pve.pools, 'pool_info': pve.pool_info, 'storages': pve.storages, 'ct_secs': pve.ct_secs,
         'tasklog': pve.tasklog, 'next_pid': pid, 'next_ct_pid': ct_pid, 'harness': harness,
     }
@@ -140,9 +140,9 @@ def restore(pve, text):
         for key in CT_FIELDS:
             setattr(ct, key, item[key])
         pve.cts.append(ct)
-    pve.pools = dict((name, set(ids)) for name, ids in data['pools'].items())
-    pve.pool_info = dict((name, {'comment': meta.get('comment'), 'storage': set(meta.get('storage', ()))})
-                         for name, meta in data['pool_info'].items())
+    pve.pools = {name: set(ids) for name, ids in data['pools'].items()}
+    pve.pool_info = {name: {'comment': meta.get('comment'), 'storage': set(meta.get('storage', ()))}
+                     for name, meta in data['pool_info'].items()}
     pve._sync_pools()  # pylint: disable=protected-access
     for store in data['storages'].values():
         store['files'] = set(store.get('files', ()))
@@ -153,7 +153,7 @@ def restore(pve, text):
             task.update(status='stopped', exitstatus='unexpected status', endtime=task['starttime'])
             task['log'].append('TASK ERROR: unexpected status')
     pve.tasklog = data['tasklog']
-    pve.tasks = dict((task['upid'], task) for task in pve.tasklog)
+    pve.tasks = {task['upid']: task for task in pve.tasklog}
     pve._pids = itertools.count(data['next_pid'])  # pylint: disable=protected-access
     pve._ct_pids = itertools.count(data['next_ct_pid'])  # pylint: disable=protected-access
     return data.get('harness') or {}

@@ -526,7 +526,7 @@ class StubHandler(BaseHTTPRequestHandler):
             return self._json(404, {'error': {'message': 'no such endpoint: %s' % path}})
         if not isinstance(body, dict):
             return self._json(400, error_body(protocol, 400, 'the body is not a JSON object'))
-        key = api_key(dict((k.lower(), v) for k, v in self.headers.items()))
+        key = api_key({k.lower(): v for k, v in self.headers.items()})
         record = {'at': time.time(), 'method': 'POST', 'path': self.path, 'protocol': protocol, 'key': key,
                   'headers': dict(self.headers.items()), 'body': body, 'tools': tool_names(protocol, body)}
         chosen = stub.choose(key, protocol, body)

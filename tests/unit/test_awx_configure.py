@@ -92,7 +92,7 @@ def test_every_argument_exists_in_the_modules_own_spec_with_an_allowed_value(pla
     checked = set()
     for task, module, args in awx_tasks(play):
         spec = spec_of(module, monkeypatch)
-        names = dict((name, name) for name in spec)
+        names = {name: name for name in spec}
         for name, option in spec.items():
             for alias in option.get('aliases') or ():
                 names[alias] = name
@@ -140,7 +140,7 @@ def collection_options():
 def test_the_credential_type_injects_what_the_collection_reads(play):
     task, args = task_named(play, 'credential_type', SITE_TYPE)
     assert args['kind'] == 'cloud'
-    fields = dict((field['id'], field) for field in args['inputs']['fields'])
+    fields = {field['id']: field for field in args['inputs']['fields']}
     assert set(fields) == {'api_host', 'api_token_id', 'api_token_secret', 'ca', 'controller_secret', 'journal_url'}
     assert set(name for name, field in fields.items() if field.get('secret')) == SECRET_FIELDS
     injectors = args['injectors']
@@ -207,13 +207,13 @@ def test_the_credential_type_is_named_after_its_inputs_and_retired_types_go_last
 
 def test_each_job_template_runs_a_playbook_of_the_collection_with_a_valid_survey(play):
     task, args = task_named(play, 'job_template')
-    templates = dict((item['name'], item) for item in task['loop'])
+    templates = {item['name']: item for item in task['loop']}
     assert set(templates) == {'create', 'destroy', 'archive', 'reconcile', 'expire', 'heartbeat', 'status'}
     assert args['playbook'] == 'playbooks/{{ item.name }}.yml'
     for name in templates:
         assert os.path.isfile(os.path.join(ROOT, 'playbooks', name + '.yml')), name
-    variables = dict((name, [q['variable'] if isinstance(q, dict) else 'workspace' for q in item.get('survey', [])])
-                     for name, item in templates.items())
+    variables = {name: [q['variable'] if isinstance(q, dict) else 'workspace' for q in item.get('survey', [])]
+                 for name, item in templates.items()}
     assert variables['create'] == ['workspace', 'repo', 'ref', 'purpose', 'agent', 'ttl']
     for name in ('destroy', 'archive', 'heartbeat'):
         assert variables[name] == ['workspace']
@@ -234,7 +234,7 @@ def test_schedules_run_existing_templates_at_the_asked_intervals(play):
     jobs, templates = task_named(play, 'job_template')
     names = set('ephemera %s' % item['name'] for item in jobs['loop'])
     assert args['unified_job_template'] == 'ephemera {{ item.template }}'
-    rules = dict((item['template'], item['rrule']) for item in task['loop'])
+    rules = {item['template']: item['rrule'] for item in task['loop']}
     for template, rule in rules.items():
         assert 'ephemera %s' % template in names
         assert re.match(r'^DTSTART;TZID=UTC:\d{8}T\d{6} RRULE:FREQ=[A-Z]+;INTERVAL=\d+$', rule), rule
@@ -274,7 +274,7 @@ def rendered_templates(play, agents=None):
 
     def render(value):
         if isinstance(value, dict):
-            return dict((k, render(v)) for k, v in value.items())
+            return {k: render(v) for k, v in value.items()}
         if isinstance(value, list):
             return [render(v) for v in value]
         if isinstance(value, str) and '{{' in value:
@@ -283,7 +283,7 @@ def rendered_templates(play, agents=None):
     out = {}
     for item in task['loop']:
         context['item'] = render(item)
-        out[item['name']] = dict((key, render(value)) for key, value in args.items())
+        out[item['name']] = {key: render(value) for key, value in args.items()}
     return out
 
 
@@ -294,7 +294,7 @@ def awx_launch(template, launch_vars):
     its length within min and max; integer: within min and max; multiplechoice: one of the choices; a required one
     present); anything else refuses the launch. Returns (the job's extra variables, the errors)."""
     survey = template['survey_spec']['spec'] if template['survey_enabled'] else []
-    questions = dict((q['variable'], q) for q in survey)
+    questions = {q['variable']: q for q in survey}
     errors = []
     for name, value in launch_vars.items():
         question = questions.get(name)
@@ -345,7 +345,7 @@ def test_a_launch_cannot_set_what_only_the_templates_admin_may(play):
     the job never gets them."""
     templates = rendered_templates(play, agents={'aider': {'command': 'aider'}})
     for name, template in templates.items():
-        answers = dict((q['variable'], GOOD[q['variable']]) for q in template['survey_spec'].get('spec', []))
+        answers = {q['variable']: GOOD[q['variable']] for q in template['survey_spec'].get('spec', [])}
         for hostile in [{key: value} for key, value in HOSTILE.items()] + [HOSTILE]:
             variables, errors = awx_launch(template, dict(answers, **hostile))
             assert variables is None and errors, (name, hostile)
@@ -390,7 +390,7 @@ def test_every_question_is_bounded_by_what_the_collection_accepts(play):
             assert question['choices'] and question['default'] in question['choices'], question
         if question.get('required') is False:
             assert question['min'] == 0, question
-    by_name = dict((q['variable'], q) for q in questions)
+    by_name = {q['variable']: q for q in questions}
     assert by_name['purpose']['max'] == PURPOSE_MAX
     assert by_name['ttl']['max'] == MAX_TTL
     assert by_name['workspace']['max'] == 40 and NAME.match('w' * 40) and not NAME.match('w' * 41)
@@ -483,7 +483,7 @@ def ansible_rendered(play, expression, **given):
         if isinstance(value, str):
             return trust_as_template(value)
         if isinstance(value, dict):
-            return dict((k, trusted(v)) for k, v in value.items())
+            return {k: trusted(v) for k, v in value.items()}
         if isinstance(value, list):
             return [trusted(v) for v in value]
         return value
@@ -496,7 +496,7 @@ def test_each_cloud_given_gets_awxs_own_credential_and_every_job_template_carrie
     assert task['no_log'] is True and task['loop'] == '{{ _awx_clouds }}'
     assert ansible_rendered(play, '{{ _awx_clouds }}', **SECRETS) == []
     clouds = ansible_rendered(play, '{{ _awx_clouds }}', **dict(SECRETS, **CLOUDS))
-    by_type = dict((c['type'], c) for c in clouds)
+    by_type = {c['type']: c for c in clouds}
     hetzner_type = ansible_rendered(play, '{{ _awx_hetzner_type }}')
     assert set(by_type) == set(AWX_CLOUD_TYPES) | {hetzner_type}
     for name, (inputs, dummy) in AWX_CLOUD_TYPES.items():

@@ -9,9 +9,6 @@ directory, fsync it, rename it over the target, then fsync the directory so the 
 is on disk. Temporary names start with ``.`` and end with ``.tmp`` so readers can skip them.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import contextlib
 import os
 import tempfile

@@ -7,15 +7,12 @@ Each error carries a message that says what went wrong, on which thing, and what
 Modules turn them into ``fail_json(msg=str(err), **err.details)``.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 
 class EphemeraError(Exception):
     """Base class. ``details`` is a JSON-able dict that modules add to their failure result."""
 
     def __init__(self, message, **details):
-        super(EphemeraError, self).__init__(message)
+        super().__init__(message)
         self.message = message
         self.details = details
 

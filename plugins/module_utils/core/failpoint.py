@@ -23,9 +23,6 @@ after every command on a guest (``ssh <what>``). ``docs/internals/faults.md`` de
 them. Never set these variables outside those tests.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import fcntl
 import json
 import os

@@ -11,9 +11,6 @@ secret must not be readable by others either. Readers (the inventory, the lookup
 another user's journal, as designed, but never one that others than its owner may write.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import os
 import stat
 

@@ -14,9 +14,6 @@
   follows no HTTP redirect.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import ipaddress
 import re
 

@@ -19,9 +19,6 @@ Readers (``workspace_info``, ``queue_info``, the lookup and the inventory) open 
 read-only mode, which never makes a file, a directory, a secret or a migration (see :meth:`Journal.open`).
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import contextlib
 import datetime
 import errno
@@ -390,8 +387,8 @@ def resolve_location(path=None, url=None):
 def redact(value):
     """A copy of ``value`` with every secret-looking key's value replaced by ``********``."""
     if isinstance(value, dict):
-        return dict((k, REDACTED if SECRET_KEY.search(str(k)) and v not in (None, '') else redact(v))
-                    for k, v in value.items())
+        return {k: REDACTED if SECRET_KEY.search(str(k)) and v not in (None, '') else redact(v)
+                for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact(v) for v in value]
     return value
@@ -482,27 +479,27 @@ class _Cursor(sqlite3.Cursor):
 
     def execute(self, *args):
         with _damage_named(self.connection.journal_path):
-            return super(_Cursor, self).execute(*args)
+            return super().execute(*args)
 
     def executemany(self, *args):
         with _damage_named(self.connection.journal_path):
-            return super(_Cursor, self).executemany(*args)
+            return super().executemany(*args)
 
     def fetchone(self):
         with _damage_named(self.connection.journal_path):
-            return super(_Cursor, self).fetchone()
+            return super().fetchone()
 
     def fetchmany(self, *args):
         with _damage_named(self.connection.journal_path):
-            return super(_Cursor, self).fetchmany(*args)
+            return super().fetchmany(*args)
 
     def fetchall(self):
         with _damage_named(self.connection.journal_path):
-            return super(_Cursor, self).fetchall()
+            return super().fetchall()
 
     def __next__(self):
         with _damage_named(self.connection.journal_path):
-            return super(_Cursor, self).__next__()
+            return super().__next__()
 
 
 class _Connection(sqlite3.Connection):
@@ -511,7 +508,7 @@ class _Connection(sqlite3.Connection):
     journal_path = None
 
     def cursor(self, factory=_Cursor):
-        return super(_Connection, self).cursor(factory)
+        return super().cursor(factory)
 
     def execute(self, sql, parameters=()):
         return self.cursor().execute(sql, parameters)

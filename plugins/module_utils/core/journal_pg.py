@@ -26,9 +26,6 @@ The journal's SQL is written once (SQLite's dialect with ``?`` placeholders); :c
 PostgreSQL with the few translations it needs.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import json
 import re
 import sqlite3
@@ -427,7 +424,7 @@ class PgCursor:
         self.rowcount = cursor.rowcount
         self.lastrowid = None
         self._keys = [column.name for column in cursor.description] if cursor.description else []
-        self._index = dict((key, number) for number, key in enumerate(self._keys))
+        self._index = {key: number for number, key in enumerate(self._keys)}
         self._typed = [number for number, key in enumerate(self._keys) if key in TYPED_COLUMNS]
         if returning:
             row = cursor.fetchone()

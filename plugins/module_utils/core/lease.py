@@ -18,9 +18,6 @@ where ``expires_at = min(created_at + ttl, last_touched_at + idle_timeout)``: ac
 idle expiry forward, never past the lifetime (TTL) cap.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import calendar
 import collections
 import datetime
@@ -406,7 +403,7 @@ def parse_time(text):
         return float(value)
     found = _RFC3339.match(value)
     if found:
-        parts = dict((k, int(v)) for k, v in found.groupdict().items() if k not in ('fraction', 'offset'))
+        parts = {k: int(v) for k, v in found.groupdict().items() if k not in ('fraction', 'offset')}
         offset = found.group('offset')
         try:
             # datetime checks the calendar (no February 30th); a leap second is checked as :59.

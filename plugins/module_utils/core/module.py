@@ -4,9 +4,6 @@
 """The module base: the journal option, a journal that check mode never makes, the controller secret, and one way
 to turn collection errors into a failure."""
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import os
 
 from ansible.module_utils.basic import env_fallback

@@ -25,9 +25,6 @@ edit the container, and a marker with a non-ASCII token, a Unicode digit in the 
 is FORGED, never an exception.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import errno
 import hashlib
 import hmac

@@ -16,9 +16,6 @@ claim the same member, one wins and the other takes the next member or creates c
 given out; their containers go through the ordinary delete path.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import re
 import time
 

@@ -25,9 +25,6 @@ database server's clock, read inside the transaction that writes or judges them,
 journal agree on whose lease ran out whatever their own clocks say; on SQLite this host's clock (one host).
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import getpass
 import json
 import re
@@ -489,7 +486,7 @@ class Queue:
             rows += conn.execute("SELECT * FROM queue WHERE %s AND state IN ('done', 'failed', 'cancelled') "
                                  "ORDER BY COALESCE(ended_at, updated_at) DESC, id DESC LIMIT ?" % base,
                                  args + [int(recent)]).fetchall()
-        found = dict((row['id'], row) for row in rows)
+        found = {row['id']: row for row in rows}
         for row in list(found.values()):
             parent = row['parent_id']
             while parent is not None and parent not in found:
@@ -719,7 +716,7 @@ def entry_line(entry, entries_by_id, now):
 def render_tree(entries, now=None):
     """Lines of text: each root entry, then its cascade below it, oldest first."""
     now = time.time() if now is None else now
-    by_id = dict((entry['id'], entry) for entry in entries)
+    by_id = {entry['id']: entry for entry in entries}
     lines = []
 
     def walk(entry, prefix, tail):

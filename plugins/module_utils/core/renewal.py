@@ -19,9 +19,6 @@ step then fails as any step that lost its claim does, with nothing more done, an
 on from the journal.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import threading
 import time
 

@@ -14,9 +14,6 @@ not by a module: each module is a short-lived process of its own. :func:`run_pid
 process from inside a module by walking up the parent chain.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import json
 import os
 import socket

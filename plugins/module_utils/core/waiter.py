@@ -20,9 +20,6 @@ The first look happens at once, the next ones after growing pauses (Backoff), an
 the deadline. Exceptions from the probe propagate: the probe decides which errors mean "look again".
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import contextlib
 import os
 import random

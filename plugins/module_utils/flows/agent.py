@@ -14,9 +14,6 @@ the agent's ``continue`` command line with the session its events named, and the
 model answered, the agent stopped on an error, or ``brief_timeout`` passed.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -66,7 +63,7 @@ def observation(answer, now=None):
     agent = answer.get('agent')
     if not isinstance(agent, dict):
         return None
-    out = dict((k, agent.get(k)) for k in KEPT if k in agent)
+    out = {k: agent.get(k) for k in KEPT if k in agent}
     if isinstance(out.get('events'), list):
         out['events'] = [e for e in out['events'] if isinstance(e, dict)][-EVENTS_RECORDED:]
     out['observed_at'] = time.time() if now is None else now

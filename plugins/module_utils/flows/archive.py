@@ -21,9 +21,6 @@ The journal keeps the last archive (path, digest, pushed commit) in ``facts.arch
 compares the checkout's digest with it to tell saved work from unsaved work.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import datetime
 import errno
 import hashlib
@@ -320,7 +317,7 @@ def inspect_script(checkout, remote=None):
 
 def parse_lines(text, lists=()):
     """``key value`` lines as a dict; keys in ``lists`` collect every value in a list."""
-    values = dict((key, []) for key in lists)
+    values = {key: [] for key in lists}
     for line in text.splitlines():
         key, dummy, value = line.partition(' ')
         if key in lists:
@@ -355,7 +352,7 @@ def parse_inspection(text):
     value of the wrong form or a branch that fails git's ref-format check raise InspectionRefused."""
     if text.strip() == 'missing 1':
         return {'missing': '1'}
-    values = dict((key, []) for key in _LISTS)
+    values = {key: [] for key in _LISTS}
     for number, line in enumerate(text.split('\n'), 1):
         if not line:
             continue
@@ -1073,8 +1070,8 @@ class ArchiveFlow:
     def _result(self, changed, verdict, reason, state, record, push=None):
         archive = None
         if record:
-            archive = dict((k, record.get(k)) for k in ('path', 'files', 'head', 'branch', 'pushed_ref', 'pushed_commit',
-                                                        'at', 'digest'))
+            archive = {k: record.get(k) for k in ('path', 'files', 'head', 'branch', 'pushed_ref', 'pushed_commit',
+                                                  'at', 'digest')}
         return {
             'changed': changed,
             'msg': reason,

@@ -12,9 +12,6 @@ What to do in each case is one table, ADVICE; :func:`advice` picks its row from 
 else: it is pure, like :func:`entry` and :func:`report_line`.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import re
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
@@ -229,7 +226,7 @@ def audit_records(records, now, categories=DEFAULT_CATEGORIES, every=False):
     (listed or not), and ``report``, a summary line and a line per entry."""
     categories = CATEGORIES if every else tuple(categories or DEFAULT_CATEGORIES)
     everything = [entry(ws, debts, now) for ws, debts in records]
-    counts = dict((c, 0) for c in CATEGORIES)
+    counts = {c: 0 for c in CATEGORIES}
     for found in everything:
         counts[found['category']] += 1
     entries = [found for found in everything if found['category'] in categories]

@@ -10,16 +10,11 @@ it), :meth:`Flow.fail` records a step's failure on the workspace. The workspace'
 by the provider-neutral fields of the record (its id, the candidate id, its location, task handles).
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 
-# The provider of a record that names none.
-DEFAULT_PROVIDER = 'proxmox'
 # The record's fields that name the workspace's resource.
 PROVIDER = 'provider'
 RESOURCE_ID = 'resource_id'
@@ -70,7 +65,7 @@ class Flow:
 
     def __init__(self, journal, provider, params, secret, claim=None, check_mode=False, sleep=time.sleep, diff=False):
         self.journal = journal
-        self.provider = providers.bind(provider, secret)
+        self.provider = registry.bind(provider, secret)
         self.params = params
         self.secret = secret
         self.claim = claim
@@ -109,7 +104,7 @@ class Flow:
         none (a guest step), its class."""
         if self.provider is not None:
             return self.provider
-        return providers.provider_class((self.ws or {}).get(PROVIDER) or DEFAULT_PROVIDER)
+        return registry.provider_class(registry.provider_of(self.ws))
 
     @property
     def tasks(self):
@@ -122,14 +117,14 @@ class Flow:
         one)."""
         columns = {'provider': PROVIDER, 'resource_id': RESOURCE_ID, 'candidate_id': CANDIDATE_ID, 'location': LOCATION,
                    'tasks': TASKS}
-        return dict((columns[k], v) for k, v in values.items())
+        return {columns[k]: v for k, v in values.items()}
 
     def with_task(self, step, handle):
         """The record's fields that add ``handle`` as the task of ``step``."""
         return {TASKS: dict(self.tasks, **{step: handle})}
 
     def without_tasks(self, *steps):
-        return {TASKS: dict((k, v) for k, v in self.tasks.items() if k not in steps)}
+        return {TASKS: {k: v for k, v in self.tasks.items() if k not in steps}}
 
     # ---------------------------------------------------------------- writing
 

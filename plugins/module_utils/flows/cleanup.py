@@ -20,14 +20,11 @@ observed absent. Each deletion is recorded in the journal, when there is one, un
 One resource that cannot be read or deleted is reported with its error; the sweep goes on with the others.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import concurrent.futures
 import os
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
@@ -86,21 +83,22 @@ class Entry:
         self.known = False
 
     def as_dict(self):
-        return dict((k, getattr(self, k)) for k in self.__slots__)
+        return {k: getattr(self, k) for k in self.__slots__}
 
 
 class Sweep:
     """One sweep over ``provider`` (a Provider, or the API client of one) in ``pool`` and ``tag``.
 
     ``journal`` an open Journal, or None when there is none; ``secret`` the controller secret, or None (then no
-    marker verifies and nothing is deleted); ``apply`` False: a dry run that changes nothing.
+    marker verifies and nothing is deleted); ``apply`` False: a dry run that changes nothing; ``params`` the module's
+    options, where a provider's set sweep finds its own settings.
     """
 
     def __init__(self, journal, provider, secret, pool='disposable-workspaces', tag='ephemera', apply=False,
-                 task_timeout=300, lock_timeout=120, now=None, sleep=time.sleep, journal_path=None, azure_grace=None):
+                 task_timeout=300, lock_timeout=120, now=None, sleep=time.sleep, journal_path=None, params=None):
         self.journal = journal
         self.journal_path = journal_path
-        bound = providers.bind(provider, secret)
+        bound = registry.bind(provider, secret)
         # Without a secret nothing may verify, whatever secret a provider object was made with.
         self.provider = bound.with_secret(None) if secret is None and bound.secret is not None else bound
         self.secret = secret
@@ -115,10 +113,11 @@ class Sweep:
         self.to_delete = 0
         # resource id -> the workspace the journal records as destroyed there (filled by _known)
         self.destroyed_at = {}
-        self.azure_grace = azure_grace
-        # Azure: the orphan sweep of this pass, and its groups by listed id (filled by _azure_sweep)
-        self.azure = None
-        self.azure_groups = {}
+        self.params = params or {}
+        # The provider's set sweep of this pass (Provider.set_sweep), and its groups by listed id (filled by
+        # _set_sweep)
+        self.sets = None
+        self.set_groups = {}
 
     @property
     def changed(self):
@@ -166,7 +165,7 @@ class Sweep:
         concurrency."""
         out = {}
         with concurrent.futures.ThreadPoolExecutor(max_workers=CONFIG_READERS) as pool:
-            futures = dict((pool.submit(self._find, g), g['id']) for g in members)
+            futures = {pool.submit(self._find, g): g['id'] for g in members}
             for future in concurrent.futures.as_completed(futures):
                 try:
                     out[futures[future]] = future.result()
@@ -186,8 +185,7 @@ class Sweep:
     def run(self):
         names, ids = self._known()
         members = self._members()
-        if self.provider.sweeps_sets:
-            self._azure_sweep()
+        self._set_sweep()
         resources = self._reads(members)
         selected = []
         for listed in members:
@@ -208,8 +206,8 @@ class Sweep:
             entry.known = holder is not None
             if decided.decision == leasing.SKIP:
                 entry.action = SKIPPED
-            elif self.azure is not None and not entry.known:
-                self._azure_entry(entry, decided, resource, selected)
+            elif self.sets is not None and not entry.known:
+                self._set_entry(entry, decided, resource, selected)
             elif self.destroyed_at.get(entry.id) is not None and self.destroyed_at[entry.id] == entry.name:
                 entry.action = REPORTED
                 entry.reason = ('%s; but workspace %s was destroyed at this id: this container came back some other '
@@ -234,26 +232,25 @@ class Sweep:
                 self._delete(entry)
         return self.report()
 
-    # ------------------------------------------------------------------ Azure: the orphan sweep
+    # ------------------------------------------------------------------ a provider's set sweep
 
-    def _azure_sweep(self):
-        """Azure: judge every group of sets from one complete inventory (flows/azure_orphans.py); with apply the
-        inventory counts in each set's quarantine, written durably before anything is deleted."""
-        # pylint: disable=import-outside-toplevel
-        from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import azure_orphans
-        self.azure = azure_orphans.AzureOrphans(self.journal, self.provider, self.azure_grace,
-                                                counting=self.apply, now=self.now)
-        self.azure.run(self.journal.list_workspaces() if self.journal is not None else [])
-        self.azure_groups = self.azure.by_id()
+    def _set_sweep(self):
+        """A provider whose workspaces are sets of resources: judge every group of sets from one complete inventory
+        (Provider.set_sweep); with apply the inventory counts in each set's quarantine, written durably before
+        anything is deleted."""
+        self.sets = self.provider.set_sweep(self.journal, self.params, counting=self.apply, now=self.now)
+        if self.sets is None:
+            return
+        self.sets.run(self.journal.list_workspaces() if self.journal is not None else [])
+        self.set_groups = self.sets.by_id()
 
-    def _azure_entry(self, entry, decided, resource, selected):
-        """An Azure set the journal holds no live workspace of: deleted only when the labels say so and the
-        orphan sweep's quarantine passed (an exact group bound to its destroyed record); else reported with why."""
-        from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
-        group = self.azure_groups.get(entry.id)
-        said = self.azure.sentence(group) if group is not None else 'orphan sweep: not in its inventory'
+    def _set_entry(self, entry, decided, resource, selected):
+        """A set the journal holds no live workspace of: deleted only when the labels say so and the set sweep's
+        quarantine passed (an exact group bound to its destroyed record); else reported with why."""
+        group = self.set_groups.get(entry.id)
+        said = self.sets.sentence(group) if group is not None else 'orphan sweep: not in its inventory'
         entry.reason = '%s; %s' % (decided.reason, said)
-        if decided.decision != leasing.DELETE or group is None or group.verdict != azset.CANDIDATE:
+        if decided.decision != leasing.DELETE or group is None or not group.deletable:
             entry.action = REPORTED
         elif resource.deleting:
             entry.action, entry.reason = SKIPPED, '%s; a deletion of it is under way already' % decided.reason
@@ -265,8 +262,8 @@ class Sweep:
     # ------------------------------------------------------------------ deleting
 
     def _delete(self, entry):
-        group = self.azure_groups.get(entry.id) if self.azure is not None else None
-        if group is not None and not self.azure.unchanged(group):
+        group = self.set_groups.get(entry.id) if self.sets is not None else None
+        if group is not None and not self.sets.unchanged(group):
             entry.action = REPORTED
             entry.reason = ('not deleted: set %s changed right before its deletion, so its quarantine started again'
                             % group.base)
@@ -291,7 +288,7 @@ class Sweep:
             return
         entry.action = DELETED
         if group is not None:
-            self.azure.deleted(group)
+            self.sets.deleted(group)
         self._event(entry.name, 'observed', 'cleanup_deleted', detail)
 
     def _remove(self, entry, label):
@@ -341,7 +338,7 @@ class Sweep:
     # ------------------------------------------------------------------ the report
 
     def counts(self):
-        counts = dict((action.replace(' ', '_'), 0) for action in ACTIONS)
+        counts = {action.replace(' ', '_'): 0 for action in ACTIONS}
         for entry in self.entries:
             counts[entry.action.replace(' ', '_')] += 1
         counts['to_delete'] = self.to_delete
@@ -368,7 +365,7 @@ class Sweep:
         summary = 'cleanup (%s): %d to delete, %d deleted, %d reported, %d skipped, %d failed' % (
             'applied' if self.apply else 'dry run', counts['to_delete'], counts[DELETED], counts[REPORTED],
             counts[SKIPPED], counts[FAILED])
-        order = dict((action, i) for i, action in enumerate(ORDER))
+        order = {action: i for i, action in enumerate(ORDER)}
         entries = sorted(self.entries, key=lambda e: (order[e.action], e.id))
         return {'entries': [e.as_dict() for e in entries], 'counts': counts,
                 'report': ['; '.join([summary] + self.notes())] + [self.line(e) for e in entries]}
@@ -388,7 +385,7 @@ class FleetCleanup(fleet.FleetRun):
     def sweep(self, provider, params):
         sweep = Sweep(self.journal, provider, self.secret, pool=params['pool'], tag=params['tag'], apply=self.apply,
                       task_timeout=params['task_timeout'], lock_timeout=params['lock_timeout'],
-                      journal_path=self.journal_path, azure_grace=params.get('azure_orphan_grace'))
+                      journal_path=self.journal_path, params=params)
         result = sweep.run()
         for action, n in result['counts'].items():
             self.counts[action] = self.counts.get(action, 0) + n

@@ -14,9 +14,6 @@ atomically with the VMID claim; "already exists" means take a new candidate; a l
 look at the candidate first and adopt it only when its marker verifies.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import ipaddress
 import os
 import re
@@ -60,7 +57,6 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import agent as agent_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import preflight
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh import (
     Guest,
     SshError,
@@ -475,7 +471,7 @@ class CreateFlow(Flow):
 
     def _settings_of_request(self):
         """The request's recorded parameters as this run's options give them (the secrets only by name, later)."""
-        req = dict((k, self.params.get(k)) for k in REQUEST_KEYS)
+        req = {k: self.params.get(k) for k in REQUEST_KEYS}
         req['agents'] = req['agents'] or {}
         req['agent_base_urls'] = req['agent_base_urls'] or {}
         req['agent_models'] = req['agent_models'] or {}
@@ -644,8 +640,8 @@ class CreateFlow(Flow):
             if ws['status'] == 'ready':
                 # No step is left to run, so the result is known now: store it for the next use of the key.
                 self.journal.finish_idempotent(claim, self._result())
-        amended = dict((k, req[k]) for k in AMENDABLE if ws['params'].get(k) != req[k])
-        connection = dict((k, req[k]) for k in CONNECTION if ws['params'].get(k) != req[k])
+        amended = {k: req[k] for k in AMENDABLE if ws['params'].get(k) != req[k]}
+        connection = {k: req[k] for k in CONNECTION if ws['params'].get(k) != req[k]}
         if amended:
             self._check_amender(ws, req, amended)
             if ws['params'].get('requester') != req['requester']:
@@ -665,7 +661,7 @@ class CreateFlow(Flow):
             fields['purpose'] = amended['purpose']
         if rebrief:
             # The brief and ready steps run again, now, with the corrected purpose, replacing the agent's work.
-            fields['progress'] = dict((k, v) for k, v in ws['progress'].items() if k not in ('brief', 'ready'))
+            fields['progress'] = {k: v for k, v in ws['progress'].items() if k not in ('brief', 'ready')}
             fields['facts'] = dict(ws['facts'], rebrief=True)
         self.save('amended', kind='recorded', detail={'changed': sorted(amended), 'rebrief': rebrief}, **fields)
         return StepResult(True, 'request: already recorded (%s); %s amended, %s'
@@ -687,7 +683,7 @@ class CreateFlow(Flow):
                                  self.name), step='request')
         # No ref asked: the corrected repository's default branch, which the check names where it can.
         note = self._check_repository(req)
-        corrected = dict((k, req[k]) for k in CORRECTABLE + AMENDABLE if ws['params'].get(k) != req[k])
+        corrected = {k: req[k] for k in CORRECTABLE + AMENDABLE if ws['params'].get(k) != req[k]}
         self._check_amender(ws, req, corrected)
         for step in ('bootstrap', 'checkout'):
             self._refuse_missing_secrets(step)
@@ -695,9 +691,9 @@ class CreateFlow(Flow):
         if self.check_mode:
             return StepResult(True, 'request: would correct %s (was %s) before the checkout%s' % (said, was, note))
         params = dict(ws['params'], requester=req['requester'], **corrected)
-        facts = dict((k, v) for k, v in (ws['facts'] or {}).items() if k != 'default_branch')
-        self.save('corrected', kind='recorded', detail={'changed': sorted(corrected), 'was': dict(
-            (k, ws['params'].get(k)) for k in sorted(corrected) if k in CORRECTABLE)}, params=params,
+        facts = {k: v for k, v in (ws['facts'] or {}).items() if k != 'default_branch'}
+        self.save('corrected', kind='recorded', detail={'changed': sorted(corrected), 'was': {
+            k: ws['params'].get(k) for k in sorted(corrected) if k in CORRECTABLE}}, params=params,
             repo=params['repo'], ref=params['ref'], purpose=params['purpose'], facts=facts)
         return StepResult(True, 'request: corrected %s (was %s) before the checkout%s' % (said, was, note))
 
@@ -1070,7 +1066,7 @@ class CreateFlow(Flow):
     def _forget_candidate(self):
         """The record's fields that drop the candidate, so that the rerun takes a new one and allocates again."""
         fields = dict(self.without_tasks('clone'), **self.resource_fields(candidate_id=None))
-        fields['progress'] = dict((k, v) for k, v in self.ws['progress'].items() if k not in ('vmid', 'clone'))
+        fields['progress'] = {k: v for k, v in self.ws['progress'].items() if k not in ('vmid', 'clone')}
         spent = list((self.ws.get('facts') or {}).get('spent_candidates') or [])
         fields['facts'] = dict(self.ws['facts'], spent_candidates=spent + [self.candidate_id])
         return fields
@@ -1157,8 +1153,8 @@ class CreateFlow(Flow):
 
     @staticmethod
     def _diff(changes):
-        return {'before': dict((k, before) for k, (before, after) in changes.items()),
-                'after': dict((k, after) for k, (before, after) in changes.items())}
+        return {'before': {k: before for k, (before, after) in changes.items()},
+                'after': {k: after for k, (before, after) in changes.items()}}
 
     def check_configure(self):
         """Check mode with a diff asked for: what the configure step would change, read from the container."""
@@ -1170,7 +1166,7 @@ class CreateFlow(Flow):
     def step_configure(self):
         resource, changes, address = self._plan_configure()
         if changes:
-            self.save('configure', kind='dispatched', detail=dict((k, after) for k, (before, after) in changes.items()))
+            self.save('configure', kind='dispatched', detail={k: after for k, (before, after) in changes.items()})
             self.provider.apply_settings(resource, changes)
         self.done('configure', address=address if address is not None else self.ws['address'])
         return StepResult(bool(changes), 'configure: %s' % (', '.join(sorted(changes)) or 'nothing to change'),
@@ -1366,9 +1362,8 @@ class CreateFlow(Flow):
         self._with_guest(lambda g: guest_ops.bootstrap(g, self._layout(), self.ssh_user, credentials))
         # What a provider puts into its machines besides, from the launch settings the request recorded (a guest step
         # has no provider connection): refused, or a sentence and warnings.
-        setup = getattr(providers.provider_class(self.ws.get('provider') or 'proxmox'), 'guest_setup', None)
-        said, warned = self._with_guest(lambda g: setup(g, self._layout(), self.ws['address'], req.get('launch') or {})) \
-            if setup else ('', [])
+        said, warned = self.naming.guest_setup(self._with_guest, self._layout(), self.ws['address'],
+                                               req.get('launch') or {})
         self.done('bootstrap')
         return StepResult(True, 'bootstrap: agent user %s, credentials written; %s%s'
                           % (req['agent_user'], keys, '; ' + said if said else ''), **({'warnings': warned} if warned else {}))
@@ -1390,7 +1385,7 @@ class CreateFlow(Flow):
             return 'host keys: the ones sshd serves are not in /etc/ssh, left as they are'
         if key == ' '.join(guest.host_key.split()[:2]):
             if self.ws['facts'].get('host_key') != key or self.ws['facts'].get('host_key_next'):
-                facts = dict((k, v) for k, v in self.ws['facts'].items() if k != 'host_key_next')
+                facts = {k: v for k, v in self.ws['facts'].items() if k != 'host_key_next'}
                 self.save('host_keys', kind='observed', detail={'renewed': True, 'host_key': key},
                           facts=dict(facts, host_key=key))
             return 'host keys: made for this workspace'
@@ -1400,7 +1395,7 @@ class CreateFlow(Flow):
         with wait_for_guest(lambda: Guest(guest.host, port=guest.port, user=guest.user, key_file=guest.key_file,
                                           host_key=key), self.params['ssh_timeout']):
             pass
-        facts = dict((k, v) for k, v in self.ws['facts'].items() if k != 'host_key_next')
+        facts = {k: v for k, v in self.ws['facts'].items() if k != 'host_key_next'}
         self.save('host_keys', kind='observed', detail={'renewed': True, 'host_key': key},
                   facts=dict(facts, host_key=key))
         return 'host keys: new ones made in the guest, the new key pinned'
@@ -1478,7 +1473,7 @@ class CreateFlow(Flow):
                 raise CreateError('%s (%s); %s.' % (
                     str(err).rstrip('.'), error['kind'], agent_flow.advice(error['kind'], req['agent'])), step='brief')
             raise
-        facts = dict((k, v) for k, v in self.ws['facts'].items() if k != 'rebrief')
+        facts = {k: v for k, v in self.ws['facts'].items() if k != 'rebrief'}
         seen = agent_flow.observation(answer)
         if seen is not None:
             facts['agent'] = seen
@@ -1503,7 +1498,7 @@ class CreateFlow(Flow):
         answer = self._with_guest(lambda g: guest_ops.runner_call(g, self._layout(), self.ssh_user, {'op': 'ping'}))
         if not answer.get('alive'):
             raise self.fail('ready', CreateError('The agent runner stopped answering: %s' % answer.get('error')),
-                            progress=dict((k, v) for k, v in self.ws['progress'].items() if k not in ('runner', 'brief')))
+                            progress={k: v for k, v in self.ws['progress'].items() if k not in ('runner', 'brief')})
         # The labels first: a run killed between them and the record repeats this step, and writes them again.
         note = lease_flow.write_labels(self.journal, self.provider, self.ws, state='ready', claim=self.claim)
         fields = {}

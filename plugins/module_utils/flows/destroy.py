@@ -14,9 +14,6 @@ which the next reconcile retries. Conditions no retry can cure (protection, a st
 lock, an HA manager that keeps the container up) are reported as such, with what to do.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
@@ -25,7 +22,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import epoch
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import RESOURCE_ID, Flow, StepResult
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
@@ -284,7 +281,7 @@ class DestroyFlow(Flow):
         if self.check_mode:
             return StepResult(True, 'mark destroying: would mark %s' % self.name)
         # A retained workspace released with delete: the cleanup it owns resumes.
-        cleanup = dict((k, v) for k, v in (self.ws.get('cleanup') or {}).items() if k not in ('retained', 'retained_at', 'retained_until'))
+        cleanup = {k: v for k, v in (self.ws.get('cleanup') or {}).items() if k not in ('retained', 'retained_at', 'retained_until')}
         self.save('destroy', kind='recorded', detail={'from_status': self.ws['status']}, desired_state='destroyed',
                   status='destroying', failure=None, cleanup=cleanup)
         return StepResult(True, 'mark destroying: %s is being destroyed; new agent operations are refused' % self.name)
@@ -471,7 +468,7 @@ def destroy_orphan(journal, provider, secret, vmid, node=None, task_timeout=300,
     workspace the marker names, at this id) is stopped and deleted. The deletion is logged under that
     workspace's name. ``provider`` a Provider or the API client of one.
     """
-    provider = providers.bind(provider, secret)
+    provider = registry.bind(provider, secret)
     label = provider.label(vmid)
     if node is None:
         resource = provider.find(vmid, search=True)

@@ -20,13 +20,10 @@ can run every few minutes:
    cleanup completed. The record stays, with its identity, for audit.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
@@ -72,7 +69,7 @@ class ExpirySweep:
 
     def __init__(self, journal, provider, params, secret, check_mode=False, clock=time.time):
         self.journal = journal
-        self.provider = providers.bind(provider, secret)
+        self.provider = registry.bind(provider, secret)
         self.params = params
         self.secret = secret
         self.check_mode = check_mode
@@ -274,7 +271,7 @@ class ExpirySweep:
             record = leasing.cleanup_failed(record, err, now) if err is not None else leasing.cleanup_succeeded(record, now)
             return dict(cleanup=record), {
                 'kind': 'observed', 'action': 'cleanup_failed' if err is not None else 'cleanup_completed',
-                'detail': dict((k, v) for k, v in record.items() if v is not None)}
+                'detail': {k: v for k, v in record.items() if v is not None}}
         # Read and written holding the record: a heartbeat or an activity look beside it waits instead of racing.
         self.journal.amend_workspace(name, settle)
 

@@ -8,12 +8,9 @@ A sweep of one place leaves the workspaces of every other place alone (:func:`li
 (:class:`FleetRun`) sweeps each place in turn, reports a place it cannot reach and goes on with the others.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import placing
 
@@ -36,13 +33,13 @@ def places(journal, params):
     the location it is configured for), and every provider the journal holds a workspace on that is not destroyed
     (for a provider whose connection serves one location, each such location). The run's own comes first; without a
     journal (None: a lost one, for the label sweep) the run's own is the only place."""
-    own = params.get('provider') or 'proxmox'
+    own = registry.provider_of(params)
     found = {(own, None)}
     for ws in journal.list_workspaces() if journal is not None else ():
         if ws['status'] == 'destroyed':
             continue
         name = placing.provider_of(ws)
-        found.add((name, ws.get('location') if providers.provider_class(name).location_option else None))
+        found.add((name, ws.get('location') if base.location_option(name) else None))
     return sorted(found, key=lambda place: (place != (own, None), place[0], place[1] or ''))
 
 
@@ -76,11 +73,11 @@ class FleetRun:
                 continue
             label = placing.place_label(name, location)
             params = dict(self.params, provider=name)
-            option = providers.provider_class(name).location_option
+            option = base.location_option(name)
             if option and location:
                 params[option] = location
             try:
-                provider = providers.bind(self.connect(params), self.secret)
+                provider = registry.bind(self.connect(params), self.secret)
                 if option and location is None:
                     # The run's own connection: its location (from an option or the environment) is swept now.
                     location = provider.here

@@ -15,9 +15,6 @@ resumed) destroys every child and the snapshot, and the parent is as it was. A r
 every step is idempotent, so it converges to all N children, or (through ``abandon``) to none.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import os
 import re
 import time

@@ -9,12 +9,9 @@ heartbeat racing the expiry sweep's claim loses, and is refused on its retry), f
 lease labels on the resource, so that a sweep without the journal reads the new expiry.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import ProviderError
@@ -71,7 +68,7 @@ def write_labels(journal, provider, ws, state=None, claim=None):
     """
     if provider is None or not ws.get('lease') or ws.get('resource_id') is None:
         return None
-    provider = providers.bind(provider, None)
+    provider = registry.bind(provider, None)
     if (ws.get('provider') or provider.name) != provider.name:
         return 'the lease labels on its resource were not updated (it lives on %s, and this run talks to %s)' % (
             ws['provider'], provider.name)
@@ -107,7 +104,7 @@ def lift_deadline(journal, provider, ws, claim=None):
     as write_labels."""
     if provider is None or ws.get('resource_id') is None:
         return None
-    provider = providers.bind(provider, None)
+    provider = registry.bind(provider, None)
     if type(provider).lift_deadline is base.Provider.lift_deadline or \
             (ws.get('provider') or provider.name) != provider.name:
         return None  # the provider sets no deletion time of its own

@@ -2,23 +2,20 @@
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The places of the fleet, named and counted: a provider and, where its connections are bound to one (an EC2
-client serves one region), its location. Pure, and with no provider's code: the lease audit, which reads only the
-journal, names places with it."""
+client serves one region: base.location_option), its location. Pure, and with no provider's code: the lease audit,
+which reads only the journal, names places with it."""
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import LOCATION_OPTIONS
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 
 
 def provider_of(ws):
     """The provider a workspace record lives on (a record without one is Proxmox VE's)."""
-    return ws.get('provider') or 'proxmox'
+    return base.provider_of(ws)
 
 
 def place_label(name, location):
     """A provider and, where its connections are bound to one, its location: "aws eu-west-1", "proxmox"."""
-    return '%s %s' % (name, location) if LOCATION_OPTIONS.get(name) and location else name
+    return '%s %s' % (name, location) if location and base.location_option(name) else name
 
 
 def place_of(ws):
@@ -36,8 +33,8 @@ def counts_of(entries, key='action'):
 
 def by_place(entries, key='action'):
     """The entries (each naming its ``place``) counted by ``key``, place by place."""
-    return dict((place, counts_of([e for e in entries if e['place'] == place], key))
-                for place in set(e['place'] for e in entries))
+    return {place: counts_of([e for e in entries if e['place'] == place], key)
+            for place in {e['place'] for e in entries}}
 
 
 def place_lines(counted_by_place, empty='nothing found'):

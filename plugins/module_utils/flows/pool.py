@@ -17,13 +17,9 @@ For each declared pool (core/pools.py), a fill
    container deleted.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import binascii
 import os
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools as pooling
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
@@ -36,6 +32,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create i
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS, DestroyFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import Operation
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 
 # The create steps a member goes through (the checkout only in a pool with a repository: its fetch).
 MEMBER_STEPS = ('vmid', 'clone', 'wait_clone', 'configure', 'start', 'address', 'ssh', 'bootstrap', 'checkout',
@@ -91,7 +88,7 @@ class PoolFill:
 
     def __init__(self, journal, provider, params, secret, check_mode=False):
         self.journal = journal
-        self.provider = providers.bind(provider, secret)
+        self.provider = registry.bind(provider, secret)
         self.params = params
         self.secret = secret
         self.check_mode = check_mode
@@ -123,8 +120,8 @@ class PoolFill:
 
     def summary(self, pools):
         """{pool: {state: count}} after the fill."""
-        return dict((pool['name'], pooling.state_counts(self.journal, pool['name'])) if self.journal is not None
-                    else (pool['name'], dict.fromkeys(pooling.MEMBER_STATES, 0)) for pool in pools)
+        return {pool['name']: pooling.state_counts(self.journal, pool['name']) if self.journal is not None
+                else dict.fromkeys(pooling.MEMBER_STATES, 0) for pool in pools}
 
     # ------------------------------------------------------------------ filling
 

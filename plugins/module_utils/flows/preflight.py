@@ -15,9 +15,6 @@ no system, global or credential-helper configuration takes part, and with a toke
 followed.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import os
 import re
 import shutil
@@ -81,7 +78,7 @@ def probe_repository(url, ref, token=None, username='git', timeout=TIMEOUT):
     commit = bool(ref and COMMIT.match(ref))
     scratch = tempfile.mkdtemp(prefix='ephemera-probe-')
     try:
-        env = dict((k, v) for k, v in os.environ.items() if not k.startswith('GIT_'))
+        env = {k: v for k, v in os.environ.items() if not k.startswith('GIT_')}
         env.update(gitlogin.ISOLATED_ENV, LC_ALL='C')
         options = list(gitlogin.NO_HELPERS)
         if token:
@@ -184,7 +181,7 @@ def run_bounded(argv, cwd, env, timeout, limit=MAX_OUTPUT):
             thread.join(5)
         proc.stdout.close()
         proc.stderr.close()
-    text = dict((stream, b''.join(data).decode('utf-8', 'replace')) for stream, data in parts.items())
+    text = {stream: b''.join(data).decode('utf-8', 'replace') for stream, data in parts.items()}
     return _Ran(proc.returncode, text[proc.stdout], text[proc.stderr], state['over'])
 
 

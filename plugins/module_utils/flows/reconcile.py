@@ -29,16 +29,13 @@ container in the pool: one that cannot be read or verified is reported for that 
 pass goes on with the others.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import concurrent.futures
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import waiter
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import fleet
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import placing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import (
@@ -124,7 +121,7 @@ class Finding:
         self.detail = detail
 
     def as_dict(self):
-        return dict((k, getattr(self, k)) for k in self.__slots__)
+        return {k: getattr(self, k) for k in self.__slots__}
 
     def line(self, label=None):
         who = self.workspace or '-'
@@ -140,7 +137,7 @@ class Reconciler:
 
     def __init__(self, journal, provider, secret, params, check_mode=False):
         self.journal = journal
-        self.provider = providers.bind(provider, secret)
+        self.provider = registry.bind(provider, secret)
         self.secret = secret
         self.params = params
         self.check_mode = check_mode
@@ -162,7 +159,7 @@ class Reconciler:
     # --------------------------------------------------------------- observe
 
     def _resources(self):
-        return dict((g['id'], g) for g in self.provider.list())
+        return {g['id']: g for g in self.provider.list()}
 
     def _find(self, vmid, node):
         return self.provider.find(vmid, node)
@@ -172,7 +169,7 @@ class Reconciler:
         bounded concurrency."""
         out = {}
         with concurrent.futures.ThreadPoolExecutor(max_workers=CONFIG_READERS) as pool:
-            futures = dict((pool.submit(self._find, g['id'], g['location']), g['id']) for g in guests)
+            futures = {pool.submit(self._find, g['id'], g['location']): g['id'] for g in guests}
             for future in concurrent.futures.as_completed(futures):
                 try:
                     out[futures[future]] = future.result()
@@ -203,8 +200,8 @@ class Reconciler:
                 self._add('other_provider', ws['name'], None, None, 'lives on %s; left to a reconcile that talks to '
                           'it' % placing.place_of(ws))
         # Destroyed records by name: a resource bound exactly to one of them is that workspace's, left behind.
-        self._destroyed = dict((ws['name'], ws) for ws in records
-                               if ws['status'] == 'destroyed' and ws['desired_state'] == 'destroyed')
+        self._destroyed = {ws['name']: ws for ws in records
+                           if ws['status'] == 'destroyed' and ws['desired_state'] == 'destroyed'}
         self._debts_of = {}
         for debt in self.journal.cleanup_debts():
             if debt['workspace'] in self._destroyed:
@@ -251,8 +248,9 @@ class Reconciler:
                 self._add('unreadable', ws['name'], ws[RESOURCE_ID], ws[LOCATION], 'could not be checked: %s'
                           % describe(err))
         self._debts(cluster, busy)
-        if self.provider.sweeps_sets:
-            self._azure_sweep(records, busy)
+        sweep = self.provider.set_sweep(self.journal, self.params, counting=self.counting)
+        if sweep is not None:
+            self._set_sweep(sweep, records, busy)
         else:
             self._strangers(cluster, known)
         return self.report()
@@ -285,7 +283,7 @@ class Reconciler:
                     self._settle(ws, cluster)
                     return
                 if self.provider.sweeps_sets:
-                    return True  # its set is judged by the Azure orphan sweep (_azure_sweep)
+                    return True  # its set is judged by the provider's set sweep (_set_sweep)
                 resource = self._find(vmid, present['location'])
                 verdict = self._verdict(resource, name, nonce)
                 if verdict not in (ownership.VERIFIED, ownership.REPLAYED):
@@ -490,9 +488,8 @@ class Reconciler:
         if operation is None:
             self._add('busy', name, rid, where, 'another run is queued on it; left to it')
             return
-        if hasattr(self.provider, 'use_journal'):
-            # A provider that keeps its progress in the journal (Azure) writes it under this run's claim.
-            self.provider.use_journal(self.journal, operation.claim, name)
+        # A provider that keeps its progress in the journal (Azure) writes it under this run's claim.
+        self.provider.use_journal(self.journal, operation.claim, name)
         self.changed = True
         try:
             delete_bound(self.journal, self.provider, name, resource, operation.claim,
@@ -504,37 +501,38 @@ class Reconciler:
         operation.succeeded({'workspace': name, 'status': 'destroyed', 'orphan': rid})
         self._add('orphan_deleted', name, rid, where, said + '; deleted, and observed absent')
 
-    # --------------------------------------------------------------- Azure: the orphan sweep with its quarantine
+    # --------------------------------------------------------------- a provider's set sweep with its quarantine
 
-    def _azure_sweep(self, records, busy):
-        """Azure: every group of sets in the resource group judged from one complete inventory
-        (flows/azure_orphans.py). Sets of live workspaces are left to their records; a set bound to a destroyed
-        record is deleted with orphans=delete once its quarantine passed; every other group is reported with its
-        verdict and why, never touched."""
-        # pylint: disable=import-outside-toplevel
-        from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import azure_orphans
-        counting = self.orphans == 'delete' and not self.check_mode
-        sweep = azure_orphans.AzureOrphans(self.journal, self.provider, self.params.get('azure_orphan_grace'),
-                                           counting=counting)
-        destroyed = dict((ws['name'], ws) for ws in records)
+    @property
+    def counting(self):
+        """True when this pass may count an inventory in a set's quarantine: it may delete (orphans=delete) and is
+        no check."""
+        return self.orphans == 'delete' and not self.check_mode
+
+    def _set_sweep(self, sweep, records, busy):
+        """A provider whose workspaces are sets of resources: every group of sets in its scope judged from one
+        complete inventory (Provider.set_sweep). Sets of live workspaces are left to their records; a set bound to a
+        destroyed record is deleted with orphans=delete once its quarantine passed; every other group is reported
+        with its verdict and why, never touched."""
+        counting = self.counting
+        destroyed = {ws['name']: ws for ws in records}
         for group in sweep.run(records):
             if group.live:
                 continue
             try:
-                self._azure_group(sweep, group, destroyed.get(group.holder), busy, counting)
+                self._set_group(sweep, group, destroyed.get(group.holder), busy, counting)
             except Exception as err:  # pylint: disable=broad-except
                 self._add('unreadable', group.holder, group.id, group.location, 'set %s could not be looked at: %s'
                           % (group.base, describe(err)))
 
-    def _azure_group(self, sweep, group, ws, busy, counting):
-        from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
+    def _set_group(self, sweep, group, ws, busy, counting):
         said = sweep.sentence(group)
         if ws is not None:
             name = ws['name']
             if name in busy:
                 self._add('busy', name, group.id, group.location, 'a live run works on it (%s); left to it' % busy[name])
                 return
-            if group.verdict == azset.CANDIDATE and counting:
+            if group.deletable and counting:
                 if not sweep.unchanged(group):
                     self._add('destroyed_present', name, group.id, group.location, 'set %s of the destroyed workspace; '
                               '%s; but it changed right before its deletion: its quarantine started again, nothing '
@@ -549,9 +547,9 @@ class Reconciler:
                 if self.findings and self.findings[-1].kind == 'orphan_deleted':
                     sweep.deleted(group)
                 return
-            if group.verdict == azset.CANDIDATE:
+            if group.deletable:
                 more = '; would delete it' if self.orphans == 'delete' else '; reconcile with orphans=delete deletes it'
-            elif group.verdict == azset.QUARANTINED:
+            elif group.quarantined:
                 more = '' if counting else ' (this report counted no inventory: only orphans=delete does)'
             else:
                 more = '; it is left for a person'
@@ -586,9 +584,9 @@ class Reconciler:
     # --------------------------------------------------------------- report
 
     def report(self):
-        order = dict((k, i) for i, k in enumerate(KINDS))
+        order = {k: i for i, k in enumerate(KINDS)}
         findings = sorted(self.findings, key=lambda f: (order.get(f.kind, 99), f.workspace or '', f.vmid or 0))
-        counts = dict((k, 0) for k in KINDS)
+        counts = {k: 0 for k in KINDS}
         for finding in findings:
             counts[finding.kind] += 1
         summary = ', '.join('%d %s' % (n, k) for k, n in counts.items() if n) or 'nothing to report'
@@ -615,14 +613,14 @@ class FleetReconcile(fleet.FleetRun):
         label = fleet.place_of_provider(provider)
         self.report_lines += ['[%s] %s' % (label, line) for line in result['report']
                               if not line.startswith('other_provider ')]
-        if provider.name == (self.params.get('provider') or 'proxmox'):
+        if provider.name == registry.provider_of(self.params):
             # A create is resumed by a run of its own provider's settings: the others' unfinished creates are
             # findings (unfinished_create), for a reconcile with that provider to resume.
             self.resume_create += result['resume_create']
         return reconciler.changed, findings
 
     def result(self, findings):
-        counts = dict((k, 0) for k in KINDS + ('unreachable',))
+        counts = {k: 0 for k in KINDS + ('unreachable',)}
         counts.update(placing.counts_of(findings, 'kind'))
         summary = ', '.join('%d %s' % (n, k) for k, n in counts.items() if n) or 'nothing to report'
         unreachable = ['[%s] unreachable: %s' % (f['place'], f['detail']) for f in findings

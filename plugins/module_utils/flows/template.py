@@ -21,12 +21,9 @@ switch back (``version``) is the same compare-and-set. Old versions are never re
 go (no linked clone is recorded from them) is reported.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import time
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools
@@ -259,7 +256,7 @@ class TemplateBuild:
 
     @property
     def provider(self):
-        return providers.bind(self.client, self.secret)
+        return registry.bind(self.client, self.secret)
 
     # ------------------------------------------------------------------ running
 

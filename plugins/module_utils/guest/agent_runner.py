@@ -45,9 +45,6 @@ Command line::
     agent_runner.py activity blocked|active [--socket PATH]
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import argparse
 import json
 import os
@@ -513,7 +510,7 @@ class Runner:
                 self._refused = True
         elif kind == 'result':
             self.state['answered'] = True
-        self._event(dict((k, v) for k, v in event.items() if k != 'quiet'))
+        self._event({k: v for k, v in event.items() if k != 'quiet'})
 
     # -- operations --------------------------------------------------------
 
@@ -579,7 +576,7 @@ class Runner:
         brief = {'purpose': purpose, 'agent': agent}
         current = self.state.get('brief')
         running = self._agent_running()
-        if current and dict((k, current.get(k)) for k in brief) == brief and not self._agent_failed():
+        if current and {k: current.get(k) for k in brief} == brief and not self._agent_failed():
             return {'ok': True, 'already': True, 'activity': self.activity(), 'agent': self.agent_view()}
         if running and not request.get('replace'):
             return {'ok': False, 'error': 'the agent is still working on an earlier brief'}
@@ -636,7 +633,7 @@ class Runner:
         env = dict(os.environ, EPHEMERA_RUNNER=os.path.abspath(__file__),
                    EPHEMERA_RUNNER_SOCKET=self.config.get('socket', ''), EPHEMERA_PURPOSE=purpose, HOME=home,
                    PWD=workdir)
-        env.update(dict((str(k), str(v)) for k, v in (spec.get('environment') or {}).items()))
+        env.update({str(k): str(v) for k, v in (spec.get('environment') or {}).items()})
         env.update(_read_env_file(self.config.get('environment_file')))
         env['PATH'] = agent_path(env.get('PATH'), home)
         return env

@@ -17,9 +17,6 @@ configuration file that reads the key from the environment. Keys themselves are 
 agent's environment only.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import json
 import posixpath
 import time
@@ -95,7 +92,7 @@ def tool_of(name, spec):
 
 def catalogue(agents=None):
     """The built-in agents with the ``agents`` option's entries over them (an entry replaces one of its name)."""
-    out = dict((name, dict(spec)) for name, spec in BUILTIN.items())
+    out = {name: dict(spec) for name, spec in BUILTIN.items()}
     for name, spec in (agents or {}).items():
         out[name] = spec
     return out
@@ -161,7 +158,7 @@ def runner_spec(name, agents=None, base_url=None, model=None):
         raise AgentError('Unknown agent %r; configured agents: %s.' % (name, ', '.join(sorted(catalogue(agents)))))
     if isinstance(spec, list):
         return {'command': list(spec), 'events': 'lines'}
-    out = dict((k, v) for k, v in spec.items() if k in SPEC_KEYS and k != 'tool')
+    out = {k: v for k, v in spec.items() if k in SPEC_KEYS and k != 'tool'}
     out.setdefault('events', 'lines')
     environment = dict(out.get('environment') or {})
     files = dict(out.get('files') or {})

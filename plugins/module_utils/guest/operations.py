@@ -8,9 +8,6 @@ On a real guest the root is ``/``; the local try-out cluster gives each guest a 
 own, named with ``{vmid}``.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import inspect
 import json
 import posixpath

@@ -5,9 +5,6 @@
 user's: what the inventory hands Ansible's SSH connection (``host_key_pinning: inline``) and the command line a
 create prints to reach its workspace."""
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import posixpath
 import shlex
 

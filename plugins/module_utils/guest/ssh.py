@@ -17,9 +17,6 @@ read within its time limit. A file is written under a fresh name created exclusi
 over the target, so an existing symbolic link at the target is replaced, never followed.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import os
 import posixpath
 import secrets

@@ -13,9 +13,6 @@ Verification runs every listed tool as the agent user in a login shell and recor
 answers with; cleaning removes what a template must not carry into every workspace made from it.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import re
 import shlex
 

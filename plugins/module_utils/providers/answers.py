@@ -13,9 +13,6 @@ The caps are far above any answer the APIs give: Proxmox VE answers whole-cluste
 of 10,000 guests is a few MiB), the clouds page their lists (at most 500 items a page).
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 MIB = 1024 * 1024
 PVE_ANSWER_MAX = 32 * MIB
 CLOUD_ANSWER_MAX = 16 * MIB
@@ -30,7 +27,7 @@ class AnswerTooLarge(Exception):
         self.limit = limit
         self.declared = declared
         said = ' (it announced %d bytes)' % declared if declared is not None else ''
-        super(AnswerTooLarge, self).__init__(
+        super().__init__(
             'the answer of %s is larger than %s%s, the most this collection reads of one API answer; the rest was not '
             'read and nothing of it was used. An API answers far less: check that the endpoint is the API itself '
             '(not a proxy or another server answering in its place)' % (_short(url), size_text(limit), said))

@@ -36,8 +36,8 @@ A task that ended with an error is a refusal (:class:`TaskFailed`); one still ru
 caller's deadline has an unknown outcome (:class:`TaskTimeout`): it goes on in the provider.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
+import importlib
+import re
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
@@ -57,9 +57,30 @@ STOPPED = 'stopped'
 # Without the controller secret a marker can only be read, not checked: ours by its words, unproven.
 UNVERIFIED = ownership.UNVERIFIED
 
-# The providers whose connection is bound to one location, and the option that names it (Provider.location_option):
-# an EC2 client serves one region, a Compute Engine connection one zone.
-LOCATION_OPTIONS = {'aws': 'aws_region', 'gcp': 'gcp_zone'}
+# The provider of a workspace record, or of a module's options, that names none: every record written before there
+# were others is Proxmox VE's.
+DEFAULT_PROVIDER = 'proxmox'
+# The environment variable that selects a module's provider (the provider option's fallback).
+PROVIDER_ENV = 'EPHEMERA_PROVIDER'
+
+
+def provider_of(values):
+    """The provider a workspace record, or a module's options, name (DEFAULT_PROVIDER when they name none)."""
+    return (values or {}).get('provider') or DEFAULT_PROVIDER
+
+
+def location_option(name):
+    """The option that binds a connection of provider ``name`` to one location (``aws_region``: an EC2 client serves
+    one region), as its package declares it: LOCATION_OPTION in providers/<name>/options.py, which holds neither the
+    provider's code nor its SDK, so that a reader of the journal alone (the lease audit) names places without loading
+    either. None when one connection reaches every location of the provider, or there is no provider ``name``."""
+    if not re.match(r'^[a-z][a-z0-9_]*$', str(name or '')):
+        return None
+    try:
+        declared = importlib.import_module('%s.%s.options' % (__name__.rsplit('.', 1)[0], name))
+    except ImportError:
+        return None
+    return getattr(declared, 'LOCATION_OPTION', None)
 
 
 # ---------------------------------------------------------------------------------------- errors
@@ -225,6 +246,34 @@ class Settings:
         self.tags = list(tags)
 
 
+_WARNINGS = re.compile(r'^WARNINGS: (\d+)$')
+
+
+class TaskResult:
+    """What a provider's task came to, as :meth:`Provider.wait` and :meth:`Provider.task_status` give it.
+
+    ``upid`` is the task's handle; ``status`` is 'running' or 'stopped'; ``exitstatus`` None while it runs, then OK,
+    'WARNINGS: n' or the error; ``succeeded`` None while it runs, then True for OK or 'WARNINGS: n' (``warnings``
+    holds n, ``warning_lines`` the log's warning lines); ``log_tail`` has the last lines of the log of a task that
+    failed or warned; ``elapsed`` is the seconds a wait took. A provider may add what its task ids carry (Proxmox VE's
+    node, type and user).
+    """
+
+    def __init__(self, handle, status='stopped', exitstatus='OK', elapsed=0.0, log_tail=(), warning_lines=()):
+        self.upid = handle
+        self.status = status
+        self.exitstatus = exitstatus
+        self.elapsed = round(elapsed, 3)
+        self.log_tail = list(log_tail)
+        self.warning_lines = list(warning_lines)
+        warned = _WARNINGS.match(exitstatus or '')
+        self.warnings = int(warned.group(1)) if warned else 0
+        if status == 'running':
+            self.succeeded = None
+        else:
+            self.succeeded = exitstatus == 'OK' or warned is not None
+
+
 # -------------------------------------------------------------------------------------- protocol
 
 class Provider:
@@ -243,15 +292,15 @@ class Provider:
     # Seconds after a dispatched allocation whose answer was lost during which a complete, empty inventory does not
     # yet prove it made nothing (a cloud may show a new resource late). 0: absence is proven at once.
     absence_window = 0
-    # True when a workspace is a set of resources judged together: the set sweep (flows/azure_orphans.py) judges what
+    # True when a workspace is a set of resources judged together: the provider's set sweep (set_sweep) judges what
     # the journal does not account for, one complete inventory a pass, and cleanup takes a set as its listing read it.
     sweeps_sets = False
     # True when templates are built by this collection and recorded in the journal (template_build): a request's
     # template name resolves to its current version there. Else the provider resolves its own images.
     journal_templates = False
     # The option that binds a connection to one location (aws_region: an EC2 client serves one region), or None when
-    # one connection reaches every location of the provider (LOCATION_OPTIONS). A sweep of the whole fleet connects
-    # once per location.
+    # one connection reaches every location of the provider. A sweep of the whole fleet connects once per location,
+    # and its report names the location of such a provider's places ("aws eu-west-1").
     location_option = None
     # True when an id is never given to a second resource (an EC2 instance id): a resource found at a destroyed
     # record's id (or launched with its recorded candidate id) can only be that record's, never a newcomer.
@@ -280,10 +329,31 @@ class Provider:
         keeps state of its own in the journal (Azure's sets). Others keep none."""
         return None
 
+    def set_sweep(self, journal, params, counting=False, now=None):
+        """For a provider that ``sweeps_sets``: the sweep of a reconcile or cleanup pass that judges every set in its
+        scope from one complete inventory, with the quarantine a left-behind set passes before it is deleted (for
+        Azure, providers/azure/orphans.py); None for a provider whose resources the passes judge one by one.
+        ``params`` the module's options (the sweep's own settings among them); ``counting`` True when the pass may
+        count the inventory in the quarantine (never in a report or check mode).
+
+        The sweep answers ``run(records)`` (the groups judged, each with ``base``, ``id``, ``location``, ``verdict``,
+        ``why``, ``marker``, ``named``, ``holder``, ``live``, ``deletable`` and ``quarantined``), ``by_id()``,
+        ``unchanged(group)`` (read afresh right before a deletion), ``deleted(group)`` and ``sentence(group)``."""
+        return None
+
     @staticmethod
     def serves(api):
         """True when ``api`` is a client of this provider's API (so that it can be wrapped in the provider)."""
         return False
+
+    @classmethod
+    def guest_setup(cls, run, layout, address, launch):
+        """What the provider puts into a machine of its besides the bootstrap, from the launch settings a request
+        recorded (``launch``): a guest step has no provider connection, so this is a class method. ``run(action)``
+        calls ``action`` with a connected guest (and returns what it returns); ``layout`` is the guest's layout,
+        ``address`` the one SSH reaches. Returns (a sentence for the step's message, or '', [warnings]); raises to
+        refuse. Most providers put nothing there: no connection is made."""
+        return '', []
 
     # --- identity and wording
 
@@ -387,7 +457,7 @@ class Provider:
     def login_users(self):
         """{option: user} of the users the provider makes on a machine for the controller's login."""
         launch = self.launch_options() or {}
-        return dict((option, launch[key]) for option, key in self.login_options if launch.get(key))
+        return {option: launch[key] for option, key in self.login_options if launch.get(key)}
 
     def resource_of(self, candidate, task, location=None):
         """The id of the resource the allocation of ``candidate`` made (``task``: its handle, or None): the

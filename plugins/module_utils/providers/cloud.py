@@ -12,9 +12,6 @@ marker binds, how to act (``act_start``, ``act_shutdown``, ``act_stop``) and how
 (:meth:`CloudProvider.task_look`).
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import hashlib
 import os
 
@@ -57,20 +54,6 @@ def listed(resource_id, location, kind, name, status, scope, tags, resource):
     """One entry of :meth:`base.Provider.list` for a machine read in a listing (``resource``: as read)."""
     return {'id': resource_id, 'location': location, 'kind': kind, 'name': name, 'status': status, 'lock': None,
             'pool': scope, 'tags': tags, 'resource': resource}
-
-
-class TaskResult:
-    """What a finished cloud task looks like to the flows (as a Proxmox task result does)."""
-
-    def __init__(self, handle, status='stopped', exitstatus='OK', log_tail=()):
-        self.upid = handle
-        self.status = status
-        self.exitstatus = exitstatus
-        self.succeeded = exitstatus == 'OK'
-        self.warnings = 0
-        self.warning_lines = []
-        self.log_tail = list(log_tail)
-        self.elapsed = 0.0
 
 
 class CloudProvider(base.Provider):
@@ -251,7 +234,7 @@ class CloudProvider(base.Provider):
         result = waiter.wait_for(probe, seconds, waiter.Backoff(start=0.3, maximum=3.0), sleep=self.sleep,
                                  what=self.task_what(handle))
         if result.ok:
-            return TaskResult(handle)
+            return base.TaskResult(handle)
         if result.outcome == waiter.FAILED:
             message, tail = self.task_failure(handle, *result.value)
             err = base.TaskFailed(message)
@@ -264,8 +247,8 @@ class CloudProvider(base.Provider):
     def task_status(self, handle):
         verdict = self.task_look(handle)[0]
         if verdict == RUNNING:
-            return TaskResult(handle, status='running', exitstatus=None)
-        return TaskResult(handle, exitstatus='OK' if verdict == DONE else verdict)
+            return base.TaskResult(handle, status='running', exitstatus=None)
+        return base.TaskResult(handle, exitstatus='OK' if verdict == DONE else verdict)
 
     def close(self):
         pass

@@ -7,9 +7,6 @@ the console (EC2's console output, a serial log), or a key type and its encoded 
 Every key is checked for its form before it is trusted to pin a connection: its encoded key names its own type, so
 a line that only looks like a key (a fingerprint, a key of another type under a wrong name) is left out."""
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import base64
 import re
 

@@ -143,7 +143,7 @@ def edit_brief_archive_restore(site, agent, name, restore_dir, template_root=Non
     # What the real CLI sent: its own protocol and user agent, the key from agent_credentials, the brief.
     sent = site.stub.requests(key, agent_only=True)
     assert sent and {r['protocol'] for r in sent} == {PROTOCOL[agent]}
-    assert USER_AGENT[agent].search(dict((k.lower(), v) for k, v in sent[0]['headers'].items())['user-agent'])
+    assert USER_AGENT[agent].search({k.lower(): v for k, v in sent[0]['headers'].items()}['user-agent'])
     assert purpose in json.dumps(sent[0]['body'])
 
     ws, seen = site.wait_idle(name)

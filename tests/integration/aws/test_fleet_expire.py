@@ -27,8 +27,8 @@ def test_one_sweep_releases_what_expired_on_every_provider_and_names_the_one_it_
     # Reconcile from the AWS inventory: the Hetzner workspace is another provider's, not "missing".
     alone = aws.playbook('reconcile.yml')
     assert alone.ok, alone.explain()
-    kinds = dict((f['workspace'], f['kind']) for f in alone.task('Compare the journal with the cluster')['findings']
-                 if f['workspace'])
+    kinds = {f['workspace']: f['kind'] for f in alone.task('Compare the journal with the cluster')['findings']
+             if f['workspace']}
     assert kinds == {'fleet-aws': 'ok', 'fleet-hz': 'other_provider'}, kinds
     # The whole fleet: each workspace looked at through its own provider.
     both = aws.playbook('reconcile.yml', fleet=True, env=hetzner_env)
@@ -43,7 +43,7 @@ def test_one_sweep_releases_what_expired_on_every_provider_and_names_the_one_it_
     assert not cleanup.ok
     result = cleanup.task('Sweep the pool by labels')
     assert 'could not reach hetzner' in result['msg'] and 'every other place was swept' in result['msg'], result['msg']
-    swept = dict((e['name'], e['place'].split()[0]) for e in result['entries'] if e.get('name'))
+    swept = {e['name']: e['place'].split()[0] for e in result['entries'] if e.get('name')}
     assert swept.get('fleet-aws') == 'aws' and 'fleet-hz' not in swept, result['report']
     assert [e['place'] for e in result['entries'] if e['action'] == 'unreachable'] == ['hetzner']
     assert any(p.startswith('aws ') for p in result['places']) and result['counts']['unreachable'] == 1
@@ -59,7 +59,7 @@ def test_one_sweep_releases_what_expired_on_every_provider_and_names_the_one_it_
     assert not first.ok
     result = first.task('Release what expired')
     assert 'could not reach hetzner' in result['msg'] and 'every other place was swept' in result['msg'], result['msg']
-    by_name = dict((e['workspace'], e) for e in result['entries'])
+    by_name = {e['workspace']: e for e in result['entries']}
     assert by_name['fleet-aws']['action'] == 'released' and by_name['fleet-aws']['place'].startswith('aws ')
     assert [e['place'] for e in result['entries'] if e['action'] == 'unreachable'] == ['hetzner']
     assert aws.workspace('fleet-aws')['status'] == 'destroyed' and aws.instances('fleet-aws') == []
@@ -69,7 +69,7 @@ def test_one_sweep_releases_what_expired_on_every_provider_and_names_the_one_it_
     audit = aws.playbook('lease_audit.yml', audit_all=True)
     assert audit.ok, audit.explain()
     result = audit.task('Audit the leases and cleanups in the journal')
-    places = dict((place.split()[0], counted) for place, counted in result['places'].items())
+    places = {place.split()[0]: counted for place, counted in result['places'].items()}
     assert places == {'aws': {'complete': 1}, 'hetzner': {'expired': 1}}, result['report']
     assert any(line.startswith('hetzner: 1 expired') for line in result['report']), result['report']
 

@@ -68,7 +68,7 @@ def test_a_child_that_fails_undoes_the_fork_and_leaves_no_image(site, parent):
     assert not result.ok
     assert 'is as it was' in result.output, result.output[-3000:]
     assert 'InsufficientInstanceCapacity' in result.output
-    hits = dict((r['id'], len(r['hits'])) for r in rules)
+    hits = {r['id']: len(r['hits']) for r in rules}
     assert hits[sent['id']] == 1 and hits[lost['id']] == 1, rules
     first = [e['action'] for e in site.events('aws-bad-1')]
     assert 'identity_reset' in first and 'ready' not in first

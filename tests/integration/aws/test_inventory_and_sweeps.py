@@ -42,7 +42,7 @@ def _make_repo(path):
     subprocess.run(git + ['commit', '-q', '-m', 'start'], check=True)
 
 
-class Site(object):
+class Site:
     def __init__(self, cloud, base, journal_path):
         self.cloud = cloud
         self.info = cloud.info
@@ -64,7 +64,7 @@ class Site(object):
 
     def states(self):
         """instance id -> the state the cloud shows."""
-        return dict((i['instance_id'], i['state']) for i in self.cloud.instances())
+        return {i['instance_id']: i['state'] for i in self.cloud.instances()}
 
     def provider(self):
         secret = ownership.load_secret(self.journal_path)
@@ -124,7 +124,7 @@ def _site(cloud, base):
 
 def _findings(run):
     result = run.task('Compare the journal with the cluster')
-    return dict((f['vmid'], (f['kind'], f['workspace'], f['detail'])) for f in result['findings'])
+    return {f['vmid']: (f['kind'], f['workspace'], f['detail']) for f in result['findings']}
 
 
 @pytest.fixture
@@ -149,7 +149,7 @@ def test_the_inventory_shows_aws_hosts_with_their_vars_groups_and_orphans(site, 
     site.cloud.pages(size=1)
     run = inventory()
     assert run.returncode == 0, run.output
-    rules = dict((r['action'], r) for r in site.cloud.proxy_rules())
+    rules = {r['action']: r for r in site.cloud.proxy_rules()}
     site.cloud.clear()
     # One listing of the region, and no read of one instance (each marker came with the listing). The log sees the
     # listing's first request; the pages after it, one instance each, come from the proxy's cut of that listing,
@@ -172,9 +172,9 @@ def test_the_inventory_shows_aws_hosts_with_their_vars_groups_and_orphans(site, 
     assert ready['ephemera_vmid'] is None and ready['ephemera_node'] is None
     assert ready['ansible_host'] == record['address'] and ready['ephemera_address_source'] == 'journal'
     assert 'UserKnownHostsFile=' in ready['ansible_ssh_common_args']
-    orphans = dict((h, data['_meta']['hostvars'][h]) for h in groups('orphans'))
-    why = dict((v['ephemera_instance_id'], (v['ephemera_orphan_reason'], v['ephemera_marker'],
-                                            v['ephemera_marker_workspace'])) for v in orphans.values())
+    orphans = {h: data['_meta']['hostvars'][h] for h in groups('orphans')}
+    why = {v['ephemera_instance_id']: (v['ephemera_orphan_reason'], v['ephemera_marker'],
+                                       v['ephemera_marker_workspace']) for v in orphans.values()}
     assert why == {
         site.ids['aws-token']: ('not_in_journal', 'verified', 'aws-token'),
         site.ids['aws-byid']: ('destroyed_in_journal', 'verified', 'aws-byid'),
@@ -274,7 +274,7 @@ def test_the_label_sweep_works_on_aws_tags(site):
     run = site.playbook('cleanup')
     assert run.ok, run.explain()
     result = run.task('Sweep the pool by labels')
-    entries = dict((e['id'], e) for e in result['entries'])
+    entries = {e['id']: e for e in result['entries']}
     assert entries[site.ids['aws-expired']]['action'] == 'would delete'
     assert entries[site.ids['aws-ready']]['action'] == 'skipped'  # its lease runs
     assert entries[site.ids['aws-lost']]['action'] == 'skipped'
@@ -293,7 +293,7 @@ def test_the_label_sweep_works_on_aws_tags(site):
 
     run = site.playbook('cleanup', {'apply': True})
     assert run.ok, run.explain()
-    entries = dict((e['id'], e) for e in run.task('Sweep the pool by labels')['entries'])
+    entries = {e['id']: e for e in run.task('Sweep the pool by labels')['entries']}
     assert entries[site.ids['aws-expired']]['action'] == 'deleted'
     assert [e for e in entries.values() if e['action'] == 'deleted'] == [entries[site.ids['aws-expired']]]
     states = site.states()

@@ -65,7 +65,7 @@ def test_copied_tags_on_an_instance_without_a_client_token_are_never_taken_for_o
     ec2 = foreign_client(site.cloud.info)
     gone = _described(ec2, instance_id)
     assert gone['State']['Name'] == 'terminated' and gone['ClientToken'] == token
-    copied = dict((t['Key'], t['Value']) for t in gone['Tags'])
+    copied = {t['Key']: t['Value'] for t in gone['Tags']}
     secret = site.secret()
     launch_marker = ownership.render(secret, ownership.controller_id(secret), 'aws-gone', token_number(token), nonce)
     past = str(int(time.time()) - 7200)
@@ -78,7 +78,7 @@ def test_copied_tags_on_an_instance_without_a_client_token_are_never_taken_for_o
         shown = _described(ec2, victim)
         # EC2 shows no client token for it, and its tags are the workspace's, its lease long over.
         assert not shown.get('ClientToken') and shown['State']['Name'] in ('pending', 'running')
-        assert dict((t['Key'], t['Value']) for t in shown['Tags'])['ephemera:token'] == token
+        assert {t['Key']: t['Value'] for t in shown['Tags']}['ephemera:token'] == token
         victims[which] = victim
     # EC2's client-token filter finds the destroyed workspace's instance alone.
     found = ec2.describe_instances(Filters=[{'Name': 'client-token', 'Values': [token]}])['Reservations']
@@ -86,7 +86,7 @@ def test_copied_tags_on_an_instance_without_a_client_token_are_never_taken_for_o
 
     run = site.playbook('cleanup.yml', apply=True)
     assert run.ok, run.explain()
-    entries = dict((e['id'], e) for e in run.task(SWEEP_TASK)['entries'])
+    entries = {e['id']: e for e in run.task(SWEEP_TASK)['entries']}
     for victim in victims.values():
         entry = entries[victim]
         assert (entry['action'], entry['verdict'], entry['name']) == ('reported', 'mismatch', 'aws-gone'), entry
@@ -95,13 +95,13 @@ def test_copied_tags_on_an_instance_without_a_client_token_are_never_taken_for_o
 
     run = site.playbook('reconcile.yml', reconcile_resume_creates=False, ephemera_orphans='delete')
     assert run.ok, run.explain()
-    findings = dict((f['vmid'], f) for f in run.task(RECONCILE_TASK)['findings'])
+    findings = {f['vmid']: f for f in run.task(RECONCILE_TASK)['findings']}
     for victim in victims.values():
         finding = findings[victim]
         assert (finding['kind'], finding['workspace']) == ('foreign', None), finding
         assert 'made for another resource' in finding['detail'] and 'never touched' in finding['detail'], finding
     assert not [f for f in findings.values() if f['kind'] in ('orphan_deleted', 'destroyed_present')], findings
-    states = dict((i['instance_id'], i['state']) for i in site.cloud.instances())
+    states = {i['instance_id']: i['state'] for i in site.cloud.instances()}
     assert all(states[v] in ('pending', 'running') for v in victims.values()), states
     # The create's configure step had signed the marker again over the instance id, and recorded that first.
     assert copied['ephemera:marker'] != launch_marker
@@ -128,14 +128,14 @@ def test_reconcile_never_takes_copied_tags_for_an_instance_of_ours(site, tmp_pat
     victim = _launch_without_client_token(ec2, site.cloud.info['seed'])
     tags = dict(gone['tags'], **{'ephemera:expires_at': str(int(time.time()) - 7200)})
     ec2.create_tags(Resources=[victim], Tags=[{'Key': k, 'Value': v} for k, v in sorted(tags.items())])
-    assert dict((t['Key'], t['Value']) for t in _described(ec2, victim)['Tags'])['ephemera:token'] == \
+    assert {t['Key']: t['Value'] for t in _described(ec2, victim)['Tags']}['ephemera:token'] == \
         ws['candidate_id']
 
     run = site.playbook('reconcile.yml', reconcile_resume_creates=False, ephemera_orphans='delete')
     assert run.ok, run.explain()
-    findings = dict((f['vmid'], f) for f in run.task(RECONCILE_TASK)['findings'])
+    findings = {f['vmid']: f for f in run.task(RECONCILE_TASK)['findings']}
     # Not an instance of ours without a record ('orphan', with the advice to remove it by hand): a stranger's.
     assert (findings[victim]['kind'], findings[victim]['workspace']) == ('foreign', None), findings[victim]
     assert 'made for another resource' in findings[victim]['detail'], findings[victim]
-    states = dict((i['instance_id'], i['state']) for i in site.cloud.instances())
+    states = {i['instance_id']: i['state'] for i in site.cloud.instances()}
     assert states[victim] in ('pending', 'running'), states

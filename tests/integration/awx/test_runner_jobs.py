@@ -93,8 +93,8 @@ def job(site, name, playbook, extravars, credential=None):
     (private / 'env' / 'extravars').write_text(json.dumps(values))
     # A Machine credential: its key is loaded into an ssh-agent for the job (ansible-runner does it as AWX does).
     (private / 'env' / 'ssh_key').write_text(open(info['ssh_private_key']).read())
-    env = dict((k, v) for k, v in os.environ.items()
-               if not k.startswith(('ANSIBLE_', 'EPHEMERA_', 'PROXMOX_', 'SSH_AUTH_SOCK', 'LOCALPVE_')))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(('ANSIBLE_', 'EPHEMERA_', 'PROXMOX_', 'SSH_AUTH_SOCK', 'LOCALPVE_'))}
     env['PATH'] = BIN + os.pathsep + env.get('PATH', '')
     done = subprocess.run([os.path.join(BIN, 'ansible-runner'), 'run', str(private), '-p', playbook, '--ident', name],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=600,

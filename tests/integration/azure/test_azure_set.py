@@ -64,7 +64,7 @@ def test_create_to_running_and_a_confirmed_delete_that_touches_nothing_foreign(l
     assert azplan.same_id(vm['id'], ids[VM])
     deadline = time.time() + 20
     while True:
-        listed = dict((r['name'], r) for r in localcloud.azure('resources'))
+        listed = {r['name']: r for r in localcloud.azure('resources')}
         if listed[ws.plan['names'][VM]].get('sshd') == 'up' or time.time() > deadline:
             break
         time.sleep(0.3)

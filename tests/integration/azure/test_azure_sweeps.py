@@ -90,8 +90,8 @@ class Site:
 
     def quarantine(self):
         with Journal.open(self.journal_path, create=False, readonly=True) as journal:
-            return dict((key.rsplit('/', 1)[1], value)
-                        for key, value, generation in journal.provider_states(azset.QUARANTINE_PREFIX))
+            return {key.rsplit('/', 1)[1]: value
+                    for key, value, generation in journal.provider_states(azset.QUARANTINE_PREFIX)}
 
 
 def _leave_set(site, provider, name, labels, record):
@@ -140,7 +140,7 @@ def site(localcloud, tmp_path_factory):
                            tags=dict(tags, **{'ephemera:member': 'pip'}))
     nic = localcloud.azure('foreign_create', kind='nic', name='their-set-0a1b2c3d-nic', attach_to=pip['id'],
                            tags=dict(tags, **{'ephemera:member': 'nic'}))
-    lost = dict((r['kind'], r) for r in localcloud.azure('resources') if r['name'].startswith(s.bases['az-lost']))
+    lost = {r['kind']: r for r in localcloud.azure('resources') if r['name'].startswith(s.bases['az-lost'])}
     copies = []
     for kind in ('pip', 'disk'):
         copied = dict(lost[kind]['tags'], **{'ephemera:set': 'copy-5e5e5e5e'})
@@ -170,7 +170,7 @@ def inventory(site, tmp_path):  # pylint: disable=redefined-outer-name
 
 def _findings(run):
     result = run.task('Compare the journal with the cluster')
-    return dict((f['vmid'], (f['kind'], f['workspace'], f['detail'])) for f in result['findings'])
+    return {f['vmid']: (f['kind'], f['workspace'], f['detail']) for f in result['findings']}
 
 
 def test_the_inventory_lists_azure_workspaces_and_orphan_sets_with_why(site, inventory):
@@ -195,9 +195,9 @@ def test_the_inventory_lists_azure_workspaces_and_orphan_sets_with_why(site, inv
             ready['ephemera_instance_id']) == ('azure', 'westeurope', 'workspaces', site.vm_ids['az-ready'])
     assert (ready['ephemera_live_status'], ready['ephemera_marker']) == ('complete', 'verified')
     assert ready['ansible_host'] == record['address'] and 'UserKnownHostsFile=' in ready['ansible_ssh_common_args']
-    orphans = dict((h, data['_meta']['hostvars'][h]) for h in hosts('orphans'))
-    why = dict((v['ephemera_set'], (v['ephemera_orphan_reason'], v['ephemera_marker'], v['ephemera_set_status']))
-               for v in orphans.values())
+    orphans = {h: data['_meta']['hostvars'][h] for h in hosts('orphans')}
+    why = {v['ephemera_set']: (v['ephemera_orphan_reason'], v['ephemera_marker'], v['ephemera_set_status'])
+           for v in orphans.values()}
     assert why == {
         site.bases['az-bound']: ('destroyed_in_journal', 'verified', 'complete'),
         site.bases['az-shifty']: ('destroyed_in_journal', 'verified', 'complete'),
@@ -312,7 +312,7 @@ def test_the_cleanup_sweep_deletes_an_expired_set_only_once_its_quarantine_passe
     before = site.resources()
     run = site.playbook('cleanup')
     assert run.ok, run.explain()
-    entries = dict((e['id'], e) for e in run.task('Sweep the pool by labels')['entries'])
+    entries = {e['id']: e for e in run.task('Sweep the pool by labels')['entries']}
     shifty = entries[site.vm_ids['az-shifty']]
     assert shifty['action'] == 'reported' and 'orphan sweep: quarantined' in shifty['reason'], shifty
     assert entries[site.vm_ids['az-lost']]['action'] == 'reported'
@@ -324,7 +324,7 @@ def test_the_cleanup_sweep_deletes_an_expired_set_only_once_its_quarantine_passe
     time.sleep(max(0.0, held['since'] + GRACE - time.time()) + 0.5)
     run = site.playbook('cleanup', apply=True, ephemera_azure_orphan_grace=GRACE)
     assert run.ok, run.explain()
-    entries = dict((e['id'], e) for e in run.task('Sweep the pool by labels')['entries'])
+    entries = {e['id']: e for e in run.task('Sweep the pool by labels')['entries']}
     assert entries[site.vm_ids['az-shifty']]['action'] == 'deleted', entries[site.vm_ids['az-shifty']]
     assert [e['id'] for e in entries.values() if e['action'] == 'deleted'] == [site.vm_ids['az-shifty']]
     assert not site.members('az-shifty') & site.names()

@@ -29,8 +29,8 @@ class CreateRun(Run):
 
     def step_results(self, host='localhost'):
         """{step number: result} of the thirteen create steps that ran (skipped ones included)."""
-        return dict((int(name.split('/', 1)[0]), result) for name, result in self.results(host)
-                    if name[:1].isdigit() and '/13 ' in name)
+        return {int(name.split('/', 1)[0]): result for name, result in self.results(host)
+                if name[:1].isdigit() and '/13 ' in name}
 
     def report(self, host='localhost'):
         for name, result in self.results(host):
@@ -143,15 +143,15 @@ class Controller:
 
     def guests(self):
         """{vmid: /cluster/resources entry} of every container that is not a template."""
-        return dict((int(g['vmid']), g) for g in self.api.cluster.resources.get(type='vm') if not g.get('template'))
+        return {int(g['vmid']): g for g in self.api.cluster.resources.get(type='vm') if not g.get('template')}
 
     def config(self, vmid, node=None):
         return self.api.nodes(node or self.info['template_node']).lxc(vmid).config.get()
 
     def cluster_state(self):
         """What a change to the cluster would alter: every container's status and config."""
-        return dict((vmid, (g['status'], g.get('pool'), self.config(vmid, g['node'])))
-                    for vmid, g in self.guests().items())
+        return {vmid: (g['status'], g.get('pool'), self.config(vmid, g['node']))
+                for vmid, g in self.guests().items()}
 
     def marker_verdict(self, vmid, name):
         return ownership.verify(self.config(vmid).get('description'), self.secret(), self.controller_id(), name, vmid)

@@ -31,7 +31,7 @@ def site(cluster, repo, tmp_path_factory):
         for name, lease in (('sweep-live', {}), ('sweep-short', {'ttl': 600, 'idle_timeout': 2})):
             run = ctl.create(request_vars(repo.url, name, **lease))
             assert run.ok, run.explain()
-        ctl.vmids = dict((name, ctl.workspace(name)['vmid']) for name in ('sweep-live', 'sweep-short'))
+        ctl.vmids = {name: ctl.workspace(name)['vmid'] for name in ('sweep-live', 'sweep-short')}
         short = lease_labels_of(ctl.config(ctl.vmids['sweep-short'])['description'])
         pool = cluster.info['pool']
         ctl.vmids['foreign'] = cluster.foreign_create(pool=pool, hostname='sweep-foreign', start=True)['vmid']
@@ -49,8 +49,8 @@ def sweep(site, **extra):
     run = site.create(extra, playbook=CLEANUP)
     assert run.ok, run.explain()
     result = run.task(SWEEP)
-    entries = dict((e['id'], e) for e in result['entries'])
-    return run, result, dict((key, entries.get(vmid)) for key, vmid in site.vmids.items())
+    entries = {e['id']: e for e in result['entries']}
+    return run, result, {key: entries.get(vmid) for key, vmid in site.vmids.items()}
 
 
 def test_with_the_journal_the_expired_workspace_is_reported_as_known_and_not_deleted(site):
@@ -104,6 +104,6 @@ def test_with_the_journal_lost_the_dry_run_lists_the_expired_one_and_apply_delet
     assert result['report'][1].startswith('[proxmox] cleanup (applied): 1 to delete, 1 deleted,')
     after = site.cluster_state()
     assert site.vmids['sweep-short'] not in after
-    assert after == dict((vmid, seen) for vmid, seen in state.items() if vmid != site.vmids['sweep-short'])
+    assert after == {vmid: seen for vmid, seen in state.items() if vmid != site.vmids['sweep-short']}
     assert not os.path.exists(site.journal_path)
     assert leasing.parse_time(live['labels']['expires_at']) > time.time()

@@ -23,7 +23,7 @@ START = '/nodes/{node}/lxc/{vmid}/status/start'
 
 def step_changes(run):
     """{step number: changed} of the steps that ran."""
-    return dict((n, bool(r.get('changed'))) for n, r in run.step_results().items() if not r.get('skipped'))
+    return {n: bool(r.get('changed')) for n, r in run.step_results().items() if not r.get('skipped')}
 
 
 def assert_one_ready(ctl, name, run):

@@ -94,7 +94,7 @@ def test_the_checkout_is_at_the_ref(happy, repo):
 def test_the_runner_answers_and_holds_the_brief(happy):
     ws = happy.workspace(NAME)
     ping = guest_call(happy, ws, {'op': 'ping'})
-    assert dict((k, ping[k]) for k in ('ok', 'alive', 'activity', 'briefed', 'version')) == {
+    assert {k: ping[k] for k in ('ok', 'alive', 'activity', 'briefed', 'version')} == {
         'ok': True, 'alive': True, 'activity': 'active', 'briefed': True, 'version': 2}
     assert ping['agent']['name'] == 'worker' and ping['agent']['running'] is True
     status = guest_call(happy, ws, {'op': 'status'})

@@ -24,7 +24,7 @@ EXPIRE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.di
 
 
 def inventory(path, names):
-    hosts = dict((name, {'workspace': name}) for name in names)
+    hosts = {name: {'workspace': name} for name in names}
     data = {'workspaces': {'hosts': hosts, 'vars': {'ansible_connection': 'local',
                                                     'ansible_python_interpreter': '{{ ansible_playbook_python }}'}}}
     with open(path, 'w') as out:
@@ -39,7 +39,7 @@ def test_twenty_workspaces_in_one_run_while_a_foreign_client_grabs_vmids(control
     # Another user's containers: one in our pool named like one of ours, one outside it.
     look_alike = cluster.foreign_create(pool=pool, hostname='agent-many-05', start=True)['vmid']
     outside = cluster.foreign_create(how='create')['vmid']
-    foreign = dict((vmid, controller.config(vmid)) for vmid in (look_alike, outside))
+    foreign = {vmid: controller.config(vmid) for vmid in (look_alike, outside)}
     # ... and, during the run, the VMIDs /cluster/nextid offers us and those our clones are about to take.
     arms = [cluster.foreign_snipe(on='nextid', times=3), cluster.foreign_snipe(on='clone', times=3)]
 
@@ -50,7 +50,7 @@ def test_twenty_workspaces_in_one_run_while_a_foreign_client_grabs_vmids(control
     assert run.ok, run.explain()
     assert all(run.stats(name)['failures'] == 0 for name in names)
 
-    records = dict((name, controller.workspace(name)) for name in names)
+    records = {name: controller.workspace(name) for name in names}
     assert all(ws['status'] == 'ready' for ws in records.values()), records
     vmids = [ws['vmid'] for ws in records.values()]
     assert len(set(vmids)) == COUNT
@@ -60,7 +60,7 @@ def test_twenty_workspaces_in_one_run_while_a_foreign_client_grabs_vmids(control
     # The foreign containers are untouched, and none was taken for a workspace.
     sniped = [hit['vmid'] for arm in cluster.status()['foreign']['snipes'] for hit in arm['hits']]
     assert len(sniped) == 6 and not set(sniped) & set(vmids), (arms, sniped)
-    assert dict((vmid, controller.config(vmid)) for vmid in foreign) == foreign
+    assert {vmid: controller.config(vmid) for vmid in foreign} == foreign
     secret = controller.secret()
     for vmid in sniped:
         config = controller.config(vmid)

@@ -23,11 +23,11 @@ def test_static_addresses_are_leased_once_each_and_a_full_clone_is_a_switch(cont
                              'ephemera_address_range': '%s-%s' % (first, last)},
                             inventory=str(inventory), target='workspaces', forks=2)
     assert run.ok, run.explain()
-    records = dict((name, controller.workspace(name)) for name in names)
+    records = {name: controller.workspace(name) for name in names}
     assert sorted(ws['address'] for ws in records.values()) == [str(first), str(last)]
     with controller.journal() as journal:
-        leases = dict((lease['address'], lease['workspace']) for lease in journal.address_leases())
-    assert leases == dict((ws['address'], name) for name, ws in records.items())
+        leases = {lease['address']: lease['workspace'] for lease in journal.address_leases()}
+    assert leases == {ws['address']: name for name, ws in records.items()}
     for name, ws in records.items():
         assert ws['status'] == 'ready'
         config = controller.config(ws['vmid'])

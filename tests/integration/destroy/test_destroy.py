@@ -98,7 +98,7 @@ def rewritten(site):
         before[name] = config(site, vmid, node)
     inventory = os.path.join(site.directory, 'rewritten.json')
     with open(inventory, 'w') as out:
-        json.dump({'rewritten': {'hosts': dict((name, {'workspace': name}) for name in names), 'vars': {
+        json.dump({'rewritten': {'hosts': {name: {'workspace': name} for name in names}, 'vars': {
             'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable}}}, out)
     result = site.playbook('destroy.yml', inventories=[inventory], target='rewritten')
     # Reconcile continues decided destructions, but also only with proof of ownership.
@@ -207,8 +207,8 @@ def journal_dump(site):
     import sqlite3
     conn = sqlite3.connect(site.journal_path)
     try:
-        return dict((table, conn.execute('SELECT * FROM %s ORDER BY 1' % table).fetchall())
-                    for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        return {table: conn.execute('SELECT * FROM %s ORDER BY 1' % table).fetchall()
+                for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     finally:
         conn.close()
 

@@ -42,7 +42,7 @@ def module(site, module_name, **args):
 
 def test_a_lost_journal_makes_every_workspace_an_orphan_and_nothing_is_deleted(site):
     before = running(site)
-    vmids = dict((n, site.workspace(n)['vmid']) for n in NAMES)
+    vmids = {n: site.workspace(n)['vmid'] for n in NAMES}
     saved = site.journal_path + '.saved'
     shutil.copy(site.journal_path, saved)
     for suffix in ('', '-wal', '-shm'):
@@ -54,7 +54,7 @@ def test_a_lost_journal_makes_every_workspace_an_orphan_and_nothing_is_deleted(s
     assert not os.path.exists(site.journal_path)
     # ... unless told to: then the lost journal's workspaces are orphans (the secret beside it still verifies them).
     lost = reconcile(site, ephemera_new_journal=True)
-    orphans = dict((f['workspace'], f['vmid']) for f in lost['findings'] if f['kind'] == 'orphan')
+    orphans = {f['workspace']: f['vmid'] for f in lost['findings'] if f['kind'] == 'orphan'}
     assert orphans == vmids
     assert [f['vmid'] for f in lost['findings'] if f['kind'] == 'foreign'] == [site.foreign]
     assert 'confirm_orphan=true' in '\n'.join(lost['report'])
@@ -72,8 +72,7 @@ def test_a_lost_journal_makes_every_workspace_an_orphan_and_nothing_is_deleted(s
     os.remove(site.journal_path)
     shutil.move(saved, site.journal_path)
     restored = reconcile(site)
-    assert dict((f['workspace'], f['kind']) for f in restored['findings'] if f['workspace']) == dict(
-        (n, 'ok') for n in NAMES)
+    assert {f['workspace']: f['kind'] for f in restored['findings'] if f['workspace']} == {n: 'ok' for n in NAMES}
     assert running(site) == before
 
 

@@ -30,7 +30,7 @@ def check(site, names, foreign_before=None):
 
 def test_a_clean_create_passes_every_invariant_and_its_trace_names_the_ec2_calls(cloud_site):
     found, leaks, view = check(cloud_site, ['ok1'])
-    assert found == dict((name, []) for name in aws.NAMES) and leaks == {}
+    assert found == {name: [] for name in aws.NAMES} and leaks == {}
     assert list(view.ours.values()) == ['ok1']
     points = [point for point, nth in points_of(cloud_site.trace, 'ok1')]
     assert 'create.clone aws RunInstances' in points and 'create.ready aws CreateTags' in points

@@ -16,7 +16,7 @@ from tests.localcloud.fixtures import cloud_process
 SECRET = b'0123456789abcdef0123456789abcdef'
 
 
-class Site(object):
+class Site:
     adapter = rows.AzureAdapter()
 
     def __init__(self, cloud):

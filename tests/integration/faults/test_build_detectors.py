@@ -30,7 +30,7 @@ class View:
 
     def __init__(self, ours, templates):
         self.ours = dict(ours)
-        self.containers = dict((vmid, ('pve1', {}, {'template': 1 if vmid in templates else 0})) for vmid in ours)
+        self.containers = {vmid: ('pve1', {}, {'template': 1 if vmid in templates else 0}) for vmid in ours}
 
 
 def built(journal, version, vmid):

@@ -39,7 +39,7 @@ def proxied(site):
 
 def test_a_clean_run_passes_every_invariant_and_its_trace_names_every_kind_of_point(site, ready):
     found, leaks, view = check(site, ['ok1'])
-    assert found == dict((name, []) for name in invariants.NAMES) and leaks == {}
+    assert found == {name: [] for name in invariants.NAMES} and leaks == {}
     points = [point for point, nth in points_of(ready.trace, 'ok1')]
     assert 'create.clone pve POST /nodes/*/lxc/*/clone' in points
     assert 'create.clone journal clone' in points and 'create.ready journal ready' in points

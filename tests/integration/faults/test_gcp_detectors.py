@@ -71,7 +71,7 @@ def insert(site, name, labels, marker, foreign=True):
 
 def test_a_clean_create_passes_every_invariant_and_its_trace_names_the_provider_s_points(cloud_site):
     found, leaks, view = check(cloud_site, ['ok1'])
-    assert found == dict((name, []) for name in cloud.NAMES) and leaks == {}
+    assert found == {name: [] for name in cloud.NAMES} and leaks == {}
     assert list(view.ours.values()) == ['ok1']
     points = [point for point, nth in points_of(cloud_site.trace, 'ok1')]
     for point in ('create.clone journal clone', 'create.clone gcp instances.insert',

@@ -41,7 +41,7 @@ def test_a_playbook_killed_at_a_point_dies_whole_and_the_next_run_converges(site
     rerun = runner.playbook(playbook, **run_vars(site, name))
     assert rerun.ok, rerun.output[-3000:]
     found, leaks, view = invariants.check(site, [name], {}, site.requests(), site.secret(), site.clones(), site.since)
-    assert found == dict((k, []) for k in invariants.NAMES) and leaks == {}
+    assert found == {k: [] for k in invariants.NAMES} and leaks == {}
     assert sorted(n for n in view.ours.values() if n == name) == [name]
 
 
@@ -63,7 +63,7 @@ def test_a_destroy_playbook_killed_after_its_delete_was_answered_is_finished_by_
     with site.journal() as journal:
         assert journal.get_workspace(name)['status'] == 'destroyed'
     found, leaks, view = invariants.check(site, [name], {}, site.requests(), site.secret(), site.clones(), site.since)
-    assert found == dict((k, []) for k in invariants.NAMES) and leaks == {} and name not in view.ours.values()
+    assert found == {k: [] for k in invariants.NAMES} and leaks == {} and name not in view.ours.values()
     assert os.path.exists(site.journal_path)
 
 
@@ -76,8 +76,8 @@ def test_reconcile_refuses_resumes_that_lack_their_secrets_tries_them_all_and_fi
             name, 'create.clone pve POST /nodes/*/lxc/*/clone').env()}, **run_vars(site, name))
         assert killed.returncode == -9 and read_trace(trace)[-1][0] == name
     with site.journal() as journal:
-        before = dict((name, journal.get_workspace(name)) for name in names)
-        history = dict((name, len(journal.events(name))) for name in names)
+        before = {name: journal.get_workspace(name) for name in names}
+        history = {name: len(journal.events(name)) for name in names}
     assert [ws['status'] for ws in before.values()] == ['provisioning', 'provisioning']
 
     # A reconcile without the vault: both resumes are tried and refused before their turn, with what to pass.
@@ -87,15 +87,15 @@ def test_reconcile_refuses_resumes_that_lack_their_secrets_tries_them_all_and_fi
     assert "Workspace 'pb-resume-b' was requested with agent_credentials (AGENT_API_KEY)" in without.output
     assert 'Could not resume pb-resume-a, pb-resume-b' in without.output
     with site.journal() as journal:
-        assert dict((name, journal.get_workspace(name)) for name in names) == before
-        assert dict((name, len(journal.events(name))) for name in names) == history
+        assert {name: journal.get_workspace(name) for name in names} == before
+        assert {name: len(journal.events(name)) for name in names} == history
 
     # With the secrets as extra vars, as the create playbook takes them, reconcile finishes both.
     given = runner.playbook('reconcile.yml', git_token=site.git_token, git_username=GIT_USER,
                             agent_credentials={'AGENT_API_KEY': site.agent_key})
     assert given.ok, given.output[-3000:]
     found, leaks, view = invariants.check(site, names, {}, site.requests(), site.secret(), site.clones(), site.since)
-    assert found == dict((k, []) for k in invariants.NAMES) and leaks == {}
+    assert found == {k: [] for k in invariants.NAMES} and leaks == {}
     assert sorted(n for n in view.ours.values() if n in names) == names
     with site.journal() as journal:
         assert [journal.get_workspace(name)['status'] for name in names] == ['ready', 'ready']

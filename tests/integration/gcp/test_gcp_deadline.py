@@ -92,7 +92,7 @@ def test_nothing_in_an_instance_gets_a_token_or_touches_another_workspace(gcpfak
         assert status == 401, (method, path, status, text)
     assert p.labels(p.find(other))['state'] == 'provisioning'
     assert p.labels(p.find(mine))['keep'] == 'false'
-    assert 'ssh-keys' in dict((i['key'], i['value']) for i in gcpfake.instances[other]['metadata']['items'])
+    assert 'ssh-keys' in {i['key']: i['value'] for i in gcpfake.instances[other]['metadata']['items']}
     assert gcpfake.instances[other]['metadata']['items'][-1]['value'] != 'root:ssh-ed25519 AAAA x'
     for name in (mine, other):
         p.wait(p.delete(p.find(name)), 10)
@@ -177,7 +177,7 @@ def test_a_retain_that_stopped_before_the_deadline_was_lifted_is_finished_by_the
     p, name, ends_at = make(gcpfake, 'retain-rerun')
     now = time.time()
     lease = leasing.new_lease(now, ttl=3600)
-    params = dict((k, v.get('default')) for k, v in workspace_destroy.argument_spec().items())
+    params = {k: v.get('default') for k, v in workspace_destroy.argument_spec().items()}
     params.update(name='retain-rerun', provider='gcp', lock_timeout=2, task_timeout=30, shutdown_timeout=5)
     with Journal.open(str(tmp_path / 'journal.db')) as journal:
         journal.create_workspace('retain-rerun', status='ready', desired_state='present', provider='gcp',

@@ -232,7 +232,7 @@ BAD_INPUT = {
 
 def test_bad_input_refused_before_an_instance(site, cloud):
     before = cloud.gcp('inserts')
-    run = site.create_many(dict((name, own) for name, (own, words) in BAD_INPUT.items()), site.repo)
+    run = site.create_many({name: own for name, (own, words) in BAD_INPUT.items()}, site.repo)
     assert not run.ok
     for name, (own, words) in BAD_INPUT.items():
         assert words in said(run, name), said(run, name)
@@ -318,8 +318,8 @@ def test_orphan_and_label_sweeps_on_compute_engine_labels(site, cloud):
 
     run = site.playbook('reconcile.yml', reconcile_resume_creates=False)
     assert run.ok, run.explain()
-    found = dict((f['vmid'], (f['kind'], f['workspace'], f['detail']))
-                 for f in run.task('Compare the journal with the cluster')['findings'])
+    found = {f['vmid']: (f['kind'], f['workspace'], f['detail'])
+             for f in run.task('Compare the journal with the cluster')['findings']}
     assert found[bound][:2] == ('destroyed_present', 'gce-gone')
     assert found[lost][:2] == ('orphan', 'gce-lost') and 'remove instance %s' % lost in found[lost][2]
     assert found[expired][:2] == ('orphan', 'gce-expired')
@@ -334,7 +334,7 @@ def test_orphan_and_label_sweeps_on_compute_engine_labels(site, cloud):
 
     run = site.playbook('cleanup.yml', apply=True)
     assert run.ok, run.explain()
-    entries = dict((e['id'], e) for e in run.task('Sweep the pool by labels')['entries'])
+    entries = {e['id']: e for e in run.task('Sweep the pool by labels')['entries']}
     assert [i for i, e in entries.items() if e['action'] == 'deleted'] == [expired]
     assert entries[foreign]['action'] != 'deleted'
     assert expired not in names() and {lost, foreign} <= names()

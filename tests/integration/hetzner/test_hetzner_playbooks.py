@@ -78,7 +78,7 @@ def first_destroy(site, created):  # pylint: disable=redefined-outer-name
     while its deletion runs (watched 1 s only). What the journal and the cloud hold right after it."""
     for name in (HAPPY, REJECTED, HIDDEN, LOST_DELETE):
         assert site.workspace(name)['status'] == 'ready', said(created, name)
-    ids = dict((name, server_id(site, name)) for name in (HAPPY, REJECTED, HIDDEN, LOST_DELETE))
+    ids = {name: server_id(site, name) for name in (HAPPY, REJECTED, HIDDEN, LOST_DELETE)}
     site.cloud.clear()
     site.rule('error', method='DELETE', path='/servers', status=403, match='/servers/' + ids[REJECTED])
     site.rule('drop', method='DELETE', path='/servers', match='/servers/' + ids[LOST_DELETE])
@@ -88,8 +88,8 @@ def first_destroy(site, created):  # pylint: disable=redefined-outer-name
     # Hidden: the server answers 404 while its deletion action still runs.
     hidden_found = site.provider().find(ids[HIDDEN])
     site.cloud.clear()
-    seen = dict((name, {'actions': actions(site, name), 'debt': site.debt(name), 'servers': site.servers(name),
-                        'status': site.workspace(name)['status']}) for name in ids)
+    seen = {name: {'actions': actions(site, name), 'debt': site.debt(name), 'servers': site.servers(name),
+                   'status': site.workspace(name)['status']} for name in ids}
     return {'run': run, 'ids': ids, 'seen': seen, 'hidden_found': hidden_found}
 
 
@@ -220,7 +220,7 @@ def test_bad_input_is_refused_before_a_server_is_made(site, cloud):
         return len([r for r in site.cloud.hetzner('requests') if r['method'] == 'POST'])
 
     before, sent = len(site.cloud.hetzner('servers')), posts()
-    run = site.create_many(dict((name, own) for name, (own, message) in BAD_INPUT.items()), site.repo)
+    run = site.create_many({name: own for name, (own, message) in BAD_INPUT.items()}, site.repo)
     assert not run.ok
     for name, (own, message) in BAD_INPUT.items():
         assert message in said(run, name), said(run, name)
@@ -260,8 +260,8 @@ def test_orphan_and_label_sweeps_on_hetzner_labels(site, cloud):
 
     run = site.playbook('reconcile.yml', reconcile_resume_creates=False)
     assert run.ok, run.explain()
-    found = dict((f['vmid'], (f['kind'], f['workspace'])) for f in run.task('Compare the journal with the cluster')[
-        'findings'])
+    found = {f['vmid']: (f['kind'], f['workspace']) for f in run.task('Compare the journal with the cluster')[
+        'findings']}
     assert found[bound_id] == ('destroyed_present', 'hz-gone')
     assert found[lost_id] == ('orphan', 'hz-lost')
     assert found[foreign_id][0] == 'foreign'
@@ -273,7 +273,7 @@ def test_orphan_and_label_sweeps_on_hetzner_labels(site, cloud):
 
     run = site.playbook('cleanup.yml', apply=True)
     assert run.ok, run.explain()
-    entries = dict((e['id'], e) for e in run.task('Sweep the pool by labels')['entries'])
+    entries = {e['id']: e for e in run.task('Sweep the pool by labels')['entries']}
     assert entries[expired_id]['action'] == 'deleted'
     assert [e['id'] for e in entries.values() if e['action'] == 'deleted'] == [expired_id]
     ids = set(str(s['id']) for s in site.cloud.hetzner('servers'))

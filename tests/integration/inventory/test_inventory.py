@@ -27,7 +27,7 @@ GOOD_AGENT = ['true']
 CREATE_TIMEOUT = 240
 
 
-class Site(object):
+class Site:
     def __init__(self, cluster, journal_path, base):
         self.cluster = cluster
         self.info = cluster.info
@@ -134,7 +134,7 @@ def config(site, **options):
                 api_host=site.info['proxy_url'], api_token_id=site.info['token_id'],
                 api_token_secret=site.info['token_secret'], ca_file=site.info['ca_file'])
     data.update(options)
-    return dict((k, v) for k, v in data.items() if v is not None)
+    return {k: v for k, v in data.items() if v is not None}
 
 
 def hosts_of(data, group):
@@ -244,7 +244,7 @@ def host_result(run, host):
 def test_adhoc_commands_reach_the_workspaces_with_host_key_checking_on(site, tmp_path):
     live = ['ws-broken', 'ws-ready']  # both got past the ssh step: their host keys are recorded
     with Journal.open(site.journal_path, create=False) as journal:
-        keys = dict((name, journal.get_workspace(name)['facts']['host_key']) for name in live)
+        keys = {name: journal.get_workspace(name)['facts']['host_key'] for name in live}
 
     run, known_hosts = adhoc(site, tmp_path, site.journal_path, 'workspaces:!status_destroying', '-m',
                              'ansible.builtin.ping')

@@ -107,13 +107,13 @@ def test_two_controllers_share_one_postgresql_journal(site):
     # No lost update: every record is what the runs did, every queue entry ended, the cluster agrees.
     names = ['two-a1', 'two-b1', 'two-k']
     with site.journal() as journal:
-        records = dict((name, journal.get_workspace(name)) for name in names)
+        records = {name: journal.get_workspace(name) for name in names}
         running = [e for name in names for e in entries_of(journal, name) if e['state'] in ('queued', 'running')]
     assert [records[name]['status'] for name in names] == ['destroyed', 'ready', 'ready']
     assert running == []
     found, leaks, view = invariants.check(site, names, foreign_before, site.requests(), site.secret(), clones,
                                           site.since)
-    assert found == dict((key, []) for key in invariants.NAMES), found
+    assert found == {key: [] for key in invariants.NAMES}, found
     assert leaks == {}
     assert sorted(name for name in view.ours.values() if name in names) == ['two-b1', 'two-k']
     # The journal lives in the database only.

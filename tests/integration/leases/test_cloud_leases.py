@@ -76,7 +76,7 @@ def sweep(site, **extra):
     run = site.playbook('expire.yml', fleet=False, **extra)
     assert run.ok, run.explain()
     result = run.task('Release what expired')
-    return dict((e['workspace'], e['action']) for e in result['entries'] if e['workspace']), result['report']
+    return {e['workspace']: e['action'] for e in result['entries'] if e['workspace']}, result['report']
 
 
 def restart_lease(site, name):
@@ -108,7 +108,7 @@ def test_leases_on_the_cloud(site):
         work: own(WORKING_AGENT, ttl=ttl, idle_timeout=work_idle), idle: own(DONE_AGENT, ttl=600),
         kept: own(DONE_AGENT, ttl=600, keep=True), debt: own(DONE_AGENT, ttl=600)}, repo=site.repo)
     assert created.ok, created.explain()
-    records = dict((name, site.workspace(name)) for name in (work, idle, kept, debt))
+    records = {name: site.workspace(name) for name in (work, idle, kept, debt)}
     assert all(ws['status'] == 'ready' and ws['provider'] == kind for ws in records.values()), records
     assert records[kept]['lease']['keep'] is True
     records[work] = restart_lease(site, work)

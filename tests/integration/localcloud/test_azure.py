@@ -36,7 +36,7 @@ def az(localcloud):
             info['azure']['seed'])
 
 
-class Raw(object):
+class Raw:
     """Plain HTTPS to the fake with our bearer token: to see statuses and headers the SDK hides."""
 
     def __init__(self, info):
@@ -89,7 +89,7 @@ def vm_model(seed, name, nic_id, key, disk_delete=None, nic_delete=None, size=No
 
 
 def resources(cloud, kind=None):
-    return dict((r['name'], r) for r in cloud.azure('resources') if kind is None or r['kind'] == kind)
+    return {r['name']: r for r in cloud.azure('resources') if kind is None or r['kind'] == kind}
 
 
 def wait(predicate, timeout=10):

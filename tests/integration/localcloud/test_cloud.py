@@ -92,9 +92,9 @@ def test_seed_has_what_a_workspace_and_the_foreign_checks_need(localcloud):
     ssm = localcloud.ec2(service='ssm')
     assert ssm.get_parameter(Name=seed['image_parameter'])['Parameter']['Value'] == seed['image_id']
     foreign = seed['foreign_instances']
-    tags = dict((i['InstanceId'], dict((t['Key'], t['Value']) for t in i.get('Tags', [])))
-                for r in ec2.describe_instances(InstanceIds=list(foreign.values()))['Reservations']
-                for i in r['Instances'])
+    tags = {i['InstanceId']: {t['Key']: t['Value'] for t in i.get('Tags', [])}
+            for r in ec2.describe_instances(InstanceIds=list(foreign.values()))['Reservations']
+            for i in r['Instances']}
     assert tags[foreign['untagged']] == {}
     assert tags[foreign['other_tags']]['team'] == 'data'
     assert tags[foreign['tag_copy']]['ephemera:marker'].startswith('ephemera-workspace: v2 ')
@@ -239,7 +239,7 @@ def test_foreign_client_copies_tags_with_a_marker_no_controller_made(localcloud)
         {'Key': 'ephemera:workspace', 'Value': 'ours'}, {'Key': 'ephemera:marker', 'Value': 'original'}]}])
     made = localcloud.foreign_create(copy_tags_of=source['InstanceId'])
     copy = describe(localcloud.foreign_ec2(), made['instance_ids'][0])
-    tags = dict((t['Key'], t['Value']) for t in copy['Tags'])
+    tags = {t['Key']: t['Value'] for t in copy['Tags']}
     assert tags['ephemera:workspace'] == 'ours'
     assert tags['ephemera:marker'] not in ('original', '') and tags['ephemera:marker'].startswith('ephemera-workspace:')
 

@@ -69,7 +69,7 @@ def test_restart_keeps_the_datacenter(tmp_path):
         assert (again['password'], again['token_secret'], again['ca_file']) == (
             info['password'], info['token_secret'], info['ca_file'])
         api = proxmox(again)
-        resources = dict((r['vmid'], r) for r in api.cluster.resources.get(type='vm'))
+        resources = {r['vmid']: r for r in api.cluster.resources.get(type='vm')}
         assert resources[running]['status'] == 'running'
         assert resources[running]['pool'] == info['pool']
         assert resources[stopped]['status'] == 'stopped'

@@ -92,7 +92,7 @@ def test_community_proxmox_modules(localpve, tmp_path):
     assert all(report[step]['changed'] for step in ('cloned', 'started', 'stopped', 'deleted'))
     proxmox_vms = report['info']['proxmox_vms']
     assert [vm['vmid'] for vm in proxmox_vms] == [vmid]
-    eth0 = dict((nic['name'], nic) for nic in proxmox_vms[0]['network'])['eth0']
+    eth0 = {nic['name']: nic for nic in proxmox_vms[0]['network']}['eth0']
     address = eth0['ip-addresses'][0]
     assert eth0['inet'] == '{0}/{1}'.format(address['ip-address'], address['prefix'])
     assert address['ip-address'].startswith(info['api_host'].rsplit('.', 1)[0] + '.')

@@ -119,7 +119,7 @@ def test_foreign_containers_in_and_outside_the_pool(localpve):
     api = proxmox(info)
     inside = localpve.foreign_create(pool=info['pool'], start=True)
     outside = localpve.foreign_create(how='create', node='pve2')
-    resources = dict((r['vmid'], r) for r in api.cluster.resources.get(type='vm'))
+    resources = {r['vmid']: r for r in api.cluster.resources.get(type='vm')}
     assert resources[inside['vmid']]['pool'] == info['pool']
     assert resources[inside['vmid']]['status'] == 'running'
     assert 'pool' not in resources[outside['vmid']]

@@ -55,8 +55,8 @@ def test_the_scenarios_pass_with_the_checkouts_collection_beside_a_stale_copy(tm
     before = digest(stale)
     state = tmp_path / 'state'
     state.mkdir()
-    env = dict((k, v) for k, v in os.environ.items()
-               if not k.startswith(('ANSIBLE_', 'EPHEMERA_', 'LOCALPVE_', 'MOLECULE_')))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(('ANSIBLE_', 'EPHEMERA_', 'LOCALPVE_', 'MOLECULE_'))}
     env.update(HOME=str(home), PATH=BIN + os.pathsep + env.get('PATH', ''), EPHEMERA_COLLECTIONS_PATH=collections_path(),
                EPHEMERA_MOLECULE_DIR=str(state), EPHEMERA_MOLECULE_HOST=pick_host(), ANSIBLE_NOCOLOR='1',
                NO_COLOR='1')
@@ -84,7 +84,7 @@ def test_the_scenarios_pass_with_the_checkouts_collection_beside_a_stale_copy(tm
     assert status.returncode != 0 or '"running": false' in status.stdout, status.stdout
     from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
     with Journal.open(str(state / 'journal.sqlite'), readonly=True) as journal:
-        records = dict((ws['name'], ws['status']) for ws in journal.list_workspaces())
+        records = {ws['name']: ws['status'] for ws in journal.list_workspaces()}
     assert records == {'mol-create': 'destroyed', 'mol-destroy': 'destroyed', 'mol-archive': 'destroyed'}, records
     # The postgresql scenario's workspace was recorded in its database alone, and destroyed by its cleanup, which
     # stopped the server.

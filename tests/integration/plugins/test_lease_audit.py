@@ -53,7 +53,7 @@ def seed(path):
         make(journal, 'ws-done', times['done'], status='destroyed', desired_state='destroyed', resource_id=108,
              cleanup=leasing.cleanup_succeeded({}, base - 8000))
         journal.create_workspace('ws-old', status='ready', resource_id=109)
-    shown = dict((key, leasing.format_time(value)) for key, value in times.items())
+    shown = {key: leasing.format_time(value) for key, value in times.items()}
     shown.update(debt_retry=leasing.format_time(leasing.parse_time(debt['next_retry'])),
                  debt_at=leasing.format_time(leasing.parse_time(debt['updated_at'])))
     return base, shown
@@ -166,7 +166,7 @@ def test_all_lists_every_workspace_statuses_select_and_check_mode_reads_the_same
     assert [e['name'] for e in every['entries']] == ['ws-creating', 'ws-destroying', 'ws-done', 'ws-expired',
                                                      'ws-failed', 'ws-live', 'ws-old', 'ws-protected', 'ws-retained']
     assert every['report'][0] == 'lease audit: 2 pending, 2 failed, 1 retained, 1 expired, 1 complete, 2 none'
-    lines = dict((line.split(':', 1)[0], line) for line in every['report'][1:])
+    lines = {line.split(':', 1)[0]: line for line in every['report'][1:]}
     assert lines['ws-live'] == ('ws-live: none (status ready): no cleanup asked for; its lease runs until %s, then '
                                 'the expiry sweep releases it' % t['live'])
     assert lines['ws-done'] == 'ws-done: complete (status destroyed): deletion confirmed; nothing to do'

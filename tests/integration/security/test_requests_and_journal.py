@@ -27,7 +27,7 @@ def reconcile(site):
 
 
 def containers(site):
-    return dict((int(g['vmid']), g) for g in site.cluster.api().get('/cluster/resources', type='vm'))
+    return {int(g['vmid']): g for g in site.cluster.api().get('/cluster/resources', type='vm')}
 
 
 def config(site, vmid):
@@ -41,7 +41,7 @@ def test_a_crafted_description_on_a_tagged_container_does_not_stop_reconcile(sit
     crafted = '%s v1 workspace=sec-live controller=%s vmid=%d token=%s' % (ownership.PREFIX, ours, 4242, '\u00e9' * 64)
     vmid = site.cluster.control.foreign_create(pool=site.cluster.info['pool'], description=crafted)['vmid']
     found = reconcile(site)
-    kinds = dict((f['workspace'] or f['vmid'], f['kind']) for f in found['findings'])
+    kinds = {f['workspace'] or f['vmid']: f['kind'] for f in found['findings']}
     assert kinds['sec-live'] == 'ok' and kinds['sec-gone'] == 'ok'
     assert kinds[vmid] == 'foreign'
     assert vmid in containers(site)

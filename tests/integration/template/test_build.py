@@ -84,7 +84,7 @@ def build(ctl, timeout=600, smoke=False, **extra):
 
 def every_guest(ctl):
     """{vmid: /cluster/resources entry} of every container, templates too."""
-    return dict((int(g['vmid']), g) for g in ctl.api.cluster.resources.get(type='vm'))
+    return {int(g['vmid']): g for g in ctl.api.cluster.resources.get(type='vm')}
 
 
 def records(ctl):

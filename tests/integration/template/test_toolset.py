@@ -208,7 +208,7 @@ def test_a_rebuild_downloads_no_debian_package_again(toolset_template):
     assert after['misses'] == before['misses'], (before, after)
     assert after['hits'] - before['hits'] >= 2, (before, after)
     again = current_version(ctl, NAME + '-again')['tools']
-    assert again == dict((k, toolset_template.tools[k]) for k in ('git', 'jq', 'rg'))
+    assert again == {k: toolset_template.tools[k] for k in ('git', 'jq', 'rg')}
     print('default toolset: first build %.1f s; a build of git, jq and ripgrep after it %.1f s (%d files from the apt '
           'cache)'
           % (toolset_template.seconds, seconds, after['hits'] - before['hits']))

@@ -109,7 +109,7 @@ def test_a_machine_is_ours_only_when_its_marker_binds_its_own_name():
 def test_leaks_are_ours_without_a_record_a_destroyed_one_or_one_naming_another_machine():
     class View:
         ours = {'m1': 'w1', 'm2': 'w2', 'm3': 'w3', 'm4': 'w4'}
-        instances = dict((m, {'id': m}) for m in ours)
+        instances = {m: {'id': m} for m in ours}
     records = {'w2': {'status': 'destroyed', 'resource_id': 'm2'}, 'w3': {'status': 'ready', 'resource_id': 'm9'},
                'w4': {'status': 'ready', 'resource_id': 'm4'}}
     assert cloud.leaks(gcp.GcpAdapter(), View, records) == {

@@ -33,7 +33,7 @@ def job(tmp_path_factory):
             shutil.copy2(os.path.join(ROOT, name), str(target))
     home = top / 'home'
     home.mkdir()
-    env = dict((k, v) for k, v in os.environ.items() if not k.startswith('ANSIBLE_'))
+    env = {k: v for k, v in os.environ.items() if not k.startswith('ANSIBLE_')}
     env.update(HOME=str(home), ANSIBLE_COLLECTIONS_SCAN_SYS_PATH='0', ANSIBLE_NOCOLOR='1',
                PATH=BIN + os.pathsep + env.get('PATH', ''))
     return dict(top=top, project=project, env=env)

@@ -68,7 +68,7 @@ def built(tmp_path_factory):
 @pytest.fixture(scope='module')
 def members(built):
     with tarfile.open(built) as tar:
-        return dict((member.name.rstrip('/'), member) for member in tar.getmembers())
+        return {member.name.rstrip('/'): member for member in tar.getmembers()}
 
 
 def read(built, name):
@@ -273,7 +273,7 @@ def planted(tmp_path_factory):
 
 def contents_of(tarball):
     with tarfile.open(tarball) as tar:
-        return dict((m.name.rstrip('/'), tar.extractfile(m).read() if m.isfile() else b'') for m in tar.getmembers())
+        return {m.name.rstrip('/'): tar.extractfile(m).read() if m.isfile() else b'' for m in tar.getmembers()}
 
 
 def assert_no_state(members, state, found):

@@ -139,7 +139,7 @@ def test_the_python_requirements_are_the_collections_and_psycopg(context):
 
 def test_the_system_packages_are_openssh_client_and_git(context):
     generated = requirement_lines(str(context / '_build' / 'bindep.txt'))
-    packages = dict((line.split()[0], line) for line in generated)
+    packages = {line.split()[0]: line for line in generated}
     assert set(packages) == {'openssh-client', 'openssh-clients', 'git'}
     assert 'platform:dpkg' in packages['openssh-client'] and 'platform:rpm' in packages['openssh-clients']
 

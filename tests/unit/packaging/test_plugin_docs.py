@@ -17,10 +17,11 @@ import re
 import pytest
 import yaml
 
+from tests.plugin_imports import imported_files
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PLUGINS = os.path.join(ROOT, 'plugins')
 MODULE_UTILS = os.path.join(PLUGINS, 'module_utils')
-PACKAGE = 'ansible_collections.ephemera.workspaces.plugins.'
 MODULES = sorted(glob.glob(os.path.join(PLUGINS, 'modules', '*.py')))
 MODULE_NAMES = [os.path.basename(path)[:-3] for path in MODULES]
 # The two families of errors whose facts a module's failure result carries and a playbook acts on: what the
@@ -75,36 +76,6 @@ def returns(path):
 
 
 # ------------------------------------------------------------------------------------------- the code
-
-def file_of(dotted):
-    """The file of a dotted name inside this collection, or None (an imported class or function: not a file)."""
-    if not dotted.startswith(PACKAGE):
-        return None
-    base = os.path.join(PLUGINS, *dotted[len(PACKAGE):].split('.'))
-    for candidate in (base + '.py', os.path.join(base, '__init__.py')):
-        if os.path.isfile(candidate):
-            return candidate
-    return None
-
-
-def imported_files(path):
-    """The collection's files that ``path`` imports: its import statements, at the top or in a function, and
-    module paths named in strings (a provider's package, imported by name when it is used)."""
-    found = set()
-    for node in ast.walk(parse(path)):
-        names = []
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + ['%s.%s' % (node.module, alias.name) for alias in node.names]
-        elif isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            names = [node.value]
-        for name in names:
-            target = file_of(name)
-            if target and target != path:
-                found.add(target)
-    return found
-
 
 @functools.lru_cache(maxsize=None)
 def reached(path):

@@ -46,7 +46,7 @@ def test_a_kill_exported_in_a_shell_kills_the_run_and_never_the_shell(tmp_path):
               'kill $!')
     done = subprocess.run(['bash', '-c', script, sys.executable, RUN], env=env, capture_output=True, text=True,
                           timeout=60, check=False)
-    out = dict((line.split()[0], line.split()[1:]) for line in done.stdout.splitlines())
+    out = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()}
     assert out['shell'] == ['survived', '137'], done.stdout + done.stderr
     assert 'run' not in out and out['still'] == ['alive']
     assert not alive(int(out['child'][0]))

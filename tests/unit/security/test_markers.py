@@ -100,7 +100,7 @@ def test_a_crafted_description_on_a_tagged_container_does_not_stop_reconcile(sit
                                                        'description': crafted(vmid='170', token='é' * 64)})
     site.pve.add_ct(171, 'crafted-2', pool=POOL, config={'description': crafted(vmid='１７１')})
     report = Reconciler(site.journal, site.provider, SECRET, PARAMS).run()
-    found = dict((f['workspace'] or f['vmid'], (f['kind'], f['detail'])) for f in report['findings'])
+    found = {f['workspace'] or f['vmid']: (f['kind'], f['detail']) for f in report['findings']}
     assert found['s-ready'][0] == 'ok' and found[vmid] if vmid in found else True
     assert found[170] == ('foreign', 'in the pool but not ours (forged)')
     assert found[171] == ('foreign', 'in the pool but not ours (forged)')
@@ -151,7 +151,7 @@ def test_a_workspace_made_before_nonces_is_still_destroyed(site):
     """Back-compat: a record with no nonce and its container with a version 1 marker."""
     ws = create(site, 's-legacy')
     vmid = ws['vmid']
-    facts = dict((k, v) for k, v in ws['facts'].items() if k != 'marker_nonce')
+    facts = {k: v for k, v in ws['facts'].items() if k != 'marker_nonce'}
     site.journal.update_workspace('s-legacy', ws['generation'], facts=facts)
     site.pve.ct(vmid).config['description'] = ownership.render(SECRET, CONTROLLER, 's-legacy', vmid)
     destroy(site, 's-legacy')
@@ -187,6 +187,6 @@ def test_one_container_that_cannot_be_checked_does_not_stop_reconcile(site, monk
         return find(vmid, node, search)
     monkeypatch.setattr(site.provider, 'find', failing_find)
     report = Reconciler(site.journal, site.provider, SECRET, PARAMS).run()
-    found = dict((f['workspace'], (f['kind'], f['detail'])) for f in report['findings'] if f['workspace'])
+    found = {f['workspace']: (f['kind'], f['detail']) for f in report['findings'] if f['workspace']}
     assert found['s-second'][0] == 'ok'
     assert found['s-first'][0] == 'unreadable' and 'ValueError' in found['s-first'][1]

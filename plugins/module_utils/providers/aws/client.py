@@ -12,9 +12,6 @@ transient; a timeout or reset after it went out is an unknown outcome for a call
 ``*.NotFound`` of an instance id is not found; everything else is a refusal with AWS's message and what to do.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import random
 import re
 import time

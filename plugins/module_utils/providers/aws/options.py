@@ -4,13 +4,12 @@
 """The options of doc fragment ephemera.workspaces.aws: which provider a module talks to, and how it reaches EC2
 and launches instances there. No SDK is imported here."""
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 from ansible.module_utils.basic import env_fallback
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import PROVIDER_ENV
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import PROVIDER_ENV
 
+# An EC2 client serves one region (Provider.location_option).
+LOCATION_OPTION = 'aws_region'
 PROVIDER_CHOICES = ['proxmox', 'aws', 'hetzner', 'azure', 'gcp']
 
 

@@ -24,9 +24,6 @@ learning it, ``InvalidInstanceID.NotFound`` means "not visible yet", never "abse
 NotFound once the window has passed).
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import base64
 import re
 import time
@@ -36,6 +33,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import cloud
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import hostkeys
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws import options
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.client import (
     ENDPOINT_ENV,
     REGION_ENV,
@@ -94,7 +92,7 @@ def instance_number(client_token, instance_id):
 
 
 def tags_of(instance):
-    return dict((t.get('Key'), t.get('Value')) for t in instance.get('Tags') or [])
+    return {t.get('Key'): t.get('Value') for t in instance.get('Tags') or []}
 
 
 def task_handle(action, region, instance_id, at=None):
@@ -107,9 +105,6 @@ def parse_handle(text):
     if len(parts) != 5 or parts[0] != KIND:
         raise ValueError('not an EC2 task handle: %r' % (text,))
     return parts[1], parts[2], parts[3], int(parts[4])
-
-
-TaskResult = cloud.TaskResult
 
 
 def address_of(instance, kind='public'):
@@ -149,7 +144,7 @@ class AwsProvider(cloud.CloudProvider):
     """The provider seam over EC2 in one region (``ec2``: an :class:`Ec2`)."""
 
     name = NAME
-    location_option = base.LOCATION_OPTIONS[NAME]
+    location_option = options.LOCATION_OPTION
     kind = KIND
     noun = 'instance'
     candidate_noun = 'An EC2 client token'
@@ -164,7 +159,7 @@ class AwsProvider(cloud.CloudProvider):
 
     def __init__(self, ec2, secret=None, launch=None, visibility_window=DEFAULT_VISIBILITY_WINDOW,
                  absence_window=DEFAULT_ABSENCE_WINDOW, sleep=time.sleep):
-        super(AwsProvider, self).__init__(secret)
+        super().__init__(secret)
         self.ec2 = ec2
         self.launch = dict(launch or {})
         self.visibility_window = visibility_window
@@ -269,7 +264,7 @@ class AwsProvider(cloud.CloudProvider):
 
     def labels(self, resource):
         tags = tags_of(resource.native or {})
-        return dict((k, tags[tag_label(k)]) for k in LABEL_KEYS if tag_label(k) in tags)
+        return {k: tags[tag_label(k)] for k in LABEL_KEYS if tag_label(k) in tags}
 
     def write_labels(self, resource, labels):
         ids = [resource.id] + self._volumes(resource)
@@ -701,7 +696,7 @@ class AwsProvider(cloud.CloudProvider):
         action, region, instance_id, at = parse_handle(handle)
         if action not in ('image', 'unimage'):
             self.learned.setdefault(instance_id, at)
-        return super(AwsProvider, self).wait(handle, timeout)
+        return super().wait(handle, timeout)
 
 
 def user_data(public_key):

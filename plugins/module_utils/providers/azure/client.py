@@ -13,9 +13,6 @@ onto the seam's kinds, and long-running operations polled by our own rules:
 Credentials never leave this file: no message, handle or record holds a secret.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import json
 import os
 import time
@@ -109,7 +106,7 @@ def judge_location(status, body):
 def operation_of(status, headers):
     """The polling URLs of an answer to a PUT or DELETE ({'async': url, 'location': url}), or None when the answer
     itself is final (no polling header on a 200, 201 or 204)."""
-    heads = dict((k.lower(), v) for k, v in (headers or {}).items())
+    heads = {k.lower(): v for k, v in (headers or {}).items()}
     op = {'async': heads.get('azure-asyncoperation'), 'location': heads.get('location')}
     if op['async'] or op['location']:
         return op
@@ -223,7 +220,7 @@ class Arm:
                                           'azure_client_id (or AZURE_TENANT_ID and AZURE_CLIENT_ID).')
             credential = ClientSecretCredential(tenant, client_id, client_secret, **ident)
         else:
-            credential = DefaultAzureCredential(**dict((k, v) for k, v in ident.items() if k != 'connection_verify'))
+            credential = DefaultAzureCredential(**{k: v for k, v in ident.items() if k != 'connection_verify'})
         options = {'retry_total': retry_total}
         if endpoint:
             options['base_url'] = endpoint.rstrip('/')
@@ -391,7 +388,7 @@ class Arm:
                     if status == 404:
                         return None
                     if status >= 400:
-                        heads = dict((k.lower(), v) for k, v in dict(response.headers).items())
+                        heads = {k.lower(): v for k, v in dict(response.headers).items()}
                         text = 'The serial log at %s answered HTTP %d %s' % (host, status,
                                                                              heads.get('x-ms-error-code') or '')
                         if status in (401, 403):

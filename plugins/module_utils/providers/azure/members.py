@@ -17,9 +17,6 @@ durable (the journal) and raise when it cannot write, which stops the work and l
 ``debt``        sentences of what was left for a person, newest last
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import base64
 import copy
 import hashlib
@@ -338,7 +335,7 @@ class WorkspaceSet:
 
     def bind(self):
         self.record['binding'] = {'vm_id': self.record['ids'][VM], 'name': self.plan['names'][VM],
-                                  'tags': dict((k, self.plan['tags'][VM].get(k)) for k in planning.BOUND_TAGS)}
+                                  'tags': {k: self.plan['tags'][VM].get(k) for k in planning.BOUND_TAGS}}
         self.save()
 
     def check_binding(self):
@@ -374,7 +371,7 @@ class WorkspaceSet:
                 # A PUT whose outcome is unknown (its answer lost, or the run stopped after recording it) may
                 # still show: its absence counts only once its lost-answer window has passed.
                 self._look_again(member)
-        found = dict((m, self.read(m)) for m in DELETE_ORDER if m not in self.record['claims'])
+        found = {m: self.read(m) for m in DELETE_ORDER if m not in self.record['claims']}
         verdict, what = planning.classify_prefix(self.record, found)
         if verdict == planning.REPORT:
             raise self.debt('The creation of set %s stopped early and what stands is not ours to delete alone: %s. '
@@ -637,7 +634,7 @@ def sweep(arm, subscription, group, state, retained, now, grace, location=None, 
     judged = survey(inventory(arm, subscription, group), state, bind, now, grace, location)
     return {'candidates': [b for b, j in judged.items() if j['verdict'] == CANDIDATE],
             'waiting': [b for b, j in judged.items() if j['verdict'] == QUARANTINED],
-            'report': dict((b, j['why']) for b, j in judged.items() if j['verdict'] == REPORT_ONLY)}
+            'report': {b: j['why'] for b, j in judged.items() if j['verdict'] == REPORT_ONLY}}
 
 
 def fresh_print(arm, record):
@@ -672,7 +669,7 @@ class QuarantineStore:
         self._loaded = {}
         for key, value, generation in self.journal.provider_states(self.prefix):
             self._loaded[key[len(self.prefix):]] = (copy.deepcopy(value), generation)
-        return dict((b, copy.deepcopy(v)) for b, (v, g) in self._loaded.items())
+        return {b: copy.deepcopy(v) for b, (v, g) in self._loaded.items()}
 
     def save(self, state):
         """Write what changed since load: new and changed entries, and drop the forgotten ones."""

@@ -7,9 +7,6 @@ workspace's four resources are made of. No SDK is imported here.
 Credentials are Azure's own: AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_CLIENT_SECRET and AZURE_SUBSCRIPTION_ID, or
 whatever DefaultAzureCredential finds when no client secret is given."""
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 from ansible.module_utils.basic import env_fallback
 
 DEFAULT_GRACE = 900

@@ -8,9 +8,6 @@ the planned identity a create records before its first PUT, what a fresh read of
 is deleted, the creation-prefix cases, and the orphan sweep's exact groups, fingerprints and quarantine.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import hashlib
 import json
 import re
@@ -28,7 +25,7 @@ MEMBERS = DELETE_ORDER
 SUFFIX = {VM: '-vm', NIC: '-nic', PIP: '-pip', DISK: '-osdisk'}
 TYPES = {VM: 'Microsoft.Compute/virtualMachines', NIC: 'Microsoft.Network/networkInterfaces',
          PIP: 'Microsoft.Network/publicIPAddresses', DISK: 'Microsoft.Compute/disks'}
-KIND_OF_TYPE = dict((v.lower(), k) for k, v in TYPES.items())
+KIND_OF_TYPE = {v.lower(): k for k, v in TYPES.items()}
 
 TAG_PREFIX = 'ephemera:'
 TAG_MARKER = 'ephemera:marker'
@@ -72,7 +69,7 @@ def check_base(base, workspace=None):
 
 def names(base):
     """{member: canonical name} of the set ``base``."""
-    return dict((m, base + SUFFIX[m]) for m in MEMBERS)
+    return {m: base + SUFFIX[m] for m in MEMBERS}
 
 
 def check_resource_group(group):
@@ -131,7 +128,7 @@ def plan(workspace, base, group, location, marker, scope, labels=None, extra=Non
     for key, value in (labels or {}).items():
         common[TAG_PREFIX + key] = str(value)
     return {'subscription': subscription, 'resource_group': group, 'location': location, 'base': base,
-            'names': names(base), 'tags': dict((m, member_tags(common, m)) for m in MEMBERS)}
+            'names': names(base), 'tags': {m: member_tags(common, m) for m in MEMBERS}}
 
 
 def resource_id(subscription, group, member, name):
@@ -360,7 +357,7 @@ def exact_group(base, group, location=None):
     if reason:
         return 'VM of set %s: %s' % (base, reason)
     vm, nic, pip, disk = (attachments(m, group[m]) for m in (VM, NIC, PIP, DISK))
-    ids = dict((m, (group[m].get('id') or '').lower()) for m in MEMBERS)
+    ids = {m: (group[m].get('id') or '').lower() for m in MEMBERS}
     if (vm['nics'] != [ids[NIC]] or vm['os_disk'] != ids[DISK] or nic['vm'] != ids[VM] or nic['pips'] != [ids[PIP]]
             or pip['nic'] != ids[NIC] or disk['vm'] != ids[VM] or 'Delete' in nic['pip_delete']):
         return 'set %s does not have the canonical topology' % base

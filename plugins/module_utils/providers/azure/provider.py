@@ -15,9 +15,6 @@ before the next request goes out; each write is a named commit point of the cras
 on a delete handle ticks the set's deletion until it is gone.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import copy
 import hashlib
 import re
@@ -27,6 +24,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import ClaimLostError, JournalError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, hostkeys
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import orphans
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import plan as planning
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.client import Arm, option, steady
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.plan import (
@@ -149,8 +147,8 @@ class SetStore:
 
     def records(self):
         """{base: record} of every set the journal holds."""
-        return dict((key[len(STATE_PREFIX):], value)
-                    for key, value, dummy in self._journal().provider_states(STATE_PREFIX))
+        return {key[len(STATE_PREFIX):]: value
+                for key, value, dummy in self._journal().provider_states(STATE_PREFIX)}
 
     def save(self, record):
         base_name = record['plan']['base']
@@ -169,18 +167,6 @@ class SetStore:
                                      'more was sent; the set stays as it is, as cleanup debt, for the next run.'
                                      % (base_name, err))
         self._held[base_name] = (generation, copy.deepcopy(record))
-
-
-class TaskResult:
-    def __init__(self, handle, status='stopped', exitstatus='OK'):
-        self.upid = handle
-        self.status = status
-        self.exitstatus = exitstatus
-        self.succeeded = exitstatus == 'OK'
-        self.warnings = 0
-        self.warning_lines = []
-        self.log_tail = []
-        self.elapsed = 0.0
 
 
 def launch_options(params):
@@ -231,7 +217,7 @@ class AzureProvider(base.Provider):
 
     def __init__(self, arm, secret=None, launch=None, store=None, lost_window=120, timeout=900,
                  sleep=time.sleep):
-        super(AzureProvider, self).__init__(secret)
+        super().__init__(secret)
         self.arm = arm
         self.launch = dict(launch or {})
         self.store = store or SetStore()
@@ -259,6 +245,11 @@ class AzureProvider(base.Provider):
     def use_journal(self, journal, claim=None, workspace=None):
         """Keep the sets' progress in ``journal``; the writes for ``workspace``'s set carry the run's ``claim``."""
         self.store.use(journal, claim, workspace)
+
+    def set_sweep(self, journal, params, counting=False, now=None):
+        """The orphan sweep of the resource group (providers/azure/orphans.py), its grace period from the option
+        azure_orphan_grace."""
+        return orphans.AzureOrphans(journal, self, params.get('azure_orphan_grace'), counting=counting, now=now)
 
     def with_secret(self, secret):
         return AzureProvider(self.arm, secret, self.launch, self.store, self.lost_window, self.timeout, self.sleep)
@@ -305,7 +296,7 @@ class AzureProvider(base.Provider):
 
     def labels(self, resource):
         tags = (resource.native or {}).get('tags') or {}
-        return dict((k, tags[TAG_PREFIX + k]) for k in planning.LABEL_KEYS if TAG_PREFIX + k in tags)
+        return {k: tags[TAG_PREFIX + k] for k in planning.LABEL_KEYS if TAG_PREFIX + k in tags}
 
     def write_labels(self, resource, labels):
         record = self._record(base_of(resource.id))
@@ -562,7 +553,7 @@ class AzureProvider(base.Provider):
         if action == 'create':
             ws.create()
             ws.check_binding()
-            return TaskResult(handle)
+            return base.TaskResult(handle)
         label = self.label(base_name)
         if action == 'delete':
             def probe(remaining):
@@ -576,7 +567,7 @@ class AzureProvider(base.Provider):
             result = waiter.wait_for(probe, timeout, steady(1.0), sleep=self.sleep,
                                      what=lambda last: ('the delete of %s' % label, last and '%s is %s' % last))
             if result.ok:
-                return TaskResult(handle)
+                return base.TaskResult(handle)
             member, state = result.value or ('a member', 'not gone')
             err = base.TaskTimeout('%s: deleting %s is still %s after %d s. Check it in the resource group\'s '
                                    'activity log, then run again: the next run goes on with the delete.'
@@ -591,7 +582,7 @@ class AzureProvider(base.Provider):
             result = waiter.wait_for(probe, timeout, steady(1.0), sleep=self.sleep,
                                      what=lambda last: ('%s to be %s' % (label, want), last and 'it is %s' % last))
             if result.ok:
-                return TaskResult(handle)
+                return base.TaskResult(handle)
             err = base.TaskTimeout('%s is not %s after %d s. Check its instance view (power state) and the resource '
                                    'group\'s activity log, then run again.' % (label, want, timeout))
         else:
@@ -603,11 +594,11 @@ class AzureProvider(base.Provider):
         action, base_name, at = parse_handle(handle)
         record = self.store.load(base_name) or {}
         if action == 'create':
-            return TaskResult(handle) if record.get('binding') else TaskResult(handle, 'running', None)
+            return base.TaskResult(handle) if record.get('binding') else base.TaskResult(handle, 'running', None)
         if action == 'delete':
             done = all(m in record.get('claims', {}) or m not in record.get('ids', {}) for m in planning.MEMBERS)
-            return TaskResult(handle) if done else TaskResult(handle, 'running', None)
-        return TaskResult(handle)
+            return base.TaskResult(handle) if done else base.TaskResult(handle, 'running', None)
+        return base.TaskResult(handle)
 
     def close(self):
         pass

@@ -16,9 +16,6 @@ fingerprint that changed) is a conflict too; 401 and 403 are refusals that say t
 permission; everything else is a refusal with Compute Engine's message.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import importlib
 import os
 import random

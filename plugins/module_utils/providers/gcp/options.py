@@ -4,11 +4,10 @@
 """The options of doc fragment ephemera.workspaces.gcp: how a module reaches Compute Engine and launches instances
 there. No SDK is imported here."""
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 from ansible.module_utils.basic import env_fallback
 
+# A Compute Engine connection serves one zone (Provider.location_option).
+LOCATION_OPTION = 'gcp_zone'
 DEPRECATED = dict(removed_in_version='1.0.0', removed_from_collection='ephemera.workspaces')
 
 

@@ -23,9 +23,6 @@ A delete is done when its zone operation is DONE without an error **and** a GET 
 operation DONE with an error is a failure with Compute Engine's message.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import math
 import re
 import time
@@ -36,6 +33,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import le
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import cloud
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import hostkeys
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp import options
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.client import (
     ENDPOINT_ENV,
     PROJECT_ENV,
@@ -117,9 +115,6 @@ def short(url):
     return (url or '').rstrip('/').rsplit('/', 1)[-1]
 
 
-TaskResult = cloud.TaskResult
-
-
 def launch_options(params):
     """The launch settings of module params (doc fragment ephemera.workspaces.gcp), as a request records them."""
     return {
@@ -166,7 +161,7 @@ class GcpProvider(cloud.CloudProvider):
     """The provider seam over Compute Engine in one project and zone (``compute``: a :class:`Compute`)."""
 
     name = NAME
-    location_option = base.LOCATION_OPTIONS[NAME]
+    location_option = options.LOCATION_OPTION
     kind = KIND
     noun = 'instance'
     candidate_noun = 'A Compute Engine instance name'
@@ -182,7 +177,7 @@ class GcpProvider(cloud.CloudProvider):
                        'at boot once guest attributes are enabled, which the collection sets on the instance.')
 
     def __init__(self, compute, secret=None, launch=None, sleep=time.sleep):
-        super(GcpProvider, self).__init__(secret)
+        super().__init__(secret)
         self.compute = compute
         self.launch = dict(launch or {})
         self.sleep = sleep
@@ -221,7 +216,7 @@ class GcpProvider(cloud.CloudProvider):
 
     def labels(self, resource):
         labels = dict((resource.native or {}).get('labels') or {})
-        return dict((k, labels[k]) for k in LABEL_KEYS if k in labels)
+        return {k: labels[k] for k in LABEL_KEYS if k in labels}
 
     def write_labels(self, resource, labels):
         instance = self.compute.get_instance(resource.id)
@@ -377,7 +372,7 @@ class GcpProvider(cloud.CloudProvider):
 
     def _resource(self, instance):
         labels = dict(instance.labels)
-        meta = dict((i.key, i.value) for i in instance.metadata.items)
+        meta = {i.key: i.value for i in instance.metadata.items}
         native = {'labels': labels, 'status': instance.status, 'id': instance.id, 'name': instance.name,
                   'deletion_protection': instance.deletion_protection,
                   'addresses': [(nic.network_i_p, [ac.nat_i_p for ac in nic.access_configs if ac.nat_i_p])

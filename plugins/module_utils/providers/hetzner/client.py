@@ -17,9 +17,6 @@ error code picks the kind: ``rate_limit_exceeded`` transient, ``locked`` and ``c
 refused. Reads are retried on every transient answer.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import random
 import time
 

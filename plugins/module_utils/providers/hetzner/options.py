@@ -4,9 +4,6 @@
 """The options of doc fragment ephemera.workspaces.hetzner: how a module reaches the Hetzner Cloud API and what a
 server is created with. No SDK is imported here."""
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 from ansible.module_utils.basic import env_fallback
 
 

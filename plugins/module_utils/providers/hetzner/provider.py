@@ -18,9 +18,6 @@ handles name what was asked, the server, the action and the owned SSH key
 (``hcloud/<what>/<server id>/<action id>/<key id>/<epoch>``); the destroy records the handle before it waits.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import re
 import time
 
@@ -115,9 +112,6 @@ def marker_text(labels):
     return ' '.join(words)
 
 
-TaskResult = cloud.TaskResult
-
-
 def launch_options(params):
     """The server settings of module params (doc fragment ephemera.workspaces.hetzner), as a request records them."""
     return {
@@ -144,7 +138,7 @@ class HetznerProvider(cloud.CloudProvider):
 
     def __init__(self, api, secret=None, location=None, launch=None, action_timeout=DEFAULT_ACTION_TIMEOUT,
                  sleep=time.sleep):
-        super(HetznerProvider, self).__init__(secret)
+        super().__init__(secret)
         self.api = api
         self.default_location = location
         self.launch = dict(launch or {})
@@ -176,7 +170,7 @@ class HetznerProvider(cloud.CloudProvider):
 
     def labels(self, resource):
         labels = (resource.native or {}).get('labels') or {}
-        return dict((k, labels[LABEL_PREFIX + k]) for k in LEASE_KEYS if LABEL_PREFIX + k in labels)
+        return {k: labels[LABEL_PREFIX + k] for k in LEASE_KEYS if LABEL_PREFIX + k in labels}
 
     def write_labels(self, resource, labels):
         current = dict((resource.native or {}).get('labels') or {})

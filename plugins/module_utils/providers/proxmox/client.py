@@ -14,9 +14,6 @@ cluster before it decides. Reads (GET) are repeated a few times on failures that
 anything.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import collections
 import contextlib
 import os
@@ -127,7 +124,7 @@ class PveApiError(PveError):
         details = dict(kind=self.kind, method=method, path=path, status=status, pve_message=pve_message,
                        errors=errors, transport=transport)
         details.update(extra)
-        super(PveApiError, self).__init__(message, **dict((k, v) for k, v in details.items() if v is not None))
+        super().__init__(message, **{k: v for k, v in details.items() if v is not None})
         self.method = method
         self.path = path
         self.status = status
@@ -150,7 +147,7 @@ class PveLocked(PveApiError, base.Locked):
     kind = 'locked'
 
     def __init__(self, message, lock=None, **kwargs):
-        super(PveLocked, self).__init__(message, lock=lock, **kwargs)
+        super().__init__(message, lock=lock, **kwargs)
         self.lock = lock
 
 
@@ -206,7 +203,7 @@ class PveTaskFailed(PveError, base.TaskFailed):
         lines = '\n'.join('  ' + line for line in task.log_tail) or '  (the task log is empty)'
         message = ('task {0} failed: {1}\nupid: {2}\nlast lines of the task log:\n{3}'.format(
             task.describe(), task.exitstatus, task.upid, lines))
-        super(PveTaskFailed, self).__init__(message, kind='task_failed', task=task.as_dict())
+        super().__init__(message, kind='task_failed', task=task.as_dict())
         self.task = task
         self.upid = self.task_id = task.upid
         self.exitstatus = task.exitstatus
@@ -230,8 +227,8 @@ class PveTaskTimeout(PveError, base.TaskTimeout):
                        'Check the connection, then wait again.\nupid: {0}'.format(upid, elapsed, timeout))
         if last_error is not None:
             message += '\nlast error: {0}'.format(last_error)
-        super(PveTaskTimeout, self).__init__(message, kind='task_timeout', upid=str(upid),
-                                             task=task.as_dict() if task is not None else None)
+        super().__init__(message, kind='task_timeout', upid=str(upid),
+                         task=task.as_dict() if task is not None else None)
         self.upid = self.task_id = str(upid)
         self.timeout = timeout
         self.elapsed = elapsed
@@ -239,9 +236,9 @@ class PveTaskTimeout(PveError, base.TaskTimeout):
         self.last_error = last_error
 
 
-ERROR_CLASSES = dict((cls.kind, cls) for cls in (
+ERROR_CLASSES = {cls.kind: cls for cls in (
     PveApiError, PveNotFound, PveLocked, PveLockTimeout, PveAlreadyExists, PveParameterError, PvePermissionDenied,
-    PveAuthError, PveTlsError, PveTransient, PveUnreachable, PveUnknownOutcome))
+    PveAuthError, PveTlsError, PveTransient, PveUnreachable, PveUnknownOutcome)}
 
 # What to do next, per kind: the second half of every error message.
 HINTS = {
@@ -364,39 +361,21 @@ class Upid:
         return hash(self.text)
 
 
-_WARNINGS = re.compile(r'^WARNINGS: (\d+)$')
-
-
-class TaskResult:
-    """What is known about a task: the UPID's fields, status, exitstatus and the log lines that matter.
-
-    status is 'running' or 'stopped'; succeeded is None while running, then True for exitstatus OK
-    or 'WARNINGS: n' (warnings holds n, warning_lines the log's WARN lines); log_tail has the last
-    lines of the log of a task that failed or warned; elapsed is the seconds a wait took.
-    """
+class TaskResult(base.TaskResult):
+    """A Proxmox VE task as :class:`base.TaskResult` tells it, with the fields of its UPID (node, type, id, user,
+    starttime): what ephemera.workspaces.pve_task returns (:meth:`as_dict`)."""
 
     FIELDS = ('upid', 'node', 'type', 'id', 'user', 'starttime', 'status', 'exitstatus', 'succeeded', 'warnings',
               'warning_lines', 'log_tail', 'elapsed')
 
     def __init__(self, upid, status, exitstatus=None, elapsed=0.0, log_tail=(), warning_lines=()):
         upid = Upid.parse(upid)
-        self.upid = upid.text
+        super().__init__(upid.text, status, exitstatus, elapsed, log_tail, warning_lines)
         self.node = upid.node
         self.type = upid.type
         self.id = upid.id
         self.user = upid.user
         self.starttime = upid.starttime
-        self.status = status
-        self.exitstatus = exitstatus
-        self.elapsed = round(elapsed, 3)
-        self.log_tail = list(log_tail)
-        self.warning_lines = list(warning_lines)
-        warned = _WARNINGS.match(exitstatus or '')
-        self.warnings = int(warned.group(1)) if warned else 0
-        if status == 'running':
-            self.succeeded = None
-        else:
-            self.succeeded = exitstatus == 'OK' or warned is not None
 
     def describe(self):
         """A short name for messages: 'vzstart 105 on node pve1'."""
@@ -404,7 +383,7 @@ class TaskResult:
 
     def as_dict(self):
         """The documented result of ephemera.workspaces.pve_task (JSON-able)."""
-        return dict((name, getattr(self, name)) for name in self.FIELDS)
+        return {name: getattr(self, name) for name in self.FIELDS}
 
     def __repr__(self):
         return 'TaskResult({0!r}, status={1!r}, exitstatus={2!r})'.format(self.upid, self.status, self.exitstatus)
@@ -416,7 +395,7 @@ class _TicketRejected(Exception):
     """A 401 on a ticket session: the ticket expired or was revoked; one fresh login may cure it."""
 
     def __init__(self, answer):
-        super(_TicketRejected, self).__init__(answer)
+        super().__init__(answer)
         self.answer = answer
 
 

@@ -12,9 +12,6 @@ Everything else raises the client's errors, which are the provider seam's error 
 The cleanup-debt id of a container (``lxc/<vmid>@<node>``) is built and read here only.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
     PveApiError,
     PveNotFound,

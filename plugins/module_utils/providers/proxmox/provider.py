@@ -9,9 +9,6 @@ writes ``hostname`` and ``description`` into the new config before PVE answers, 
 and the marker are one atomic act; the candidate VMID is the idempotency token a rerun looks at.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import re
 import time
 
@@ -102,7 +99,7 @@ class ProxmoxProvider(base.Provider):
     journal_templates = True
 
     def __init__(self, client, secret=None):
-        super(ProxmoxProvider, self).__init__(secret)
+        super().__init__(secret)
         self.client = client
         self.containers = containers.Containers(client)
 
@@ -273,8 +270,8 @@ class ProxmoxProvider(base.Provider):
         net0 = merge_net(config.get('net0'), 'name=eth0,bridge=%s,%s' % (settings.bridge, ip))
         wanted = {'cores': settings.cores, 'memory': settings.memory, 'net0': net0,
                   'tags': ';'.join(sorted(set(settings.tags)))}
-        return dict((k, (config.get(k), v)) for k, v in wanted.items() if str(config.get(k)) != str(v)
-                    and not (k == 'net0' and same_net(config.get(k), v)))
+        return {k: (config.get(k), v) for k, v in wanted.items() if str(config.get(k)) != str(v)
+                and not (k == 'net0' and same_net(config.get(k), v))}
 
     def labels(self, resource):
         return lease_labels_of((resource.native or {}).get('description'))
@@ -293,7 +290,7 @@ class ProxmoxProvider(base.Provider):
 
     def apply_settings(self, resource, changes):
         self.containers.update_config(resource.location, resource.id, resource.native.get('digest'),
-                                      **dict((k, after) for k, (before, after) in changes.items()))
+                                      **{k: after for k, (before, after) in changes.items()})
 
     def start(self, resource):
         return self.containers.start(resource.location, resource.id)

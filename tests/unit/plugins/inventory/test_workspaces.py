@@ -84,7 +84,7 @@ def test_assemble_matches_by_vmid_and_finds_orphans():
                  resource(106, 'renamed-f'), resource(107, 'stray', status='stopped'),
                  resource(108, 'elsewhere', pool='other'), resource(9000, 'tpl', template=1)]
     snap = inv.assemble(records, debts, {}, resources, [POOL])
-    ws = dict((w['name'], w) for w in snap['workspaces'])
+    ws = {w['name']: w for w in snap['workspaces']}
     assert ws['a']['live_status'] == 'running' and ws['a']['tags'] == ['ephemera', 'team']
     assert not ws['a']['needs_address'] and not ws['a']['check_marker']
     assert ws['b']['node'] == 'pve2' and ws['b']['needs_address']
@@ -190,7 +190,7 @@ def test_a_template_builds_candidate_is_no_host_and_no_orphan():
     records = [record('tb-workspace-v2', 'bootstrapping', vmid=120, params=params), record('a', vmid=101)]
     resources = [resource(120, 'agent-tb-workspace-v2'), resource(101, 'agent-a')]
     snap = inv.assemble(records, [], {}, resources, [POOL])
-    entries = dict((w['name'], w) for w in snap['workspaces'])
+    entries = {w['name']: w for w in snap['workspaces']}
     assert snap['orphans'] == []
     assert not inv.wanted(entries['tb-workspace-v2'], {})
     assert not inv.wanted(entries['tb-workspace-v2'], {'status': ['bootstrapping']})
@@ -234,7 +234,7 @@ def test_assemble_cloud_matches_instances_and_reports_orphans_with_why():
     markers = {'i-a': ('a', None), 'i-b': ('b', None), 'i-c': ('c', None), 'i-d': ('someone', None),
                'i-e': ('e', None), 'i-lost': ('lost', None)}
     snap = inv.assemble_cloud('aws', records, [], {}, listing, judge_by(markers))
-    ws = dict((w['name'], w) for w in snap['workspaces'])
+    ws = {w['name']: w for w in snap['workspaces']}
     assert (ws['a']['live_status'], ws['a']['instance_id'], ws['a']['marker']) == ('running', 'i-a', 'verified')
     assert not ws['a']['needs_address'] and ws['b']['live_status'] == 'pending'
     # A create whose instance id is not recorded yet is matched by its verifying marker.
@@ -245,7 +245,7 @@ def test_assemble_cloud_matches_instances_and_reports_orphans_with_why():
     assert ws['e']['live_status'] == 'absent'
     # A region that could not be read keeps the journal's view.
     assert ws['f']['live_status'] == 'unknown' and 'missing' not in inv.cloud_groups(ws['f'])
-    orphans = dict((o['instance_id'], o) for o in snap['orphans'])
+    orphans = {o['instance_id']: o for o in snap['orphans']}
     assert sorted(orphans) == ['i-copy', 'i-d', 'i-e', 'i-lost']
     assert (orphans['i-copy']['reason'], orphans['i-copy']['marker']) == ('not_in_journal', 'forged')
     assert (orphans['i-d']['reason'], orphans['i-d']['marker_workspace']) == ('marker_mismatch', 'someone')
@@ -261,7 +261,7 @@ def test_assemble_cloud_never_matches_an_earlier_life_or_two_candidates():
     listing = {'us-east-1': [instance('i-old'), instance('i-x1'), instance('i-x2')]}
     markers = {'i-old': ('r', before), 'i-x1': ('two', None), 'i-x2': ('two', None)}
     snap = inv.assemble_cloud('aws', records, [], {}, listing, judge_by(markers))
-    ws = dict((w['name'], w) for w in snap['workspaces'])
+    ws = {w['name']: w for w in snap['workspaces']}
     # The instance of an earlier life of r (its marker's nonce is not the record's) is not r's.
     assert (ws['r']['instance_id'], ws['r']['live_status']) == (None, 'absent')
     # Two instances verify for one create: neither is taken for it.
@@ -299,7 +299,7 @@ def test_without_the_secret_an_instance_is_its_workspaces_when_its_marker_names_
         return ownership.UNVERIFIED, named
     records = [aws_record('a', instance='i-a'), aws_record('b', instance='i-b')]
     snap = inv.assemble_cloud('aws', records, [], {}, {'us-east-1': [instance('i-a'), instance('i-b')]}, judge)
-    ws = dict((w['name'], w) for w in snap['workspaces'])
+    ws = {w['name']: w for w in snap['workspaces']}
     assert (ws['a']['live_status'], ws['a']['marker']) == ('running', 'unverified')
     assert (ws['b']['live_status'], ws['b']['marker']) == ('mismatch', 'unverified')
     assert [(o['instance_id'], o['reason']) for o in snap['orphans']] == [('i-b', 'marker_unverified')]

@@ -73,7 +73,7 @@ def wait_activity(r, wanted, timeout=10):
 
 def test_ping_before_brief_is_idle(runner):
     answer = runner.call({'op': 'ping'})
-    assert dict((k, answer[k]) for k in ('ok', 'alive', 'activity', 'briefed', 'version')) == {
+    assert {k: answer[k] for k in ('ok', 'alive', 'activity', 'briefed', 'version')} == {
         'ok': True, 'alive': True, 'activity': 'idle', 'briefed': False, 'version': 2}
     assert answer['agent']['events'] == [] and answer['agent']['session'] is None
 

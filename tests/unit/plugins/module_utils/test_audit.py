@@ -170,7 +170,7 @@ def seeded(path, now):
 
 
 def categories(result):
-    return dict((e['name'], e['category']) for e in result['entries'])
+    return {e['name']: e['category'] for e in result['entries']}
 
 
 def test_the_audit_lists_pending_failed_retained_and_expired(seeded, now):
@@ -186,7 +186,7 @@ def test_the_audit_lists_pending_failed_retained_and_expired(seeded, now):
 
 
 def test_an_entry_carries_the_record_the_retry_and_the_advice(seeded, now):
-    entries = dict((e['name'], e) for e in audit.audit(seeded, now)['entries'])
+    entries = {e['name']: e for e in audit.audit(seeded, now)['entries']}
     assert entries['failed-retry'] == {
         'name': 'failed-retry', 'category': 'failed', 'cleanup_status': 'failed', 'status': 'destroying',
         'desired_state': 'destroyed', 'resource': {'provider': 'proxmox', 'resource_id': 103, 'location': 'pve1'},
@@ -213,7 +213,7 @@ def test_an_entry_carries_the_record_the_retry_and_the_advice(seeded, now):
 
 
 def test_a_debt_gives_the_attempts_error_and_retry_and_an_operator_window_says_so(seeded, now):
-    entries = dict((e['name'], e) for e in audit.audit(seeded, now)['entries'])
+    entries = {e['name']: e for e in audit.audit(seeded, now)['entries']}
     gone = entries['gone-with-debt']
     debt = seeded.cleanup_debts('gone-with-debt')[0]
     assert (gone['cleanup_status'], gone['attempts'], gone['last_error'], gone['needs_operator']) == (
@@ -236,7 +236,7 @@ def test_a_long_retry_window_alone_needs_an_operator(path, now):
         journal.record_cleanup_debt('stuck', 'lxc/101@pve1', STUCK, retry_in=destroy.OPERATOR_RETRY)
         make(journal, 'soon', now - 60, status='destroying', desired_state='destroyed')
         journal.record_cleanup_debt('soon', 'lxc/102@pve1', 'CT 102 is locked (backup)', retry_in=destroy.SOON_RETRY)
-        entries = dict((e['name'], e) for e in audit.audit(journal, now)['entries'])
+        entries = {e['name']: e for e in audit.audit(journal, now)['entries']}
     assert entries['stuck']['needs_operator'] and 'clear its stale lock' in entries['stuck']['advice']
     assert not entries['soon']['needs_operator'] and entries['soon']['advice'].startswith('retried at ')
 
@@ -262,7 +262,7 @@ def test_statuses_select_and_all_lists_every_workspace(seeded, now):
     assert categories(every)['before-leases'] == 'none'
     assert len(every['entries']) == 12
     assert every['report'][0] == 'lease audit: 2 pending, 3 failed, 1 retained, 3 expired, 1 complete, 2 none'
-    entries = dict((e['name'], e) for e in every['entries'])
+    entries = {e['name']: e for e in every['entries']}
     assert entries['live']['advice'] == ('no cleanup asked for; its lease runs until %s, then the expiry sweep '
                                          'releases it' % leasing.format_time(now + 1))
     assert (entries['before-leases']['expires_at'], entries['before-leases']['expires_in']) == (None, None)
@@ -295,7 +295,7 @@ def test_the_audit_writes_nothing(path, now):
 
 def test_an_empty_journal_and_a_damaged_lease(path, now):
     assert audit.audit_records([], now) == {
-        'entries': [], 'counts': dict((c, 0) for c in audit.CATEGORIES), 'places': {},
+        'entries': [], 'counts': {c: 0 for c in audit.CATEGORIES}, 'places': {},
         'report': ['lease audit: 0 pending, 0 failed, 0 retained, 0 expired']}
     with Journal.open(path) as journal:
         journal.create_workspace('broken', status='ready', lease={'ttl': 60})
@@ -318,7 +318,7 @@ def test_fleet_adds_a_line_per_place_and_every_entry_names_its_place(path, now):
                                  cleanup=leasing.cleanup_failed({}, 'server locked', now - 10))
     result = run_in_process('workspace_lease_audit', dict(journal_path=path, fleet=True))
     assert not result.get('failed') and not result['changed'], result
-    assert dict((e['name'], e['place']) for e in result['entries']) == {
+    assert {e['name']: e['place'] for e in result['entries']} == {
         'pve-expired': 'proxmox', 'ec2-expired': 'aws eu-west-1', 'ec2-other': 'aws us-east-1',
         'hz-expired': 'hetzner', 'hz-failed': 'hetzner'}
     assert result['places'] == {'proxmox': {'expired': 1}, 'aws eu-west-1': {'expired': 1},
@@ -333,11 +333,17 @@ def test_fleet_adds_a_line_per_place_and_every_entry_names_its_place(path, now):
 
 
 def test_the_places_name_a_location_exactly_where_a_providers_connection_is_bound_to_one():
-    """The audit names places without loading any provider's code (flows/placing.py); its table is the providers'."""
-    from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
-    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import LOCATION_OPTIONS
-    assert dict((name, providers.provider_class(name).location_option) for name in providers.PROVIDERS
-                if providers.provider_class(name).location_option) == LOCATION_OPTIONS
+    """The audit names a place's location where the provider declares its connections bound to one (its
+    location_option), and for no other provider, nor for a provider name it does not know."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import placing
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
+    bound = {name: registry.provider_class(name).location_option for name in registry.PROVIDERS
+             if registry.provider_class(name).location_option}
+    assert bound == {'aws': 'aws_region', 'gcp': 'gcp_zone'}
+    for name in registry.PROVIDERS:
+        assert placing.place_label(name, 'here-1') == ('%s here-1' % name if name in bound else name)
+    assert placing.place_label('nope', 'here-1') == 'nope'
+    assert placing.place_of({'location': 'pve2'}) == 'proxmox'
 
 
 def test_a_warm_pool_member_is_named_as_one_and_a_workspace_that_took_one_is_not(path, now):
@@ -347,7 +353,7 @@ def test_a_warm_pool_member_is_named_as_one_and_a_workspace_that_took_one_is_not
         make(journal, 'debian-9f8e7d6c', now - 60, status='destroyed', desired_state='destroyed',
              params={'pool_member': {'pool': 'debian'}}, facts={'claimed_by': 'fix-login'})
         result = audit.audit(journal, now, every=True)
-    entries = dict((e['name'], e) for e in result['entries'])
+    entries = {e['name']: e for e in result['entries']}
     assert entries['debian-0a1b2c3d']['warm_pool'] == 'debian'
     assert entries['debian-9f8e7d6c']['warm_pool'] is None
     line = [line for line in result['report'] if line.startswith('debian-0a1b2c3d:')]

@@ -10,7 +10,7 @@ import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import StaleGenerationError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import azure_orphans
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import orphans
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import plan as azplan
@@ -62,7 +62,7 @@ def world():
 
 
 def verdicts(groups):
-    return dict((g.base, (g.verdict, g.why)) for g in groups)
+    return {g.base: (g.verdict, g.why) for g in groups}
 
 
 # ------------------------------------------------------------------------------ the quarantine in the journal
@@ -103,10 +103,10 @@ def test_a_set_bound_to_its_destroyed_record_is_quarantined_then_a_candidate(wor
     double, provider, record, nonce = world
     records = [destroyed('ws1', 'ws1-abc', record['ids'][VM], nonce)]
     with Journal.open(str(tmp_path / 'j.sqlite')) as journal:
-        first = azure_orphans.AzureOrphans(journal, provider, grace=900, counting=True, now=1000.0)
+        first = orphans.AzureOrphans(journal, provider, grace=900, counting=True, now=1000.0)
         assert verdicts(first.run(records))['ws1-abc'][0] == azset.QUARANTINED
         assert '1 of 2 inventories' in first.groups[0].why
-        later = azure_orphans.AzureOrphans(journal, provider, grace=900, counting=True, now=1900.0)
+        later = orphans.AzureOrphans(journal, provider, grace=900, counting=True, now=1900.0)
         group = later.run(records)[0]
         assert group.verdict == azset.CANDIDATE and group.holder == 'ws1'
         assert later.unchanged(group)
@@ -117,13 +117,29 @@ def test_a_set_bound_to_its_destroyed_record_is_quarantined_then_a_candidate(wor
         assert held['inventories'] == 1 and held['since'] > 1900.0
 
 
+def test_the_provider_gives_its_set_sweep_with_the_grace_of_its_option(world, tmp_path):
+    """What the reconcile and cleanup passes reach through Provider.set_sweep, without naming Azure."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
+    double, provider, record, nonce = world
+    records = [destroyed('ws1', 'ws1-abc', record['ids'][VM], nonce)]
+    with Journal.open(str(tmp_path / 'j.sqlite')) as journal:
+        first = provider.set_sweep(journal, {'azure_orphan_grace': 900}, counting=True, now=1000.0)
+        assert isinstance(first, orphans.AzureOrphans) and first.grace == 900 and first.counting
+        group = first.run(records)[0]
+        assert group.quarantined and not group.deletable
+        later = provider.set_sweep(journal, {'azure_orphan_grace': 900}, counting=True, now=1900.0)
+        group = later.run(records)[0]
+        assert group.deletable and not group.quarantined
+    assert provider.set_sweep(None, {}).grace == orphans.DEFAULT_GRACE
+
+
 def test_a_report_counts_no_inventory_and_writes_nothing(world, tmp_path):
     from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal
     double, provider, record, nonce = world
     records = [destroyed('ws1', 'ws1-abc', record['ids'][VM], nonce)]
     with Journal.open(str(tmp_path / 'j.sqlite')) as journal:
         for now in (0.0, 5000.0):
-            groups = azure_orphans.AzureOrphans(journal, provider, grace=1, counting=False, now=now).run(records)
+            groups = orphans.AzureOrphans(journal, provider, grace=1, counting=False, now=now).run(records)
             assert groups[0].verdict == azset.QUARANTINED
         assert journal.provider_states(azset.QUARANTINE_PREFIX) == []
 
@@ -148,7 +164,7 @@ def test_groups_not_bound_exactly_are_report_only(world, change, words):
         ws['resource_id'] = '/x/other-vm'
     records = [] if change == 'no record' else [ws]
     state = {'ws1-abc': {'fingerprint': 'old', 'since': 0, 'inventories': 1}}
-    bind = azure_orphans.AzureOrphans(None, provider)._bind(records)[0]
+    bind = orphans.AzureOrphans(None, provider)._bind(records)[0]
     judged = azset.survey(azset.inventory(double, SUB, GROUP), state, bind, 5000, 900, 'westeurope')
     assert judged['ws1-abc']['verdict'] == azset.REPORT_ONLY and words in judged['ws1-abc']['why'], judged
     assert state == {}  # a report-only group keeps no quarantine
@@ -156,7 +172,7 @@ def test_groups_not_bound_exactly_are_report_only(world, change, words):
 
 def test_a_member_replaced_under_the_same_id_counts_as_a_change(world):
     double, provider, record, nonce = world
-    bind = azure_orphans.AzureOrphans(None, provider)._bind([destroyed('ws1', 'ws1-abc', record['ids'][VM], nonce)])[0]
+    bind = orphans.AzureOrphans(None, provider)._bind([destroyed('ws1', 'ws1-abc', record['ids'][VM], nonce)])[0]
     state = {}
     assert azset.survey(azset.inventory(double, SUB, GROUP), state, bind, 0, 900)['ws1-abc']['verdict'] == \
         azset.QUARANTINED
@@ -178,7 +194,7 @@ def test_a_listing_that_breaks_off_is_incomplete_and_counts_nothing(world, tmp_p
 
     double.list = failing_disks
     with Journal.open(str(tmp_path / 'j.sqlite')) as journal:
-        sweep = azure_orphans.AzureOrphans(journal, provider, counting=True)
+        sweep = orphans.AzureOrphans(journal, provider, counting=True)
         with pytest.raises(azset.Incomplete, match='incomplete'):
             sweep.run([destroyed('ws1', 'ws1-abc', record['ids'][VM], nonce)])
         assert journal.provider_states(azset.QUARANTINE_PREFIX) == []
@@ -199,7 +215,7 @@ def test_listed_sets_show_each_group_with_its_address_members_and_problem(world)
     foreign = '/subscriptions/%s/resourceGroups/%s/providers/Microsoft.Network/publicIPAddresses/their-pip' % (SUB, GROUP)
     double.docs[lower(foreign)] = {'id': foreign, 'name': 'their-pip', 'type': azplan.TYPES[PIP], 'location': 'westeurope',
                                    'tags': {azplan.TAG_SET: 'their-set', azplan.TAG_MEMBER: PIP}, 'properties': {}}
-    entries = dict((e['set'], e) for e in azset.listed_sets(azset.inventory(double, SUB, GROUP)))
+    entries = {e['set']: e for e in azset.listed_sets(azset.inventory(double, SUB, GROUP))}
     ours = entries['ws1-abc']
     assert (ours['id'], ours['status'], ours['address'], ours['members']) == (
         record['ids'][VM], 'complete', '203.0.113.7', sorted(azplan.MEMBERS))

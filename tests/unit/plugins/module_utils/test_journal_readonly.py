@@ -159,7 +159,7 @@ def test_reader_of_a_schema_1_journal_reads_it_without_migrating(tmp_path):
     before = digest(path)
     with Journal.open(path, readonly=True) as j:
         assert j.schema_version == 1
-        records = dict((ws['name'], ws) for ws in j.list_workspaces())
+        records = {ws['name']: ws for ws in j.list_workspaces()}
         ready = j.get_workspace('fx-ready')
     assert ready['status'] == 'ready' and ready['provider'] == 'proxmox'
     assert (ready['resource_id'], ready['location']) == (ready['vmid'], ready['node']) and ready['vmid']

@@ -815,7 +815,7 @@ def test_lease_module_is_pure_core():
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module)
     core = 'ansible_collections.ephemera.workspaces.plugins.module_utils.core.'
-    assert all(name.startswith(core) or name in ('__future__', 'calendar', 'collections', 'datetime', 'math', 're')
+    assert all(name.startswith(core) or name in ('calendar', 'collections', 'datetime', 'math', 're')
                for name in imported), imported
     called = set()
     for node in ast.walk(tree):

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, provider_class
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import provider_class
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws import client as awsclient
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws import provider as awsprovider
 from tests.localcloud.fleet import teach_moto
@@ -22,7 +23,7 @@ REGION = 'us-east-1'
 @pytest.fixture(scope='module')
 def moto_url():
     from moto.server import ThreadedMotoServer
-    saved = dict((k, os.environ.get(k)) for k in ('MOTO_ENABLE_AMI_VALIDATION', 'MOTO_ENABLE_KEYPAIR_VALIDATION'))
+    saved = {k: os.environ.get(k) for k in ('MOTO_ENABLE_AMI_VALIDATION', 'MOTO_ENABLE_KEYPAIR_VALIDATION')}
     os.environ['MOTO_ENABLE_AMI_VALIDATION'] = '1'
     os.environ['MOTO_ENABLE_KEYPAIR_VALIDATION'] = '1'
     teach_moto()

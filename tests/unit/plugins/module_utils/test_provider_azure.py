@@ -53,7 +53,7 @@ def test_plan_refuses_bad_scope(field, value, words):
 
 
 @pytest.mark.parametrize('tags,words', [({'a/b': 'x'}, 'not allowed'), ({'ephemera:x': '1'}, 'reserved'),
-                                        ({'k': 'v' * 257}, '256'), (dict(('k%d' % i, 'v') for i in range(45)), '50')])
+                                        ({'k': 'v' * 257}, '256'), ({'k%d' % i: 'v' for i in range(45)}, '50')])
 def test_plan_refuses_tags_azure_does_not_take(tags, words):
     with pytest.raises(azplan.PlanError) as err:
         azplan.plan('ws1', 'ws1-abc', GROUP, 'westeurope', 'm', 'scope', extra=tags)
@@ -749,7 +749,7 @@ def test_bad_input_is_refused_before_the_first_put(change, words):
 
 
 def test_the_provider_is_registered_and_bound_to_an_arm_client(tmp_path):
-    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import bind, provider_class
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import bind, provider_class
     from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import provider as azprovider
     assert provider_class('azure') is azprovider.AzureProvider
     bound = bind(azclient.Arm(SUB, None, None), b's' * 32)

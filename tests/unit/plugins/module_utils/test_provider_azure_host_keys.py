@@ -64,7 +64,7 @@ class Transport:
 
 class Sets:
     def __init__(self, records):
-        self.records = dict((r['plan']['base'], copy.deepcopy(r)) for r in records)
+        self.records = {r['plan']['base']: copy.deepcopy(r) for r in records}
 
     def load(self, name):
         return copy.deepcopy(self.records.get(name))

@@ -141,7 +141,7 @@ def test_a_destroy_whose_progress_write_fails_keeps_cleanup_debt_and_deletes_not
                              candidate_id=base_name, resource_id=vm_id, params={'pool': 'scope'},
                              facts={'marker_nonce': nonce},
                              progress={'request': 1, 'clone': 2})
-    params = dict((k, v.get('default')) for k, v in workspace_destroy.argument_spec().items())
+    params = {k: v.get('default') for k, v in workspace_destroy.argument_spec().items()}
     params.update(name='ws1', shutdown_timeout=5, task_timeout=30, lock_timeout=2)
 
     def flow():

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership, waiter
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, cloud
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.provider import AwsProvider
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.provider import GcpProvider
@@ -98,9 +98,9 @@ def test_the_marker_binds_the_number_of_the_candidate():
     assert provider.verify(None) == ownership.ABSENT
 
 
-@pytest.mark.parametrize('name', sorted(providers.PROVIDERS))
+@pytest.mark.parametrize('name', sorted(registry.PROVIDERS))
 def test_the_advice_when_no_address_or_no_start_came_speaks_of_the_providers_own_machines(name):
-    cls = providers.provider_class(name)
+    cls = registry.provider_class(name)
     advice = ' '.join((cls.address_source, cls.address_advice, cls.start_advice('m-1')))
     if name == 'proxmox':
         assert cls.address_source == 'an address from DHCP' and 'bridge' in cls.address_advice

@@ -6,7 +6,8 @@ import time
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, provider_class
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import provider_class
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner import client as hclient
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner import provider as hprovider
 

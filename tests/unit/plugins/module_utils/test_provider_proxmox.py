@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils import providers
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox import client as pve
@@ -116,17 +116,17 @@ def test_provider_message_is_pves_own_text():
 
 def test_bind_wraps_a_client_and_rebinds_a_provider(fakepve, fakepve_cafile):
     provider = make_provider(fakepve, fakepve_cafile)
-    assert providers.bind(None) is None
-    bound = providers.bind(provider.client, SECRET)
+    assert registry.bind(None) is None
+    bound = registry.bind(provider.client, SECRET)
     assert isinstance(bound, ProxmoxProvider) and bound.client is provider.client and bound.secret == SECRET
-    assert providers.bind(bound, SECRET) is bound
-    other = providers.bind(bound, b'other')
+    assert registry.bind(bound, SECRET) is bound
+    other = registry.bind(bound, b'other')
     assert other.secret == b'other' and other.controller == ownership.controller_id(b'other')
-    assert providers.provider_class('proxmox') is ProxmoxProvider
+    assert registry.provider_class('proxmox') is ProxmoxProvider
     with pytest.raises(TypeError):
-        providers.bind(object())
+        registry.bind(object())
     with pytest.raises(ValueError, match='Unknown provider'):
-        providers.provider_class('nope')
+        registry.provider_class('nope')
 
 
 # ------------------------------------------------------------------------------ identity
@@ -254,7 +254,7 @@ def test_list_and_scope(site):
     allocate(provider, 100)
     fakepve.add_ct(101, 'tagged', config={'tags': 'ephemera;x'})
     fakepve.add_vm(102, 'vm', pool=POOL)
-    listed = dict((e['id'], e) for e in provider.list())
+    listed = {e['id']: e for e in provider.list()}
     assert TEMPLATE not in listed
     assert listed[100]['location'] == 'pve1' and listed[100]['pool'] == POOL and listed[100]['kind'] == 'lxc'
     assert listed[101]['tags'] == ['ephemera', 'x']

@@ -66,11 +66,11 @@ def dump(store):
     if store.backend == 'postgresql':
         tables = [r[0] for r in store.raw("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
                                           "ORDER BY 1")]
-        return dict((t, store.raw('SELECT t::text FROM %s t ORDER BY 1' % t)) for t in tables)
+        return {t: store.raw('SELECT t::text FROM %s t ORDER BY 1' % t) for t in tables}
     conn = sqlite3.connect(store.path)
     try:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
-        return dict((t, conn.execute('SELECT * FROM "%s" ORDER BY rowid' % t).fetchall()) for t in tables)
+        return {t: conn.execute('SELECT * FROM "%s" ORDER BY rowid' % t).fetchall() for t in tables}
     finally:
         conn.close()
 
@@ -493,7 +493,7 @@ def test_cancelled_parent_cancels_queued_children_and_refuses_new_ones(journal, 
     assert lines[1].startswith('  |- #%d destroy workspace ws1: running' % running_child.entry['id'])
     assert lines[3].startswith('  `- #%d destroy workspace ws3: queued' % queued[1].entry['id'])
     parent_q.cancel(pid, reason='change window closed', force=True)
-    states = dict((e['id'], e['state']) for e in parent_q.entries())
+    states = {e['id']: e['state'] for e in parent_q.entries()}
     assert states[queued[0].entry['id']] == 'cancelled' and states[queued[1].entry['id']] == 'cancelled'
     assert states[running_child.entry['id']] == 'running'  # a started child finishes its work
     with pytest.raises(QueueError, match='Parent operation #%d destroy of group idle-2h was cancelled '

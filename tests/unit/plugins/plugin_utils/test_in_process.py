@@ -114,7 +114,7 @@ def test_defining_an_action_plugin_loads_its_module_and_the_default_provider_onc
     # process, so what the class definition imports every forked worker inherits. No cloud SDK is among it.
     import subprocess
     import sys
-    env = dict((k, v) for k, v in os.environ.items() if k not in ('EPHEMERA_PRELOAD', 'EPHEMERA_PROVIDER'))
+    env = {k: v for k, v in os.environ.items() if k not in ('EPHEMERA_PRELOAD', 'EPHEMERA_PROVIDER')}
     done = subprocess.run([sys.executable, '-c', PRELOAD], capture_output=True, text=True, timeout=120, check=True,
                           env=env)
     assert done.stdout.split() == ['0', 'True', '[]'], done.stdout + done.stderr

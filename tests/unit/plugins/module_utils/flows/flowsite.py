@@ -19,7 +19,7 @@ TEMPLATE_NIC = 'name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:23:28,ip=dhcp,type=vet
 
 
 def defaults(spec):
-    return dict((k, v.get('default')) for k, v in spec.items())
+    return {k: v.get('default') for k, v in spec.items()}
 
 
 class Site:

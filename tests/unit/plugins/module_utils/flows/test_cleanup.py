@@ -116,7 +116,7 @@ def fleet(site):
     return site
 
 
-EXPECTED = dict((vmid, (row[2], row[3])) for vmid, row in ROWS.items())
+EXPECTED = {vmid: (row[2], row[3]) for vmid, row in ROWS.items()}
 EXPECTED.update({230: ('report', 'reported'), 231: ('report', 'reported'), 232: ('report', 'reported'),
                  233: ('report', 'reported'), 240: ('delete', 'reported'), 241: ('delete', 'reported'),
                  242: ('delete', 'reported'), 252: ('delete', 'deleted')})
@@ -131,7 +131,7 @@ def sweep(site, apply=False, secret=SECRET, journal=True, **options):
 
 
 def by_id(result):
-    return dict((e['id'], e) for e in result['entries'])
+    return {e['id']: e for e in result['entries']}
 
 
 def test_a_dry_run_decides_every_row_of_the_table_and_sends_nothing_that_changes(fleet):
@@ -338,7 +338,7 @@ def test_the_module_over_the_fleet_sweeps_each_place_and_names_the_one_it_cannot
     assert set(e['place'] for e in result['entries']) == {'proxmox'}
     assert sorted(e['id'] for e in result['entries']) == sorted(e['id'] for e in alone['entries'])
     actions = [e['action'] for e in alone['entries']]
-    assert result['places'] == {'proxmox': dict((a, actions.count(a)) for a in set(actions))}
+    assert result['places'] == {'proxmox': {a: actions.count(a) for a in set(actions)}}
     assert result['counts'] == dict(alone['counts'], unreachable=0)
     assert result['report'][0].startswith('cleanup of the fleet (dry run): %d to delete, 0 deleted' % len(DELETED))
     assert result['report'][1] == '[proxmox] ' + alone['report'][0]

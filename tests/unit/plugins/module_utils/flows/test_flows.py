@@ -504,7 +504,7 @@ def test_reconcile_reports_what_it_finds_and_finishes_a_decided_destruction(site
     for debt in site.journal.cleanup_debts():
         site.journal._conn.execute('UPDATE cleanup_debt SET next_retry = 0 WHERE resource = ?', (debt['resource'],))
     report = Reconciler(site.journal, site.provider, SECRET, params).run()
-    found = dict((f['workspace'] or f['vmid'], f['kind']) for f in report['findings'])
+    found = {f['workspace'] or f['vmid']: f['kind'] for f in report['findings']}
     assert found['r-ready'] == 'ok' and found['r-gone'] == 'missing' and found['r-pending'] == 'destroyed'
     assert found[160] == 'foreign' and site.pve.ct(pending) is None
     assert report['counts']['debt_settled'] == 1 and report['counts']['debt_open'] == 1

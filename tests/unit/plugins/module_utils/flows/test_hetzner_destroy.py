@@ -47,7 +47,7 @@ def site(fake, tmp_path):
 
 
 def created(site, name):
-    params = dict((k, v.get('default')) for k, v in workspace_create.argument_spec().items())
+    params = {k: v.get('default') for k, v in workspace_create.argument_spec().items()}
     params.update(name=name, template='ubuntu-24.04', repo='/srv/git/app.git', purpose='fix it',
                   ssh_private_key=site['key'], agents={'claude-code': ['claude', '{purpose}']}, task_timeout=30,
                   lock_timeout=5, provider='hetzner', node='fsn1', journal_path=site['path'],
@@ -58,7 +58,7 @@ def created(site, name):
 
 
 def destroy(site, name, steps, **changes):
-    params = dict((k, v.get('default')) for k, v in workspace_destroy.argument_spec().items())
+    params = {k: v.get('default') for k, v in workspace_destroy.argument_spec().items()}
     params.update(name=name, shutdown_timeout=5, task_timeout=30, lock_timeout=1, provider='hetzner',
                   journal_path=site['path'], controller_secret=SECRET.decode())
     params.update(changes)

@@ -48,7 +48,7 @@ def columns(path):
 def snapshot(path):
     """What a migration must keep: every table but the workspaces, whole."""
     tables = ('events', 'cleanup_debt', 'address_leases', 'queue', 'queue_requests', 'idempotency', 'meta', 'intents')
-    return dict((t, raw(path, 'SELECT * FROM %s ORDER BY rowid' % t)) for t in tables)
+    return {t: raw(path, 'SELECT * FROM %s ORDER BY rowid' % t) for t in tables}
 
 
 def test_the_fixture_is_a_journal_of_schema_1(v1):
@@ -58,11 +58,11 @@ def test_the_fixture_is_a_journal_of_schema_1(v1):
 
 
 def test_a_schema_1_journal_migrates_to_provider_neutral_fields_keeping_their_meaning(v1):
-    before = dict((r['name'], r) for r in raw(v1, 'SELECT * FROM workspaces'))
+    before = {r['name']: r for r in raw(v1, 'SELECT * FROM workspaces')}
     kept = snapshot(v1)
     with Journal.open(v1) as journal:
         assert journal.schema_version == journal_mod.SCHEMA_VERSION == 5
-        records = dict((ws['name'], ws) for ws in journal.list_workspaces())
+        records = {ws['name']: ws for ws in journal.list_workspaces()}
         entries = Queue(journal).entries(target_type='workspace', recent=10)
     assert sorted(records) == NAMES
     for name, old in before.items():

@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The Azure orphan sweep of a reconcile or cleanup pass: every group of sets in the resource group judged from one
-complete inventory, and the quarantine that stands between a left-behind set and its deletion.
+"""The Azure orphan sweep of a reconcile or cleanup pass (AzureProvider.set_sweep): every group of sets in the
+resource group judged from one complete inventory, and the quarantine that stands between a left-behind set and its
+deletion.
 
 A group is deleted only when it is exact (all four members, canonical names and topology, one location, the same
 ownership tags), bound to an exact retained record (the record of a workspace this journal holds as destroyed
@@ -14,19 +15,18 @@ sets of live workspaces are left to their records, and mixed, incomplete, unboun
 report-only. Shared virtual networks, subnets, security groups and the resource group are never inventoried.
 """
 
-from __future__ import absolute_import, division, print_function
-__metaclass__ = type
-
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import CANDIDATE_ID, RESOURCE_ID
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import Resource
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import plan as planning
 
 DEFAULT_GRACE = 900
 LIVE = 'live'
+# The fields of a journal record that name its resource (docs/internals/journal.md).
+RESOURCE_ID = 'resource_id'
+CANDIDATE_ID = 'candidate_id'
 
 
 def set_base(record):
@@ -60,6 +60,17 @@ class Group:
         self.holder = None
         self.live = False
 
+    @property
+    def deletable(self):
+        """True when its quarantine passed: an exact group bound to its destroyed record, unchanged through the
+        grace period and two inventories."""
+        return self.verdict == azset.CANDIDATE
+
+    @property
+    def quarantined(self):
+        """True while it waits out its quarantine."""
+        return self.verdict == azset.QUARANTINED
+
 
 class AzureOrphans:
     """The orphan sweep over ``provider`` (an AzureProvider: its resource group and location) for one pass.
@@ -81,7 +92,7 @@ class AzureOrphans:
         self.store = azset.QuarantineStore(journal, self.subscription, self.group, claim) if journal is not None \
             else None
         self.groups = []
-        if journal is not None and hasattr(provider, 'use_journal'):
+        if journal is not None:
             # The sets' records are read (and, deleting, written) through the pass's own journal.
             provider.use_journal(journal)
 
@@ -97,7 +108,7 @@ class AzureOrphans:
     def _bind(self, records):
         destroyed, live = {}, {}
         for ws in records:
-            if (ws.get('provider') or 'proxmox') != 'azure':
+            if ws.get('provider') != self.provider.name:
                 continue
             base = set_base(ws)
             if base is None:
@@ -155,7 +166,7 @@ class AzureOrphans:
         return self.groups
 
     def by_id(self):
-        return dict((g.id, g) for g in self.groups)
+        return {g.id: g for g in self.groups}
 
     # ------------------------------------------------------------------ before a deletion
 

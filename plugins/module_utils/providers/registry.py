@@ -1,0 +1,86 @@
+# -*- coding: utf-8 -*-
+# Copyright: ephemera.workspaces contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The registry of providers: each one's name, the class that serves it (imported when it is first used) and the
+one way a module or a flow gets a provider (bind, api_from_params). The package itself is empty, so that a provider's
+modules can import the seam (providers/base.py) without importing the registry that names them."""
+
+import importlib
+import os
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
+    DEFAULT_PROVIDER,
+    PROVIDER_ENV,
+    Provider,
+    provider_of,
+)
+
+# name -> (module, class) of each provider.
+PROVIDERS = {
+    'proxmox': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider',
+                'ProxmoxProvider'),
+    'aws': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.provider', 'AwsProvider'),
+    'gcp': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.provider', 'GcpProvider'),
+    'hetzner': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.provider',
+                'HetznerProvider'),
+    'azure': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.provider', 'AzureProvider'),
+}
+
+# The providers whose SDKs a run loads before it forks its workers, besides Proxmox VE's (a comma-separated list).
+PRELOAD_ENV = 'EPHEMERA_PRELOAD'
+# Each cloud provider's client module: its LIBRARIES are the SDK it imports when it is first used.
+CLIENTS = {name: 'ansible_collections.ephemera.workspaces.plugins.module_utils.providers.%s.client' % name
+           for name in ('aws', 'gcp', 'hetzner', 'azure')}
+
+
+def preload(environ=None):
+    """Import the default provider (Proxmox VE) with the libraries its client needs (requests, proxmoxer), and the
+    SDKs of the cloud providers EPHEMERA_PRELOAD names (``gcp``, ``aws,azure``, ...) or EPHEMERA_PROVIDER selects,
+    where a run forks its workers from (plugin_utils/in_process.py): each worker then finds them loaded instead of
+    importing them again for its one task. Without either a cloud SDK is imported only by the tasks that use it; a
+    name that is no cloud provider, or an SDK that is not installed, is passed over (the task that needs it says what
+    is missing)."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox import client
+    provider_class('proxmox')
+    client.load_libraries()
+    environ = os.environ if environ is None else environ
+    named = ','.join(environ.get(k) or '' for k in (PRELOAD_ENV, PROVIDER_ENV)).replace(' ', '').lower()
+    for name in [n for n in set(named.split(',')) if n in CLIENTS]:
+        provider_class(name)
+        for library in importlib.import_module(CLIENTS[name]).LIBRARIES:
+            try:
+                importlib.import_module(library)
+            except ImportError:
+                break
+
+
+def provider_class(name):
+    """The provider class registered as ``name``."""
+    try:
+        module, cls = PROVIDERS[name]
+    except KeyError:
+        raise ValueError('Unknown provider %r; the providers are %s.' % (name, ', '.join(sorted(PROVIDERS))))
+    return getattr(importlib.import_module(module), cls)
+
+
+def bind(api, secret=None):
+    """A provider that signs with ``secret``: ``api`` itself (a Provider), or the provider that speaks the API of the
+    client ``api`` (a PveClient, say). None for None."""
+    if api is None:
+        return None
+    if isinstance(api, Provider):
+        return api if secret is None or api.secret == secret else api.with_secret(secret)
+    for name in PROVIDERS:
+        cls = provider_class(name)
+        if cls.serves(api):
+            return cls(api, secret)
+    raise TypeError('%r is neither a provider nor the client of one (%s).' % (api, ', '.join(sorted(PROVIDERS))))
+
+
+def api_from_params(params, secret=None):
+    """What a module acts through, from its options (doc fragments ephemera.workspaces.proxmox and .aws): the
+    Proxmox VE client, or the provider named by ``provider``."""
+    if provider_of(params) != DEFAULT_PROVIDER:
+        return provider_class(params['provider']).from_params(params, secret)
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params
+    return client_from_params(params)

@@ -70,4 +70,4 @@ class AwsForkMatrix(ForkMatrix):
 
 def run_aws_fork_part(size, keep, log=print):
     """The AWS fork rows on a try-out cloud of their own: (cells, uncovered)."""
-    return run_part(AwsSite, AwsForkMatrix, size, keep, log=log, label='aws fork')
+    return run_part(AwsSite, AwsForkMatrix, size, keep, log=log, label='aws-fork')

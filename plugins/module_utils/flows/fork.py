@@ -33,7 +33,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create i
     validate_purpose,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import DestroyFlow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import UNFINISHED_FORK, DestroyFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import Conflict, NotFound, UnknownOutcome
 
@@ -124,7 +124,7 @@ class ForkFlow(Flow):
         return fork
 
     def _in_progress(self):
-        return self.fork.get('state') in ('started', 'snapshotted', 'copied', 'adopted')
+        return self.fork.get('state') in UNFINISHED_FORK
 
     def run(self, step):
         if step not in STEPS + (ABANDON,):
@@ -407,8 +407,10 @@ class ForkFlow(Flow):
                 continue
             flow_params = dict(self.params, name=child['name'])
             for step in DESTROY_STEPS:
-                DestroyFlow(self.journal, self.provider, flow_params, self.secret, claim=self.claim,
-                            sleep=self.sleep).run(step)
+                flow = DestroyFlow(self.journal, self.provider, flow_params, self.secret, claim=self.claim,
+                                   sleep=self.sleep)
+                flow.for_fork = fork['id']
+                flow.run(step)
             destroyed.append(child['name'])
         self._drop_snapshot()
         self._save_fork('fork_abandoned', state='abandoned', outcome='abandoned', ended_at=time.time())

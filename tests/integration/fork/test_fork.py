@@ -9,7 +9,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import fa
 
 from tests.integration.playbooks import FAKE_AGENTS, site_with_workspaces
 
-PARENTS = ['f-par', 'f-bad', 'f-fail', 'f-kill']
+PARENTS = ['f-par', 'f-bad', 'f-fail', 'f-kill', 'f-aban']
 
 
 @pytest.fixture(scope='module')
@@ -139,3 +139,37 @@ def test_a_killed_fork_run_again_converges_to_all_children(site, tmp_path):
     assert [site.workspace('f-kill-%d' % i)['status'] for i in (1, 2)] == ['ready', 'ready']
     assert site.workspace('f-kill')['facts']['fork']['state'] == 'done'
     assert snapshots(site, before) == []
+
+
+def test_a_child_of_an_unfinished_fork_is_destroyed_by_its_fork_only(site, tmp_path):
+    before = site.workspace('f-aban')
+    trace = tmp_path / 'trace'
+    trace.write_text('')
+    kill = json.dumps({'workspace': 'f-aban-2', 'point': 'fork.reset journal identity_reset', 'nth': 1})
+    killed = fork(site, 'f-aban', count=2, env={failpoint.TRACE_ENV: str(trace), failpoint.KILL_ENV: kill})
+    assert not killed.ok
+    child = site.workspace('f-aban-1')
+    # The destroy playbook refuses the child alone, says how to end the fork, and changes nothing.
+    refused = site.playbook('destroy.yml', workspace='f-aban-1', discard_unsaved_work=True)
+    assert not refused.ok
+    assert 'f-aban-1 is a child of fork %s of f-aban, which is not finished' % child['facts']['fork']['id'] \
+        in refused.output, refused.output[-3000:]
+    assert 'ansible-playbook ephemera.workspaces.fork -e workspace=f-aban -e fork_abandon=true' in refused.output
+    assert 'Run it again to finish it' in refused.output
+    after = site.workspace('f-aban-1')
+    assert (after['generation'], after['status'], after['desired_state']) == (
+        child['generation'], child['status'], 'present')
+    assert site.cluster.api().get('/nodes/%s/lxc/%d/status/current' % (after['node'], after['vmid']))['status'] \
+        == 'running'
+    # The fork's own abandon destroys every child, and the parent is as it was.
+    abandoned = fork(site, 'f-aban', fork_abandon=True)
+    assert abandoned.ok, abandoned.output[-3000:]
+    for name in ('f-aban-1', 'f-aban-2'):
+        gone = site.workspace(name)
+        assert (gone['status'], gone['desired_state']) == ('destroyed', 'destroyed'), name
+    parent = site.workspace('f-aban')
+    assert parent['status'] == 'ready' and parent['vmid'] == before['vmid']
+    assert parent['facts']['fork']['state'] == 'abandoned' and snapshots(site, before) == []
+    # Once the fork ended, a destroy of a child is an ordinary one again (here: already destroyed, nothing to do).
+    again = site.playbook('destroy.yml', workspace='f-aban-1')
+    assert again.ok, again.output[-3000:]

@@ -9,6 +9,7 @@ answering with its pinned key, the parent ready with its fork done, no snapshot 
 unaccounted for.
 """
 
+import concurrent.futures
 import time
 
 from tests.faults import invariants
@@ -120,6 +121,10 @@ class ForkMatrix:
                 problems.append('%s is %s, not ready' % (name, ws and ws['status']))
             else:
                 problems += self.check_ready(view, ws)
+                point = ws['facts']['fork'].get('fork_point')
+                if self.parent_before and point != self.parent_before['facts'].get('head'):
+                    problems.append('%s forked at %s, not at the parent\'s commit %s'
+                                    % (name, point, self.parent_before['facts'].get('head')))
         ws = records[parent]
         if ws['status'] != 'ready':
             problems.append('the parent is %s, not ready' % ws['status'])
@@ -259,5 +264,11 @@ class ForkMatrix:
 
 
 def run_fork_part(size, keep, log=print):
-    """The fork rows on a host-tier site of their own: (cells, uncovered)."""
-    return run_part(FaultSite, ForkMatrix, size, keep, log=log, label='fork')
+    """The fork rows: on a host-tier site of their own, and the AWS fork's on a try-out cloud of their own (tests/faults/
+    awsfork.py), side by side: (cells, uncovered)."""
+    from tests.faults.awsfork import run_aws_fork_part
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        parts = [pool.submit(run_part, FaultSite, ForkMatrix, size, keep, log=log, label='fork'),
+                 pool.submit(run_aws_fork_part, size, keep, log=log)]
+        found = [part.result() for part in parts]
+    return [c for cells, dummy in found for c in cells], [u for dummy, uncovered in found for u in uncovered]

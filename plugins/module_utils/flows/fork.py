@@ -20,7 +20,9 @@ __metaclass__ = type
 
 import os
 import re
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
@@ -45,6 +47,8 @@ STEP_LABELS = {'check': 'check the request', 'begin': 'record the fork and quies
                'adopt': 'adopt and brief the children', 'finish': 'remove the snapshot', ABANDON: 'abandon the fork'}
 # The most children one fork makes: each is a full copy of the parent's disk.
 MAX_CHILDREN = 16
+# The most children made at once (each in a thread of its own: SSH sessions, the provider's calls).
+PARALLEL = 8
 # The create steps a child takes before identity reset, and after it (bootstrap writes its own credentials and makes
 # its own host keys, runner starts a runner with fresh state); brief and ready come after adoption.
 BEFORE_RESET = ('vmid', 'clone', 'wait_clone', 'configure', 'start', 'address', 'ssh')
@@ -56,6 +60,10 @@ SNAPSHOT_NAME = re.compile(r'^[A-Za-z][A-Za-z0-9_-]{1,39}$')
 
 class ForkError(EphemeraError):
     """The fork was refused or could not finish; the message says what to do."""
+
+
+class SiblingFailed(ForkError):
+    """A child stopped because another child of the fork failed (that one's error is the step's)."""
 
 
 def failure_message(name, step, err):
@@ -192,7 +200,10 @@ class ForkFlow(Flow):
 
     def step_begin(self):
         if self._in_progress():
-            return StepResult(False, 'begin: fork %s recorded already' % self.fork['id'])
+            if self.fork['state'] != 'started' or self.fork.get('quiesced_at'):
+                return StepResult(False, 'begin: fork %s recorded already' % self.fork['id'])
+            # A run killed between recording the fork and quiescing the parent: quiesce it now, before the snapshot.
+            return self._quiesce(self.fork['id'])
         self.step_check()
         plan = self._plan(self.ws)
         fork_id = os.urandom(5).hex()
@@ -200,10 +211,13 @@ class ForkFlow(Flow):
         # Journal first: the snapshot's name and the children's names are recorded before either exists.
         self._save_fork('fork_started', id=fork_id, state='started', snapshot=snapshot, snapshot_taken=False,
                         children=plan, started_at=time.time(), ended_at=None, outcome=None, fork_point=None)
-        # Quiesce: the guest's writes are flushed to its disk and the checkout's commit is recorded as the fork point;
-        # the snapshot that follows is one instant of the disk (docs/fork.md says what a working agent means).
+        return self._quiesce(fork_id)
+
+    def _quiesce(self, fork_id):
+        """The guest's writes flushed to its disk and the checkout's commit recorded as the fork point; the snapshot
+        that follows is one instant of the disk (docs/fork.md says what a working agent means)."""
         head = self._with_parent(lambda g: guest_ops.fork_point(g, self._layout(), self._ssh_user()))
-        self._save_fork('fork_point', fork_point=head)
+        self._save_fork('fork_point', fork_point=head, quiesced_at=time.time())
         return StepResult(True, 'begin: fork %s of %s recorded, fork point %s' % (fork_id, self.name, head or '(none)'),
                           fork_id=fork_id, fork_point=head)
 
@@ -300,25 +314,68 @@ class ForkFlow(Flow):
             return StepResult(False, 'children: every child reached identity reset already')
         if fork.get('state') != 'snapshotted':
             raise ForkError('Fork %s has no snapshot yet: run the snapshot step first.' % fork.get('id'))
-        made = []
-        for child in fork['children']:
+        children = fork['children']
+        failed = threading.Event()
+        if len(children) == 1:
+            self._make_child(children[0], failed)
+        else:
+            self._make_children(children, failed)
+        made = [c['name'] for c in children]
+        self._save_fork('fork_copied', state='copied')
+        return StepResult(True, 'children: %s cloned from %s and reset' % (', '.join(made), fork['snapshot']),
+                          children=made)
+
+    def _make_children(self, children, failed):
+        """Every child at once, each in a thread with a journal connection of its own (a connection serves one
+        thread at a time). The clones of one snapshot take turns where the provider locks the source (Proxmox VE's
+        ``lock: disk``: the create's clone step waits for it); identity reset and bootstrap run side by side. All
+        are waited for before the step ends, so nothing acts on a child after a failure is reported; the first
+        failure (in the children's order) is the step's."""
+        workers = [ForkFlow(self.journal.reopen(), self.provider, self.params, self.secret, claim=self.claim,
+                            sleep=self.sleep) for dummy in children]
+        errors = []
+        try:
+            with ThreadPoolExecutor(max_workers=min(PARALLEL, len(children))) as pool:
+                futures = [pool.submit(worker._make_child, child, failed)  # pylint: disable=protected-access
+                           for worker, child in zip(workers, children)]
+                for future in futures:
+                    try:
+                        future.result()
+                    except Exception as err:  # pylint: disable=broad-except
+                        errors.append(err)
+        finally:
+            for worker in workers:
+                worker.journal.close()
+        if errors:
+            raise ([e for e in errors if not isinstance(e, SiblingFailed)] or errors)[0]
+
+    def _make_child(self, child, failed):
+        """One child from its record to identity reset, its host keys and a fresh runner; ``failed`` is set when
+        one child fails, and the others stop at their next step."""
+        def go_on():
+            if failed.is_set():
+                raise SiblingFailed('Child %s stopped: another child of the fork failed.' % child['name'])
+        try:
+            go_on()
             self._record_child(child)
             failpoint.enter(child['name'], 'fork.child')
             flow = self._child_flow(child)
             for step in BEFORE_RESET:
+                go_on()
                 flow.run(step)
+            go_on()
             flow = self._child_flow(child)
             self._reset(flow)
             for step in AFTER_RESET:
+                go_on()
                 flow.run(step)
             flow = self._child_flow(child)
             if not flow.ws['facts']['fork'].get('identity_reset_at'):
-                flow.save('identity_reset', kind='observed', detail={'fork': fork['id']},
+                flow.save('identity_reset', kind='observed', detail={'fork': self.fork['id']},
                           facts=dict(flow.ws['facts'], fork=dict(flow.ws['facts']['fork'], identity_reset_at=time.time())))
-            made.append(child['name'])
-        self._save_fork('fork_copied', state='copied')
-        return StepResult(True, 'children: %s cloned from %s and reset' % (', '.join(made), fork['snapshot']),
-                          children=made)
+        except BaseException:
+            failed.set()
+            raise
 
     def _reset(self, flow):
         """Identity reset of one child, once: the parent's runner state, session and credentials removed, a new

@@ -28,6 +28,13 @@ def snapshots(site, ws):
     return [s['name'] for s in listed if s['name'] != 'current']
 
 
+def made_side_by_side(journal, names):
+    """True when every child's record was made before any child reached identity reset."""
+    def first(name, action=None):
+        return min(e['id'] for e in journal.events(name) if action in (None, e['action']))
+    return max(first(n) for n in names) < min(first(n, 'identity_reset') for n in names)
+
+
 def fork(site, parent, **extra):
     values = dict(workspace=parent, agent_credentials={'ANTHROPIC_API_KEY': 'child-key'}, ephemera_agents=FAKE_AGENTS)
     values.update(extra)
@@ -65,6 +72,8 @@ def test_fork_makes_n_ready_children_each_its_own(site):
     assert parent['facts']['fork']['state'] == 'done'
     assert sorted(parent['facts']['fork_children']) == ['f-par-1', 'f-par-2']
     assert snapshots(site, parent) == []
+    # Made side by side: each child was recorded before the other reached identity reset.
+    assert made_side_by_side(site.journal(), ['f-par-1', 'f-par-2'])
     status = site.playbook('status.yml')
     assert status.ok and 'forked into f-par-1, f-par-2' in status.output
     # The children are ordinary workspaces: one is destroyed as any other, the parent and its sibling stay.
@@ -104,8 +113,11 @@ def test_a_child_that_cannot_reach_identity_reset_undoes_the_whole_fork(site):
     result = fork(site, 'f-fail', count=2)
     assert not result.ok, (site.cluster.control.proxy_rules(), result.output[-3000:])
     assert 'is as it was' in result.output
-    first = [e['action'] for e in site.journal().events('f-fail-1')]
-    assert 'identity_reset' in first and 'ready' not in first
+    # The children are made side by side: whichever child's start failed, the other stopped or was reset, and
+    # neither was briefed.
+    for name in ('f-fail-1', 'f-fail-2'):
+        done = [e['action'] for e in site.journal().events(name)]
+        assert 'brief' not in done and 'ready' not in done, (name, done)
     for name in ('f-fail-1', 'f-fail-2'):
         child = site.workspace(name)
         assert (child['status'], child['desired_state']) == ('destroyed', 'destroyed'), name

@@ -20,10 +20,12 @@ from tests.faults.site import FaultSite, Kill
 PARENT = 'fk'
 # Roles of a clean fork's trace: the parent (and its queue), its first child and its second.
 ROLES = ('parent', 'child1', 'child2')
-# ci: the decisive points of a fork, a few rows. After the snapshot's answer, before the journal knows; after a
+# ci: the decisive points of a fork, a few rows. After the fork (the snapshot's name) is journaled, before the parent
+# is quiesced; after the snapshot's answer, before the journal knows; after a
 # child's clone answer; between the second child's identity reset and the adoption; right after the commit point;
 # after the snapshot's delete was sent.
 CI_KILLS = (
+    ('parent', 'fork.begin journal fork_started', 1),
     ('parent', 'fork.snapshot pve POST /nodes/*/lxc/*/snapshot', 1),
     ('child1', 'create.clone pve POST /nodes/*/lxc/*/clone', 1),
     ('child2', 'fork.reset journal identity_reset', 1),

@@ -210,7 +210,8 @@ class ForkFlow(Flow):
         snapshot = 'ephemera-fork-%s' % fork_id
         # Journal first: the snapshot's name and the children's names are recorded before either exists.
         self._save_fork('fork_started', id=fork_id, state='started', snapshot=snapshot, snapshot_taken=False,
-                        children=plan, started_at=time.time(), ended_at=None, outcome=None, fork_point=None)
+                        children=plan, started_at=time.time(), ended_at=None, outcome=None, fork_point=None,
+                        quiesced_at=None, adopted_at=None)
         return self._quiesce(fork_id)
 
     def _quiesce(self, fork_id):

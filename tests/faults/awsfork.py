@@ -1,4 +1,5 @@
-"""The AWS fork's rows of the crash-safety matrix, on a try-out cloud of their own (docs/internals/faults.md, docs/fork.md).
+"""The AWS fork's rows of the crash-safety matrix, on a try-out cloud of their own (docs/internals/faults.md,
+docs/fork.md).
 
 The same rows as the Proxmox fork's (tests/faults/fork.py): a ready parent made once, every row a fork of it into
 two children of fresh names through the shipped fork playbook, then the same fork again until it converged. The copy

@@ -317,28 +317,30 @@ class ForkFlow(Flow):
             raise ForkError('Fork %s has no snapshot yet: run the snapshot step first.' % fork.get('id'))
         children = fork['children']
         failed = threading.Event()
-        if len(children) == 1:
-            self._make_child(children[0], failed)
-        else:
-            self._make_children(children, failed)
+        self._side_by_side(children, lambda worker, child: worker.make_child(child, failed))
         made = [c['name'] for c in children]
         self._save_fork('fork_copied', state='copied')
         return StepResult(True, 'children: %s cloned from %s and reset' % (', '.join(made), fork['snapshot']),
                           children=made)
 
-    def _make_children(self, children, failed):
-        """Every child at once, each in a thread with a journal connection of its own (a connection serves one
-        thread at a time). The clones of one snapshot take turns where the provider locks the source (Proxmox VE's
-        ``lock: disk``: the create's clone step waits for it); identity reset and bootstrap run side by side. All
-        are waited for before the step ends, so nothing acts on a child after a failure is reported; the first
-        failure (in the children's order) is the step's."""
+    def _side_by_side(self, children, work):
+        """``work(flow, child)`` for every child at once, each in a thread with a fork flow and a journal connection
+        of its own (a connection serves one thread at a time); a single child runs in this thread. All are waited for before this
+        returns, so nothing acts on a child after a failure is reported; the first failure (in the children's order)
+        is raised, a child's own before one that stopped for it (SiblingFailed).
+
+        On Proxmox VE the clones of one snapshot take turns: a clone locks its source (``lock: disk``) and the
+        create's clone step waits for the lock, as it does for a template's; what follows the clone runs side by
+        side."""
+        if len(children) == 1:
+            work(self, children[0])
+            return
         workers = [ForkFlow(self.journal.reopen(), self.provider, self.params, self.secret, claim=self.claim,
                             sleep=self.sleep) for dummy in children]
         errors = []
         try:
             with ThreadPoolExecutor(max_workers=min(PARALLEL, len(children))) as pool:
-                futures = [pool.submit(worker._make_child, child, failed)  # pylint: disable=protected-access
-                           for worker, child in zip(workers, children)]
+                futures = [pool.submit(work, worker, child) for worker, child in zip(workers, children)]
                 for future in futures:
                     try:
                         future.result()
@@ -350,7 +352,7 @@ class ForkFlow(Flow):
         if errors:
             raise ([e for e in errors if not isinstance(e, SiblingFailed)] or errors)[0]
 
-    def _make_child(self, child, failed):
+    def make_child(self, child, failed):
         """One child from its record to identity reset, its host keys and a fresh runner; ``failed`` is set when
         one child fails, and the others stop at their next step."""
         def go_on():
@@ -407,14 +409,16 @@ class ForkFlow(Flow):
                 raise ForkError('Children %s did not reach identity reset; none is adopted.' % ', '.join(missing))
             # The commit point: from here on the fork ends with all its children.
             fork = self._save_fork('fork_adopted', state='adopted', adopted_at=time.time())
-        briefed = []
-        for child in fork['children']:
-            flow = self._child_flow(child)
-            for step in ON_ADOPTION:
-                flow = self._child_flow(child)
-                flow.run(step)
-            briefed.append(child['name'])
+        # Every child briefed at once; one that fails does not stop the others (the fork is adopted: a rerun briefs
+        # the rest).
+        self._side_by_side(fork['children'], lambda worker, child: worker.brief_child(child))
+        briefed = [c['name'] for c in fork['children']]
         return StepResult(True, 'adopt: %s briefed and ready' % ', '.join(briefed), children=briefed)
+
+    def brief_child(self, child):
+        """Brief one adopted child and mark it ready."""
+        for step in ON_ADOPTION:
+            self._child_flow(child).run(step)
 
     def _reset_done(self, name):
         child = self.journal.get_workspace(name)

@@ -22,8 +22,7 @@ PARENT = 'fk'
 ROLES = ('parent', 'child1', 'child2')
 # ci: the decisive points of a fork, a few rows. After the fork (the snapshot's name) is journaled, before the parent
 # is quiesced; after the snapshot's answer, before the journal knows; after a
-# child's clone answer; between the second child's identity reset and the adoption; right after the commit point;
-# after the snapshot's delete was sent.
+# child's clone answer; between the second child's identity reset and the adoption; right after the commit point.
 CI_KILLS = (
     ('parent', 'fork.begin journal fork_started', 1),
     ('parent', 'fork.snapshot pve POST /nodes/*/lxc/*/snapshot', 1),

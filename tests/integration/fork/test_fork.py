@@ -127,13 +127,18 @@ def test_a_child_that_cannot_reach_identity_reset_undoes_the_whole_fork(site):
     assert snapshots(site, before) == []
 
 
-def test_a_killed_fork_run_again_converges_to_all_children(site, tmp_path):
-    before = site.workspace('f-kill')
+def fork_killed_after_second_reset(site, parent, tmp_path):
+    """A fork of ``parent`` into two children, killed once the second child's identity reset is recorded."""
     trace = tmp_path / 'trace'
     trace.write_text('')
-    kill = json.dumps({'workspace': 'f-kill-2', 'point': 'fork.reset journal identity_reset', 'nth': 1})
-    killed = fork(site, 'f-kill', count=2, env={failpoint.TRACE_ENV: str(trace), failpoint.KILL_ENV: kill})
+    kill = json.dumps({'workspace': parent + '-2', 'point': 'fork.reset journal identity_reset', 'nth': 1})
+    killed = fork(site, parent, count=2, env={failpoint.TRACE_ENV: str(trace), failpoint.KILL_ENV: kill})
     assert not killed.ok
+
+
+def test_a_killed_fork_run_again_converges_to_all_children(site, tmp_path):
+    before = site.workspace('f-kill')
+    fork_killed_after_second_reset(site, 'f-kill', tmp_path)
     # Killed between the second child's identity reset and the adoption: no child is adopted.
     children = [site.workspace('f-kill-%d' % i) for i in (1, 2)]
     assert [c['status'] for c in children] != ['ready', 'ready']
@@ -155,11 +160,7 @@ def test_a_killed_fork_run_again_converges_to_all_children(site, tmp_path):
 
 def test_a_child_of_an_unfinished_fork_is_destroyed_by_its_fork_only(site, tmp_path):
     before = site.workspace('f-aban')
-    trace = tmp_path / 'trace'
-    trace.write_text('')
-    kill = json.dumps({'workspace': 'f-aban-2', 'point': 'fork.reset journal identity_reset', 'nth': 1})
-    killed = fork(site, 'f-aban', count=2, env={failpoint.TRACE_ENV: str(trace), failpoint.KILL_ENV: kill})
-    assert not killed.ok
+    fork_killed_after_second_reset(site, 'f-aban', tmp_path)
     child = site.workspace('f-aban-1')
     # The destroy playbook refuses the child alone, says how to end the fork, and changes nothing.
     refused = site.playbook('destroy.yml', workspace='f-aban-1', discard_unsaved_work=True)

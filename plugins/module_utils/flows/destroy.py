@@ -225,6 +225,8 @@ class DestroyFlow(Flow):
         if step == 'inspect':
             return self.inspect()
         if step == 'retain':
+            # A release without delete is a destroy's decision too: refused for a child of an unfinished fork.
+            self.refuse_unfinished_fork()
             return self.retain()
         if step not in STEPS:
             raise DestroyError('Unknown step %r; the steps are %s.' % (step, ', '.join(STEPS)))

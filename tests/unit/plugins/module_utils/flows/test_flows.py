@@ -406,7 +406,7 @@ def test_a_child_of_an_unfinished_fork_is_not_destroyed_alone(site, state):
     set_fork(site, 'fp-' + state, {'id': 'f1', 'state': state, 'children': [{'name': 'fc-' + state}]})
     set_fork(site, 'fc-' + state, {'parent': 'fp-' + state, 'id': 'f1'})
     before, record = len(site.changes_sent()), ws(site, 'fc-' + state)
-    for step in ('mark', 'shutdown', 'delete', 'finish'):
+    for step in ('retain', 'mark', 'shutdown', 'delete', 'finish'):
         with pytest.raises(DestroyError) as caught:
             destroy(site, 'fc-' + state, steps=(step,))
         message = str(caught.value)

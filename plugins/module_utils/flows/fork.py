@@ -317,7 +317,10 @@ class ForkFlow(Flow):
             raise ForkError('Fork %s has no snapshot yet: run the snapshot step first.' % fork.get('id'))
         children = fork['children']
         failed = threading.Event()
-        self._side_by_side(children, lambda worker, child: worker.make_child(child, failed))
+        # Where a clone locks its source, the children's clones take turns here instead of backing off on the lock
+        # (a full copy of a large disk would outlast the create's lock_timeout).
+        turns = threading.Lock() if self.provider.snapshot_copies_take_turns else None
+        self._side_by_side(children, lambda worker, child: worker.make_child(child, failed, turns))
         made = [c['name'] for c in children]
         self._save_fork('fork_copied', state='copied')
         return StepResult(True, 'children: %s cloned from %s and reset' % (', '.join(made), fork['snapshot']),
@@ -329,9 +332,8 @@ class ForkFlow(Flow):
         returns, so nothing acts on a child after a failure is reported; the first failure (in the children's order)
         is raised, a child's own before one that stopped for it (SiblingFailed).
 
-        On Proxmox VE the clones of one snapshot take turns: a clone locks its source (``lock: disk``) and the
-        create's clone step waits for the lock, as it does for a template's; what follows the clone runs side by
-        side."""
+        On Proxmox VE the clones of one snapshot take turns (step_children): a clone locks its source (``lock:
+        disk``); what follows the clone runs side by side."""
         if len(children) == 1:
             work(self, children[0])
             return
@@ -352,9 +354,10 @@ class ForkFlow(Flow):
         if errors:
             raise ([e for e in errors if not isinstance(e, SiblingFailed)] or errors)[0]
 
-    def make_child(self, child, failed):
+    def make_child(self, child, failed, turns=None):
         """One child from its record to identity reset, its host keys and a fresh runner; ``failed`` is set when
-        one child fails, and the others stop at their next step."""
+        one child fails, and the others stop at their next step; ``turns`` (a lock) is held from the child's clone
+        to its confirmation."""
         def go_on():
             if failed.is_set():
                 raise SiblingFailed('Child %s stopped: another child of the fork failed.' % child['name'])
@@ -364,11 +367,17 @@ class ForkFlow(Flow):
             failpoint.enter(child['name'], 'fork.child')
             flow = self._child_flow(child)
             for step in BEFORE_RESET:
-                if step != 'wait_clone':
-                    # A clone that was asked for is waited for: its resource is then confirmed, and the abandon
-                    # step destroys it without waiting out the provider's window for an allocation's late answer.
-                    go_on()
-                flow.run(step)
+                if step == 'wait_clone':
+                    continue
+                go_on()
+                if step != 'clone':
+                    flow.run(step)
+                    continue
+                # A clone that was asked for is waited for: its resource is then confirmed, and the abandon step
+                # destroys it without waiting out the provider's window for an allocation's late answer.
+                with turns or threading.Lock():
+                    flow.run('clone')
+                    flow.run('wait_clone')
             go_on()
             flow = self._child_flow(child)
             self._reset(flow)

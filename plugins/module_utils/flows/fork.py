@@ -328,9 +328,9 @@ class ForkFlow(Flow):
 
     def _side_by_side(self, children, work):
         """``work(flow, child)`` for every child at once, each in a thread with a fork flow and a journal connection
-        of its own (a connection serves one thread at a time); a single child runs in this thread. All are waited for before this
-        returns, so nothing acts on a child after a failure is reported; the first failure (in the children's order)
-        is raised, a child's own before one that stopped for it (SiblingFailed).
+        of its own (a connection serves one thread at a time); a single child runs in this thread. All are waited
+        for before this returns, so nothing acts on a child after a failure is reported; the first failure (in the
+        children's order) is raised, a child's own before one that stopped for it (SiblingFailed).
 
         On Proxmox VE the clones of one snapshot take turns (step_children): a clone locks its source (``lock:
         disk``); what follows the clone runs side by side."""

@@ -130,10 +130,10 @@ class ForkMatrix:
         if ws['status'] != 'ready':
             problems.append('the parent is %s, not ready' % ws['status'])
         was = self.parent_before
-        if was and (ws['resource_id'], ws['facts'].get('host_key')) != (was['resource_id'], was['facts'].get('host_key')):
+        key = ws['facts'].get('host_key')
+        if was and (ws['resource_id'], key) != (was['resource_id'], was['facts'].get('host_key')):
             problems.append('the parent is not as it was: %s with host key %s, not %s with %s'
-                            % (ws['resource_id'], ws['facts'].get('host_key'), was['resource_id'],
-                               was['facts'].get('host_key')))
+                            % (ws['resource_id'], key, was['resource_id'], was['facts'].get('host_key')))
         if fork.get('state') != 'done':
             problems.append('the parent\'s fork is %s, not done' % fork.get('state'))
         left = self.copies_left(ws)
@@ -265,8 +265,8 @@ class ForkMatrix:
 
 
 def run_fork_part(size, keep, log=print):
-    """The fork rows: on a host-tier site of their own, and the AWS fork's on a try-out cloud of their own (tests/faults/
-    awsfork.py), side by side: (cells, uncovered)."""
+    """The fork rows: on a host-tier site of their own, and the AWS fork's on a try-out cloud of their own
+    (tests/faults/awsfork.py), side by side: (cells, uncovered)."""
     from tests.faults.awsfork import run_aws_fork_part
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         parts = [pool.submit(run_part, FaultSite, ForkMatrix, size, keep, log=log, label='fork'),

@@ -474,20 +474,23 @@ class AwsProvider(cloud.CloudProvider):
         for image in images:
             snapshots.update(m['Ebs']['SnapshotId'] for m in image.get('BlockDeviceMappings') or []
                              if (m.get('Ebs') or {}).get('SnapshotId'))
-            self._remove('deregister_image', ('InvalidAMIID',), ImageId=image['ImageId'])
+            self._remove(lambda ami=image['ImageId']: self.ec2.call('deregister_image', acts=True, ImageId=ami),
+                         ('InvalidAMIID',))
         for snapshot_id in sorted(snapshots):
-            self._remove('delete_snapshot', ('InvalidSnapshot.NotFound',), SnapshotId=snapshot_id)
+            self._remove(lambda snap=snapshot_id: self.ec2.call('delete_snapshot', acts=True, SnapshotId=snap),
+                         ('InvalidSnapshot.NotFound',))
         if not images and not snapshots:
             return None
         return task_handle('unimage', self.region, name)
 
-    def _remove(self, operation, gone, **kwargs):
-        """One removal of the fork's copy; an error whose code starts with one of ``gone`` means it is gone already.
-        A lost answer is asked once more: a removal repeated allocates nothing, and what was removed meanwhile
-        answers with one of those codes (the handle's wait then confirms both absent)."""
+    @staticmethod
+    def _remove(call, gone):
+        """One removal of the fork's copy (``call()``); an error whose code starts with one of ``gone`` means it is
+        gone already. A lost answer is asked once more: a removal repeated allocates nothing, and what was removed
+        meanwhile answers with one of those codes (the handle's wait then confirms both absent)."""
         for attempt in (1, 2):
             try:
-                self.ec2.call(operation, acts=True, **kwargs)
+                call()
                 return
             except base.UnknownOutcome:
                 if attempt == 2:

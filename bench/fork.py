@@ -3,7 +3,7 @@ created from the template, on the try-out cluster (tests/localpve, a process of 
 
     .venv/bin/python bench/fork.py [--children 4] [--time-scale 0.1]
 
-The fork is playbooks/fork.yml (queue, quiesce, snapshot, the children cloned from it one after the other, each
+The fork is playbooks/fork.yml (queue, quiesce, snapshot, the children cloned from it side by side, each
 reset and briefed, the snapshot removed); the cold creates are playbooks/create.yml in one run with one host per
 workspace (--forks N, in parallel). Printed: each phase of the fork (from the parent's journal events), then one
 line:

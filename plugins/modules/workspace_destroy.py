@@ -296,6 +296,7 @@ def argument_spec():
 
 def guard(journal, flow, params, check_mode):
     """The guard step: what the cluster shows of the container, then the archive's verdict on its work."""
+    flow.refuse_unfinished_fork()
     seen = flow.run('inspect').extra
     failpoint.enter(params['name'], 'destroy.guard')
     changed, msg, result = ArchiveFlow(journal, params, claim=params['claim'], check_mode=check_mode).guard(

@@ -3,7 +3,7 @@
     python -m tests.faults matrix [--size ci|full] [--part PART] [--json PATH]
                                     kill and lost-response matrix, races, seeds (main); the template build's rows on
                                     a debian-tier site of their own (builds); the fork's rows (fork,
-                                    tests/faults/fork.py); the AWS rows on a try-out cloud of their
+                                    tests/faults/fork.py and awsfork.py); the AWS rows on a try-out cloud of their
                                     own (aws); create and destroy with the journal on PostgreSQL (pg,
                                     tests/faults/pgmatrix.py); all: those side by side. The Hetzner, Compute Engine
                                     and Azure rows, each on the fake of a try-out cloud of its own (hetzner, gcp,
@@ -45,7 +45,7 @@ def main(argv=None):
                         help='main: create, destroy, expiry, races and seeds; builds: the template build\'s rows, on '
                              'a debian-tier site of their own; aws: the AWS rows, on a try-out cloud of their own; '
                              'pg: create and destroy with the journal on PostgreSQL; fork: the fork\'s kill points and '
-                             'lost answers; all (the default): those, side '
+                             'lost answers, on Proxmox VE and on AWS; all (the default): those, side '
                              'by side. hetzner, gcp, azure: the Hetzner, Compute Engine and Azure rows, each on the '
                              'fake of a try-out cloud of its own; clouds: those three, side by side')
     soak = sub.add_parser('soak', help='many random schedules')
@@ -160,7 +160,8 @@ def run_cloud(args, part):
 
 
 def run_fork(args):
-    """The fork's kill points and lost answers on a site of their own (tests/faults/fork.py)."""
+    """The fork's kill points and lost answers on a cluster and a try-out cloud of their own (tests/faults/fork.py,
+    awsfork.py)."""
     from tests.faults.fork import run_fork_part
     return run_fork_part(args.size, args.keep, log=lambda line: print(line, flush=True))
 

@@ -321,6 +321,8 @@ class CloudSite(FaultSite):
         if op['op'] == 'create':
             values.update(self.request_args(op['workspace']))
             values.update(op.get('lease') or {})
+        if op['op'] == 'fork':
+            values['children'] = [{'name': name} for name in op['children']]
         return values
 
     # ------------------------------------------------------------- reading

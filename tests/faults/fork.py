@@ -9,6 +9,7 @@ answering with its pinned key, the parent ready with its fork done, no snapshot 
 unaccounted for.
 """
 
+import concurrent.futures
 import time
 
 from tests.faults import invariants
@@ -19,10 +20,11 @@ from tests.faults.site import FaultSite, Kill
 PARENT = 'fk'
 # Roles of a clean fork's trace: the parent (and its queue), its first child and its second.
 ROLES = ('parent', 'child1', 'child2')
-# ci: the decisive points of a fork, a few rows. After the snapshot's answer, before the journal knows; after a
-# child's clone answer; between the second child's identity reset and the adoption; right after the commit point;
-# after the snapshot's delete was sent.
+# ci: the decisive points of a fork, a few rows. After the fork (the snapshot's name) is journaled, before the parent
+# is quiesced; after the snapshot's answer, before the journal knows; after a
+# child's clone answer; between the second child's identity reset and the adoption; right after the commit point.
 CI_KILLS = (
+    ('parent', 'fork.begin journal fork_started', 1),
     ('parent', 'fork.snapshot pve POST /nodes/*/lxc/*/snapshot', 1),
     ('child1', 'create.clone pve POST /nodes/*/lxc/*/clone', 1),
     ('child2', 'fork.reset journal identity_reset', 1),
@@ -64,9 +66,17 @@ def adoption_violations(journal, parent):
 
 
 class ForkMatrix:
+    """The fork's rows on a host-tier cluster; AwsForkMatrix (tests/faults/awsfork.py) is the same on the try-out
+    cloud."""
+
+    sizes = SIZES
+    ci_kills = CI_KILLS
+    # The rows' prefix: the Proxmox rows have none.
+    prefix = ''
+
     def __init__(self, site, size='ci', log=print):
         self.site = site
-        self.size = SIZES[size]
+        self.size = self.sizes[size]
         self.log = log
         self.cells = []
         self.points = []
@@ -74,6 +84,7 @@ class ForkMatrix:
         self.create_points = self.points
         self.destroy_points = []
         self.secret = None
+        self.parent_before = None
         self.foreign_before = {}
         self._names = iter(range(1, 10 ** 6))
 
@@ -86,7 +97,9 @@ class ForkMatrix:
         if not outcome.ok:
             raise RuntimeError('the fork rows\' parent could not be made: %s' % outcome.explain())
         self.secret = self.site.secret()
-        self.foreign_before = invariants.ClusterView(self.site, self.secret).foreign
+        with self.site.journal() as journal:
+            self.parent_before = journal.get_workspace(PARENT)
+        self.foreign_before = self.foreign_now()
         names = self.children()
         clean = self.site.run([self.site.fork_op(PARENT, names)])
         if not clean.ok:
@@ -99,28 +112,66 @@ class ForkMatrix:
         with self.site.journal() as journal:
             records = dict((ws['name'], ws) for ws in journal.list_workspaces())
             fork = (records[parent].get('facts') or {}).get('fork') or {}
-        view = invariants.ClusterView(self.site, self.secret)
-        cell.leaks = ['CT %d: %s' % (vmid, why) for vmid, why in sorted(invariants.leaks(view, records).items())]
-        cell.foreign = invariants.check_foreign(self.foreign_before, view, [])
+        view = self.view()
+        cell.leaks = self.leaks(view, records)
+        cell.foreign = self.foreign(view)
         problems = []
         for name in names:
             ws = records.get(name)
             if ws is None or ws['status'] != 'ready':
                 problems.append('%s is %s, not ready' % (name, ws and ws['status']))
             else:
-                problems += invariants.check_ready(self.site, view, ws)
+                problems += self.check_ready(view, ws)
+                point = ws['facts']['fork'].get('fork_point')
+                if self.parent_before and point != self.parent_before['facts'].get('head'):
+                    problems.append('%s forked at %s, not at the parent\'s commit %s'
+                                    % (name, point, self.parent_before['facts'].get('head')))
         ws = records[parent]
         if ws['status'] != 'ready':
             problems.append('the parent is %s, not ready' % ws['status'])
+        was = self.parent_before
+        key = ws['facts'].get('host_key')
+        if was and (ws['resource_id'], key) != (was['resource_id'], was['facts'].get('host_key')):
+            problems.append('the parent is not as it was: %s with host key %s, not %s with %s'
+                            % (ws['resource_id'], key, was['resource_id'], was['facts'].get('host_key')))
         if fork.get('state') != 'done':
             problems.append('the parent\'s fork is %s, not done' % fork.get('state'))
-        snapshots = [s['name'] for s in self.site.api.get('/nodes/%s/lxc/%d/snapshot' % (ws['node'], ws['vmid']))
-                     if s['name'] != 'current']
-        if snapshots:
-            problems.append('snapshots left on the parent: %s' % ', '.join(snapshots))
+        left = self.copies_left(ws)
+        if left:
+            problems.append('%s left: %s' % (self.copies, ', '.join(left)))
         if problems:
             cell.violations.setdefault('fork', []).extend(problems)
         cell.converged = not problems
+
+    # What differs on another provider (AwsForkMatrix): how the cloud is read, and what a copy of the parent is.
+    copies = 'snapshots on the parent'
+
+    def view(self):
+        return invariants.ClusterView(self.site, self.secret)
+
+    def foreign_now(self):
+        return self.view().foreign
+
+    def leaks(self, view, records):
+        return ['CT %d: %s' % (vmid, why) for vmid, why in sorted(invariants.leaks(view, records).items())]
+
+    def foreign(self, view):
+        return invariants.check_foreign(self.foreign_before, view, [])
+
+    def check_ready(self, view, ws):
+        return invariants.check_ready(self.site, view, ws)
+
+    def copies_left(self, parent):
+        """The fork copies of the parent still there: its snapshots (but the current state)."""
+        return [s['name'] for s in self.site.api.get('/nodes/%s/lxc/%d/snapshot' % (parent['node'], parent['vmid']))
+                if s['name'] != 'current']
+
+    def lose(self, method, path):
+        """Arm a fault that loses the answer of the next request ``method path``; its rule."""
+        return self.site.cluster.proxy_add('drop-response', method, path, times=1)
+
+    def lost_hits(self, rule):
+        return [r['hits'] for r in self.site.cluster.proxy_rules() if r['id'] == rule['id']]
 
     def after_run(self, cell):
         with self.site.journal() as journal:
@@ -143,13 +194,13 @@ class ForkMatrix:
 
     def kills(self):
         if self.size['kills'] == 'ci':
-            return [p for p in CI_KILLS if p in self.points]
+            return [p for p in self.ci_kills if p in self.points]
         return [p for p in self.points if p[1].split(' ', 1)[-1] not in BOOKKEEPING]
 
     def kill_cell(self, point):
         role, where, nth = point
         names = self.children()
-        cell = Cell('kill fork: %s %s #%d' % point, 'kill', [PARENT] + names)
+        cell = Cell('%skill fork: %s %s #%d' % ((self.prefix,) + point), 'kill', [PARENT] + names)
         started = time.monotonic()
         workspace = {'parent': PARENT, 'child1': names[0], 'child2': names[1]}[role]
         with self.site.working_on(cell):
@@ -164,15 +215,15 @@ class ForkMatrix:
 
     def lost_cell(self, label, method, path):
         names = self.children()
-        cell = Cell('lost response: fork %s' % label, 'lost', [PARENT] + names)
+        cell = Cell('%slost response: fork %s' % (self.prefix, label), 'lost', [PARENT] + names)
         started = time.monotonic()
         self.site.clear_faults()
-        rule = self.site.cluster.proxy_add('drop-response', method, path, times=1)
+        rule = self.lose(method, path)
         self.site.log_requests()
         with self.site.working_on(cell):
             outcome = self.site.run([self.site.fork_op(PARENT, names)])
-        hit = [r for r in self.site.cluster.proxy_rules() if r['id'] == rule['id']]
-        if not hit or not hit[0]['hits']:
+        hit = self.lost_hits(rule)
+        if not hit or not hit[0]:
             cell.reached = False
             cell.notes.append('the answer of %s %s was never lost' % (method, path))
         self.site.clear_faults()
@@ -185,8 +236,23 @@ class ForkMatrix:
         cell.seconds = time.monotonic() - started
         return cell
 
+    def missing(self):
+        """Rows of the ci size's kills that a clean fork's trace does not pass (the code moved): each fails."""
+        if self.size['kills'] != 'ci':
+            return []
+        cells = []
+        for point in [p for p in self.ci_kills if p not in self.points]:
+            cell = Cell('%skill fork: %s %s #%d' % ((self.prefix,) + point), 'kill', [])
+            cell.reached = False
+            cell.notes.append('a clean fork does not pass this point')
+            cells.append(cell)
+        return cells
+
     def run(self):
         self.prepare()
+        for cell in self.missing():
+            self.log('BAD %s (not in the trace)' % cell.row)
+            self.cells.append(cell)
         for point in self.kills():
             cell = self.kill_cell(point)
             self.log('%s %s (%.0f s)' % ('ok ' if cell.ok else 'BAD', cell.row, cell.seconds))
@@ -199,5 +265,11 @@ class ForkMatrix:
 
 
 def run_fork_part(size, keep, log=print):
-    """The fork rows on a host-tier site of their own: (cells, uncovered)."""
-    return run_part(FaultSite, ForkMatrix, size, keep, log=log, label='fork')
+    """The fork rows: on a host-tier site of their own, and the AWS fork's on a try-out cloud of their own
+    (tests/faults/awsfork.py), side by side: (cells, uncovered)."""
+    from tests.faults.awsfork import run_aws_fork_part
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        parts = [pool.submit(run_part, FaultSite, ForkMatrix, size, keep, log=log, label='fork'),
+                 pool.submit(run_aws_fork_part, size, keep, log=log)]
+        found = [part.result() for part in parts]
+    return [c for cells, dummy in found for c in cells], [u for dummy, uncovered in found for u in uncovered]

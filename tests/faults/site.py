@@ -295,8 +295,11 @@ class FaultSite:
         with open(paths['log'], 'w') as out:
             out.write(run.output)
         trace = read_trace(paths['trace'])
-        killed = run.returncode == -signal.SIGKILL and kill is not None and any(
-            line == (kill.workspace, kill.point) for line in trace[-4:])
+        # Killed at its point: the trace ends there, or (threads of one step, a fork's children, go on writing for
+        # the moment the kill takes) the point is in it as often as the kill waited for and no timeout killed it.
+        killed = run.returncode == -signal.SIGKILL and kill is not None and (
+            any(line == (kill.workspace, kill.point) for line in trace[-4:])
+            or (not run.timed_out and trace.count((kill.workspace, kill.point)) >= kill.nth))
         return Outcome(run, handle['command'], trace, killed)
 
     def run(self, ops, kill=None, timeout=RUN_TIMEOUT):

@@ -18,6 +18,7 @@ import time
 
 import yaml
 
+from tests.localpve import debian
 from tests.localpve import guests as pve_guests
 from tests.localpve import pki
 from tests.localpve.addresses import AddressPool
@@ -215,7 +216,9 @@ class Fleet(MachineGuests):
         source = self.root(instance_id)
         target = self.image_root(ami_id)
         shutil.rmtree(os.path.dirname(target), ignore_errors=True)
-        if os.path.isdir(source):
+        if os.path.isdir(source) and self.roots is not None:
+            debian.copy_files(source, target)
+        elif os.path.isdir(source):
             shutil.copytree(source, target, symlinks=True, ignore=SPECIAL_FILES)
         else:
             os.makedirs(target)
@@ -240,12 +243,14 @@ class Fleet(MachineGuests):
         root's authorized keys then with the launch's keys added (as cloud-init adds them); else fresh ones."""
         image = getattr(instance.raw, 'image_id', None)
         source = self.image_root(image) if image in self.images else None
-        if source is None or not os.path.isdir(source) or self.roots is not None:
+        if source is None or not os.path.isdir(source):
             await self.make_keyed_root(instance.id, instance.keys)
             return
-        root = self.root(instance.id)
-        shutil.rmtree(self.guest_dir(instance.id), ignore_errors=True)
-        shutil.copytree(source, root, symlinks=True, ignore=SPECIAL_FILES)
+        if self.roots is not None:
+            await self.roots.make_copy(instance.id, source)
+        else:
+            shutil.rmtree(self.guest_dir(instance.id), ignore_errors=True)
+            shutil.copytree(source, self.root(instance.id), symlinks=True, ignore=SPECIAL_FILES)
         path = self.authorized_keys(instance.id)
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         have = open(path, encoding='utf-8').read().splitlines() if os.path.exists(path) else []

@@ -349,6 +349,10 @@ class Roots:
         self._save(vmid, {'own': name, 'lowers': lowers, 'frozen': False})
         self.mount(vmid)
 
+    async def make_copy(self, vmid, source_root):
+        """A new stack whose files are a copy of ``source_root`` (a snapshot's files, an image's)."""
+        await self._make(vmid, source_root, [])
+
     async def seed_template(self, vmid, public_key):
         """The workspace template's files, once: the base with the agent user, /workspace, root's key, this machine's
         certificate authorities and the package cache's settings (pkgcache.py); frozen."""
@@ -464,6 +468,16 @@ async def _copy(source, target):
     out = (await proc.communicate())[0]
     if proc.returncode != 0:
         raise ClusterError('copying {0} failed: {1}'.format(source, out.decode(errors='replace').strip()[-500:]))
+
+
+def copy_files(source, target):
+    """Copy the files of ``source`` (a guest's root as it is now) into a new directory ``target``: owners, modes,
+    links and device nodes as they are (``cp -a``), reflinks where the file system has them."""
+    os.makedirs(target, mode=0o755)
+    done = subprocess.run(['cp', '-a', '--reflink=auto', source + '/.', target + '/'], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        raise ClusterError('copying {0} failed: {1}'.format(source, done.stdout.decode(errors='replace').strip()[-500:]))
 
 
 def _authorize(root, keys):

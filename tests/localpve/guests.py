@@ -114,14 +114,16 @@ class GuestManager:
 
     def sync_snapshots(self, ct):
         """Keep a copy of the guest's root for each snapshot the container has, and none for one it no longer has
-        (plain tier; the debian tier's clones take the source's current files)."""
-        if self.roots is not None:
-            return
+        (on the debian tier a copy of its mounted root: owners, modes and device nodes kept)."""
         directory = os.path.join(self.guest_dir(ct.vmid), 'snapshots')
         wanted = set(name for name, snap in ct.snapshots.items() if snap.get('snapstate') != 'prepare')
         have = set(os.listdir(directory)) if os.path.isdir(directory) else set()
         for name in sorted(wanted - have):
-            if os.path.isdir(self.root(ct.vmid)):
+            if not os.path.isdir(self.root(ct.vmid)):
+                continue
+            if self.roots is not None:
+                debian.copy_files(self.root(ct.vmid), self.snapshot_root(ct.vmid, name))
+            else:
                 shutil.copytree(self.root(ct.vmid), self.snapshot_root(ct.vmid, name), symlinks=True,
                                 ignore=_special_files)
         for name in sorted(have - wanted):
@@ -182,17 +184,21 @@ class GuestManager:
     async def _make_root(self, ct, origin):
         """The files of a new container: a copy of its clone source's root, or an empty one with the keys
         its creation passed (ssh-public-keys). The debian tier layers or copies them (debian.Roots.make)."""
-        if self.roots is not None:
-            await self.roots.make(ct.vmid, origin)
-            self.rooted.add(ct.vmid)
-            return
-        root = self.root(ct.vmid)
-        shutil.rmtree(self.guest_dir(ct.vmid), ignore_errors=True)
         kind, detail = (origin or (None, None))[:2]
         source = self.root(detail) if kind == 'clone' else None
         snapname = origin[3] if kind == 'clone' and len(origin) > 3 else None
         if snapname:
             source = self.snapshot_root(detail, snapname)
+        if self.roots is not None:
+            if snapname and os.path.isdir(source):
+                # A clone from a snapshot starts from the snapshot's files, not from its source's of the moment.
+                await self.roots.make_copy(ct.vmid, source)
+            else:
+                await self.roots.make(ct.vmid, origin)
+            self.rooted.add(ct.vmid)
+            return
+        root = self.root(ct.vmid)
+        shutil.rmtree(self.guest_dir(ct.vmid), ignore_errors=True)
         if source and os.path.isdir(source):
             shutil.copytree(source, root, symlinks=True, ignore=_special_files)
         else:

@@ -902,11 +902,11 @@ class CreateFlow(Flow):
             if member['params'].get('repo') and member['params'].get('repo') == self.request.get('repo'):
                 mfacts['pool_fetched'] = True
             now = time.time()
-            done = dict((step, now) for step in POOLED_STEPS)
+            done = {step: now for step in POOLED_STEPS}
             self.save('pool_member_taken', detail={'pool': pool['name'], 'member': record['member'],
                                                    'vmid': member[RESOURCE_ID]},
                       address=member['address'], progress=dict(self.ws['progress'], **done),
-                      facts=dict(self.ws['facts'], **dict((k, mfacts[k]) for k in MEMBER_FACTS if k in mfacts)),
+                      facts=dict(self.ws['facts'], **{k: mfacts[k] for k in MEMBER_FACTS if k in mfacts}),
                       **self.resource_fields(resource_id=member[RESOURCE_ID], candidate_id=member[RESOURCE_ID],
                                              location=member[LOCATION]))
         self._close_member(member, member[RESOURCE_ID] if member else None)

@@ -55,6 +55,10 @@ def failure_message(name, step, err):
         name, ROLE_STEPS.index(step) + 1, len(ROLE_STEPS), ROLE_LABELS[step], err)
 
 
+# The states of a parent's fork (flows/fork.py) that did not end: its children are destroyed by the fork only.
+UNFINISHED_FORK = ('started', 'snapshotted', 'copied', 'adopted')
+
+
 # Cleanup debt that needs a person is retried rarely; debt that may clear by itself soon.
 OPERATOR_RETRY = 6 * 3600
 SOON_RETRY = 300
@@ -218,6 +222,8 @@ class DestroyFlow(Flow):
         if step == 'inspect':
             return self.inspect()
         if step == 'retain':
+            # A release without delete is a destroy's decision too: refused for a child of an unfinished fork.
+            self.refuse_unfinished_fork()
             return self.retain()
         if step not in STEPS:
             raise DestroyError('Unknown step %r; the steps are %s.' % (step, ', '.join(STEPS)))
@@ -226,11 +232,41 @@ class DestroyFlow(Flow):
             return StepResult(False, '%s: workspace %s is not recorded; nothing to destroy' % (label, self.name))
         if self.ws['status'] == 'destroyed' and self.ws['desired_state'] == 'destroyed':
             return StepResult(False, '%s: already destroyed' % STEP_LABELS[step])
+        self.refuse_unfinished_fork()
         if step != 'mark' and self.ws['desired_state'] != 'destroyed' and not self.check_mode:
             raise DestroyError('Workspace %s is not marked for destruction: run the mark step first.' % self.name)
         # In check mode each step looks at the container and predicts what it would do, as if the steps before it
         # had run the way they are expected to.
         return getattr(self, 'step_' + step)()
+
+    # The id of the fork whose abandon step runs this destruction (ForkFlow): its children are its to destroy.
+    for_fork = None
+
+    def refuse_unfinished_fork(self):
+        """Refuse to destroy a child of a fork that did not end: the fork's all-or-nothing is its parent's to keep
+        (rerun the fork to finish it, or abandon it, which destroys every child). Changes nothing."""
+        mark = ((self.ws or {}).get('facts') or {}).get('fork') or {}
+        if not mark.get('parent') or not mark.get('id') or mark['id'] == self.for_fork:
+            return
+        if self.ws['desired_state'] == 'destroyed':
+            # Decided already (by the fork's abandon step, whose run ended early): going on is what it asked for.
+            return
+        parent = self.journal.get_workspace(mark['parent'])
+        fork = ((parent or {}).get('facts') or {}).get('fork') or {}
+        if fork.get('id') != mark['id'] or fork.get('state') not in UNFINISHED_FORK:
+            return
+        rerun = ('ansible-playbook ephemera.workspaces.fork -e workspace=%s with the same children'
+                 % mark['parent'])
+        if fork['state'] == 'adopted':
+            todo = ('It was adopted (every child reached identity reset), so it is finished, not abandoned: run it '
+                    'again to finish it (%s), then destroy %s.' % (rerun, self.name))
+        else:
+            todo = ('Run it again to finish it (%s), then destroy %s; or abandon it (ansible-playbook '
+                    'ephemera.workspaces.fork -e workspace=%s -e fork_abandon=true), which destroys every child of '
+                    'the fork.' % (rerun, self.name, mark['parent']))
+        raise DestroyError('Workspace %s is a child of fork %s of %s, which is not finished (%s): destroying one child '
+                           'alone would break the fork\'s all or nothing, so nothing was changed. %s'
+                           % (self.name, mark['id'], mark['parent'], fork['state'], todo))
 
     def inspect(self):
         """Whether the workspace's container exists and runs; changes nothing."""

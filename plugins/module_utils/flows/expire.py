@@ -186,6 +186,8 @@ class ExpirySweep:
         flow = DestroyFlow(self.journal, self.provider, params, self.secret, claim=operation.claim)
 
         def guard():
+            # A child of an unfinished fork is the fork's to destroy: refused before its work is archived.
+            flow.refuse_unfinished_fork()
             if member:
                 return
             seen = flow.run('inspect').extra

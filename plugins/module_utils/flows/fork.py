@@ -17,7 +17,9 @@ every step is idempotent, so it converges to all N children, or (through ``aband
 
 import os
 import re
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
@@ -30,7 +32,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create i
     validate_purpose,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS
-from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import DestroyFlow
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import UNFINISHED_FORK, DestroyFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations as guest_ops
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import Conflict, NotFound, UnknownOutcome
 
@@ -42,6 +44,8 @@ STEP_LABELS = {'check': 'check the request', 'begin': 'record the fork and quies
                'adopt': 'adopt and brief the children', 'finish': 'remove the snapshot', ABANDON: 'abandon the fork'}
 # The most children one fork makes: each is a full copy of the parent's disk.
 MAX_CHILDREN = 16
+# The most children made at once (each in a thread of its own: SSH sessions, the provider's calls).
+PARALLEL = 8
 # The create steps a child takes before identity reset, and after it (bootstrap writes its own credentials and makes
 # its own host keys, runner starts a runner with fresh state); brief and ready come after adoption.
 BEFORE_RESET = ('vmid', 'clone', 'wait_clone', 'configure', 'start', 'address', 'ssh')
@@ -53,6 +57,10 @@ SNAPSHOT_NAME = re.compile(r'^[A-Za-z][A-Za-z0-9_-]{1,39}$')
 
 class ForkError(EphemeraError):
     """The fork was refused or could not finish; the message says what to do."""
+
+
+class SiblingFailed(ForkError):
+    """A child stopped because another child of the fork failed (that one's error is the step's)."""
 
 
 def failure_message(name, step, err):
@@ -121,7 +129,7 @@ class ForkFlow(Flow):
         return fork
 
     def _in_progress(self):
-        return self.fork.get('state') in ('started', 'snapshotted', 'copied', 'adopted')
+        return self.fork.get('state') in UNFINISHED_FORK
 
     def run(self, step):
         if step not in STEPS + (ABANDON,):
@@ -189,18 +197,25 @@ class ForkFlow(Flow):
 
     def step_begin(self):
         if self._in_progress():
-            return StepResult(False, 'begin: fork %s recorded already' % self.fork['id'])
+            if self.fork['state'] != 'started' or self.fork.get('quiesced_at'):
+                return StepResult(False, 'begin: fork %s recorded already' % self.fork['id'])
+            # A run killed between recording the fork and quiescing the parent: quiesce it now, before the snapshot.
+            return self._quiesce(self.fork['id'])
         self.step_check()
         plan = self._plan(self.ws)
         fork_id = os.urandom(5).hex()
         snapshot = 'ephemera-fork-%s' % fork_id
         # Journal first: the snapshot's name and the children's names are recorded before either exists.
         self._save_fork('fork_started', id=fork_id, state='started', snapshot=snapshot, snapshot_taken=False,
-                        children=plan, started_at=time.time(), ended_at=None, outcome=None, fork_point=None)
-        # Quiesce: the guest's writes are flushed to its disk and the checkout's commit is recorded as the fork point;
-        # the snapshot that follows is one instant of the disk (docs/fork.md says what a working agent means).
+                        children=plan, started_at=time.time(), ended_at=None, outcome=None, fork_point=None,
+                        quiesced_at=None, adopted_at=None)
+        return self._quiesce(fork_id)
+
+    def _quiesce(self, fork_id):
+        """The guest's writes flushed to its disk and the checkout's commit recorded as the fork point; the snapshot
+        that follows is one instant of the disk (docs/fork.md says what a working agent means)."""
         head = self._with_parent(lambda g: guest_ops.fork_point(g, self._layout(), self._ssh_user()))
-        self._save_fork('fork_point', fork_point=head)
+        self._save_fork('fork_point', fork_point=head, quiesced_at=time.time())
         return StepResult(True, 'begin: fork %s of %s recorded, fork point %s' % (fork_id, self.name, head or '(none)'),
                           fork_id=fork_id, fork_point=head)
 
@@ -297,25 +312,82 @@ class ForkFlow(Flow):
             return StepResult(False, 'children: every child reached identity reset already')
         if fork.get('state') != 'snapshotted':
             raise ForkError('Fork %s has no snapshot yet: run the snapshot step first.' % fork.get('id'))
-        made = []
-        for child in fork['children']:
+        children = fork['children']
+        failed = threading.Event()
+        # Where a clone locks its source, the children's clones take turns here instead of backing off on the lock
+        # (a full copy of a large disk would outlast the create's lock_timeout).
+        turns = threading.Lock() if self.provider.snapshot_copies_take_turns else None
+        self._side_by_side(children, lambda worker, child: worker.make_child(child, failed, turns))
+        made = [c['name'] for c in children]
+        self._save_fork('fork_copied', state='copied')
+        return StepResult(True, 'children: %s cloned from %s and reset' % (', '.join(made), fork['snapshot']),
+                          children=made)
+
+    def _side_by_side(self, children, work):
+        """``work(flow, child)`` for every child at once, each in a thread with a fork flow and a journal connection
+        of its own (a connection serves one thread at a time); a single child runs in this thread. All are waited
+        for before this returns, so nothing acts on a child after a failure is reported; the first failure (in the
+        children's order) is raised, a child's own before one that stopped for it (SiblingFailed).
+
+        On Proxmox VE the clones of one snapshot take turns (step_children): a clone locks its source (``lock:
+        disk``); what follows the clone runs side by side."""
+        if len(children) == 1:
+            work(self, children[0])
+            return
+        workers = [ForkFlow(self.journal.reopen(), self.provider, self.params, self.secret, claim=self.claim,
+                            sleep=self.sleep) for dummy in children]
+        errors = []
+        try:
+            with ThreadPoolExecutor(max_workers=min(PARALLEL, len(children))) as pool:
+                futures = [pool.submit(work, worker, child) for worker, child in zip(workers, children)]
+                for future in futures:
+                    try:
+                        future.result()
+                    except Exception as err:  # pylint: disable=broad-except
+                        errors.append(err)
+        finally:
+            for worker in workers:
+                worker.journal.close()
+        if errors:
+            raise ([e for e in errors if not isinstance(e, SiblingFailed)] or errors)[0]
+
+    def make_child(self, child, failed, turns=None):
+        """One child from its record to identity reset, its host keys and a fresh runner; ``failed`` is set when
+        one child fails, and the others stop at their next step; ``turns`` (a lock) is held from the child's clone
+        to its confirmation."""
+        def go_on():
+            if failed.is_set():
+                raise SiblingFailed('Child %s stopped: another child of the fork failed.' % child['name'])
+        try:
+            go_on()
             self._record_child(child)
             failpoint.enter(child['name'], 'fork.child')
             flow = self._child_flow(child)
             for step in BEFORE_RESET:
-                flow.run(step)
+                if step == 'wait_clone':
+                    continue
+                go_on()
+                if step != 'clone':
+                    flow.run(step)
+                    continue
+                # A clone that was asked for is waited for: its resource is then confirmed, and the abandon step
+                # destroys it without waiting out the provider's window for an allocation's late answer.
+                with turns or threading.Lock():
+                    flow.run('clone')
+                    flow.run('wait_clone')
+            go_on()
             flow = self._child_flow(child)
             self._reset(flow)
             for step in AFTER_RESET:
+                go_on()
                 flow.run(step)
             flow = self._child_flow(child)
             if not flow.ws['facts']['fork'].get('identity_reset_at'):
-                flow.save('identity_reset', kind='observed', detail={'fork': fork['id']},
+                flow.save('identity_reset', kind='observed', detail={'fork': self.fork['id']},
                           facts=dict(flow.ws['facts'], fork=dict(flow.ws['facts']['fork'], identity_reset_at=time.time())))
-            made.append(child['name'])
-        self._save_fork('fork_copied', state='copied')
-        return StepResult(True, 'children: %s cloned from %s and reset' % (', '.join(made), fork['snapshot']),
-                          children=made)
+        except BaseException:
+            failed.set()
+            raise
 
     def _reset(self, flow):
         """Identity reset of one child, once: the parent's runner state, session and credentials removed, a new
@@ -343,14 +415,16 @@ class ForkFlow(Flow):
                 raise ForkError('Children %s did not reach identity reset; none is adopted.' % ', '.join(missing))
             # The commit point: from here on the fork ends with all its children.
             fork = self._save_fork('fork_adopted', state='adopted', adopted_at=time.time())
-        briefed = []
-        for child in fork['children']:
-            flow = self._child_flow(child)
-            for step in ON_ADOPTION:
-                flow = self._child_flow(child)
-                flow.run(step)
-            briefed.append(child['name'])
+        # Every child briefed at once; one that fails does not stop the others (the fork is adopted: a rerun briefs
+        # the rest).
+        self._side_by_side(fork['children'], lambda worker, child: worker.brief_child(child))
+        briefed = [c['name'] for c in fork['children']]
         return StepResult(True, 'adopt: %s briefed and ready' % ', '.join(briefed), children=briefed)
+
+    def brief_child(self, child):
+        """Brief one adopted child and mark it ready."""
+        for step in ON_ADOPTION:
+            self._child_flow(child).run(step)
 
     def _reset_done(self, name):
         child = self.journal.get_workspace(name)
@@ -404,8 +478,10 @@ class ForkFlow(Flow):
                 continue
             flow_params = dict(self.params, name=child['name'])
             for step in DESTROY_STEPS:
-                DestroyFlow(self.journal, self.provider, flow_params, self.secret, claim=self.claim,
-                            sleep=self.sleep).run(step)
+                flow = DestroyFlow(self.journal, self.provider, flow_params, self.secret, claim=self.claim,
+                                   sleep=self.sleep)
+                flow.for_fork = fork['id']
+                flow.run(step)
             destroyed.append(child['name'])
         self._drop_snapshot()
         self._save_fork('fork_abandoned', state='abandoned', outcome='abandoned', ended_at=time.time())

@@ -315,6 +315,9 @@ class Provider:
     # snapshot(), snapshot_exists(), delete_snapshot() and allocations from a snapshot (Allocation.snapshot).
     fork_refusal = ('forking needs a copy of a running machine that the children can be made from, and this '
                     'provider\'s copy (its image or snapshot, and launches from it) is not built yet')
+    # True when a copy made from a snapshot locks its source until it is done (a Proxmox VE clone: ``lock: disk``): a
+    # fork's children then clone one at a time, and go on side by side after.
+    snapshot_copies_take_turns = False
 
     def __init__(self, secret=None):
         self.secret = secret

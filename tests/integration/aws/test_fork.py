@@ -70,8 +70,10 @@ def test_a_child_that_fails_undoes_the_fork_and_leaves_no_image(site, parent):
     assert 'InsufficientInstanceCapacity' in result.output
     hits = {r['id']: len(r['hits']) for r in rules}
     assert hits[sent['id']] == 1 and hits[lost['id']] == 1, rules
-    first = [e['action'] for e in site.events('aws-bad-1')]
-    assert 'identity_reset' in first and 'ready' not in first
+    # The children are launched side by side: whichever launch was refused, neither child was briefed.
+    for name in ('aws-bad-1', 'aws-bad-2'):
+        done = [e['action'] for e in site.events(name)]
+        assert 'brief' not in done and 'ready' not in done, (name, done)
     for name in ('aws-bad-1', 'aws-bad-2'):
         child = site.workspace(name)
         assert (child['status'], child['desired_state']) == ('destroyed', 'destroyed'), name
@@ -119,5 +121,10 @@ def test_a_fork_on_aws_makes_children_from_an_image_and_leaves_no_image(site, pa
     assert after['facts']['fork']['state'] == 'done'
     assert sorted(after['facts']['fork_children']) == ['aws-par-1', 'aws-par-2']
     assert fork_images(site) == []
+    # Launched side by side: each child was recorded before the other reached identity reset.
+    first = dict(((name, action), min(e['id'] for e in site.events(name) if action in (None, e['action'])))
+                 for name in ('aws-par-1', 'aws-par-2') for action in (None, 'identity_reset'))
+    assert max(first[n, None] for n in ('aws-par-1', 'aws-par-2')) < \
+        min(first[n, 'identity_reset'] for n in ('aws-par-1', 'aws-par-2'))
     dispatched = [e for e in site.events(parent) if e['action'] == 'fork_snapshot']
     assert dispatched, 'the image is recorded before CreateImage'

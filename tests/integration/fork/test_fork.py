@@ -9,7 +9,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import fa
 
 from tests.integration.playbooks import FAKE_AGENTS, site_with_workspaces
 
-PARENTS = ['f-par', 'f-bad', 'f-fail', 'f-kill']
+PARENTS = ['f-par', 'f-bad', 'f-fail', 'f-kill', 'f-aban']
 
 
 @pytest.fixture(scope='module')
@@ -26,6 +26,13 @@ def guest_file(site, vmid, path):
 def snapshots(site, ws):
     listed = site.cluster.api().get('/nodes/%s/lxc/%d/snapshot' % (ws['node'], ws['vmid']))
     return [s['name'] for s in listed if s['name'] != 'current']
+
+
+def made_side_by_side(journal, names):
+    """True when every child's record was made before any child reached identity reset."""
+    def first(name, action=None):
+        return min(e['id'] for e in journal.events(name) if action in (None, e['action']))
+    return max(first(n) for n in names) < min(first(n, 'identity_reset') for n in names)
 
 
 def fork(site, parent, **extra):
@@ -65,6 +72,8 @@ def test_fork_makes_n_ready_children_each_its_own(site):
     assert parent['facts']['fork']['state'] == 'done'
     assert sorted(parent['facts']['fork_children']) == ['f-par-1', 'f-par-2']
     assert snapshots(site, parent) == []
+    # Made side by side: each child was recorded before the other reached identity reset.
+    assert made_side_by_side(site.journal(), ['f-par-1', 'f-par-2'])
     status = site.playbook('status.yml')
     assert status.ok and 'forked into f-par-1, f-par-2' in status.output
     # The children are ordinary workspaces: one is destroyed as any other, the parent and its sibling stay.
@@ -104,8 +113,11 @@ def test_a_child_that_cannot_reach_identity_reset_undoes_the_whole_fork(site):
     result = fork(site, 'f-fail', count=2)
     assert not result.ok, (site.cluster.control.proxy_rules(), result.output[-3000:])
     assert 'is as it was' in result.output
-    first = [e['action'] for e in site.journal().events('f-fail-1')]
-    assert 'identity_reset' in first and 'ready' not in first
+    # The children are made side by side: whichever child's start failed, the other stopped or was reset, and
+    # neither was briefed.
+    for name in ('f-fail-1', 'f-fail-2'):
+        done = [e['action'] for e in site.journal().events(name)]
+        assert 'brief' not in done and 'ready' not in done, (name, done)
     for name in ('f-fail-1', 'f-fail-2'):
         child = site.workspace(name)
         assert (child['status'], child['desired_state']) == ('destroyed', 'destroyed'), name
@@ -115,13 +127,18 @@ def test_a_child_that_cannot_reach_identity_reset_undoes_the_whole_fork(site):
     assert snapshots(site, before) == []
 
 
-def test_a_killed_fork_run_again_converges_to_all_children(site, tmp_path):
-    before = site.workspace('f-kill')
+def fork_killed_after_second_reset(site, parent, tmp_path):
+    """A fork of ``parent`` into two children, killed once the second child's identity reset is recorded."""
     trace = tmp_path / 'trace'
     trace.write_text('')
-    kill = json.dumps({'workspace': 'f-kill-2', 'point': 'fork.reset journal identity_reset', 'nth': 1})
-    killed = fork(site, 'f-kill', count=2, env={failpoint.TRACE_ENV: str(trace), failpoint.KILL_ENV: kill})
+    kill = json.dumps({'workspace': parent + '-2', 'point': 'fork.reset journal identity_reset', 'nth': 1})
+    killed = fork(site, parent, count=2, env={failpoint.TRACE_ENV: str(trace), failpoint.KILL_ENV: kill})
     assert not killed.ok
+
+
+def test_a_killed_fork_run_again_converges_to_all_children(site, tmp_path):
+    before = site.workspace('f-kill')
+    fork_killed_after_second_reset(site, 'f-kill', tmp_path)
     # Killed between the second child's identity reset and the adoption: no child is adopted.
     children = [site.workspace('f-kill-%d' % i) for i in (1, 2)]
     assert [c['status'] for c in children] != ['ready', 'ready']
@@ -139,3 +156,33 @@ def test_a_killed_fork_run_again_converges_to_all_children(site, tmp_path):
     assert [site.workspace('f-kill-%d' % i)['status'] for i in (1, 2)] == ['ready', 'ready']
     assert site.workspace('f-kill')['facts']['fork']['state'] == 'done'
     assert snapshots(site, before) == []
+
+
+def test_a_child_of_an_unfinished_fork_is_destroyed_by_its_fork_only(site, tmp_path):
+    before = site.workspace('f-aban')
+    fork_killed_after_second_reset(site, 'f-aban', tmp_path)
+    child = site.workspace('f-aban-1')
+    # The destroy playbook refuses the child alone, says how to end the fork, and changes nothing.
+    refused = site.playbook('destroy.yml', workspace='f-aban-1', discard_unsaved_work=True)
+    assert not refused.ok
+    assert 'f-aban-1 is a child of fork %s of f-aban, which is not finished' % child['facts']['fork']['id'] \
+        in refused.output, refused.output[-3000:]
+    assert 'ansible-playbook ephemera.workspaces.fork -e workspace=f-aban -e fork_abandon=true' in refused.output
+    assert 'Run it again to finish it' in refused.output
+    after = site.workspace('f-aban-1')
+    assert (after['generation'], after['status'], after['desired_state']) == (
+        child['generation'], child['status'], 'present')
+    assert site.cluster.api().get('/nodes/%s/lxc/%d/status/current' % (after['node'], after['vmid']))['status'] \
+        == 'running'
+    # The fork's own abandon destroys every child, and the parent is as it was.
+    abandoned = fork(site, 'f-aban', fork_abandon=True)
+    assert abandoned.ok, abandoned.output[-3000:]
+    for name in ('f-aban-1', 'f-aban-2'):
+        gone = site.workspace(name)
+        assert (gone['status'], gone['desired_state']) == ('destroyed', 'destroyed'), name
+    parent = site.workspace('f-aban')
+    assert parent['status'] == 'ready' and parent['vmid'] == before['vmid']
+    assert parent['facts']['fork']['state'] == 'abandoned' and snapshots(site, before) == []
+    # Once the fork ended, a destroy of a child is an ordinary one again (here: already destroyed, nothing to do).
+    again = site.playbook('destroy.yml', workspace='f-aban-1')
+    assert again.ok, again.output[-3000:]

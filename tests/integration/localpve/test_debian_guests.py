@@ -201,6 +201,35 @@ def test_a_full_clone_is_a_copy_and_a_converted_template_freezes(cluster, api):
     assert source_layer not in os.listdir(layers)
 
 
+def test_a_clone_from_a_snapshot_starts_from_the_snapshots_files(cluster, api):
+    info = cluster.info
+    node = info['template_node']
+    source = clone_workspace(api, info, hostname='deb-snap')
+    assert run(cluster, source.address, 'echo at-snapshot > /root/s1')[0] == 0
+    task_ok(api, api.nodes(node).lxc(source.vmid).snapshot.post(snapname='s1'))
+    kept = os.path.join(os.path.dirname(root_of(cluster, source.vmid)), 'snapshots', 's1')
+    assert os.path.isdir(kept)
+    # Written after the snapshot: no clone of it sees these.
+    assert run(cluster, source.address, 'echo later > /root/s2; echo changed > /root/s1')[0] == 0
+    child = int(api.cluster.nextid.get())
+    task_ok(api, api.nodes(node).lxc(source.vmid).clone.post(newid=child, hostname='deb-snap-child', full=1,
+                                                             snapname='s1'))
+    child_root = root_of(cluster, child)
+    with open(os.path.join(child_root, 'root', 's1'), encoding='utf-8') as fh:
+        assert fh.read() == 'at-snapshot\n'
+    assert not os.path.exists(os.path.join(child_root, 'root', 's2'))
+    # The clone carries its source's static address: one of them runs at a time.
+    task_ok(api, api.nodes(node).lxc(source.vmid).status.stop.post())
+    task_ok(api, api.nodes(node).lxc(child).status.start.post())
+    assert run(cluster, guest_address(api, node, child), 'cat /root/s1; id -u agent') == (0, 'at-snapshot\n1000\n')
+    task_ok(api, api.nodes(node).lxc(child).status.stop.post())
+    # The snapshot's files go with it.
+    task_ok(api, api.nodes(node).lxc(source.vmid).snapshot('s1').delete())
+    assert not os.path.exists(kept)
+    for vmid in (child, source.vmid):
+        task_ok(api, api.nodes(node).lxc(vmid).delete())
+
+
 def test_stop_ends_every_process_of_the_guest_and_destroy_removes_its_files(cluster, api):
     info = cluster.info
     node = info['template_node']

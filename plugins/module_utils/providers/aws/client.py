@@ -58,7 +58,7 @@ HINTS = (
 IncompleteInventory = base.IncompleteInventory
 
 
-# The SDK this client imports when it is first used (and providers.preload before a run forks its workers).
+# The SDK this client imports when it is first used (and registry.preload before a run forks its workers).
 LIBRARIES = ('boto3', 'botocore.config', 'botocore.exceptions')
 
 

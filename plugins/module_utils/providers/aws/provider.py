@@ -469,20 +469,31 @@ class AwsProvider(cloud.CloudProvider):
         for image in images:
             snapshots.update(m['Ebs']['SnapshotId'] for m in image.get('BlockDeviceMappings') or []
                              if (m.get('Ebs') or {}).get('SnapshotId'))
-            try:
-                self.ec2.call('deregister_image', acts=True, ImageId=image['ImageId'])
-            except base.Refused as err:
-                if not str(getattr(err, 'code', '')).startswith('InvalidAMIID'):
-                    raise
+            self._remove(lambda ami=image['ImageId']: self.ec2.call('deregister_image', acts=True, ImageId=ami),
+                         ('InvalidAMIID',))
         for snapshot_id in sorted(snapshots):
-            try:
-                self.ec2.call('delete_snapshot', acts=True, SnapshotId=snapshot_id)
-            except base.Refused as err:
-                if getattr(err, 'code', '') != 'InvalidSnapshot.NotFound':
-                    raise
+            self._remove(lambda snap=snapshot_id: self.ec2.call('delete_snapshot', acts=True, SnapshotId=snap),
+                         ('InvalidSnapshot.NotFound',))
         if not images and not snapshots:
             return None
         return task_handle('unimage', self.region, name)
+
+    @staticmethod
+    def _remove(call, gone):
+        """One removal of the fork's copy (``call()``); an error whose code starts with one of ``gone`` means it is
+        gone already. A lost answer is asked once more: a removal repeated allocates nothing, and what was removed
+        meanwhile answers with one of those codes (the handle's wait then confirms both absent)."""
+        for attempt in (1, 2):
+            try:
+                call()
+                return
+            except base.UnknownOutcome:
+                if attempt == 2:
+                    raise
+            except base.Refused as err:
+                if str(getattr(err, 'code', '')).startswith(gone):
+                    return
+                raise
 
     def _image_gone(self, name):
         """'done' when neither the fork image ``name`` nor a snapshot of it is described any more, else 'running'."""

@@ -31,7 +31,7 @@ SCOPE = 'https://management.azure.com/.default'
 PENDING = 'pending'
 SUCCEEDED = 'succeeded'
 MAX_PAGES = 100
-# The SDK this client imports when it is first used (and providers.preload before a run forks its workers).
+# The SDK this client imports when it is first used (and registry.preload before a run forks its workers).
 LIBRARIES = ('azure.identity', 'azure.mgmt.compute', 'azure.mgmt.network', 'azure.core.rest')
 PENDING_STATES = ('accepted', 'inprogress', 'running', 'creating', 'updating', 'deleting', 'notstarted')
 FAILED_STATES = ('failed', 'canceled', 'cancelled')

@@ -33,7 +33,7 @@ SCOPE = 'https://www.googleapis.com/auth/compute'
 MAX_PAGES = 100
 
 
-# The SDK this client imports when it is first used (and providers.preload before a run forks its workers).
+# The SDK this client imports when it is first used (and registry.preload before a run forks its workers).
 LIBRARIES = ('google.api_core.client_options', 'google.api_core.exceptions', 'google.auth', 'google.auth.credentials',
              'google.auth.exceptions', 'google.cloud.compute_v1')
 

@@ -24,7 +24,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import fa
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import answers, base
 
-# The SDK this client imports when it is first used (and providers.preload before a run forks its workers).
+# The SDK this client imports when it is first used (and registry.preload before a run forks its workers).
 LIBRARIES = ('hcloud',)
 
 TOKEN_ENV = 'HCLOUD_TOKEN'

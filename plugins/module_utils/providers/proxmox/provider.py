@@ -96,6 +96,8 @@ class ProxmoxProvider(base.Provider):
     noun = 'container'
     id_noun = 'VMID'
     fork_refusal = None
+    # A clone locks its source (lock: disk) until its task ends; a second clone meanwhile is refused.
+    snapshot_copies_take_turns = True
     journal_templates = True
 
     def __init__(self, client, secret=None):

@@ -464,3 +464,39 @@ def test_a_fork_image_is_made_once_found_by_its_name_launched_from_and_removed(e
     assert p.delete_snapshot(parent, name) is None
     for resource in (launched, parent):
         p.wait(p.delete(resource), 10)
+
+
+class LosesAnswers:
+    """The EC2 client, but the first answer of each call named in ``lost`` is lost after EC2 acted."""
+
+    def __init__(self, ec2, lost):
+        self.ec2 = ec2
+        self.lost = set(lost)
+
+    def __getattr__(self, attr):
+        return getattr(self.ec2, attr)
+
+    def call(self, operation, acts=False, **kwargs):
+        answer = self.ec2.call(operation, acts=acts, **kwargs)
+        if operation in self.lost:
+            self.lost.discard(operation)
+            raise base.UnknownOutcome('%s: the request went out and no answer came back' % operation)
+        return answer
+
+
+def test_a_fork_image_whose_removal_answers_are_lost_is_removed_all_the_same(ec2, seeded):
+    from tests.localcloud.fleet import moto_images
+    p = provider(ec2, seeded)
+    a, task, parent = allocate(p, seeded, 'unit-fork-lost')
+    name = 'ephemera-fork-1a2b3c4d5e'
+    handle = p.snapshot(parent, name, p.marker('unit-fork-lost', parent.id))
+    moto_images()[handle.split('/')[3]].state = 'available'
+    assert p.wait(handle, 10).succeeded
+    lossy = awsprovider.AwsProvider(LosesAnswers(ec2, ('deregister_image', 'delete_snapshot')), SECRET,
+                                    launch=launch(seeded))
+    removal = lossy.delete_snapshot(parent, name)
+    assert removal is not None and p.wait(removal, 10).succeeded
+    assert ec2.call('describe_images', Owners=['self'], Filters=[{'Name': 'name', 'Values': [name]}])['Images'] == []
+    assert ec2.call('describe_snapshots', OwnerIds=['self'],
+                    Filters=[{'Name': 'tag:ephemera:fork-image', 'Values': [name]}])['Snapshots'] == []
+    p.wait(p.delete(parent), 10)

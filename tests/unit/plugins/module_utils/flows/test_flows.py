@@ -12,6 +12,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base import Flow, StepResult
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import CreateError, CreateFlow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import (
+    DestroyError,
     DestroyFlow,
     NeedsOperator,
     NotOurs,
@@ -391,6 +392,42 @@ def test_destroy_in_check_mode_changes_nothing(site):
     assert results[2].msg.startswith('force stop: not expected')
     real = destroy(site, 'd2')
     assert [r.changed for r in results] == [r.changed for r in real] == [True, True, False, True, True]
+
+
+def set_fork(site, name, fork):
+    record = ws(site, name)
+    site.journal.update_workspace(name, record['generation'], facts=dict(record['facts'], fork=fork))
+
+
+@pytest.mark.parametrize('state', ['started', 'snapshotted', 'copied', 'adopted'])
+def test_a_child_of_an_unfinished_fork_is_not_destroyed_alone(site, state):
+    made(site, 'fp-' + state)
+    vmid = made(site, 'fc-' + state)
+    set_fork(site, 'fp-' + state, {'id': 'f1', 'state': state, 'children': [{'name': 'fc-' + state}]})
+    set_fork(site, 'fc-' + state, {'parent': 'fp-' + state, 'id': 'f1'})
+    before, record = len(site.changes_sent()), ws(site, 'fc-' + state)
+    for step in ('retain', 'mark', 'shutdown', 'delete', 'finish'):
+        with pytest.raises(DestroyError) as caught:
+            destroy(site, 'fc-' + state, steps=(step,))
+        message = str(caught.value)
+        assert 'child of fork f1 of fp-%s, which is not finished (%s)' % (state, state) in message
+        assert 'ansible-playbook ephemera.workspaces.fork -e workspace=fp-%s' % state in message
+        assert ('fork_abandon=true' in message) == (state != 'adopted')
+    assert len(site.changes_sent()) == before and ws(site, 'fc-' + state)['generation'] == record['generation']
+    assert site.pve.ct(vmid).status == 'running'
+
+
+def test_the_fork_itself_and_a_finished_fork_destroy_a_child(site):
+    made(site, 'fp-ok')
+    for child, by_fork, state in (('fc-own', 'f1', 'copied'), ('fc-done', None, 'done')):
+        vmid = made(site, child)
+        set_fork(site, 'fp-ok', {'id': 'f1', 'state': state, 'children': [{'name': child}]})
+        set_fork(site, child, {'parent': 'fp-ok', 'id': 'f1'})
+        for step in ('mark', 'shutdown', 'stop', 'delete', 'finish'):
+            flow = DestroyFlow(site.journal, site.provider, site.destroy_params(child), SECRET, sleep=no_sleep)
+            flow.for_fork = by_fork
+            flow.run(step)
+        assert site.pve.ct(vmid) is None and ws(site, child)['status'] == 'destroyed'
 
 
 @pytest.mark.parametrize('description, verdict', [

@@ -47,3 +47,9 @@ def test_proxmox_and_aws_fork_and_the_others_say_why():
     assert AwsProvider.fork_refusal is None
     for provider in (HetznerProvider, GcpProvider, AzureProvider):
         assert 'not built yet' in provider.fork_refusal
+
+
+def test_proxmox_clones_of_a_snapshot_take_turns_and_aws_launches_do_not():
+    # A PVE clone holds its source's lock: disk until its task ends (pve-container's clone, and fakepve's).
+    assert ProxmoxProvider.snapshot_copies_take_turns is True
+    assert AwsProvider.snapshot_copies_take_turns is False

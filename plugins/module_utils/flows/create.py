@@ -832,25 +832,26 @@ class CreateFlow(Flow):
         return self._take_member(pool, record)
 
     def _claim_check(self, record):
-        """True when member ``record`` may be given out: its record names a container that carries its marker, runs,
+        """True when member ``record`` may be given out: its record names a resource that carries its marker, runs,
         and whose agent runner answers; else why not (the member is then released)."""
         member = self.journal.get_workspace(record['member'])
+        noun = self.provider.noun
         if member is None or member['status'] == 'destroyed' or not member[RESOURCE_ID]:
-            return 'its workspace record names no container'
+            return 'its workspace record names no %s' % noun
         if member['desired_state'] != 'present' or (member.get('lease') and
                                                     leasing.is_expired(member['lease'], time.time())):
             return 'its lease expired: the expiry sweep deletes it'
         try:
             resource = self.provider.find(member[RESOURCE_ID], member[LOCATION])
             if resource is None:
-                return 'its container %s is gone' % self.provider.label(member[RESOURCE_ID])
+                return 'its %s %s is gone' % (noun, self.provider.label(member[RESOURCE_ID]))
             verdict = self.provider.verify(resource, member['name'], ownership.record_nonce(member))
             if verdict != ownership.VERIFIED:
-                return 'its container does not carry its marker (%s)' % verdict
+                return 'its %s does not carry its marker (%s)' % (noun, verdict)
             if not self.provider.power(resource).running:
-                return 'its container %s is not running' % self.provider.label(resource.id)
+                return 'its %s %s is not running' % (noun, self.provider.label(resource.id))
         except ProviderError as err:
-            return 'its container could not be looked at: %s' % err
+            return 'its %s could not be looked at: %s' % (noun, err)
         answer = agent_flow.ask(member, key_file=self.params.get('ssh_private_key'),
                                 timeout=min(10, self.params.get('ssh_timeout') or 10))
         if not answer.get('alive'):
@@ -893,10 +894,10 @@ class CreateFlow(Flow):
             mine = self.provider.verify(resource, self.name, nonce)
             if mine != ownership.VERIFIED:
                 if self.provider.verify(resource, member['name'], ownership.record_nonce(member)) != ownership.VERIFIED:
-                    raise CreateError('%s, the container of pool member %s, carries neither its marker nor this '
+                    raise CreateError('%s, the %s of pool member %s, carries neither its marker nor this '
                                       'workspace\'s; refusing to touch it. Reconcile reports it; destroy this '
                                       'workspace and create it again.' % (self.provider.label(resource.id),
-                                                                          record['member']))
+                                                                          self.provider.noun, record['member']))
                 self.provider.remark(resource, self.name, nonce, 'agent-%s' % self.name, self._labels('provisioning'))
             mfacts = dict(member['facts'] or {})
             if member['params'].get('repo') and member['params'].get('repo') == self.request.get('repo'):

@@ -651,7 +651,7 @@ def write_known_hosts(path, text, make_directory):
         pass
     directory = os.path.dirname(path)
     if make_directory and not os.path.isdir(directory):
-        os.makedirs(directory, 0o700)
+        os.makedirs(directory, 0o700, exist_ok=True)
     write_durable(path, text, 0o600)
     return True
 

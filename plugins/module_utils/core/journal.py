@@ -591,7 +591,7 @@ class Journal:
             if not os.path.isdir(directory):
                 cls._check_reachable(path, directory)
                 if path == default_path():
-                    os.makedirs(directory, 0o700)
+                    os.makedirs(directory, 0o700, exist_ok=True)
                 else:
                     raise JournalError('The journal directory %s does not exist. Create it (mkdir -p %s) or set the '
                                        'journal_path option / %s to a file in an existing directory.'

@@ -142,7 +142,8 @@ def check_archive_dir(path, create=True):
                                    % (path, probe_in, hint), archive_dir=path)
         else:
             try:
-                os.makedirs(path, 0o700)
+                # Another host of the same play may make it between the check above and here.
+                os.makedirs(path, 0o700, exist_ok=True)
             except OSError as exc:
                 raise ArchiveError('Cannot make the archive directory %s: %s. %s' % (path, exc.strerror, hint),
                                    archive_dir=path)

@@ -117,6 +117,20 @@ def test_archive_dir_is_made_and_probed(tmp_path):
     assert stat.S_IMODE(os.stat(target).st_mode) == 0o700 and os.listdir(target) == []
 
 
+def test_archive_dir_made_by_another_host_meanwhile_is_used(monkeypatch, tmp_path):
+    """Hosts of one play destroy at once: the directory may appear between the check and the mkdir."""
+    target = str(tmp_path / 'archives')
+    real_makedirs = os.makedirs
+
+    def made_meanwhile(path, mode=0o777, exist_ok=False):
+        real_makedirs(path, mode)   # the other host wins the race
+        return real_makedirs(path, mode, exist_ok=exist_ok)
+
+    monkeypatch.setattr(archive.os, 'makedirs', made_meanwhile)
+    assert archive.check_archive_dir(target) == target
+    assert os.listdir(target) == []
+
+
 def test_archive_dir_that_is_a_file_or_unwritable_is_refused(tmp_path):
     a_file = tmp_path / 'f'
     a_file.write_text('')

@@ -15,11 +15,11 @@ anything.
 """
 
 import collections
-import contextlib
 import os
 import re
 import socket
 import ssl
+import threading
 import time
 import traceback
 import warnings
@@ -40,14 +40,17 @@ requests = InsecureRequestWarning = NewConnectionError = proxmoxer_https = Proxm
 PVE_MISSING_LIBRARY = None
 PVE_IMPORT_ERROR = None
 _LOADED = []
+# Clients may be made in threads at once (parallel releases): the first one imports, the others wait for it.
+_LOADING = threading.Lock()
 
 
 def load_libraries():
     """Import requests and proxmoxer once; returns (the missing library, its traceback), or (None, None)."""
     global requests, InsecureRequestWarning, NewConnectionError, proxmoxer_https, ProxmoxerAuthenticationError
     global PVE_MISSING_LIBRARY, PVE_IMPORT_ERROR
-    if not _LOADED:
-        _LOADED.append(True)
+    with _LOADING:
+        if _LOADED:
+            return PVE_MISSING_LIBRARY, PVE_IMPORT_ERROR
         try:
             import requests  # pylint: disable=import-outside-toplevel,redefined-outer-name
             from urllib3.exceptions import InsecureRequestWarning, NewConnectionError  # pylint: disable=import-outside-toplevel
@@ -62,6 +65,7 @@ def load_libraries():
             except ImportError:
                 PVE_MISSING_LIBRARY = 'proxmoxer'
                 PVE_IMPORT_ERROR = traceback.format_exc()
+        _LOADED.append(True)
     return PVE_MISSING_LIBRARY, PVE_IMPORT_ERROR
 
 
@@ -617,9 +621,9 @@ class PveClient:
         path, url = self._url(path)
         self.request_count += 1
         try:
-            with self._quiet_tls():
-                answer = session.request(method, url, params=_form(params), data=_form(data),
-                                         timeout=self._timeouts(timeout))
+            self._quiet_tls()
+            answer = session.request(method, url, params=_form(params), data=_form(data),
+                                     timeout=self._timeouts(timeout))
         except requests.exceptions.RequestException as exc:
             raise self._transport_error(exc, method, path, timeout)
         except answers.AnswerTooLarge as exc:
@@ -638,13 +642,17 @@ class PveClient:
         return PveUnknownOutcome('{0} {1}'.format(text, HINTS['unknown_outcome']), method=method, path=path,
                                  transport='too_large')
 
-    @contextlib.contextmanager
     def _quiet_tls(self):
-        """No warning per request when certificate checks were turned off on purpose (validate_certs: false)."""
-        with warnings.catch_warnings():
-            if not self._verify:
-                warnings.simplefilter('ignore', InsecureRequestWarning)
-            yield
+        """No warning per request when certificate checks were turned off on purpose (validate_certs: false).
+
+        One filter for the whole process, added once: only a request made without checking the certificate warns,
+        and every such request was asked for. (Filters set and restored around each request, as
+        warnings.catch_warnings does, are not thread-safe: requests in threads at once undo each other's.)"""
+        quiet = ('ignore', None, InsecureRequestWarning, None, 0)   # the entry filterwarnings makes
+        if not self._verify and quiet not in warnings.filters:
+            with _LOADING:
+                if quiet not in warnings.filters:
+                    warnings.filterwarnings('ignore', category=InsecureRequestWarning)
 
     # --------------------------------------------------------------------------------- login
 
@@ -667,8 +675,8 @@ class PveClient:
             options.update(password=self._password)
             self.request_count += 1  # proxmoxer posts /access/ticket right away
         try:
-            with self._quiet_tls():
-                backend = proxmoxer_https.Backend(**options)
+            self._quiet_tls()
+            backend = proxmoxer_https.Backend(**options)
         except ProxmoxerAuthenticationError as exc:
             raise self._login_failed(exc)
         except requests.exceptions.RequestException as exc:

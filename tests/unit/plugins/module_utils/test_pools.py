@@ -57,6 +57,9 @@ def test_the_provider_says_whether_it_keeps_pools_and_one_that_does_not_is_refus
     assert [p['provider'] for p in declared_pools([dict(POOL, provider='proxmox')], 'aws')] == ['proxmox']
     with pytest.raises(pools.PoolError, match="Pool py: Unknown provider 'nowhere'"):
         declared_pools([dict(POOL, provider='nowhere')], 'aws')
+    # Azure keeps none yet: a pool declared for it is refused, naming it.
+    with pytest.raises(pools.PoolError, match='declared for provider azure, which keeps no warm pools yet'):
+        declared_pools([dict(POOL, provider='azure')], 'proxmox')
     # A provider without remark() (its pool_refusal set) is refused with its name and what to do.
     monkeypatch.setattr(registry.provider_class('aws'), 'pool_refusal', 'its re-signing is not built yet')
     with pytest.raises(pools.PoolError, match=r'declared for provider aws, which keeps no warm pools yet: its '
@@ -202,3 +205,15 @@ def test_a_rerun_gets_the_member_of_its_own_life_not_one_an_earlier_life_of_the_
     # ws1 destroyed and requested again: its new life takes another member, never the old life's container.
     second = pools.claim_member(journal, 'py', 'ws1', life=200.0)
     assert second['member'] != first['member'] and second['life'] == 200.0
+
+
+def test_a_fill_fills_the_pools_of_its_own_provider_and_says_it_skips_the_others():
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.pool import PoolFill
+    declared = [dict(POOL, name='ec2', provider='aws', location='eu-west-1', template='ami-0abc'), POOL]
+    fill = PoolFill(None, None, {'pools': declared, 'provider': 'proxmox'}, None, check_mode=True)
+    fill.run()
+    assert [(e['pool'], e['action']) for e in fill.entries] == [('ec2', 'skipped'), ('py', 'would_fill')]
+    assert 'declared for provider aws, and this fill runs with provider proxmox' in fill.entries[0]['detail']
+    fill = PoolFill(None, None, {'pools': [dict(POOL, name='ec2')], 'provider': 'aws'}, None, check_mode=True)
+    fill.run()
+    assert [(e['pool'], e['action']) for e in fill.entries] == [('ec2', 'would_fill')]

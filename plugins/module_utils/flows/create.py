@@ -983,7 +983,11 @@ class CreateFlow(Flow):
             # machine by itself at a time (Compute Engine) sets it from this.
             lease = {'id': terms.get('id') or candidate,
                      'created_by': terms.get('created_by') or req.get('created_by')}
-            if terms.get('created_at') is not None and terms.get('ttl') is not None:
+            # A warm pool member's machine has none: the workspace that takes it has a lease of its own, which a
+            # deletion time set now (and changed on Compute Engine only on a stopped instance) would cut short; the
+            # expiry sweep deletes a member nobody took.
+            if (terms.get('created_at') is not None and terms.get('ttl') is not None
+                    and not req.get('pool_member')):
                 lease['ends_at'] = float(terms['created_at']) + float(terms['ttl'])
             options = dict(req['launch'], lease=lease)
         return Allocation(candidate, self.name, self.source_id, req['node'], 'agent-%s' % self.name, req['pool'],

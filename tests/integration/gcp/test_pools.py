@@ -4,7 +4,7 @@ lease's); its name, which the marker binds, stays."""
 
 import pytest
 
-from tests.integration.poolrun import filled_site
+from tests.integration.poolrun import filled_site, members
 # The scenario's tests, in the order they run (pytest takes a module's tests in the order its names were bound).
 from tests.integration.poolrun import (  # noqa: F401 pylint: disable=unused-import  # isort: skip
     test_a_fill_makes_warm_members_each_carrying_its_own_marker_and_lease,
@@ -45,3 +45,11 @@ def site(localcloud, tmp_path_factory):
     yield filled_site(site, directory, info['zone'], info['image'])
     print('playbook runs (playbook, workspace, seconds): %s' % site.timings)
     assert localcloud.gcp('violations') == []
+
+
+def test_a_members_instance_has_no_termination_time_that_would_cut_the_workspaces_lease(site):
+    # Compute Engine deletes an instance at its termination time, and changes it only on a stopped one: a member is
+    # made without one, so that the workspace that takes it is not deleted at the end of the member's lease.
+    provider = site.provider()
+    for record in members(site, 'warm'):
+        assert provider.deadline_of(site.workspace(record['member'])['resource_id']) == (None, None)

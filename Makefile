@@ -42,7 +42,8 @@ help:
 	@echo "make bench-template  a template build by step, and create-to-ready on debian vs default guests"
 	@echo "make bench-agent   the real agent CLIs: create to ready, first edit, idle, and the agents' share"
 	@echo "make bench-fork    one ready workspace forked into 4 children against 4 cold creates"
-	@echo "make bench-warm    a create from a warm pool against a cold one and community.proxmox clone+start"
+	@echo "make bench-warm    a create from a warm pool against a cold one and community.proxmox clone+start;"
+	@echo "                   the same on AWS against amazon.aws.ec2_instance (WARM_ARGS=\"--provider aws\": that alone)"
 
 system-packages:
 	@scripts/system-packages.sh
@@ -234,7 +235,7 @@ bench-fork: venv
 
 # A create that takes a warm pool member against a cold one and community.proxmox, at time scale 0 (bench/warm.py).
 bench-warm: venv
-	$(BIN)/python bench/warm.py
+	$(BIN)/python bench/warm.py $(WARM_ARGS)
 
 # One task of the collection as a module process against the same module run in the worker by its action plugin,
 # with and without the module's code loaded before the workers are forked (plugin_utils/in_process.py).

@@ -1,6 +1,6 @@
 """How long does a create take when it takes a warm pool member, against a cold create and community.proxmox?
 
-    .venv/bin/python bench/warm.py [--count 20] [--repeat 3] [--forks 10] [--time-scale 0]
+    .venv/bin/python bench/warm.py [--count 20] [--repeat 3] [--forks 10] [--time-scale 0] [--provider all]
 
 On one try-out cluster (tests/localpve, inside this process), one after the other, each through the shipped
 playbooks as bench/create.py runs them (its helpers are reused):
@@ -17,11 +17,20 @@ member did before are done at its candidate step), and last:
 
     warm: create from pool A s, cold B s, community.proxmox clone+start C s, ratio A/C R; 20 creates from a pool of 20 D s
 
+With --provider aws (or all, the default, after the Proxmox VE figures) the same on the AWS try-out cloud
+(tests/localcloud: moto behind its fault proxy, an sshd per running instance), --repeat times each:
+amazon.aws.ec2_instance launching one instance and waiting until it runs (bench/create_aws.py's run), the cold create,
+and a create from a pool of size 1 filled before it (not timed); last:
+
+    warm (aws): create from pool A s, cold B s, amazon.aws.ec2_instance launch C s, ratio A/C R; repeat N
+
 No figure is asserted.
 """
 
 import argparse
+import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -95,13 +104,69 @@ def scenario(time_scale, count, repeat, forks):
         teardown(cluster, workdir)
 
 
+def aws_scenario(repeat):
+    """{'plain': [s], 'cold': [s], 'warm': [s]} on one AWS try-out cloud."""
+    from bench.create_aws import run_ec2_instance  # pylint: disable=import-outside-toplevel
+    from tests.ansible_run import run_ansible  # pylint: disable=import-outside-toplevel
+    from tests.localcloud.fixtures import cloud_process  # pylint: disable=import-outside-toplevel
+    workdir = tempfile.mkdtemp(prefix='ephemera-bench-warm-aws-')
+    out = {'plain': [], 'cold': [], 'warm': []}
+    try:
+        with cloud_process(os.path.join(workdir, 'cloud')) as cloud:
+            info = cloud.info
+            repo = make_repo(workdir)
+            journal = os.path.join(workdir, 'journal.sqlite')
+            one = [{'name': 'one', 'location': info['region'], 'template': info['seed']['image_id'], 'size': 1}]
+
+            def play(playbook, **extra):
+                run = run_ansible(['ansible-playbook', '-i', os.path.join(ROOT, 'inventories', 'localcloud'),
+                                   'ephemera.workspaces.' + playbook, '-e', json.dumps(extra)],
+                                  env={'LOCALCLOUD_STATE_DIR': info['state_dir'], 'EPHEMERA_JOURNAL': journal},
+                                  timeout=600, fail=False, unset=('AWS_', 'EPHEMERA_', 'PROXMOX_'))
+                if not run.ok:
+                    sys.exit('%s failed (rc %d):\n%s' % (playbook, run.returncode, run.output[-4000:]))
+                return run.seconds
+
+            def create(name, **extra):
+                return play('create', workspace=name, repo=repo, purpose='Benchmark a create on AWS', agent='bench',
+                            ephemera_agents={'bench': ['sh', '-c', 'sleep 600']}, **extra)
+            for n in range(repeat):
+                out['plain'].append(run_ec2_instance(workdir, info)[0])
+                out['cold'].append(create('cold-%d' % n))
+                play('pool_fill', ephemera_pools=one)
+                out['warm'].append(create('warm-%d' % n, ephemera_pools=one))
+                from_pool(journal, ['warm-%d' % n])
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return out
+
+
+def print_aws(repeat):
+    result = aws_scenario(repeat)
+    plain, cold, warm = (statistics.median(result[k]) for k in ('plain', 'cold', 'warm'))
+    print('warm pools on AWS (the try-out cloud), load average %.2f' % os.getloadavg()[0])
+    print('  amazon.aws.ec2_instance launch  %s' % ' '.join('%.2fs' % s for s in result['plain']))
+    print('  cold create to ready            %s' % ' '.join('%.2fs' % s for s in result['cold']))
+    print('  create from the pool to ready   %s' % ' '.join('%.2fs' % s for s in result['warm']))
+    print('warm (aws): create from pool %.2f s, cold %.2f s, amazon.aws.ec2_instance launch %.2f s, ratio A/C %.2f; '
+          'repeat %d' % (warm, cold, plain, warm / plain, repeat))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     parser.add_argument('--count', type=int, default=20)
     parser.add_argument('--repeat', type=int, default=3)
     parser.add_argument('--forks', type=int, default=10)
     parser.add_argument('--time-scale', type=float, default=0.0)
+    parser.add_argument('--provider', choices=['all', 'proxmox', 'aws'], default='all')
     args = parser.parse_args()
+    if args.provider != 'aws':
+        print_proxmox(args)
+    if args.provider != 'proxmox':
+        print_aws(args.repeat)
+
+
+def print_proxmox(args):
     result = scenario(args.time_scale, args.count, args.repeat, args.forks)
     community = statistics.median(result['community'])
     cold = statistics.median(result['cold'])

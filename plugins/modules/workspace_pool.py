@@ -31,6 +31,10 @@ extends_documentation_fragment:
   - ephemera.workspaces.controller
   - ephemera.workspaces.controller.shutdown
   - ephemera.workspaces.proxmox
+  - ephemera.workspaces.aws
+  - ephemera.workspaces.hetzner
+  - ephemera.workspaces.gcp
+  - ephemera.workspaces.azure
   - ephemera.workspaces.journal
 attributes:
   check_mode:
@@ -45,8 +49,13 @@ options:
       - The pools, as the inventory declares them in C(ephemera_pools). Each is a dict of C(name) (1 to 24
         lower-case letters, digits and dashes), C(location) (the node), C(template) (a template name or VMID),
         C(size), and optionally C(maximum) (default the size), C(lease) (seconds a member nobody takes waits, 60 to
-        86400, default 5400), C(repo) (a repository its members have fetched) and C(provider) (V(proxmox), the only
-        one pools are built on).
+        86400, default 5400), C(repo) (a repository its members have fetched) and C(provider) (default O(provider),
+        the provider this fill runs with).
+      - The fill makes members on O(provider), with that provider's options as M(ephemera.workspaces.workspace_create)
+        takes them (C(location) is the node, region or zone; C(template) the template, image or AMI). A pool declared
+        for another provider is left to a fill with that provider.
+      - Warm pools are kept on Proxmox VE, AWS, Hetzner Cloud and Compute Engine. A pool declared for a provider that
+        keeps none yet is refused, naming the provider; creates there stay cold.
       - A declaration that is wrong is refused with what to change, before anything is done.
     type: list
     elements: dict
@@ -159,8 +168,8 @@ pools:
 entries:
   description:
     - One entry per member the fill acted on, or per pool that was full - C(pool), C(member), C(action) and
-      C(detail). The action is V(warm), V(failed), V(deleted), V(delete_failed), V(busy), V(full), V(would_fill)
-      or V(would_delete).
+      C(detail). The action is V(warm), V(failed), V(deleted), V(delete_failed), V(busy), V(full), V(skipped) (a
+      pool of another provider), V(would_fill) or V(would_delete).
   returned: always
   type: list
   elements: dict
@@ -182,6 +191,10 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.pool import PoolFill
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.options import azure_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import connection_argument_spec
 
 
@@ -213,6 +226,10 @@ def module_args():
     )
     spec.update(controller_argument_spec(shutdown=True))
     spec.update(connection_argument_spec())
+    spec.update(aws_argument_spec())
+    spec.update(hetzner_argument_spec())
+    spec.update(gcp_argument_spec())
+    spec.update(azure_argument_spec())
     spec.update(journal_argument_spec())
     return dict(argument_spec=spec, supports_check_mode=True)
 
@@ -222,7 +239,7 @@ def run(module):
     params = dict(module.params)
     # What the create steps read that a member has none of: no template by request, no address range, no node.
     params.update(template=None, node=None, repo=None, ref=None, purpose=None, address_range=None, address_prefix=24,
-                  gateway=None, brief_timeout=None, provider='proxmox')
+                  gateway=None, brief_timeout=None)
     journal = open_journal(module)
     fill = None
     try:

@@ -28,8 +28,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 MEMBER_STATES = ('filling', 'warm', 'claimed', 'released')
 PREFIX = 'pool/'
 POOL_NAME = re.compile(r'^[a-z0-9](?:[a-z0-9-]{0,22}[a-z0-9])?$')
-# The providers whose pools are built. Others are refused when declared, so a pool never silently stays empty.
-POOL_PROVIDERS = ('proxmox',)
+# The provider of a declaration that names none, when the caller gives no other (its run's provider).
+DEFAULT_PROVIDER = 'proxmox'
+PROVIDER_NAME = re.compile(r'^[a-z][a-z0-9_]*$')
 DEFAULT_LEASE = 5400
 LEASE_CAP = 86400
 
@@ -38,9 +39,11 @@ class PoolError(EphemeraError):
     """A pool declaration or a membership change was refused; the message says why and what to do."""
 
 
-def validate_pool(spec):
+def validate_pool(spec, provider=DEFAULT_PROVIDER):
     """The declaration ``spec`` (a dict: name, provider, location, template, size, maximum, lease, optional repo)
-    checked and completed with its defaults; PoolError says what is wrong."""
+    checked and completed with its defaults (``provider``: the provider of a declaration that names none, the run's);
+    PoolError says what is wrong. Whether its provider keeps pools is the provider's to say (``pool_refusal``): the
+    flows ask it."""
     if not isinstance(spec, dict):
         raise PoolError('A pool is a mapping of name, provider, location, template, size (and maximum, lease, repo); '
                         'got %r.' % (spec,))
@@ -49,11 +52,11 @@ def validate_pool(spec):
     if not isinstance(name, str) or not POOL_NAME.match(name):
         raise PoolError('Invalid pool name %r: use 1 to 24 lower-case letters, digits and dashes, starting and ending '
                         'with a letter or digit.' % (name,))
-    pool.setdefault('provider', 'proxmox')
-    if pool['provider'] not in POOL_PROVIDERS:
-        raise PoolError('Pool %s: warm pools are built on %s only, not on %s. Remove the pool, or declare it for '
-                        'one of those providers; creates on %s stay cold.'
-                        % (name, ', '.join(POOL_PROVIDERS), pool['provider'], pool['provider']))
+    if not pool.get('provider'):
+        pool['provider'] = provider or DEFAULT_PROVIDER
+    if not isinstance(pool['provider'], str) or not PROVIDER_NAME.match(pool['provider']):
+        raise PoolError('Pool %s: provider %r is not a provider name (proxmox, aws, hetzner, gcp, azure).'
+                        % (name, pool['provider']))
     if not isinstance(pool.get('location'), str) or not pool['location']:
         raise PoolError('Pool %s has no location: say which location its members are made on.' % name)
     template = pool.get('template')
@@ -84,7 +87,7 @@ def matching_pool(pools, request):
     members have that repository fetched already), else it has none (its members have nothing fetched: the checkout
     clones the request's). A pool of the request's repository comes first; then the order of the declarations."""
     def same(pool):
-        return (pool.get('provider', 'proxmox') == request.get('provider', 'proxmox')
+        return (pool.get('provider', DEFAULT_PROVIDER) == request.get('provider', DEFAULT_PROVIDER)
                 and pool.get('location') == request.get('location')
                 and str(pool.get('template')) == str(request.get('template')))
     fitting = [pool for pool in pools or () if same(pool)]

@@ -53,7 +53,9 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base
     TaskFailed,
     UnknownOutcome,
     first_address,
+    provider_of,
 )
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import agent as agent_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import preflight
@@ -311,6 +313,26 @@ def resolve_template(journal, template):
                           'VMID of a prepared template.' % (template, template), step='request')
     version = journal.template_version(template, pointer['current'])
     return version['resource_id'], version['location'], {'name': template, 'version': version['version']}
+
+
+def declared_pools(specs, provider):
+    """The pool declarations ``specs`` checked and completed (a declaration that names no provider is
+    ``provider``'s, the run's); PoolError for one that is wrong, and for one whose provider keeps no pools yet (its
+    ``pool_refusal``), naming the provider and what to do."""
+    pools = []
+    for spec in specs or []:
+        pool = pooling.validate_pool(spec, provider=provider)
+        try:
+            cls = registry.provider_class(pool['provider'])
+        except ValueError as err:
+            raise pooling.PoolError('Pool %s: %s' % (pool['name'], err))
+        if cls.pool_refusal:
+            raise pooling.PoolError(
+                'Pool %s is declared for provider %s, which keeps no warm pools yet: %s. Remove the pool from '
+                'ephemera_pools (creates on %s stay cold), or declare it for a provider that keeps them.'
+                % (pool['name'], pool['provider'], cls.pool_refusal, pool['provider']))
+        pools.append(pool)
+    return pools
 
 
 class CreateFlow(Flow):
@@ -798,7 +820,8 @@ class CreateFlow(Flow):
     def _declared_pools(self, step=None):
         """The ``pools`` option, each declaration checked (CreateError saying what to correct)."""
         try:
-            return [pooling.validate_pool(p) for p in self.params.get('pools') or []]
+            return declared_pools(self.params.get('pools'), self.provider.name if self.provider is not None
+                                  else provider_of(self.params))
         except pooling.PoolError as err:
             raise CreateError('%s Correct ephemera_pools and run again.' % err, step=step)
 
@@ -960,7 +983,11 @@ class CreateFlow(Flow):
             # machine by itself at a time (Compute Engine) sets it from this.
             lease = {'id': terms.get('id') or candidate,
                      'created_by': terms.get('created_by') or req.get('created_by')}
-            if terms.get('created_at') is not None and terms.get('ttl') is not None:
+            # A warm pool member's machine has none: the workspace that takes it has a lease of its own, which a
+            # deletion time set now (and changed on Compute Engine only on a stopped instance) would cut short; the
+            # expiry sweep deletes a member nobody took.
+            if (terms.get('created_at') is not None and terms.get('ttl') is not None
+                    and not req.get('pool_member')):
                 lease['ends_at'] = float(terms['created_at']) + float(terms['ttl'])
             options = dict(req['launch'], lease=lease)
         return Allocation(candidate, self.name, self.source_id, req['node'], 'agent-%s' % self.name, req['pool'],

@@ -28,6 +28,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create i
     STEP_LABELS,
     CreateError,
     CreateFlow,
+    declared_pools,
     template_value,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy import STEPS as DESTROY_STEPS, DestroyFlow
@@ -94,6 +95,8 @@ class PoolFill:
         self.check_mode = check_mode
         self.entries = []
         self.changed = False
+        # The provider this fill makes members on (the module's provider option): it fills the pools declared for it.
+        self.provider_name = self.provider.name if self.provider is not None else registry.provider_of(params)
 
     def _add(self, pool, member, action, detail):
         self.entries.append({'pool': pool, 'member': member, 'action': action, 'detail': detail})
@@ -103,7 +106,7 @@ class PoolFill:
 
     def declared(self):
         """The validated declarations; PoolError (naming the pool and what is wrong) before anything is done."""
-        pools = [pooling.validate_pool(spec) for spec in self.params.get('pools') or []]
+        pools = declared_pools(self.params.get('pools'), self.provider_name)
         names = [pool['name'] for pool in pools]
         twice = sorted(set(name for name in names if names.count(name) > 1))
         if twice:
@@ -115,6 +118,11 @@ class PoolFill:
         pools = self.declared()
         self.delete_released()
         for pool in pools:
+            if pool['provider'] != self.provider_name:
+                self._add(pool['name'], None, 'skipped', 'declared for provider %s, and this fill runs with provider '
+                          '%s: a fill with provider %s (ephemera_provider and its options) fills it'
+                          % (pool['provider'], self.provider_name, pool['provider']))
+                continue
             self.fill(pool)
         return self.summary(pools)
 
@@ -200,7 +208,11 @@ class PoolFill:
         """Delete the container of every released member (of any pool: a pool no longer declared too) and forget the
         membership once it is confirmed gone."""
         for record in pooling.members(self.journal, state='released') if self.journal is not None else ():
-            self.delete_member(self.journal.get_workspace(record['member']), record['pool'], record['member'])
+            ws = self.journal.get_workspace(record['member'])
+            if ws is not None and registry.provider_of(ws) != self.provider_name:
+                # Another provider's member: a fill with that provider deletes it.
+                continue
+            self.delete_member(ws, record['pool'], record['member'])
 
     def delete_member(self, ws, pool, member):
         """The ownership-checked destroy of released member ``ws`` (None: never recorded), then its membership

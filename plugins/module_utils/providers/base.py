@@ -315,6 +315,11 @@ class Provider:
     # snapshot(), snapshot_exists(), delete_snapshot() and allocations from a snapshot (Allocation.snapshot).
     fork_refusal = ('forking needs a copy of a running machine that the children can be made from, and this '
                     'provider\'s copy (its image or snapshot, and launches from it) is not built yet')
+    # Why warm pools cannot be kept on this provider yet (the pool fill and a create refuse a pool declared for it,
+    # naming the provider, with this); None: they can, through remark(), which gives a waiting member's resource to
+    # the workspace that claims it.
+    pool_refusal = ('a claim re-signs a waiting member\'s resource for the workspace that takes it (its marker, its '
+                    'name and its lease labels), and this provider\'s re-signing is not built yet')
     # True when a copy made from a snapshot locks its source until it is done (a Proxmox VE clone: ``lock: disk``): a
     # fork's children then clone one at a time, and go on side by side after.
     snapshot_copies_take_turns = False
@@ -424,7 +429,9 @@ class Provider:
 
     def remark(self, resource, workspace, nonce, hostname, labels=None):
         """Give ``resource`` (a warm pool member's) to ``workspace``: its marker signed for it with ``nonce``, its
-        host name ``hostname`` and its lease ``labels``; Conflict when the resource changed since it was read."""
+        host name ``hostname`` (or its name in the provider, where that is what the provider can change) and its
+        lease ``labels``; Conflict when the resource changed since it was read. Only for a provider without a
+        ``pool_refusal``."""
         raise NotImplementedError
 
     # --- allocation

@@ -114,6 +114,45 @@ class CloudProvider(base.Provider):
         return ownership.verdict(resource.marker_text, self.secret, self.controller, workspace,
                                  bound_number(bound) if bound else -1, nonce)
 
+    # ------------------------------------------------------------------- warm pools
+
+    # A cloud provider keeps warm pools once it says how a claim is written (write_remark); until then a pool declared
+    # for it is refused with this.
+    pool_refusal = base.Provider.pool_refusal
+
+    def remark_number(self, resource):
+        """The number the marker of a claimed member's machine binds: the one its own marker binds, since the machine
+        and its candidate id stay what they are (a provider that binds more than one number says which)."""
+        bound = self.bound_id(resource)
+        if not bound:
+            raise base.Refused('%s shows nothing a marker of ours can bind; it is not given to a workspace.'
+                               % self.label(resource.id, self.here))
+        return bound_number(bound)
+
+    def write_remark(self, resource, workspace, marker, hostname, labels):
+        """Write the claimed machine's new ``marker`` (signed for ``workspace``), its name ``hostname`` (where the provider can rename it) and
+        its lease ``labels`` in as few calls as the API allows; ``resource`` was read just before."""
+        raise NotImplementedError
+
+    def remark(self, resource, workspace, nonce, hostname, labels=None):
+        """Give the machine of a warm pool member to ``workspace``: read again, it must still carry the marker it
+        carried when it was read (``resource``), else Conflict and nothing is written; then its marker is signed for
+        ``workspace`` with ``nonce`` over the same number, and its name and lease labels are written
+        (:meth:`write_remark`). A cloud has no compare-and-set of tags or labels: the journal's claim of the member
+        (one workspace alone) is what keeps two writers apart, and this look only keeps a stale read from being
+        written over."""
+        if self.secret is None:
+            raise base.Refused('A machine is given to a workspace only with the controller secret, which signs its '
+                               'marker.')
+        current = self.find(resource.id, resource.location)
+        if current is None:
+            raise base.NotFound('%s does not exist.' % self.label(resource.id, self.here))
+        if current.marker_text != resource.marker_text:
+            raise base.Conflict('%s changed since it was read: it carries another marker now. Nothing was written; '
+                                'look at it again.' % self.label(resource.id, self.here))
+        marker = ownership.render(self.secret, self.controller, workspace, self.remark_number(current), nonce)
+        self.write_remark(current, workspace, marker, hostname, dict(labels or {}))
+
     # ------------------------------------------------------------------- allocation
 
     def launch_options(self):

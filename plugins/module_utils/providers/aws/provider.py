@@ -260,6 +260,27 @@ class AwsProvider(cloud.CloudProvider):
             ids = [resource.id] + self._volumes(resource)
             self.ec2.call('create_tags', acts=True, Resources=ids, Tags=[{'Key': TAG_MARKER, 'Value': marker}])
 
+    # ------------------------------------------------------------------- warm pools
+
+    # A claim re-tags the member's instance (and its volumes): marker, Name, ephemera:workspace, the lease's tags.
+    pool_refusal = None
+
+    def remark_number(self, resource):
+        """A claimed instance's marker binds its client token and its id, as a launched one's after its configure."""
+        numbers = self._numbers(resource)
+        if not numbers:
+            raise base.Refused('%s has no client token: no marker of ours can bind it, and it is not given to a '
+                               'workspace.' % self.label(resource.id, self.region))
+        return numbers[0]
+
+    def write_remark(self, resource, workspace, marker, hostname, labels):
+        """One CreateTags on the instance and its volumes: the marker, the Name tag (the instance's name in the
+        console; the guest's own host name is left as the image set it), the workspace tag and the lease's tags."""
+        tags = {TAG_MARKER: marker, 'Name': hostname, TAG_WORKSPACE: workspace}
+        tags.update((tag_label(k), str(v)) for k, v in labels.items())
+        self.ec2.call('create_tags', acts=True, Resources=[resource.id] + self._volumes(resource),
+                      Tags=[{'Key': k, 'Value': v} for k, v in sorted(tags.items())])
+
     # ------------------------------------------------------------------- the lease
 
     def labels(self, resource):

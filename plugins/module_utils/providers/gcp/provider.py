@@ -231,6 +231,28 @@ class GcpProvider(cloud.CloudProvider):
                                instances_set_labels_request_resource=body)
         self.wait(task_handle('labels', self.zone, resource.id, op.name), 60)
 
+    # ------------------------------------------------------------------- warm pools
+
+    # A claim re-writes the member's marker (metadata, under its fingerprint) and its labels (under theirs).
+    pool_refusal = None
+
+    def write_remark(self, resource, workspace, marker, hostname, labels):
+        """The marker in the instance's metadata (setMetadata with the fingerprint read: Conflict when it moved),
+        then the workspace and lease labels (setLabels, under the labels' fingerprint). The instance keeps its name:
+        it is the candidate the marker binds, and Compute Engine renames no running instance; ``hostname`` is not
+        written (the guest keeps the host name it booted with)."""
+        instance = self.compute.get_instance(resource.id)
+        if instance is None:
+            raise base.NotFound('%s does not exist.' % self.label(resource.id, self.zone))
+        t = self.compute.types
+        items = [t.Items(key=i.key, value=i.value) for i in instance.metadata.items if i.key != META_MARKER]
+        items.insert(0, t.Items(key=META_MARKER, value=marker))
+        body = t.Metadata(fingerprint=instance.metadata.fingerprint, items=items)
+        op = self.compute.call('instances.setMetadata', self.compute.instances.set_metadata_unary, acts=True,
+                               project=self.project, zone=self.zone, instance=resource.id, metadata_resource=body)
+        self.wait(task_handle('metadata', self.zone, resource.id, op.name), 60)
+        self.write_labels(resource, dict(labels, **{LABEL_WORKSPACE: workspace}))
+
     # ------------------------------------------------------------------- allocation
 
     def _image_path(self, source):

@@ -179,6 +179,22 @@ class HetznerProvider(cloud.CloudProvider):
             current[LABEL_PREFIX + key] = str(value)
         self.api.call('PUT', '/servers/%s' % resource.id, acts=True, json={'labels': current})
 
+    # ------------------------------------------------------------------- warm pools
+
+    # A claim re-labels the member's server (marker labels, workspace, lease) in one PUT.
+    pool_refusal = None
+
+    def write_remark(self, resource, workspace, marker, hostname, labels):
+        """The server's labels with the new marker and lease labels, in one PUT /servers/{id}. Its name stays: it is
+        the candidate the marker binds (so the guest keeps the host name it booted with); ``hostname`` is not
+        written."""
+        current = dict((resource.native or {}).get('labels') or {})
+        current.update(marker_labels(marker))
+        for key, value in labels.items():
+            check_label(LABEL_PREFIX + key, value, 'lease label')
+            current[LABEL_PREFIX + key] = str(value)
+        self.api.call('PUT', '/servers/%s' % resource.id, acts=True, json={'labels': current})
+
     # ------------------------------------------------------------------- allocation
 
     def _named(self, path, key, name, what, hint):

@@ -96,6 +96,8 @@ class ProxmoxProvider(base.Provider):
     noun = 'container'
     id_noun = 'VMID'
     fork_refusal = None
+    # Warm pools: remark() re-writes the description (marker, lease) and the host name under the config digest.
+    pool_refusal = None
     # A clone locks its source (lock: disk) until its task ends; a second clone meanwhile is refused.
     snapshot_copies_take_turns = True
     journal_templates = True

@@ -33,7 +33,7 @@ def test_a_declaration_is_completed_with_its_defaults():
 
 
 @pytest.mark.parametrize('change, message', [
-    ({'provider': 'aws'}, 'built on proxmox only, not on aws'),
+    ({'provider': 'AWS!'}, 'not a provider name'),
     ({'name': 'Py_1'}, 'Invalid pool name'),
     ({'size': -1}, 'size must be'),
     ({'maximum': 2}, 'at least its size'),
@@ -43,6 +43,28 @@ def test_a_declaration_is_completed_with_its_defaults():
 def test_a_declaration_that_cannot_be_built_is_refused(change, message):
     with pytest.raises(pools.PoolError, match=message):
         pools.validate_pool(dict(POOL, **change))
+
+
+def test_a_declaration_without_a_provider_is_the_runs():
+    assert pools.validate_pool(POOL, provider='aws')['provider'] == 'aws'
+    assert pools.validate_pool(dict(POOL, provider='hetzner'), provider='aws')['provider'] == 'hetzner'
+
+
+def test_the_provider_says_whether_it_keeps_pools_and_one_that_does_not_is_refused_by_name(monkeypatch):
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import declared_pools
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
+    assert [p['provider'] for p in declared_pools([POOL], 'aws')] == ['aws']
+    assert [p['provider'] for p in declared_pools([dict(POOL, provider='proxmox')], 'aws')] == ['proxmox']
+    with pytest.raises(pools.PoolError, match="Pool py: Unknown provider 'nowhere'"):
+        declared_pools([dict(POOL, provider='nowhere')], 'aws')
+    # Azure keeps none yet: a pool declared for it is refused, naming it.
+    with pytest.raises(pools.PoolError, match='declared for provider azure, which keeps no warm pools yet'):
+        declared_pools([dict(POOL, provider='azure')], 'proxmox')
+    # A provider without remark() (its pool_refusal set) is refused with its name and what to do.
+    monkeypatch.setattr(registry.provider_class('aws'), 'pool_refusal', 'its re-signing is not built yet')
+    with pytest.raises(pools.PoolError, match=r'declared for provider aws, which keeps no warm pools yet: its '
+                                              r're-signing is not built yet\. Remove the pool'):
+        declared_pools([POOL], 'aws')
 
 
 def test_a_request_matches_a_pool_of_its_place_template_and_repository():
@@ -183,3 +205,15 @@ def test_a_rerun_gets_the_member_of_its_own_life_not_one_an_earlier_life_of_the_
     # ws1 destroyed and requested again: its new life takes another member, never the old life's container.
     second = pools.claim_member(journal, 'py', 'ws1', life=200.0)
     assert second['member'] != first['member'] and second['life'] == 200.0
+
+
+def test_a_fill_fills_the_pools_of_its_own_provider_and_says_it_skips_the_others():
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.pool import PoolFill
+    declared = [dict(POOL, name='ec2', provider='aws', location='eu-west-1', template='ami-0abc'), POOL]
+    fill = PoolFill(None, None, {'pools': declared, 'provider': 'proxmox'}, None, check_mode=True)
+    fill.run()
+    assert [(e['pool'], e['action']) for e in fill.entries] == [('ec2', 'skipped'), ('py', 'would_fill')]
+    assert 'declared for provider aws, and this fill runs with provider proxmox' in fill.entries[0]['detail']
+    fill = PoolFill(None, None, {'pools': [dict(POOL, name='ec2')], 'provider': 'aws'}, None, check_mode=True)
+    fill.run()
+    assert [(e['pool'], e['action']) for e in fill.entries] == [('ec2', 'would_fill')]

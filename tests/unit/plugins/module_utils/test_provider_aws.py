@@ -169,6 +169,36 @@ def test_the_marker_binds_what_ec2_records_never_a_tag(ec2, seeded):
     p.wait(p.delete(resigned), 10)
 
 
+def test_a_warm_members_instance_is_given_to_the_claiming_workspace(ec2, seeded):
+    p = provider(ec2, seeded)
+    assert p.pool_refusal is None
+    a, task, member = allocate(p, seeded, 'unit-member')
+    claimer_nonce = 'cd' * 16
+    p.remark(member, 'unit-claimer', claimer_nonce, 'agent-unit-claimer', {'state': 'provisioning', 'keep': 'true'})
+    taken = p.find(member.id, REGION)
+    # The marker binds the instance (its client token and id) for the claimer alone, with its nonce.
+    assert p.verify(taken, 'unit-claimer', claimer_nonce) == ownership.VERIFIED
+    assert p.verify(taken, 'unit-member', NONCE) == ownership.MISMATCH
+    assert p.verify(taken, 'unit-claimer', NONCE) == ownership.REPLAYED
+    assert p.plan_settings(taken, None) == {}
+    tags = awsprovider.tags_of(taken.native)
+    assert tags['Name'] == 'agent-unit-claimer' and tags['ephemera:workspace'] == 'unit-claimer'
+    assert tags['ephemera:token'] == a.candidate
+    assert p.labels(taken) == {'state': 'provisioning', 'keep': 'true'}
+    volumes = ec2.call('describe_volumes', Filters=[{'Name': 'attachment.instance-id', 'Values': [member.id]}])
+    assert volumes['Volumes'] and all({'Key': 'ephemera:marker', 'Value': taken.marker_text} in v['Tags']
+                                      for v in volumes['Volumes'])
+    # A read from before the claim is stale: nothing is written over the instance that changed since.
+    with pytest.raises(base.Conflict, match='changed since it was read'):
+        p.remark(member, 'unit-third', 'ef' * 16, 'agent-unit-third')
+    assert p.verify(p.find(member.id, REGION), 'unit-claimer', claimer_nonce) == ownership.VERIFIED
+    with pytest.raises(base.Refused, match='controller secret'):
+        provider(ec2, seeded, secret=None).remark(taken, 'unit-third', 'ef' * 16, 'agent-unit-third')
+    p.wait(p.delete(taken), 10)
+    with pytest.raises(base.NotFound):
+        p.remark(taken, 'unit-third', 'ef' * 16, 'agent-unit-third')
+
+
 def test_the_console_of_an_instance_is_read_through_ec2(ec2, seeded):
     p = provider(ec2, seeded)
     a, task, resource = allocate(p, seeded, 'unit-console')

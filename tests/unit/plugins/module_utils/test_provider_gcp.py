@@ -109,3 +109,27 @@ def test_the_metadata_server_takes_guest_attributes_only_when_they_are_enabled(f
     assert (put('ws-on', flavor=False), put('ws-off'), put('ws-on')) == (403, 403, 200)
     assert fake.guest_attributes == {'ws-on': {'hostkeys': {'ssh-ed25519': blob}}}
     assert _provider(fake).published_host_keys(base.Resource('ws-on', fake.zone)) == ['ssh-ed25519 ' + blob]
+
+
+def test_a_warm_members_instance_is_given_to_the_claiming_workspace(fake):
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+    compute = Compute(fake.project, fake.zone, credentials('anonymous'), endpoint=fake.url, retry_timeout=5)
+    provider = GcpProvider(compute, b's' * 32, {'ssh_public_key': 'ssh-ed25519 AAAA root'}, sleep=lambda s: None)
+    assert provider.pool_refusal is None
+    name = provider.candidate_for('gce-member', '1')
+    provider.wait(provider.allocate(base.Allocation(name, 'gce-member', 'debian-12', fake.zone, 'agent-gce-member',
+                                                    'disposable-workspaces', labels={'state': 'warm'},
+                                                    nonce='ab' * 16)), 10)
+    member = provider.find(name)
+    assert provider.verify(member, 'gce-member', 'ab' * 16) == ownership.VERIFIED
+    provider.remark(member, 'gce-claimer', 'cd' * 16, 'agent-gce-claimer', {'state': 'provisioning', 'keep': 'true'})
+    taken = provider.find(name)
+    assert provider.verify(taken, 'gce-claimer', 'cd' * 16) == ownership.VERIFIED
+    assert provider.verify(taken, 'gce-member', 'ab' * 16) == ownership.MISMATCH
+    assert provider.labels(taken) == {'state': 'provisioning', 'keep': 'true'}
+    assert taken.native['labels']['ephemera-workspace'] == 'gce-claimer' and taken.id == name
+    # The other metadata stays (the SSH key, guest attributes).
+    metadata = {i.key for i in compute.get_instance(name).metadata.items}
+    assert {'ssh-keys', 'enable-guest-attributes', 'ephemera-marker'} <= metadata
+    with pytest.raises(base.Conflict, match='changed since it was read'):
+        provider.remark(member, 'gce-third', 'ef' * 16, 'agent-gce-third')

@@ -93,6 +93,25 @@ def test_labels_hold_the_marker_and_fit_the_rules(cloud):
         hprovider.check_label('team', 'a b')
 
 
+def test_a_warm_members_server_is_given_to_the_claiming_workspace(cloud):
+    p = provider(cloud)
+    assert p.pool_refusal is None
+    member = created(p, 'hz-member')
+    name = member.native['name']
+    p.remark(member, 'hz-claimer', 'ef' * 16, 'agent-hz-claimer', {'state': 'provisioning', 'keep': 'true'})
+    taken = p.find(member.id)
+    assert p.verify(taken, 'hz-claimer', 'ef' * 16) == ownership.VERIFIED
+    assert p.verify(taken, 'hz-member', NONCE) == ownership.MISMATCH
+    labels = taken.native['labels']
+    assert labels['ephemera-workspace'] == 'hz-claimer' and labels['ephemera-state'] == 'provisioning'
+    assert labels['ephemera-keep'] == 'true' and labels['ephemera-scope'] == 'disposable-workspaces'
+    # Its name is what the marker binds: it stays.
+    assert taken.native['name'] == name
+    with pytest.raises(base.Conflict, match='changed since it was read'):
+        p.remark(member, 'hz-third', 'ab' * 16, 'agent-hz-third')
+    p.wait(p.delete(taken), 10)
+
+
 def test_fake_answers_parse_with_hcloud_models(cloud):
     from hcloud.actions.domain import Action
     from hcloud.servers.client import BoundServer

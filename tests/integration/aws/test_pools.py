@@ -1,0 +1,46 @@
+"""A warm pool on AWS through the shipped playbooks, on the try-out cloud (tests/integration/poolrun.py): a claim
+re-tags the member's instance (marker, Name, ephemera:workspace, the lease's tags)."""
+
+import pytest
+
+from tests.integration.poolrun import filled_site
+# The scenario's tests, in the order they run (pytest takes a module's tests in the order its names were bound).
+from tests.integration.poolrun import (  # noqa: F401 pylint: disable=unused-import  # isort: skip
+    test_a_fill_makes_warm_members_each_carrying_its_own_marker_and_lease,
+    test_a_matching_create_takes_a_member_and_its_machine_is_the_workspaces,
+    test_a_create_that_matches_no_pool_is_cold,
+    test_the_destroy_of_the_claimed_workspace_leaves_nothing,
+    test_the_next_fill_refills,
+)
+
+from .awsrun import AwsSite
+
+
+class AwsPoolSite(AwsSite):
+
+    def live(self):
+        """The live instances this controller launched (the cloud seeds instances of others, one with copies of our
+        tags): ours carry the client tokens the collection derives."""
+        return [i for i in self.cloud.instances() if i['state'] != 'terminated'
+                and (i.get('client_token') or '').startswith('ephemera-')]
+
+    def machines(self, workspace):
+        return [i['instance_id'] for i in self.live() if i['tags'].get('ephemera:workspace') == workspace]
+
+    def ours(self):
+        return {i['instance_id']: i['tags'].get('ephemera:workspace') for i in self.live()}
+
+    def machine_name(self, instance_id):
+        return [i['tags'].get('Name') for i in self.live() if i['instance_id'] == instance_id][0]
+
+    @staticmethod
+    def claimed_name(workspace, before):
+        return 'agent-%s' % workspace
+
+
+@pytest.fixture(scope='module')
+def site(localcloud, tmp_path_factory):
+    directory = tmp_path_factory.mktemp('aws-pool')
+    site = AwsPoolSite(localcloud, directory)
+    yield filled_site(site, directory, localcloud.info['region'], localcloud.info['seed']['image_id'])
+    print('playbook runs (playbook, workspace, seconds): %s' % site.timings)

@@ -1,0 +1,124 @@
+"""A warm pool on a cloud provider through the shipped playbooks, the same for each provider: pool_fill makes two
+members, a create that matches takes one (its machine given to the workspace), a create that matches no pool is cold,
+the destroy of the claimed workspace leaves nothing, and the next fill refills.
+
+A provider's test file defines the module-scoped ``site`` fixture with :func:`filled_site` (one pool, filled once,
+for the file's tests, which run in order: each playbook run costs seconds) and imports the tests below. The site
+answers ``provider()``, ``machines(workspace)`` (the ids of the live machines labelled for ``workspace``),
+``ours()`` ({id: workspace label} of every live machine this controller made) and ``machine_name(id)``; its
+``claimed_name(workspace, before)`` is the name a claimed machine has on that provider (``before``: its name while
+it waited).
+"""
+
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools
+
+from tests.integration.playbooks import make_repo
+
+POOL = 'warm'
+
+
+def filled_site(site, directory, location, template):
+    """``site`` with a repository, the pool's declaration (two members at ``location`` from ``template``) and its
+    first fill run."""
+    site.repo = make_repo(str(directory / 'repo'))
+    site.declaration = [{'name': POOL, 'location': location, 'template': template, 'size': 2}]
+    site.cloud.clear()
+    site.first_fill = site.playbook('pool_fill.yml', ephemera_pools=site.declaration)
+    assert site.first_fill.ok, site.first_fill.explain()
+    return site
+
+
+def members(site, state=None):
+    with site.journal() as journal:
+        return pools.members(journal, POOL, state=state)
+
+
+def counts(site):
+    with site.journal() as journal:
+        return pools.state_counts(journal, POOL)
+
+
+def report(run):
+    return ' '.join(next(r['msg'] for name, r in run.results('localhost') if name.startswith('Report ')))
+
+
+def test_a_fill_makes_warm_members_each_carrying_its_own_marker_and_lease(site):
+    assert site.first_fill.changed
+    assert counts(site) == {'filling': 0, 'warm': 2, 'claimed': 0, 'released': 0}
+    provider = site.provider()
+    for record in members(site, 'warm'):
+        ws = site.workspace(record['member'])
+        assert ws['params']['pool_member'] == {'pool': POOL}
+        assert ws['address'] and ws['facts'].get('host_key')
+        assert site.machines(record['member']) == [ws['resource_id']]
+        resource = provider.find(ws['resource_id'], ws['location'])
+        assert provider.verify(resource, record['member'], ownership.record_nonce(ws)) == ownership.VERIFIED
+        assert provider.labels(resource)['state'] == 'warm'
+    assert sorted(site.ours().values()) == sorted(m['member'] for m in members(site, 'warm'))
+
+
+def test_a_matching_create_takes_a_member_and_its_machine_is_the_workspaces(site):
+    warm = {m['member']: site.workspace(m['member'])['resource_id'] for m in members(site, 'warm')}
+    names = {machine: site.machine_name(machine) for machine in warm.values()}
+    run = site.create('pooled', site.repo, ephemera_pools=site.declaration)
+    assert run.ok, run.explain()
+    ws = site.workspace('pooled')
+    assert ws['status'] == 'ready' and ws['facts']['from_pool'] == POOL
+    assert 'from warm pool %s' % POOL in report(run)
+    taken = ws['facts']['pool_member']
+    assert ws['resource_id'] == warm[taken]
+    assert 'pool_member_taken' in [e['action'] for e in site.events('pooled')]
+    # The machine exists once, given to the workspace: its marker (for the workspace's nonce), its name where the
+    # provider renames, its lease's labels; the member's marker no longer verifies on it.
+    assert site.machines('pooled') == [ws['resource_id']] and site.machines(taken) == []
+    assert list(site.ours()).count(ws['resource_id']) == 1
+    provider = site.provider()
+    resource = provider.find(ws['resource_id'], ws['location'])
+    member = site.workspace(taken)
+    assert provider.verify(resource, 'pooled', ownership.record_nonce(ws)) == ownership.VERIFIED
+    assert provider.verify(resource, taken, ownership.record_nonce(member)) == ownership.MISMATCH
+    assert provider.labels(resource) == leasing.lease_labels(ws['lease'], 'ready')
+    assert site.machine_name(ws['resource_id']) == site.claimed_name('pooled', names[ws['resource_id']])
+    # The member's record is closed; the pool counts one claimed, one warm.
+    assert member['status'] == 'destroyed' and member['resource_id'] is None
+    assert member['facts']['claimed_by'] == 'pooled'
+    assert [(m['member'], m['workspace']) for m in members(site, 'claimed')] == [(taken, 'pooled')]
+    assert counts(site) == {'filling': 0, 'warm': 1, 'claimed': 1, 'released': 0}
+    with site.journal() as journal:
+        assert pools.violations(journal) == []
+
+
+def test_a_create_that_matches_no_pool_is_cold(site):
+    other = [dict(site.declaration[0], repo='https://git.example.invalid/other.git')]
+    run = site.create('coldone', site.repo, ephemera_pools=other)
+    assert run.ok, run.explain()
+    ws = site.workspace('coldone')
+    assert ws['status'] == 'ready' and not ws['facts'].get('from_pool')
+    assert site.machines('coldone') == [ws['resource_id']]
+    assert ws['resource_id'] not in [site.workspace(m['member'])['resource_id'] for m in members(site)]
+    assert counts(site)['warm'] == 1
+    run = site.destroy('coldone')
+    assert run.ok, run.explain()
+    assert site.machines('coldone') == []
+
+
+def test_the_destroy_of_the_claimed_workspace_leaves_nothing(site):
+    machine = site.workspace('pooled')['resource_id']
+    run = site.destroy('pooled')
+    assert run.ok, run.explain()
+    ws = site.workspace('pooled')
+    assert ws['status'] == 'destroyed' and site.debt('pooled') == []
+    assert site.machines('pooled') == [] and machine not in site.ours()
+    # What is left is the one warm member.
+    [warm] = members(site, 'warm')
+    assert site.ours() == {site.workspace(warm['member'])['resource_id']: warm['member']}
+
+
+def test_the_next_fill_refills(site):
+    run = site.playbook('pool_fill.yml', ephemera_pools=site.declaration)
+    assert run.ok and run.changed, run.explain()
+    assert counts(site) == {'filling': 0, 'warm': 2, 'claimed': 1, 'released': 0}
+    # Each warm member's machine exists once, and nothing else of ours lives.
+    assert sorted(site.ours().values()) == sorted(m['member'] for m in members(site, 'warm'))

@@ -22,6 +22,7 @@ PERMISSIONS = {
     'instances.stop': {'compute.instances.stop'},
     'instances.setLabels': {'compute.instances.setLabels'},
     'instances.setScheduling': {'compute.instances.setScheduling'},
+    'instances.setMetadata': {'compute.instances.setMetadata'},
     'instances.getGuestAttributes': {'compute.instances.getGuestAttributes'},
     'zoneOperations.get': {'compute.zoneOperations.get'},
     'zones.get': {'compute.zones.get'},

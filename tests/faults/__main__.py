@@ -166,16 +166,22 @@ def run_fork(args):
     return run_fork_part(args.size, args.keep, log=lambda line: print(line, flush=True))
 
 
+def run_pools(args):
+    """The warm pools' fill and claim on a cluster of their own (tests/faults/pools.py)."""
+    from tests.faults.pools import run_pools_part
+    return run_pools_part(args.size, args.keep, log=lambda line: print(line, flush=True))
+
+
 def run_pg(args):
     """Create and destroy with the journal on PostgreSQL (tests/faults/pgmatrix.py)."""
     from tests.faults.pgmatrix import run_pg as run_rows
     return run_rows(args.size, args.keep, log=lambda line: print(line, flush=True))
 
 
-PARTS = {'builds': run_builds, 'pg': run_pg, 'fork': run_fork}
+PARTS = {'builds': run_builds, 'pg': run_pg, 'fork': run_fork, 'pools': run_pools}
 PARTS.update((name, functools.partial(run_cloud, part=name)) for name in ('aws', 'hetzner', 'gcp', 'azure'))
 # all: what make test runs at the ci size (the main part in this process); clouds: the other providers' rows.
-GROUPS = {'all': ('main', 'builds', 'aws', 'pg', 'fork'), 'clouds': ('hetzner', 'gcp', 'azure')}
+GROUPS = {'all': ('main', 'builds', 'aws', 'pg', 'fork', 'pools'), 'clouds': ('hetzner', 'gcp', 'azure')}
 
 
 def finish(args, cells, uncovered, started):

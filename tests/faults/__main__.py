@@ -5,7 +5,8 @@
                                     a debian-tier site of their own (builds); the fork's rows (fork,
                                     tests/faults/fork.py and awsfork.py); the AWS rows on a try-out cloud of their
                                     own (aws); create and destroy with the journal on PostgreSQL (pg,
-                                    tests/faults/pgmatrix.py); all: those side by side. The Hetzner, Compute Engine
+                                    tests/faults/pgmatrix.py); the warm pools' fill and claim (pools,
+                                    tests/faults/pools.py); all: those side by side. The Hetzner, Compute Engine
                                     and Azure rows, each on the fake of a try-out cloud of its own (hetzner, gcp,
                                     azure: tests/faults/hetzner.py, gcp.py, azure.py); clouds: those three side by
                                     side
@@ -45,7 +46,8 @@ def main(argv=None):
                         help='main: create, destroy, expiry, races and seeds; builds: the template build\'s rows, on '
                              'a debian-tier site of their own; aws: the AWS rows, on a try-out cloud of their own; '
                              'pg: create and destroy with the journal on PostgreSQL; fork: the fork\'s kill points and '
-                             'lost answers, on Proxmox VE and on AWS; all (the default): those, side '
+                             'lost answers, on Proxmox VE and on AWS; pools: the warm pools\' fill and claim; all '
+                             '(the default): those, side '
                              'by side. hetzner, gcp, azure: the Hetzner, Compute Engine and Azure rows, each on the '
                              'fake of a try-out cloud of its own; clouds: those three, side by side')
     soak = sub.add_parser('soak', help='many random schedules')

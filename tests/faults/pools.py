@@ -34,14 +34,16 @@ from tests.faults.site import Kill
 # The pool whose clean fill and claim are traced for the points, and the claim rows' pool.
 TRACED, CLAIMS = 'pt', 'pc'
 LEASE = 3600
-# ci: the decisive points. The fill's: its member recorded filling (nothing allocated), its workspace record made,
-# the clone's and the start's answers (the cluster acted, the journal does not know), the warm labels written and
-# not yet recorded, the member recorded warm with its queue entry not finished. The claim's: the member's
+# ci: the decisive points. The fill's: its member recorded filling (nothing allocated), its place in the pool taken
+# (core/pools.py take_slot), its workspace record made, the clone's and the start's answers (the cluster acted, the
+# journal does not know), the warm labels written and not yet recorded, the member recorded warm with its queue
+# entry not finished. The claim's: the member's
 # compare-and-set to claimed, the workspace's record of the claim (the nonce of its new marker), the re-signing's
 # answer (the container carries the workspace's marker, the journal does not know), the container taken over by the
 # workspace's record with the member's record not yet closed.
 CI_FILL = (
     ('pool.begin journal pool_member', 1),
+    ('pool.begin journal pool_slot', 1),
     ('pool.record journal create_workspace', 1),
     ('create.clone pve POST /nodes/*/lxc/*/clone', 1),
     ('create.start pve POST /nodes/*/lxc/*/status/start', 1),

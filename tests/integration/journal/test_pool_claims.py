@@ -1,5 +1,6 @@
 """Two controllers on one PostgreSQL journal claim from the same warm pool at once, through the shipped pool_fill and
-create playbooks against the try-out cluster: each member goes to exactly one workspace.
+create playbooks against the try-out cluster: each member goes to exactly one workspace. Two fills of one pool at
+once never fill it beyond its size.
 
 Controller A and controller B are ansible-playbook runs whose run identities name different hosts
 (EPHEMERA_CONTROLLER_HOST): they see each other only through the journal (a real PostgreSQL server). The claim
@@ -124,3 +125,27 @@ def test_two_controllers_claim_from_a_pool_of_two_at_once_each_takes_a_different
     assert now == {records[name]['facts']['pool_member']: ('claimed', name) for name in records}
     assert vmid in [records[name]['resource_id'] for name in records]
     assert [c for c in clones if c in ('agent-two-a', 'agent-two-b')] == []
+
+
+def test_two_fills_at_once_on_two_controllers_never_fill_the_pool_beyond_its_size(site):
+    foreign_before = invariants.ClusterView(site, site.secret()).foreign
+    pool = declared(site, 'both', 2)
+    site.clear_faults()
+    # Every clone answer held back: each fill is still making its first member when the other counts the pool.
+    site.cluster.proxy_add('delay', 'POST', '/nodes/*/lxc/*/clone', seconds=3, times=None)
+    site.log_requests()
+    handles = [site.start_run([on(site.fill_op([pool]), host)]) for host in ('controller-a', 'controller-b')]
+    outcomes = [site.finish(handle) for handle in handles]
+    assert all(outcome.ok for outcome in outcomes), [outcome.explain() for outcome in outcomes]
+    with site.journal() as journal:
+        members = pools.members(journal, 'both')
+        assert pools.violations(journal) == []
+    assert [m['state'] for m in members] == ['warm', 'warm'], members
+    requests, clones = site.requests(), site.clones()
+    site.cluster.clear()
+    names = [m['member'] for m in members]
+    found, leaks, view = invariants.check(site, names, foreign_before, requests, site.secret(), clones, site.since)
+    assert found == {key: [] for key in invariants.NAMES}, found
+    assert leaks == {}
+    # The pool's containers: its two warm members', and no other.
+    assert sorted(owner for owner in view.ours.values() if owner.startswith('both-')) == sorted(names)

@@ -22,7 +22,10 @@ import os
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools as pooling
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import (
+    EphemeraError,
+    StaleGenerationError,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import (
     STEP_LABELS,
@@ -208,7 +211,10 @@ class PoolFill:
         ws = self.journal.get_workspace(member)
         current = pooling.member(self.journal, pool['name'], member)
         if ws is None and current is not None and current['state'] == 'released':
-            pooling.forget(self.journal, current)
+            try:
+                pooling.forget(self.journal, current)
+            except StaleGenerationError:
+                pass  # the other fill, which found no place for it either, forgot it first
             self._add(pool['name'], member, 'full', 'another fill started the pool\'s members first; none made')
         else:
             self.delete_member(ws, pool['name'], member)

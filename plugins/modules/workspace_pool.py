@@ -19,6 +19,9 @@ description:
     template switch, an expired lease) are deleted through the destroy steps, ownership-checked, and their
     membership forgotten; then members a killed fill left C(filling) are finished; then new ones are made. A
     member whose fill fails is released and its container deleted.
+  - Each new member takes one of the pool's places in the journal, by compare-and-set, before anything is made for
+    it, so two fills of one pool at once (two controllers) never fill it beyond its size; a member that finds every
+    place held by a waiting member is given up (action V(full)).
   - The docs/pools.md page of the collection says what a pool costs, how to size it and how it is swept.
 author:
   - Ephemera maintainers (@ephemera)

@@ -5,7 +5,8 @@
                                     a debian-tier site of their own (builds); the fork's rows (fork,
                                     tests/faults/fork.py and awsfork.py); the AWS rows on a try-out cloud of their
                                     own (aws); create and destroy with the journal on PostgreSQL (pg,
-                                    tests/faults/pgmatrix.py); all: those side by side. The Hetzner, Compute Engine
+                                    tests/faults/pgmatrix.py); the warm pools' fill and claim (pools,
+                                    tests/faults/pools.py); all: those side by side. The Hetzner, Compute Engine
                                     and Azure rows, each on the fake of a try-out cloud of its own (hetzner, gcp,
                                     azure: tests/faults/hetzner.py, gcp.py, azure.py); clouds: those three side by
                                     side
@@ -45,7 +46,8 @@ def main(argv=None):
                         help='main: create, destroy, expiry, races and seeds; builds: the template build\'s rows, on '
                              'a debian-tier site of their own; aws: the AWS rows, on a try-out cloud of their own; '
                              'pg: create and destroy with the journal on PostgreSQL; fork: the fork\'s kill points and '
-                             'lost answers, on Proxmox VE and on AWS; all (the default): those, side '
+                             'lost answers, on Proxmox VE and on AWS; pools: the warm pools\' fill and claim; all '
+                             '(the default): those, side '
                              'by side. hetzner, gcp, azure: the Hetzner, Compute Engine and Azure rows, each on the '
                              'fake of a try-out cloud of its own; clouds: those three, side by side')
     soak = sub.add_parser('soak', help='many random schedules')
@@ -166,16 +168,22 @@ def run_fork(args):
     return run_fork_part(args.size, args.keep, log=lambda line: print(line, flush=True))
 
 
+def run_pools(args):
+    """The warm pools' fill and claim on a cluster of their own (tests/faults/pools.py)."""
+    from tests.faults.pools import run_pools_part
+    return run_pools_part(args.size, args.keep, log=lambda line: print(line, flush=True))
+
+
 def run_pg(args):
     """Create and destroy with the journal on PostgreSQL (tests/faults/pgmatrix.py)."""
     from tests.faults.pgmatrix import run_pg as run_rows
     return run_rows(args.size, args.keep, log=lambda line: print(line, flush=True))
 
 
-PARTS = {'builds': run_builds, 'pg': run_pg, 'fork': run_fork}
+PARTS = {'builds': run_builds, 'pg': run_pg, 'fork': run_fork, 'pools': run_pools}
 PARTS.update((name, functools.partial(run_cloud, part=name)) for name in ('aws', 'hetzner', 'gcp', 'azure'))
 # all: what make test runs at the ci size (the main part in this process); clouds: the other providers' rows.
-GROUPS = {'all': ('main', 'builds', 'aws', 'pg', 'fork'), 'clouds': ('hetzner', 'gcp', 'azure')}
+GROUPS = {'all': ('main', 'builds', 'aws', 'pg', 'fork', 'pools'), 'clouds': ('hetzner', 'gcp', 'azure')}
 
 
 def finish(args, cells, uncovered, started):

@@ -14,7 +14,8 @@ from tests.faults.site import Kill
 
 MAX_RERUNS = 2
 SHIPPED = ('ephemera.workspaces.create', 'ephemera.workspaces.destroy', 'ephemera.workspaces.reconcile',
-           'ephemera.workspaces.expire', 'ephemera.workspaces.template_build', 'ephemera.workspaces.fork')
+           'ephemera.workspaces.expire', 'ephemera.workspaces.template_build', 'ephemera.workspaces.fork',
+           'ephemera.workspaces.pool_fill')
 
 
 def shipped(command):

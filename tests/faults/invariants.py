@@ -40,6 +40,9 @@ ACTIONS = (
     ('POST', re.compile(r'^/nodes/[^/]+/lxc/(\d+)/template$'), 'convert'),
     ('POST', re.compile(r'^/nodes/[^/]+/lxc/\d+/clone$'), 'clone'),
 )
+# Journal actions that announce a request of another action: a warm pool's claim records its nonce (dispatched
+# pool_claim) before it re-signs the member's container for the workspace, a config update.
+ANNOUNCES = {'pool_claim': 'configure'}
 # A template build's own invariants (check_build), over one template's pointer and versions.
 BUILD_NAMES = ('pointer', 'versions')
 IGNORED_CONFIG_KEYS = ('digest',)
@@ -196,7 +199,8 @@ def check_events(journal, names, requests, records, clones, since):
                            % (name, event['action'], event['id']))
             vmids = set([(event['detail'] or {}).get('vmid'), ws.get('vmid')]) - set([None])
             for vmid in vmids:
-                announced.setdefault((int(vmid), event['action']), []).append(epoch(event['at']))
+                action = ANNOUNCES.get(event['action'], event['action'])
+                announced.setdefault((int(vmid), action), []).append(epoch(event['at']))
     mine = set()
     for name in names:
         ws = records.get(name) or {}

@@ -39,7 +39,8 @@ AGENTS = {'fake': ['sh', '-c', 'echo "working on: {purpose}"']}
 RUN_TIMEOUT = 180
 PLAYBOOKS = {'create': 'ephemera.workspaces.create', 'destroy': 'ephemera.workspaces.destroy',
              'reconcile': 'ephemera.workspaces.reconcile', 'expire': 'ephemera.workspaces.expire',
-             'build': 'ephemera.workspaces.template_build', 'fork': 'ephemera.workspaces.fork'}
+             'build': 'ephemera.workspaces.template_build', 'fork': 'ephemera.workspaces.fork',
+             'fill': 'ephemera.workspaces.pool_fill'}
 # The lease of a workspace made for the expiry sweep's rows: idle for a second, so expired once it is ready.
 EXPIRING = {'ttl': 600, 'idle_timeout': 1}
 # What a build installs in the matrix: nothing (the steps around provisioning, quickly), and two tools that the
@@ -56,6 +57,18 @@ class Kill:
 
     def env(self):
         return json.dumps({'workspace': self.workspace, 'point': self.point, 'nth': self.nth})
+
+    def names(self, workspace):
+        """True when this kill names ``workspace`` (its name, or a prefix ending in ``*``: a pool's members)."""
+        return failpoint.names(self.workspace, workspace)
+
+    def count(self, trace):
+        """The most passages of the point by one workspace it names in ``trace``."""
+        counts = {}
+        for workspace, point in trace:
+            if point == self.point and self.names(workspace):
+                counts[workspace] = counts.get(workspace, 0) + 1
+        return max(counts.values()) if counts else 0
 
     def __repr__(self):
         return '%s: %s #%d' % (self.workspace, self.point, self.nth)
@@ -208,6 +221,10 @@ class FaultSite:
     def reconcile_op(self):
         return {'op': 'reconcile', 'secrets': self.op_secrets()}
 
+    def fill_op(self, pools):
+        """A fill of the warm pools ``pools`` (declarations, as ephemera_pools holds them)."""
+        return {'op': 'fill', 'pools': list(pools)}
+
     def build_op(self, template, source=None):
         """A build of ``template`` (the template_build playbook) from ``source``, the seed template by default."""
         return {'op': 'build', 'template': template,
@@ -235,6 +252,9 @@ class FaultSite:
             values.update(op.get('lease') or {})
         if op['op'] == 'fork':
             values['children'] = [{'name': name} for name in op['children']]
+        if op.get('pools') is not None:
+            # The pools the inventory declares: a fill fills them, a create takes a warm member of a matching one.
+            values.update(ephemera_pools=op['pools'], ephemera_agent='fake')
         if op['op'] == 'build':
             # The debian tier: root logs in, the agent user is the guests' own; the guests' files are their own root.
             # The build's own steps: its smoke create (on by default) is a create, which the create rows cover.
@@ -298,8 +318,8 @@ class FaultSite:
         # Killed at its point: the trace ends there, or (threads of one step, a fork's children, go on writing for
         # the moment the kill takes) the point is in it as often as the kill waited for and no timeout killed it.
         killed = run.returncode == -signal.SIGKILL and kill is not None and (
-            any(line == (kill.workspace, kill.point) for line in trace[-4:])
-            or (not run.timed_out and trace.count((kill.workspace, kill.point)) >= kill.nth))
+            any(point == kill.point and kill.names(workspace) for workspace, point in trace[-4:])
+            or (not run.timed_out and kill.count(trace) >= kill.nth))
         return Outcome(run, handle['command'], trace, killed)
 
     def run(self, ops, kill=None, timeout=RUN_TIMEOUT):

@@ -5,10 +5,10 @@
 
 Inert unless ``EPHEMERA_FAILPOINT_TRACE`` names a file: then every point a run passes is appended
 to that file as ``<workspace> TAB <where> <what>``, and if ``EPHEMERA_FAILPOINT_KILL`` names the
-point (a JSON object ``{"workspace": ..., "point": "<where> <what>", "nth": N}``), the N-th time
-that workspace passes it the whole run is killed with SIGKILL: the ``ansible-playbook`` process
-(or whatever program runs the modules), every process below it, and this one. That is a
-controller dying at that very place, with nothing flushed, closed or rolled back.
+point (a JSON object ``{"workspace": ..., "point": "<where> <what>", "nth": N}``; a workspace ending in ``*``
+names every workspace of that prefix), the N-th time that workspace passes it the whole run is killed with
+SIGKILL: the ``ansible-playbook`` process (or whatever program runs the modules), every process below it, and
+this one. That is a controller dying at that very place, with nothing flushed, closed or rolled back.
 
 The kill never reaches above the run, even when the variables were exported in a login shell: the
 run's top is the highest ancestor that carries the same trace setting *and* runs the same program
@@ -83,9 +83,17 @@ def reached(what, workspace=None, where=None):
         out.write(line)
         out.flush()
     wanted = _kill_spec()
-    if wanted and wanted.get('workspace') == workspace and wanted.get('point') == point \
+    if wanted and names(wanted.get('workspace'), workspace) and wanted.get('point') == point \
             and int(wanted.get('nth', 1)) == nth:
         kill_run()
+
+
+def names(wanted, workspace):
+    """True when the kill's ``wanted`` names ``workspace``: its name, or a prefix ending in ``*`` (the members of a
+    warm pool, whose names are drawn at random when the fill starts them); the passages are counted per name."""
+    if isinstance(wanted, str) and wanted.endswith('*'):
+        return workspace.startswith(wanted[:-1])
+    return wanted == workspace
 
 
 class TraceRefused(EphemeraError):

@@ -27,6 +27,8 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 
 MEMBER_STATES = ('filling', 'warm', 'claimed', 'released')
 PREFIX = 'pool/'
+# A pool's places: ``poolslot/<pool>/<n>`` for n below its size, each naming the member that holds it.
+SLOT_PREFIX = 'poolslot/'
 POOL_NAME = re.compile(r'^[a-z0-9](?:[a-z0-9-]{0,22}[a-z0-9])?$')
 # The provider of a declaration that names none, when the caller gives no other (its run's provider).
 DEFAULT_PROVIDER = 'proxmox'
@@ -228,6 +230,42 @@ def forget(journal, record, claim=None):
         raise PoolError('Pool member %s is %s: only a released member whose container is gone is forgotten.'
                         % (record.get('member'), record.get('state')))
     journal.delete_provider_state(record['key'], record['generation'], claim=claim, point='pool_forget')
+
+
+def slot_key(pool, index):
+    return '%s%s/%d' % (SLOT_PREFIX, pool, index)
+
+
+def take_slot(journal, pool, record, claim=None):
+    """One of the ``size`` places of ``pool`` (a validated declaration) for member ``record``, by compare-and-set:
+    the index of the place it holds already, else of the first one that is free (never taken, or its member no longer
+    waits: claimed, released or forgotten), now its. None when every place holds a member that waits: two fills that
+    counted the same shortfall at once (each counts the other's members only once they are recorded) cannot both
+    start a member for the same place, so together they never fill the pool beyond its size."""
+    free = []
+    for index in range(pool['size']):
+        key = slot_key(pool['name'], index)
+        row = journal.provider_state(key)
+        if row is None:
+            free.append((key, None))
+            continue
+        holder = row[0].get('member')
+        if holder == record['member']:
+            return index
+        # Read after the place: a member is recorded before it takes a place, so a holder that waits is seen waiting.
+        current = member(journal, pool['name'], holder) if holder else None
+        if current is None or current['state'] not in ('filling', 'warm'):
+            free.append((key, row[1]))
+    for key, generation in free:
+        try:
+            journal.put_provider_state(key, {'pool': pool['name'], 'member': record['member'], 'at': time.time()},
+                                       generation=generation, claim=claim, point='pool_slot')
+        except ClaimLostError:
+            raise
+        except StaleGenerationError:
+            continue
+        return int(key.rsplit('/', 1)[1])
+    return None
 
 
 def shortfall(journal, pool):

@@ -926,7 +926,9 @@ class CreateFlow(Flow):
             if member['params'].get('repo') and member['params'].get('repo') == self.request.get('repo'):
                 mfacts['pool_fetched'] = True
             now = time.time()
-            done = {step: now for step in POOLED_STEPS}
+            # The candidate step itself is done once the member's record is closed below: a run killed in between
+            # closes it on its rerun (step_vmid), so that no two live records name the container.
+            done = {step: now for step in POOLED_STEPS if step != 'vmid'}
             self.save('pool_member_taken', detail={'pool': pool['name'], 'member': record['member'],
                                                    'vmid': member[RESOURCE_ID]},
                       address=member['address'], progress=dict(self.ws['progress'], **done),
@@ -934,6 +936,7 @@ class CreateFlow(Flow):
                       **self.resource_fields(resource_id=member[RESOURCE_ID], candidate_id=member[RESOURCE_ID],
                                              location=member[LOCATION]))
         self._close_member(member, member[RESOURCE_ID] if member else None)
+        self.done('vmid')
         return StepResult(True, 'candidate vmid: %s taken from warm pool %s (member %s)'
                           % (self.provider.label(self.resource_id), pool['name'], record['member']),
                           vmid=self.resource_id, from_pool=pool['name'])
@@ -953,6 +956,9 @@ class CreateFlow(Flow):
 
     def step_vmid(self):
         if self.candidate_id:
+            if self.ws['facts'].get('from_pool') and self.ws['facts'].get('pool_member'):
+                # Took a pool member's container, killed before the member's record was closed: closed now.
+                self._close_member(self.journal.get_workspace(self.ws['facts']['pool_member']), self.candidate_id)
             self.done('vmid')
             return StepResult(False, 'candidate vmid: %s (kept)' % self.candidate_id)
         taken = self._from_pool()

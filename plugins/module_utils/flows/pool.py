@@ -22,7 +22,10 @@ import os
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools as pooling
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import (
+    EphemeraError,
+    StaleGenerationError,
+)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import (
     STEP_LABELS,
@@ -163,6 +166,9 @@ class PoolFill:
         if self.check_mode:
             self._add(pool['name'], member, 'would_fill', 'a killed fill left it filling; would go on with it')
             return
+        if pooling.take_slot(self.journal, pool, record) is None:
+            self.give_up(pool, record)
+            return
         operation = Operation.claim_if_free(self.journal, 'create', member, 'another run fills this pool member',
                                             source='schedule', requested_by='pool_fill')
         if operation is None:
@@ -201,6 +207,25 @@ class PoolFill:
             return
         self._add(pool['name'], member, 'warm', 'warm: %s at %s' % (
             flow.provider.label(flow.resource_id), flow.ws['address']))
+
+    def give_up(self, pool, record):
+        """Member ``record`` found every place of its pool held by members that wait (another fill started them
+        first): released, and forgotten at once when nothing was made for it (else deleted like any released one)."""
+        member = record['member']
+        current = pooling.member(self.journal, pool['name'], member)
+        if current is not None and current['state'] == 'filling':
+            pooling.release(self.journal, current, 'the pool was full: another fill started its members first')
+        self.changed = True
+        ws = self.journal.get_workspace(member)
+        current = pooling.member(self.journal, pool['name'], member)
+        if ws is None and current is not None and current['state'] == 'released':
+            try:
+                pooling.forget(self.journal, current)
+            except StaleGenerationError:
+                pass  # the other fill, which found no place for it either, forgot it first
+            self._add(pool['name'], member, 'full', 'another fill started the pool\'s members first; none made')
+        else:
+            self.delete_member(ws, pool['name'], member)
 
     # ------------------------------------------------------------------ released members
 

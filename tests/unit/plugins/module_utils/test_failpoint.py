@@ -107,6 +107,15 @@ def test_another_workspace_or_point_does_not_kill(tmp_path):
     assert done.returncode == 0 and 'survived' in done.stdout
 
 
+def test_a_prefix_ending_in_a_star_names_every_workspace_of_that_prefix(tmp_path):
+    done = run(tmp_path, {'workspace': 'w*', 'point': 'create.clone pve POST /nodes/*/lxc/*/clone', 'nth': 2})
+    assert done.returncode == -9 and len(trace(tmp_path)) == 3
+    os.makedirs(tmp_path / 'other')
+    done = run(tmp_path / 'other', {'workspace': 'x*', 'point': 'create.clone pve POST /nodes/*/lxc/*/clone', 'nth': 1})
+    assert done.returncode == 0 and 'survived' in done.stdout
+    assert failpoint.names('w*', 'w1') and not failpoint.names('w1', 'w12') and not failpoint.names('*w', 'w')
+
+
 def test_api_points_name_the_kind_of_call_not_the_object():
     assert failpoint.api_point('post', '/nodes/pve2/lxc/104/status/start') == 'pve POST /nodes/*/lxc/*/status/start'
     assert failpoint.api_point('DELETE', '/nodes/pve1/lxc/9000') == 'pve DELETE /nodes/*/lxc/*'

@@ -217,3 +217,39 @@ def test_a_fill_fills_the_pools_of_its_own_provider_and_says_it_skips_the_others
     fill = PoolFill(None, None, {'pools': [dict(POOL, name='ec2')], 'provider': 'aws'}, None, check_mode=True)
     fill.run()
     assert [(e['pool'], e['action']) for e in fill.entries] == [('ec2', 'would_fill')]
+
+
+def test_two_fills_that_counted_the_same_shortfall_take_the_pools_places_once(store):
+    pool = pools.validate_pool(dict(POOL, size=2))
+    with store.open() as journal:
+        # Both fills counted 2 missing before either recorded a member: 4 members recorded filling.
+        begun = [pools.begin_member(journal, pool, 'py-%s%d' % (side, n)) for n in range(2) for side in 'ab']
+    got, errors = {}, []
+
+    def taker(records):
+        try:
+            with store.open() as journal:
+                for record in records:
+                    got[record['member']] = pools.take_slot(journal, pool, record)
+        except Exception as exc:  # noqa: BLE001 - reported by the test below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=taker, args=(begun[side::2],)) for side in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    placed = sorted(index for index in got.values() if index is not None)
+    assert placed == [0, 1], got
+    with store.open() as journal:
+        winner = [m for m, index in got.items() if index == 0][0]
+        record = pools.member(journal, 'py', winner)
+        # A member that holds its place gets it again (a fill that goes on with it after a kill).
+        assert pools.take_slot(journal, pool, record) == 0
+        # Once it is claimed, its place is free for the next member; the other place is still held.
+        pools.mark_warm(journal, record)
+        assert pools.claim_member(journal, 'py', 'ws-1')['member'] == winner
+        later = pools.begin_member(journal, pool, 'py-later')
+        assert pools.take_slot(journal, pool, later) == 0
+        assert pools.take_slot(journal, pool, pools.begin_member(journal, pool, 'py-latest')) is None

@@ -76,3 +76,39 @@ def test_a_bad_pool_declaration_is_refused_at_the_request_and_nothing_is_recorde
     with pytest.raises(CreateError, match='size must be a whole number.*Correct ephemera_pools'):
         flow(site, 'bad', pools=[dict(DECLARED, size=-1)]).run('request')
     assert site.journal.get_workspace('bad') is None
+
+
+class Killed(BaseException):
+    """The run dies here (nothing after it is done, nothing is caught)."""
+
+
+def test_a_claim_killed_after_the_workspace_took_the_container_closes_the_members_record_on_its_rerun(
+        site, monkeypatch):
+    make_member(site, 'py-0a1b2c3d')
+    vmid = site.journal.get_workspace('py-0a1b2c3d')['resource_id']
+    # The claim check's SSH round trip has no guest to answer here: the member passes it.
+    monkeypatch.setattr(CreateFlow, '_claim_check', lambda self, record: True)
+    close = CreateFlow._close_member
+    dying = [True]
+
+    def killed_before_the_close(self, member, resource):
+        if dying:
+            dying.pop()
+            raise Killed()
+        return close(self, member, resource)
+    monkeypatch.setattr(CreateFlow, '_close_member', killed_before_the_close)
+    flow(site, 'taker', pools=[DECLARED]).run('request')
+    with pytest.raises(Killed):
+        flow(site, 'taker', pools=[DECLARED]).run('vmid')
+    taker = site.journal.get_workspace('taker')
+    assert taker['resource_id'] == vmid and site.journal.get_workspace('py-0a1b2c3d')['resource_id'] == vmid
+    assert 'vmid' not in taker['progress']
+
+    flow(site, 'taker', pools=[DECLARED]).run('vmid')
+    member = site.journal.get_workspace('py-0a1b2c3d')
+    assert member['status'] == 'destroyed' and member['resource_id'] is None
+    assert member['facts']['claimed_by'] == 'taker'
+    taker = site.journal.get_workspace('taker')
+    assert taker['resource_id'] == vmid and 'vmid' in taker['progress']
+    assert pools.member(site.journal, 'py', 'py-0a1b2c3d')['workspace'] == 'taker'
+    assert pools.violations(site.journal) == []

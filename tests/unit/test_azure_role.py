@@ -39,6 +39,9 @@ SITES = {
     ('members.py', 'fresh_print', 'get', 'path'): ['%s_Get' % t for t in MEMBER_TYPES],
     ('provider.py', 'write_labels', 'send', "'PATCH', self._set(record).path(member)"): [
         'VirtualMachines_Update', 'NetworkInterfaces_UpdateTags', 'PublicIPAddresses_UpdateTags', 'Disks_Update'],
+    # A warm pool claim re-tags the set's members (the same operations: no action of its own).
+    ('provider.py', 'write_remark', 'send', "'PATCH', ws.path(member)"): [
+        'VirtualMachines_Update', 'NetworkInterfaces_UpdateTags', 'PublicIPAddresses_UpdateTags', 'Disks_Update'],
     ('provider.py', 'published_host_keys', 'boot_log_url', 'self._set(record).path(VM)'): [
         'VirtualMachines_RetrieveBootDiagnosticsData'],
     # The serial log's blob: a SAS URL of Azure Storage, no Resource Manager request and no action.

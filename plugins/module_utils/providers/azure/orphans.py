@@ -29,14 +29,20 @@ RESOURCE_ID = 'resource_id'
 CANDIDATE_ID = 'candidate_id'
 
 
-def set_base(record):
-    """The set base a journal record planned (its candidate id, else read from its VM's id), or None."""
-    if record.get(CANDIDATE_ID):
-        return str(record[CANDIDATE_ID])
-    rid = record.get(RESOURCE_ID)
-    if rid and str(rid).lower().endswith(planning.SUFFIX[planning.VM]):
-        return str(rid).rstrip('/').rsplit('/', 1)[-1][:-len(planning.SUFFIX[planning.VM])]
+def _vm_base(resource_id):
+    text = str(resource_id or '')
+    if text.lower().endswith(planning.SUFFIX[planning.VM]):
+        return text.rstrip('/').rsplit('/', 1)[-1][:-len(planning.SUFFIX[planning.VM])]
     return None
+
+
+def set_base(record):
+    """The set base a journal record accounts for (its candidate id, else read from its VM's id), or None. A
+    workspace that took a warm pool member's set records the VM's id as its candidate: its base is read from it."""
+    candidate = record.get(CANDIDATE_ID)
+    if candidate and not str(candidate).startswith('/'):
+        return str(candidate)
+    return _vm_base(candidate) or _vm_base(record.get(RESOURCE_ID))
 
 
 class Group:

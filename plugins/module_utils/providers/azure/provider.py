@@ -22,7 +22,7 @@ import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership, waiter
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import ClaimLostError, JournalError
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, hostkeys
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base, cloud, hostkeys
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import orphans
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import plan as planning
@@ -312,6 +312,72 @@ class AzureProvider(base.Provider):
                 record['plan']['tags'][member][TAG_PREFIX + key] = str(value)
             self.store.save(record)
             self.arm.send('PATCH', self._set(record).path(member), azset.VERSION[member], {'tags': tags}, acts=True)
+
+    # ------------------------------------------------------------------- warm pools
+
+    # A claim re-tags the set's four members (marker, ephemera:workspace, the lease's tags), and its record in the
+    # journal with them first: the set keeps its names, which its marker binds, and is the claiming workspace's from
+    # then on (its record's writes carry that workspace's claim; its destroy deletes the four).
+    pool_refusal = None
+    here = None
+    # The seam's claim (providers/cloud.py): read again, Conflict when the marker moved, sign, write_remark.
+    remark = cloud.CloudProvider.remark
+
+    def remark_number(self, resource):
+        """The number a claimed set's marker binds: its base name's, as before the claim."""
+        return set_number(base_of(resource.id))
+
+    def write_remark(self, resource, workspace, marker, hostname, labels):
+        """Give the set of ``resource`` (its VM, read just before) to ``workspace``: the set's record first (each
+        member's planned tags and the VM's binding: the marker, ephemera:workspace, the lease's tags), then a tags
+        PATCH of each member that does not show them yet, the VM last (its marker is what says the claim was
+        written; a rerun writes what is missing). A member gone, replaced or carrying another marker is a Conflict
+        before anything is written. ``hostname`` is not written: Azure renames no VM, and the guest
+        keeps the host name it booted with."""
+        record = self._record(base_of(resource.id))
+        plan = record['plan']
+        if record.get('claims') or record.get('deleting') or record.get('accepted') or record.get('contradiction'):
+            raise base.Conflict('%s is being deleted or contradicts its record; it is not given to a workspace.'
+                                % self.label(plan['base']))
+        missing = [m for m in planning.MEMBERS if not (record.get('ids') or {}).get(m)]
+        if missing:
+            raise base.Conflict('%s is not complete (no %s recorded); it is not given to a workspace.'
+                                % (self.label(plan['base']), ', '.join(missing)))
+        new = {TAG_MARKER: marker, planning.TAG_WORKSPACE: workspace}
+        new.update((TAG_PREFIX + k, str(v)) for k, v in labels.items())
+        gone = [TAG_PREFIX + k for k in planning.LABEL_KEYS if k not in labels]
+
+        def retag(tags):
+            out = dict(tags)
+            for key in gone:
+                out.pop(key, None)
+            out.update(new)
+            return out
+
+        # Each member read first: all four there, as recorded, carrying the marker the VM carried or the new one
+        # (a rerun); else nothing is written.
+        ws = self._set(record)
+        docs = {}
+        for member in (DISK, PIP, NIC, VM):
+            doc = ws.read(member)
+            if doc is None or not planning.same_id(doc.get('id'), record['ids'][member]):
+                raise base.Conflict('%s %s is gone or was replaced; the set is not given to a workspace.'
+                                    % (member, plan['names'][member]))
+            if (doc.get('tags') or {}).get(TAG_MARKER) not in (resource.marker_text, marker):
+                raise base.Conflict('%s %s carries another marker than the set\'s VM; the set is not given to a '
+                                    'workspace.' % (member, plan['names'][member]))
+            docs[member] = doc
+        for member in planning.MEMBERS:
+            plan['tags'][member] = retag(plan['tags'][member])
+        if record.get('binding'):
+            record['binding']['tags'] = {k: plan['tags'][VM].get(k) for k in planning.BOUND_TAGS}
+        self.store.save(record)
+        for member in (DISK, PIP, NIC, VM):
+            tags = docs[member].get('tags') or {}
+            wanted = retag(tags)
+            if wanted != tags:
+                self.arm.send('PATCH', ws.path(member), azset.VERSION[member], {'tags': wanted}, acts=True,
+                              what='Tagging %s %s' % (member, plan['names'][member]))
 
     # ------------------------------------------------------------------- allocation
 

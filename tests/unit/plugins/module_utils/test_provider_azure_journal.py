@@ -169,3 +169,57 @@ def test_a_destroy_whose_progress_write_fails_keeps_cleanup_debt_and_deletes_not
     assert ws['status'] != 'destroyed' and ws['failure']['step'] == 'delete'
     # Nothing was deleted: the VM's DELETE never went out.
     assert p.arm.deletes() == [] and len(p.arm.docs) == 4
+
+
+def test_a_warm_members_set_is_given_to_the_claiming_workspace_record_first_and_its_destroy_takes_all_four(journal):
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import orphans
+    p = make(journal)
+    assert p.pool_refusal is None
+    base_name = allocate(p, 'az-member', nonce='ab' * 16)
+    member = p.find(journal.provider_state('azure/set/' + base_name)[0]['ids']['vm'])
+    assert p.verify(member, 'az-member', 'ab' * 16) == ownership.VERIFIED
+    made = len(p.arm.calls)
+    p.remark(member, 'az-claimer', 'cd' * 16, 'agent-az-claimer', {'state': 'provisioning', 'expires_at': '99'})
+    taken = p.find(member.id)
+    assert taken.id == member.id
+    assert p.verify(taken, 'az-claimer', 'cd' * 16) == ownership.VERIFIED
+    assert p.verify(taken, 'az-member', 'ab' * 16) == ownership.MISMATCH
+    # The lease's tags are the claimer's (the member's keep is gone), on all four members, as the record plans them.
+    assert p.labels(taken) == {'state': 'provisioning', 'expires_at': '99'}
+    record = journal.provider_state('azure/set/' + base_name)[0]
+    assert len(p.arm.docs) == 4
+    for doc in p.arm.docs.values():
+        tags = doc['tags']
+        assert tags['ephemera:marker'] == taken.marker_text and tags['ephemera:workspace'] == 'az-claimer'
+        assert 'ephemera:keep' not in tags and tags['ephemera:state'] == 'provisioning'
+        member_kind = tags['ephemera:member']
+        assert {k: v for k, v in tags.items() if k.startswith('ephemera:')} == record['plan']['tags'][member_kind]
+    assert record['binding']['tags']['ephemera:workspace'] == 'az-claimer'
+    # The claimer's journal record (its candidate: the VM's id) accounts for the set in the sweep.
+    assert orphans.set_base({'candidate_id': member.id, 'resource_id': member.id}) == base_name
+    assert orphans.set_base({'candidate_id': base_name, 'resource_id': None}) == base_name
+    # A stale read is not written over; a rerun on the claimed set writes nothing more.
+    with pytest.raises(base.Conflict, match='changed since it was read'):
+        p.remark(member, 'az-third', 'ef' * 16, 'agent-az-third')
+    patches = [c for c in p.arm.calls[made:] if c[0] == 'PATCH']
+    assert [c[1].rsplit('-', 1)[1] for c in patches] == ['osdisk', 'pip', 'nic', 'vm']  # the VM last
+    p.remark(taken, 'az-claimer', 'cd' * 16, 'agent-az-claimer', {'state': 'provisioning', 'expires_at': '99'})
+    assert [c for c in p.arm.calls[made:] if c[0] == 'PATCH'] == patches
+    # The destroy of the claiming workspace deletes the four members (their bound tags are what the record holds).
+    p.wait(p.delete(taken), 60)
+    assert p.find(member.id) is None and not p.arm.docs
+
+
+def test_a_set_whose_member_carries_another_marker_is_not_given_and_nothing_is_written(journal):
+    p = make(journal)
+    base_name = allocate(p, 'az-member', nonce='ab' * 16)
+    before = journal.provider_state('azure/set/' + base_name)
+    nic = [doc for doc in p.arm.docs.values() if doc['tags'].get('ephemera:member') == 'nic'][0]
+    nic['tags']['ephemera:marker'] = 'someone else'
+    member = p.find(before[0]['ids']['vm'])
+    made = len(p.arm.calls)
+    with pytest.raises(base.Conflict, match='carries another marker'):
+        p.remark(member, 'az-claimer', 'cd' * 16, 'agent-az-claimer', {'state': 'provisioning'})
+    assert journal.provider_state('azure/set/' + base_name) == before
+    assert [c for c in p.arm.calls[made:] if c[0] != 'GET'] == []

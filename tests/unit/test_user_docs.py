@@ -17,7 +17,7 @@ DOCS = ROOT / 'docs'
 USER_PAGES = ['README.md'] + ['docs/%s.md' % name for name in (
     'aws', 'azure', 'gcp', 'hetzner', 'awx', 'localcloud', 'localpve', 'agents', 'inventory', 'archive',
     'install', 'errors', 'destroy', 'create', 'troubleshooting', 'model-endpoints', 'security', 'fork', 'leases',
-    'templates',
+    'templates', 'pools',
     'quickstart-aws', 'quickstart-azure', 'quickstart-gcp', 'quickstart-hetzner', 'quickstart-proxmox')]
 
 # A user page longer than this is reference for a maintainer, or two pages.

@@ -82,6 +82,8 @@ def test_a_fill_makes_warm_members_a_create_takes_one_and_the_next_fill_refills(
         ws = ctl.workspace('pooled')
         assert ws['status'] == 'ready' and ws['facts']['from_pool'] == 'tryout'
         assert 'from warm pool tryout' in ' '.join(run.report())
+        # The steps the member had done are not started (step 2 marked them done and said from_pool).
+        assert [n for n, r in sorted(run.step_results().items()) if r.get('skipped')] == [3, 4, 6, 7, 8, 11]
         taken = ws['facts']['pool_member']
         assert ws['resource_id'] == vmids[taken]
         # The container is the workspace's now: its marker verifies for it alone, its host name is its own.
@@ -107,6 +109,7 @@ def test_a_fill_makes_warm_members_a_create_takes_one_and_the_next_fill_refills(
         assert cold.ok, cold.explain()
         ws = ctl.workspace('coldone')
         assert ws['status'] == 'ready' and not ws['facts'].get('from_pool')
+        assert not [n for n, r in cold.step_results().items() if r.get('skipped')]
         assert len(members(ctl, 'tryout', 'warm')) == 2
         assert ctl.ours('coldone') == [ws['resource_id']]
     finally:
@@ -178,6 +181,8 @@ def test_a_create_killed_mid_claim_converges_on_its_rerun_and_the_member_goes_to
         assert ctl.workspace('crashed')['resource_id'] is None
         rerun = ctl.create(request_vars(repo.url, 'crashed', ephemera_pools=declaration))
         assert rerun.ok, rerun.explain()
+        # The rerun's step 2 finishes taking the member it claimed: the member's steps are not started either.
+        assert [n for n, r in sorted(rerun.step_results().items()) if r.get('skipped')] == [3, 4, 6, 7, 8, 11]
         ws = ctl.workspace('crashed')
         assert ws['status'] == 'ready' and ws['facts']['pool_member'] == claimed[0]['member']
         assert ctl.ours('crashed') == [ws['resource_id']]

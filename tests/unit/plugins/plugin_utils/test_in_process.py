@@ -129,3 +129,34 @@ def test_the_cloud_sdks_that_ephemera_preload_names_are_loaded_before_the_fork_t
     assert done.stdout.split()[:2] == ['0', 'True'], done.stdout + done.stderr
     assert "'google.cloud.compute_v1'" in done.stdout and "'azure.mgmt.compute'" in done.stdout
     assert "'hcloud'" in done.stdout and "'boto3'" not in done.stdout
+
+
+
+def test_a_variable_several_options_are_made_of_is_rendered_once_for_the_task(monkeypatch):
+    import jinja2  # pylint: disable=import-outside-toplevel
+    from ansible.parsing.dataloader import DataLoader  # pylint: disable=import-outside-toplevel
+    from ansible.template import Templar, trust_as_template  # pylint: disable=import-outside-toplevel
+    from ansible_collections.ephemera.workspaces.plugins.plugin_utils.in_process import sharing_templar  # pylint: disable=import-outside-toplevel
+    compiled = []
+    plain_compile = jinja2.Environment.compile
+
+    def counted(self, source, *args, **kwargs):
+        compiled.append(source)
+        return plain_compile(self, source, *args, **kwargs)
+
+    monkeypatch.setattr(jinja2.Environment, 'compile', counted)
+    # As the try-out inventory's localpve (a file lookup parsed as JSON) that every option's variable reads.
+    variables = {k: trust_as_template(v) for k, v in {
+        'place': "{{ {'api': 'pve.example.com', 'port': 2222, 'root': '/g'} }}",
+        'ephemera_api_host': '{{ place.api }}', 'ephemera_ssh_port': '{{ place.port }}',
+        'ephemera_guest_root': '{{ place.root }}/{vmid}'}.items()}
+    templar = Templar(loader=DataLoader(), variables=variables)
+    args = from_variables('workspace_create', {'name': 'w1', 'step': 'clone'}, variables,
+                          sharing_templar(templar, variables).template)
+    assert (args['api_host'], args['ssh_port'], args['guest_root']) == ('pve.example.com', 2222, '/g/{vmid}')
+    shared = len(compiled)
+    del compiled[:]
+    plain = from_variables('workspace_create', {'name': 'w1', 'step': 'clone'}, variables, templar.template)
+    assert plain == args
+    # place once, then each option's own: against place once for each option.
+    assert (shared, len(compiled)) == (4, 6), compiled

@@ -157,8 +157,8 @@ class PoolMatrix:
         self.cells.append(cell)
         self.log('%s %s' % ('ok ' if cell.ok else 'BAD', cell.row))
         # The claim rows' pool: a member per row and one to spare.
-        rows = len(self.claims()) * len(self.size['variants']) + sum(1 for lost in self.size['lost']
-                                                                    if lost[1] == 'claim')
+        rows = len(self.claims()) * len(self.size['variants'])
+        rows += sum(1 for lost in self.size['lost'] if lost[1] == 'claim')
         self.claim_pool = self.declared(CLAIMS, rows + 1)
         made = site.run([site.fill_op([self.claim_pool])], timeout=60 + 30 * rows)
         if not made.ok:
@@ -225,8 +225,8 @@ class PoolMatrix:
             elif state == 'claimed':
                 holder = records.get(record['workspace']) or {}
                 if (holder.get('facts') or {}).get('pool_member') != member:
-                    problems.append('member %s is claimed by %s, which does not hold it' % (member,
-                                                                                           record['workspace']))
+                    problems.append('member %s is claimed by %s, which does not hold it'
+                                    % (member, record['workspace']))
                 if ws is not None and (ws['status'] != 'destroyed' or ws['vmid']
                                        or (ws['facts'] or {}).get('claimed_by') != record['workspace']):
                     problems.append('claimed member %s: its record is %s with CT %s, claimed_by %s' % (

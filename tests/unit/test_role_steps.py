@@ -38,8 +38,8 @@ def numbered_steps(role, module):
 ])
 def test_the_role_runs_the_flow_s_steps_in_its_order_numbered_as_its_failures_say(role, module, steps):
     found = numbered_steps(role, module)
-    assert [step for _, _, step in found] == list(steps)
-    assert [(number, of) for number, of, _ in found] == [(i + 1, len(steps)) for i in range(len(steps))]
+    assert [each[2] for each in found] == list(steps)
+    assert [each[:2] for each in found] == [(i + 1, len(steps)) for i in range(len(steps))]
 
 
 def test_a_failure_names_the_step_as_the_role_numbers_it():

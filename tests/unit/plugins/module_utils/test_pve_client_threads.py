@@ -17,7 +17,7 @@ def in_threads(work, count=8):
             work()
         except Exception as exc:  # pylint: disable=broad-except
             errors.append(exc)
-    threads = [threading.Thread(target=run) for _ in range(count)]
+    threads = [threading.Thread(target=run) for dummy in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -60,7 +60,7 @@ def test_unverified_requests_in_threads_warn_nothing(fakepve):
         try:
             def work():
                 client = make_client(fakepve, None, validate_certs=False)
-                for _ in range(15):
+                for dummy in range(15):
                     client.get('/version')
             errors = in_threads(work, count=16)
         finally:

@@ -131,7 +131,6 @@ def test_the_cloud_sdks_that_ephemera_preload_names_are_loaded_before_the_fork_t
     assert "'hcloud'" in done.stdout and "'boto3'" not in done.stdout
 
 
-
 def test_a_variable_several_options_are_made_of_is_rendered_once_for_the_task(monkeypatch):
     import jinja2  # pylint: disable=import-outside-toplevel
     from ansible.parsing.dataloader import DataLoader  # pylint: disable=import-outside-toplevel

@@ -108,6 +108,11 @@ class GuestManager:
         """The guest's filesystem root."""
         return os.path.join(self.guest_dir(vmid), 'root')
 
+    def tmp_dir(self, vmid):
+        """host tier: the guest's temporary directory (its TMPDIR), removed with the container; a clone does not
+        copy it."""
+        return os.path.join(self.guest_dir(vmid), 'tmp')
+
     def snapshot_root(self, vmid, name):
         """The files of the guest's snapshot ``name``, as they were when it was taken."""
         return os.path.join(self.guest_dir(vmid), 'snapshots', name)
@@ -436,7 +441,10 @@ class GuestManager:
                 '-o', 'Subsystem=sftp internal-sftp',
                 # SHLVL=1: bash reads ~/.bashrc for a command run by sshd only at shell level 1, so the host's own
                 # shell start-up (a version manager's hooks, say) stays out of the guests, as in a real container.
-                '-o', 'SetEnv=LOCALPVE_VMID={0} LOCALPVE_GUEST_ROOT={1} SHLVL=1'.format(vmid, root)]
+                # TMPDIR: what the guest's programs leave in their temporary directory (the agent CLIs unpack
+                # libraries there at every start) goes with the container, as a real container's /tmp does.
+                '-o', 'SetEnv=LOCALPVE_VMID={0} LOCALPVE_GUEST_ROOT={1} SHLVL=1 TMPDIR={2}'.format(
+                    vmid, root, self.tmp_dir(vmid))]
 
     async def _boot_namespaces(self, guest):
         """debian tier: the guest's namespaces and their first process, once per start of the container."""
@@ -497,6 +505,8 @@ class GuestManager:
                 self.roots.install_host_key(vmid, host_key)
             argv = self.debian_sshd_argv(guest, address)
         else:
+            os.makedirs(self.tmp_dir(vmid), exist_ok=True)
+            os.chmod(self.tmp_dir(vmid), 0o1777)
             argv = self._argv(vmid, address, host_key, log)
         guest.proc = system.spawn(argv, log)
         guest.sshd_pid = guest.proc.pid

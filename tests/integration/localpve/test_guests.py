@@ -85,6 +85,26 @@ def test_stop_closes_the_address_and_destroy_removes_the_files(localpve):
     assert not os.path.exists(os.path.dirname(root))
 
 
+def test_a_guests_temporary_files_are_its_own_and_go_with_it(localpve):
+    """What a guest's programs leave in their temporary directory (the agent CLIs unpack a library there at every
+    start) is under the container's own directory, not the host's /tmp, and is removed with the container."""
+    info = localpve.info
+    api = proxmox(info)
+    vmid, node, address = clone_workspace(api, info, hostname='ws-tmp')
+    client = ssh(info, address)
+    try:
+        status, out, err = ssh_run(client, 'mktemp')
+    finally:
+        client.close()
+    left = out.decode().strip()
+    guest_dir = os.path.dirname(info['guest_root'].format(vmid=vmid))
+    assert (status, err) == (0, b'')
+    assert os.path.dirname(left) == os.path.join(guest_dir, 'tmp') and os.path.isfile(left)
+    assert wait_task(api, api.nodes(node).lxc(vmid).status.stop.post())['exitstatus'] == 'OK'
+    assert wait_task(api, api.nodes(node).lxc(vmid).delete(purge=1))['exitstatus'] == 'OK'
+    assert not os.path.exists(left)
+
+
 def test_guests_have_their_own_address_files_and_host_key(localpve):
     info = localpve.info
     api = proxmox(info)

@@ -921,7 +921,8 @@ class CreateFlow(Flow):
                                       'workspace\'s; refusing to touch it. Reconcile reports it; destroy this '
                                       'workspace and create it again.' % (self.provider.label(resource.id),
                                                                           self.provider.noun, record['member']))
-                self.provider.remark(resource, self.name, nonce, 'agent-%s' % self.name, self._labels('provisioning'))
+                self.provider.remark(resource, self.name, nonce, 'agent-%s' % self.name, self._labels('provisioning'),
+                                     created_by=self.request.get('created_by'))
             mfacts = dict(member['facts'] or {})
             if member['params'].get('repo') and member['params'].get('repo') == self.request.get('repo'):
                 mfacts['pool_fetched'] = True

@@ -427,11 +427,12 @@ class Provider:
         still reads the lease; Conflict when the resource changed since it was read."""
         raise NotImplementedError
 
-    def remark(self, resource, workspace, nonce, hostname, labels=None):
+    def remark(self, resource, workspace, nonce, hostname, labels=None, created_by=None):
         """Give ``resource`` (a warm pool member's) to ``workspace``: its marker signed for it with ``nonce``, its
-        host name ``hostname`` (or its name in the provider, where that is what the provider can change) and its
-        lease ``labels``; Conflict when the resource changed since it was read. Only for a provider without a
-        ``pool_refusal``."""
+        host name ``hostname`` (or its name in the provider, where that is what the provider can change), its
+        lease ``labels`` and, where the provider tags who asked for a machine, ``created_by`` (the workspace's
+        requester, in place of whoever filled the pool); Conflict when the resource changed since it was read.
+        Only for a provider without a ``pool_refusal``."""
         raise NotImplementedError
 
     # --- allocation

@@ -129,12 +129,13 @@ class CloudProvider(base.Provider):
                                % self.label(resource.id, self.here))
         return bound_number(bound)
 
-    def write_remark(self, resource, workspace, marker, hostname, labels):
-        """Write the claimed machine's new ``marker`` (signed for ``workspace``), its name ``hostname`` (where the provider can rename it) and
-        its lease ``labels`` in as few calls as the API allows; ``resource`` was read just before."""
+    def write_remark(self, resource, workspace, marker, hostname, labels, created_by=None):
+        """Write the claimed machine's new ``marker`` (signed for ``workspace``), its name ``hostname`` (where the provider can rename it),
+        its lease ``labels`` and ``created_by`` (where the provider tags it) in as few calls as the API allows;
+        ``resource`` was read just before."""
         raise NotImplementedError
 
-    def remark(self, resource, workspace, nonce, hostname, labels=None):
+    def remark(self, resource, workspace, nonce, hostname, labels=None, created_by=None):
         """Give the machine of a warm pool member to ``workspace``: read again, it must still carry the marker it
         carried when it was read (``resource``), else Conflict and nothing is written; then its marker is signed for
         ``workspace`` with ``nonce`` over the same number, and its name and lease labels are written
@@ -151,7 +152,7 @@ class CloudProvider(base.Provider):
             raise base.Conflict('%s changed since it was read: it carries another marker now. Nothing was written; '
                                 'look at it again.' % self.label(resource.id, self.here))
         marker = ownership.render(self.secret, self.controller, workspace, self.remark_number(current), nonce)
-        self.write_remark(current, workspace, marker, hostname, dict(labels or {}))
+        self.write_remark(current, workspace, marker, hostname, dict(labels or {}), created_by)
 
     # ------------------------------------------------------------------- allocation
 

@@ -273,10 +273,14 @@ class AwsProvider(cloud.CloudProvider):
                                'workspace.' % self.label(resource.id, self.region))
         return numbers[0]
 
-    def write_remark(self, resource, workspace, marker, hostname, labels):
+    def write_remark(self, resource, workspace, marker, hostname, labels, created_by=None):
         """One CreateTags on the instance and its volumes: the marker, the Name tag (the instance's name in the
-        console; the guest's own host name is left as the image set it), the workspace tag and the lease's tags."""
+        console; the guest's own host name is left as the image set it), the workspace tag, the lease's tags and
+        ephemera:created-by (the workspace's requester, when known). ephemera:token and ephemera:lease-id stay: they
+        are the client token the marker binds."""
         tags = {TAG_MARKER: marker, 'Name': hostname, TAG_WORKSPACE: workspace}
+        if created_by:
+            tags[TAG_CREATED_BY] = str(created_by)[:256]
         tags.update((tag_label(k), str(v)) for k, v in labels.items())
         self.ec2.call('create_tags', acts=True, Resources=[resource.id] + self._volumes(resource),
                       Tags=[{'Key': k, 'Value': v} for k, v in sorted(tags.items())])

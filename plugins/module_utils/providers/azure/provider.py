@@ -327,7 +327,7 @@ class AzureProvider(base.Provider):
         """The number a claimed set's marker binds: its base name's, as before the claim."""
         return set_number(base_of(resource.id))
 
-    def write_remark(self, resource, workspace, marker, hostname, labels):
+    def write_remark(self, resource, workspace, marker, hostname, labels, created_by=None):
         """Give the set of ``resource`` (its VM, read just before) to ``workspace``: the set's record first (each
         member's planned tags and the VM's binding: the marker, ephemera:workspace, the lease's tags), then a tags
         PATCH of each member that does not show them yet, the VM last (its marker is what says the claim was

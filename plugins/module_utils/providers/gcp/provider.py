@@ -236,7 +236,7 @@ class GcpProvider(cloud.CloudProvider):
     # A claim re-writes the member's marker (metadata, under its fingerprint) and its labels (under theirs).
     pool_refusal = None
 
-    def write_remark(self, resource, workspace, marker, hostname, labels):
+    def write_remark(self, resource, workspace, marker, hostname, labels, created_by=None):
         """The marker in the instance's metadata (setMetadata with the fingerprint read: Conflict when it moved),
         then the workspace and lease labels (setLabels, under the labels' fingerprint). The instance keeps its name:
         it is the candidate the marker binds, and Compute Engine renames no running instance; ``hostname`` is not

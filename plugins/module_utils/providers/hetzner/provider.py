@@ -184,12 +184,14 @@ class HetznerProvider(cloud.CloudProvider):
     # A claim re-labels the member's server (marker labels, workspace, lease) in one PUT.
     pool_refusal = None
 
-    def write_remark(self, resource, workspace, marker, hostname, labels):
-        """The server's labels with the new marker and lease labels, in one PUT /servers/{id}. Its name stays: it is
-        the candidate the marker binds (so the guest keeps the host name it booted with); ``hostname`` is not
-        written."""
+    def write_remark(self, resource, workspace, marker, hostname, labels, created_by=None):
+        """The server's labels with the new marker, lease labels and ephemera-created-by (the workspace's requester,
+        when known), in one PUT /servers/{id}. Its name stays: it is the candidate the marker binds (so the guest
+        keeps the host name it booted with); ``hostname`` is not written."""
         current = dict((resource.native or {}).get('labels') or {})
         current.update(marker_labels(marker))
+        if created_by:
+            current[L_CREATED_BY] = leasing.label_value(created_by).strip('-_.') or 'unknown'
         for key, value in labels.items():
             check_label(LABEL_PREFIX + key, value, 'lease label')
             current[LABEL_PREFIX + key] = str(value)

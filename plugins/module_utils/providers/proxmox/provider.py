@@ -285,7 +285,7 @@ class ProxmoxProvider(base.Provider):
         self.containers.update_config(resource.location, resource.id, resource.native.get('digest'),
                                       description=with_lease(description, labels))
 
-    def remark(self, resource, workspace, nonce, hostname, labels=None):
+    def remark(self, resource, workspace, nonce, hostname, labels=None, created_by=None):
         description = self.marker(workspace, resource.id, nonce)
         if labels:
             description = with_lease(description, labels)

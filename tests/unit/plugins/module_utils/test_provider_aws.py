@@ -174,7 +174,9 @@ def test_a_warm_members_instance_is_given_to_the_claiming_workspace(ec2, seeded)
     assert p.pool_refusal is None
     a, task, member = allocate(p, seeded, 'unit-member')
     claimer_nonce = 'cd' * 16
-    p.remark(member, 'unit-claimer', claimer_nonce, 'agent-unit-claimer', {'state': 'provisioning', 'keep': 'true'})
+    assert awsprovider.tags_of(member.native)['ephemera:created-by'] != 'claimers-controller'
+    p.remark(member, 'unit-claimer', claimer_nonce, 'agent-unit-claimer', {'state': 'provisioning', 'keep': 'true'},
+             created_by='claimers-controller')
     taken = p.find(member.id, REGION)
     # The marker binds the instance (its client token and id) for the claimer alone, with its nonce.
     assert p.verify(taken, 'unit-claimer', claimer_nonce) == ownership.VERIFIED
@@ -183,7 +185,7 @@ def test_a_warm_members_instance_is_given_to_the_claiming_workspace(ec2, seeded)
     assert p.plan_settings(taken, None) == {}
     tags = awsprovider.tags_of(taken.native)
     assert tags['Name'] == 'agent-unit-claimer' and tags['ephemera:workspace'] == 'unit-claimer'
-    assert tags['ephemera:token'] == a.candidate
+    assert tags['ephemera:token'] == a.candidate and tags['ephemera:created-by'] == 'claimers-controller'
     assert p.labels(taken) == {'state': 'provisioning', 'keep': 'true'}
     volumes = ec2.call('describe_volumes', Filters=[{'Name': 'attachment.instance-id', 'Values': [member.id]}])
     assert volumes['Volumes'] and all({'Key': 'ephemera:marker', 'Value': taken.marker_text} in v['Tags']

@@ -98,13 +98,16 @@ def test_a_warm_members_server_is_given_to_the_claiming_workspace(cloud):
     assert p.pool_refusal is None
     member = created(p, 'hz-member')
     name = member.native['name']
-    p.remark(member, 'hz-claimer', 'ef' * 16, 'agent-hz-claimer', {'state': 'provisioning', 'keep': 'true'})
+    assert member.native['labels'].get('ephemera-created-by') != 'claimers-controller'
+    p.remark(member, 'hz-claimer', 'ef' * 16, 'agent-hz-claimer', {'state': 'provisioning', 'keep': 'true'},
+             created_by='claimers-controller')
     taken = p.find(member.id)
     assert p.verify(taken, 'hz-claimer', 'ef' * 16) == ownership.VERIFIED
     assert p.verify(taken, 'hz-member', NONCE) == ownership.MISMATCH
     labels = taken.native['labels']
     assert labels['ephemera-workspace'] == 'hz-claimer' and labels['ephemera-state'] == 'provisioning'
     assert labels['ephemera-keep'] == 'true' and labels['ephemera-scope'] == 'disposable-workspaces'
+    assert labels['ephemera-created-by'] == 'claimers-controller'
     # Its name is what the marker binds: it stays.
     assert taken.native['name'] == name
     with pytest.raises(base.Conflict, match='changed since it was read'):

@@ -58,8 +58,8 @@ options:
       - The fill makes members on O(provider), with that provider's options as M(ephemera.workspaces.workspace_create)
         takes them (C(location) is the node, region or zone; C(template) the template, image or AMI). A pool declared
         for another provider is left to a fill with that provider.
-      - Warm pools are kept on Proxmox VE, AWS, Hetzner Cloud and Compute Engine. A pool declared for a provider that
-        keeps none yet is refused, naming the provider; creates there stay cold.
+      - Warm pools are kept on Proxmox VE, AWS, Hetzner Cloud, Compute Engine and Azure. A pool declared for a
+        provider that keeps none yet is refused, naming the provider; creates there stay cold.
       - A declaration that is wrong is refused with what to change, before anything is done.
     type: list
     elements: dict

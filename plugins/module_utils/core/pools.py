@@ -44,8 +44,8 @@ class PoolError(EphemeraError):
 def validate_pool(spec, provider=DEFAULT_PROVIDER):
     """The declaration ``spec`` (a dict: name, provider, location, template, size, maximum, lease, optional repo and
     refill) checked and completed with its defaults (``provider``: the provider of a declaration that names none, the
-    run's); PoolError says what is wrong. Whether its provider keeps pools is the provider's to say (``pool_refusal``): the
-    flows ask it."""
+    run's); PoolError says what is wrong. Whether its provider keeps pools is the provider's to say
+    (``pool_refusal``): the flows ask it."""
     if not isinstance(spec, dict):
         raise PoolError('A pool is a mapping of name, provider, location, template, size (and maximum, lease, repo, '
                         'refill); '

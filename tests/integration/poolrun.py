@@ -114,6 +114,20 @@ def test_warm_members_show_in_status_the_inventory_workspace_info_and_lease_audi
             '%s: ' % member) and 'member of warm pool %s' % POOL in ' '.join(found['report'])
 
 
+def test_reconcile_reports_warm_members_as_pool_members_never_as_orphans_or_creates_to_resume(site):
+    warm = {m['member']: str(site.workspace(m['member'])['resource_id']) for m in members(site, 'warm')}
+    run = site.playbook('reconcile.yml')
+    assert run.ok, run.explain()
+    findings = run.task('Compare the journal with the cluster')['findings']
+    for member, machine in warm.items():
+        assert [(f['kind'], str(f['vmid'])) for f in findings if f['workspace'] == member] == [
+            ('pool_member', machine)]
+        assert not [f for f in findings if f['workspace'] != member and str(f['vmid']) == machine]
+    # Nothing was resumed or deleted: the members wait as they did.
+    assert sorted(m['member'] for m in members(site, 'warm')) == sorted(warm)
+    assert sorted(site.ours().values()) == sorted(warm)
+
+
 def test_a_matching_create_takes_a_member_and_its_machine_is_the_workspaces(site):
     warm = {m['member']: site.workspace(m['member'])['resource_id'] for m in members(site, 'warm')}
     names = {machine: site.machine_name(machine) for machine in warm.values()}

@@ -18,6 +18,7 @@ from tests.integration.poolrun import filled_site
 from tests.integration.poolrun import (  # noqa: F401 pylint: disable=unused-import  # isort: skip
     test_a_fill_makes_warm_members_each_carrying_its_own_marker_and_lease,
     test_warm_members_show_in_status_the_inventory_workspace_info_and_lease_audit,
+    test_reconcile_reports_warm_members_as_pool_members_never_as_orphans_or_creates_to_resume,
     test_a_matching_create_takes_a_member_and_its_machine_is_the_workspaces,
 )
 

@@ -66,7 +66,7 @@ options:
     required: true
   refill:
     description:
-      - The pool a create took a member of (the create playbook sets it): only this pool is filled back to its size,
+      - The pool a create took a member of (the create playbook sets it) - only this pool is filled back to its size,
         and only when its declaration says C(refill) V(true); released members of other pools are left to a fill.
       - A refill that fails does not fail the task, whose workspace is ready by then - it warns that the pool is
         short and to run pool_fill (RV(refill_failed) is V(true)). In check mode it says what a refill after the

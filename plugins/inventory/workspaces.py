@@ -14,9 +14,9 @@ description:
     running workspace without a recorded address costs one more request (its C(interfaces)), and those run a few
     at a time (O(max_concurrency)). Pool members that the journal does not know are reported in the C(orphans)
     group, with the verdict of their ownership marker (one C(config) read each).
-  - Warm pool members (containers made ahead of demand by the C(pool_fill) playbook) are hosts too, in the groups
-    C(warm_pool_members) and C(warm_pool_<pool>), with C(warm_pool) naming their pool; a create that takes one
-    makes it that workspace's host.
+  - Warm pool members (containers, instances, servers or Azure sets made ahead of demand by the C(pool_fill)
+    playbook, on every provider) are hosts too, in the groups C(warm_pool_members) and C(warm_pool_<pool>), with
+    C(warm_pool) naming their pool; a create that takes one makes it that workspace's host.
   - The inventory changes nothing in the cluster or the journal. Orphans are reported, never acted on; the
     workspaces' own records are never changed. The one file it writes is the known-hosts file of O(known_hosts_file)
     (with the default O(host_key_pinning=file); none with V(inline)), and its cache when caching is on.
@@ -807,6 +807,8 @@ def cloud_groups(ws):
         groups.append('region_' + safe_group(ws['region']))
     if ws['cleanup_debt']:
         groups.append('cleanup_debt')
+    if ws.get('warm_pool') and ws['status'] != 'destroyed':
+        groups += ['warm_pool_members', 'warm_pool_' + safe_group(ws['warm_pool'])]
     expected = ws['instance_id'] is not None and ws['status'] in EXPECTS_CONTAINER
     if expected and ws['live_status'] in ('absent', 'mismatch'):
         groups.append('missing')

@@ -52,17 +52,29 @@ options:
       - The pools, as the inventory declares them in C(ephemera_pools). Each is a dict of C(name) (1 to 24
         lower-case letters, digits and dashes), C(location) (the node), C(template) (a template name or VMID),
         C(size), and optionally C(maximum) (default the size), C(lease) (seconds a member nobody takes waits, 60 to
-        86400, default 5400), C(repo) (a repository its members have fetched) and C(provider) (default O(provider),
+        86400, default 5400), C(repo) (a repository its members have fetched), C(refill) (V(true) for a create that
+        takes a member to fill the pool back, see O(refill); default V(false)) and C(provider) (default O(provider),
         the provider this fill runs with).
       - The fill makes members on O(provider), with that provider's options as M(ephemera.workspaces.workspace_create)
         takes them (C(location) is the node, region or zone; C(template) the template, image or AMI). A pool declared
         for another provider is left to a fill with that provider.
-      - Warm pools are kept on Proxmox VE, AWS, Hetzner Cloud and Compute Engine. A pool declared for a provider that
-        keeps none yet is refused, naming the provider; creates there stay cold.
+      - Warm pools are kept on Proxmox VE, AWS, Hetzner Cloud, Compute Engine and Azure. A pool declared for a
+        provider that keeps none yet is refused, naming the provider; creates there stay cold.
       - A declaration that is wrong is refused with what to change, before anything is done.
     type: list
     elements: dict
     required: true
+  refill:
+    description:
+      - The pool a create took a member of (the create playbook sets it) - only this pool is filled back to its size,
+        and only when its declaration says C(refill) V(true); released members of other pools are left to a fill.
+      - A refill that fails does not fail the task, whose workspace is ready by then - it warns that the pool is
+        short and to run pool_fill (RV(refill_failed) is V(true)). In check mode it says what a refill after the
+        create would start.
+    type: str
+  refill_workspace:
+    description: The workspace whose create took the member, for the warning of a refill that fails.
+    type: str
   pool:
     description: Proxmox VE pool the members' containers join.
     type: str
@@ -181,6 +193,10 @@ report:
   returned: always
   type: list
   elements: str
+refill_failed:
+  description: A refill (O(refill)) failed; the warning says what, and that the pool is short until a fill.
+  returned: when O(refill) is given
+  type: bool
 '''
 
 from ansible.module_utils.basic import AnsibleModule
@@ -204,6 +220,8 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.prox
 def module_args():
     spec = dict(
         pools=dict(type='list', elements='dict', required=True),
+        refill=dict(type='str'),
+        refill_workspace=dict(type='str'),
         pool=dict(type='str', default='disposable-workspaces'),
         full_clone=dict(type='bool', default=False),
         storage=dict(type='str'),
@@ -256,17 +274,36 @@ def run(module):
                 fill = PoolFill(journal, api_from_params(params), params, secret, check_mode=module.check_mode)
                 summary = fill.run()
     except EphemeraError as err:
+        if params.get('refill'):
+            refill_failed(module, params, str(err), fill)
         module.fail_json(msg='The pool fill stopped: %s' % err, entries=fill.entries if fill else [])
     entries = fill.entries
     failed = [e for e in entries if e['action'] in ('failed', 'delete_failed')]
-    line = 'pool_fill: %s' % ('; '.join('%s %d warm, %d filling' % (name, counts['warm'], counts['filling'])
-                                        for name, counts in sorted(summary.items())) or 'no pools declared')
+    line = '%s: %s' % ('refill' if params.get('refill') else 'pool_fill', '; '.join(
+        '%s %d warm, %d filling' % (name, counts['warm'], counts['filling'])
+        for name, counts in sorted(summary.items())) or 'no pools declared')
     report = [line] + ['%s %s: %s: %s' % (e['pool'], e['member'] or '-', e['action'], e['detail']) for e in entries]
     result = dict(changed=fill.changed, pools=summary, entries=entries, report=report, msg=line)
+    if params.get('refill'):
+        result['refill_failed'] = False
     if failed:
         result['msg'] = '%s; %d member(s) failed: %s' % (line, len(failed), '; '.join(
             '%s: %s' % (e['member'], e['detail']) for e in failed))
+        if params.get('refill'):
+            refill_failed(module, params, result['msg'], fill, result)
         module.fail_json(**result)
+    module.exit_json(**result)
+
+
+def refill_failed(module, params, why, fill, result=None):
+    """End a refill that failed as a warning, not a failure: the workspace whose create took the member is ready."""
+    workspace = params.get('refill_workspace')
+    module.warn('%sthe refill of warm pool %s failed (%s). The pool is short of its size until a fill: run pool_fill '
+                '(ansible-playbook -i INVENTORY ephemera.workspaces.pool_fill).'
+                % ('Workspace %s is ready; ' % workspace if workspace else '', params['refill'], why))
+    result = dict(result or dict(changed=bool(fill and fill.changed), pools={}, entries=fill.entries if fill else [],
+                                 report=['refill: %s failed: %s' % (params['refill'], why)]))
+    result.update(refill_failed=True, msg='refill of pool %s failed: %s' % (params['refill'], why))
     module.exit_json(**result)
 
 

@@ -42,12 +42,13 @@ class PoolError(EphemeraError):
 
 
 def validate_pool(spec, provider=DEFAULT_PROVIDER):
-    """The declaration ``spec`` (a dict: name, provider, location, template, size, maximum, lease, optional repo)
-    checked and completed with its defaults (``provider``: the provider of a declaration that names none, the run's);
-    PoolError says what is wrong. Whether its provider keeps pools is the provider's to say (``pool_refusal``): the
-    flows ask it."""
+    """The declaration ``spec`` (a dict: name, provider, location, template, size, maximum, lease, optional repo and
+    refill) checked and completed with its defaults (``provider``: the provider of a declaration that names none, the
+    run's); PoolError says what is wrong. Whether its provider keeps pools is the provider's to say
+    (``pool_refusal``): the flows ask it."""
     if not isinstance(spec, dict):
-        raise PoolError('A pool is a mapping of name, provider, location, template, size (and maximum, lease, repo); '
+        raise PoolError('A pool is a mapping of name, provider, location, template, size (and maximum, lease, repo, '
+                        'refill); '
                         'got %r.' % (spec,))
     pool = dict(spec)
     name = pool.get('name')
@@ -80,6 +81,11 @@ def validate_pool(spec, provider=DEFAULT_PROVIDER):
     if not isinstance(lease, int) or isinstance(lease, bool) or not 60 <= lease <= LEASE_CAP:
         raise PoolError('Pool %s: lease (%r) must be between 60 and %d seconds: a member nobody takes expires then.'
                         % (name, lease, LEASE_CAP))
+    pool.setdefault('refill', False)
+    if not isinstance(pool['refill'], bool):
+        raise PoolError('Pool %s: refill (%r) must be true or false: write refill: true for a create that takes a '
+                        'member to fill the pool again, refill: false (the default) to leave it to pool_fill.'
+                        % (name, pool['refill']))
     return pool
 
 

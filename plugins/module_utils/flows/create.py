@@ -475,7 +475,13 @@ class CreateFlow(Flow):
         node = self._resolve_source_of(req)
         repository = self._check_repository(req)
         if self.check_mode:
-            return StepResult(True, 'request: would record workspace %s%s' % (self.name, repository))
+            pool = self._pool_for_check(req, node)
+            if pool is None:
+                return StepResult(True, 'request: would record workspace %s%s' % (self.name, repository))
+            return StepResult(True, 'request: would record workspace %s%s; it would take a member of warm pool %s '
+                              'if one is warm%s' % (self.name, repository, pool['name'], ', and refill the pool after'
+                                                    if pool['refill'] else ''),
+                              pool=pool['name'], refill=pool['refill'])
         now = time.time()
         terms = leasing.new_lease(now, **terms)
         fields = dict(status='requested', desired_state='present', repo=req['repo'], ref=req['ref'],
@@ -831,6 +837,16 @@ class CreateFlow(Flow):
         return {'provider': self.provider.name, 'location': req.get('node'), 'template': req.get('template'),
                 'repo': req.get('repo')}
 
+    def _pool_for_check(self, req, node):
+        """The declared pool whose member a new request ``req`` (at ``node``) would try to take, for check mode to
+        say (and the create playbook's refill to report what it would fill); None when it would go cold."""
+        if (not self.params.get('pools') or self.provider is None or req.get('fork')
+                or req.get('address_mode') == 'static'):
+            return None
+        return pooling.matching_pool(self._declared_pools(step='request'), {
+            'provider': self.provider.name, 'location': req.get('node') or node, 'template': req.get('template'),
+            'repo': req.get('repo')})
+
     def _from_pool(self):
         """The vmid step's result when a warm member of a pool that matches the request became this workspace, else
         None (no pool declared or matching, none warm, each failing its claim check): the create goes on cold."""
@@ -940,7 +956,7 @@ class CreateFlow(Flow):
         self.done('vmid')
         return StepResult(True, 'candidate vmid: %s taken from warm pool %s (member %s)'
                           % (self.provider.label(self.resource_id), pool['name'], record['member']),
-                          vmid=self.resource_id, from_pool=pool['name'])
+                          vmid=self.resource_id, from_pool=pool['name'], refill=bool(pool.get('refill')))
 
     # --------------------------------------------------------------- 2. vmid
 

@@ -119,6 +119,8 @@ class PoolFill:
 
     def run(self):
         pools = self.declared()
+        if self.params.get('refill'):
+            return self.refill(pools, self.params['refill'])
         self.delete_released()
         for pool in pools:
             if pool['provider'] != self.provider_name:
@@ -128,6 +130,48 @@ class PoolFill:
                 continue
             self.fill(pool)
         return self.summary(pools)
+
+    def refill(self, pools, name):
+        """Bring pool ``name`` alone back to its size after a create took one of its members: only a pool declared
+        with ``refill: true``, through the same places and steps as any fill (a refill beside a scheduled fill never
+        fills it beyond its size). Released members of other pools are left to pool_fill."""
+        pool = next((each for each in pools if each['name'] == name), None)
+        if pool is None:
+            self._add(name, None, 'skipped', 'not declared in ephemera_pools: nothing to refill')
+            return {}
+        if not pool['refill']:
+            self._add(name, None, 'skipped', 'declared without refill: true; the next pool_fill fills it')
+            return self.summary([pool])
+        if pool['provider'] != self.provider_name:
+            self._add(name, None, 'skipped', 'declared for provider %s, and this refill runs with provider %s'
+                      % (pool['provider'], self.provider_name))
+            return self.summary([pool])
+        if self.check_mode:
+            self.would_refill(pool)
+            return self.summary([pool])
+        for record in pooling.members(self.journal, name, state='released'):
+            self.delete_member(self.journal.get_workspace(record['member']), name, record['member'])
+        self.fill(pool)
+        return self.summary([pool])
+
+    def would_refill(self, pool):
+        """Check mode of a refill, whose create took nothing yet: the members a refill after it would start (the
+        pool's shortfall, and one more for the member the create would take)."""
+        name = pool['name']
+        if self.journal is None:
+            if pool['size']:
+                self._add(name, None, 'would_fill', 'would start 1 member(s) after the create takes one')
+            return
+        counts = pooling.state_counts(self.journal, name)
+        if not counts['warm']:
+            self._add(name, None, 'skipped', 'no warm member: the create would go on cold and not refill the pool')
+            return
+        waiting = counts['warm'] + counts['filling'] - 1
+        missing = max(0, min(pool['size'] - waiting, pool['maximum'] - waiting))
+        if missing:
+            self._add(name, None, 'would_fill', 'would start %d member(s) after the create takes one' % missing)
+        else:
+            self._add(name, None, 'full', 'would keep its %d member(s) after the create takes one' % pool['size'])
 
     def summary(self, pools):
         """{pool: {state: count}} after the fill."""

@@ -7,10 +7,13 @@ from tests.integration.poolrun import filled_site
 # The scenario's tests, in the order they run (pytest takes a module's tests in the order its names were bound).
 from tests.integration.poolrun import (  # noqa: F401 pylint: disable=unused-import  # isort: skip
     test_a_fill_makes_warm_members_each_carrying_its_own_marker_and_lease,
+    test_warm_members_show_in_status_the_inventory_workspace_info_and_lease_audit,
+    test_reconcile_reports_warm_members_as_pool_members_never_as_orphans_or_creates_to_resume,
     test_a_matching_create_takes_a_member_and_its_machine_is_the_workspaces,
     test_a_create_that_matches_no_pool_is_cold,
     test_the_destroy_of_the_claimed_workspace_leaves_nothing,
     test_the_next_fill_refills,
+    test_a_create_from_a_pool_declared_with_refill_fills_it_back,
 )
 
 from .awsrun import AwsSite
@@ -36,6 +39,11 @@ class AwsPoolSite(AwsSite):
     @staticmethod
     def claimed_name(workspace, before):
         return 'agent-%s' % workspace
+
+    def inventory_source(self):
+        info = self.cloud.info
+        return ({'aws_endpoint_url': info['endpoint_url']},
+                {'AWS_ACCESS_KEY_ID': info['access_key_id'], 'AWS_SECRET_ACCESS_KEY': info['secret_access_key']})
 
 
 @pytest.fixture(scope='module')

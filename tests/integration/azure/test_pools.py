@@ -17,6 +17,8 @@ from tests.integration.poolrun import filled_site
 # The scenario's tests, in the order they run (pytest takes a module's tests in the order its names were bound).
 from tests.integration.poolrun import (  # noqa: F401 pylint: disable=unused-import  # isort: skip
     test_a_fill_makes_warm_members_each_carrying_its_own_marker_and_lease,
+    test_warm_members_show_in_status_the_inventory_workspace_info_and_lease_audit,
+    test_reconcile_reports_warm_members_as_pool_members_never_as_orphans_or_creates_to_resume,
     test_a_matching_create_takes_a_member_and_its_machine_is_the_workspaces,
 )
 
@@ -56,6 +58,13 @@ class AzurePoolSite(AwsSite):
     def claimed_name(workspace, before):
         # The set keeps its names (its base, which the marker binds).
         return before
+
+    def inventory_source(self):
+        az = self.cloud.info['azure']
+        return {}, {'AZURE_SUBSCRIPTION_ID': az['subscription_id'], 'AZURE_TENANT_ID': az['tenant_id'],
+                    'AZURE_CLIENT_ID': az['client_id'], 'AZURE_CLIENT_SECRET': az['client_secret'],
+                    'AZURE_AUTHORITY_HOST': az['authority_host'],
+                    'EPHEMERA_AZURE_ENDPOINT_URL': az['resource_manager_url'], 'EPHEMERA_AZURE_CA_FILE': az['ca_file']}
 
     def set_members(self, base):
         """{name: tags} of every resource of set ``base`` the fake holds."""

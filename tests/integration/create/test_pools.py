@@ -116,6 +116,58 @@ def test_a_fill_makes_warm_members_a_create_takes_one_and_the_next_fill_refills(
         ctl.stop()
 
 
+def test_a_create_from_a_pool_declared_with_refill_fills_it_back_after_its_workspace_is_ready(
+        cluster, repo, tmp_path):
+    ctl = Controller(cluster, tmp_path / 'ctl')
+    try:
+        # Without refill: the create takes the one member and the pool stays empty until a fill.
+        plain = declared(ctl, 'plain', 1)
+        assert fill(ctl, plain).ok
+        run = ctl.create(request_vars(repo.url, 'unrefilled', ephemera_pools=plain))
+        assert run.ok, run.explain()
+        assert ctl.workspace('unrefilled')['facts']['from_pool'] == 'plain'
+        assert run.task('Refill the warm pool unrefilled took a member of').get('skipped')
+        assert members(ctl, 'plain', 'warm') == [] and members(ctl, 'plain', 'filling') == []
+
+        refilled = declared(ctl, 'refilled', 1, refill=True)
+        assert fill(ctl, refilled).ok
+        [first] = members(ctl, 'refilled', 'warm')
+        before = ctl.guests()
+        # Check mode says what the refill after the create would start, and starts nothing.
+        check = ctl.create(request_vars(repo.url, 'refiller', ephemera_pools=refilled), check=True)
+        assert check.ok, check.explain()
+        assert check.task('Refill the warm pool refiller took a member of')['entries'] == [
+            {'pool': 'refilled', 'member': None, 'action': 'would_fill',
+             'detail': 'would start 1 member(s) after the create takes one'}]
+        assert sorted(ctl.guests()) == sorted(before) and members(ctl, 'refilled', 'warm') == [first]
+
+        run = ctl.create(request_vars(repo.url, 'refiller', ephemera_pools=refilled))
+        assert run.ok, run.explain()
+        ws = ctl.workspace('refiller')
+        assert ws['status'] == 'ready' and ws['facts']['from_pool'] == 'refilled'
+        assert ws['facts']['pool_member'] == first['member']
+        # The refill ran after the workspace was ready, its queue outcome recorded and its report printed.
+        names = [name for name, dummy in run.results()]
+        refill_at = names.index('Refill the warm pool refiller took a member of')
+        assert names.index('13/13 mark ready') < names.index('Queue: record the outcome') < refill_at
+        assert names.index('Report refiller') < refill_at
+        result = run.task('Refill the warm pool refiller took a member of')
+        assert result['changed'] and not result['refill_failed'] and not result.get('warnings')
+        assert [e['action'] for e in result['entries']] == ['warm']
+        # Exactly one new warm member, made for this pool alone, whose container carries our marker.
+        [second] = members(ctl, 'refilled', 'warm')
+        assert second['member'] != first['member'] and members(ctl, 'refilled', 'filling') == []
+        member = ctl.workspace(second['member'])
+        assert ctl.ours(second['member']) == [member['resource_id']]
+        assert members(ctl, 'plain', 'warm') == []
+        owners = pool_containers(ctl)
+        assert sorted(owners.values()) == sorted(['unrefilled', 'refiller', second['member']])
+        with ctl.journal() as journal:
+            assert pools.violations(journal) == []
+    finally:
+        ctl.stop()
+
+
 def test_a_member_whose_guest_stopped_is_released_the_create_is_cold_and_the_next_fill_deletes_it(
         cluster, repo, tmp_path):
     ctl = Controller(cluster, tmp_path / 'ctl')

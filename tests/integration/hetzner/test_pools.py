@@ -8,6 +8,8 @@ from tests.integration.poolrun import filled_site
 # The scenario's tests, in the order they run (pytest takes a module's tests in the order its names were bound).
 from tests.integration.poolrun import (  # noqa: F401 pylint: disable=unused-import  # isort: skip
     test_a_fill_makes_warm_members_each_carrying_its_own_marker_and_lease,
+    test_warm_members_show_in_status_the_inventory_workspace_info_and_lease_audit,
+    test_reconcile_reports_warm_members_as_pool_members_never_as_orphans_or_creates_to_resume,
     test_a_matching_create_takes_a_member_and_its_machine_is_the_workspaces,
     test_a_create_that_matches_no_pool_is_cold,
     test_the_destroy_of_the_claimed_workspace_leaves_nothing,
@@ -35,6 +37,10 @@ class HetznerPoolSite(HetznerSite):
     def claimed_name(workspace, before):
         # The server keeps the member's name (its candidate, which the marker binds).
         return before
+
+    def inventory_source(self):
+        info = self.cloud.info['hetzner']
+        return {'hetzner_endpoint': info['endpoint']}, {'HCLOUD_TOKEN': info['token']}
 
 
 @pytest.fixture(scope='module')

@@ -281,6 +281,17 @@ def test_cloud_hosts_have_provider_region_and_instance_vars_and_groups():
     assert not inv.wanted(ws, {'node': 'pve1'}) and inv.wanted(ws, {'status': 'ready'})
 
 
+def test_a_warm_pool_member_on_a_cloud_is_in_the_warm_pool_groups_as_on_proxmox():
+    member = aws_record('warm-0a1b2c3d', 'registering', instance='i-m', params={'pool_member': {'pool': 'warm'}})
+    taken = aws_record('warm-9f8e7d6c', 'destroyed', params={'pool_member': {'pool': 'warm'}})
+    snap = inv.assemble_cloud('aws', [member, taken], [], {}, {'us-east-1': [instance('i-m')]},
+                              judge_by({'i-m': ('warm-0a1b2c3d', None)}))
+    ws = {w['name']: w for w in snap['workspaces']}
+    assert inv.cloud_vars(ws['warm-0a1b2c3d'])['warm_pool'] == 'warm'
+    assert inv.cloud_groups(ws['warm-0a1b2c3d'])[-2:] == ['warm_pool_members', 'warm_pool_warm']
+    assert 'warm_pool_members' not in inv.cloud_groups(ws['warm-9f8e7d6c'])
+
+
 def test_a_cloud_snapshot_is_plain_data_for_the_cache():
     """The listing entries hold the provider's resources; what the snapshot keeps (and a cache plugin stores) must
     be plain data."""

@@ -30,6 +30,16 @@ def fill(journal, pool, count, version=1):
 def test_a_declaration_is_completed_with_its_defaults():
     pool = pools.validate_pool(POOL)
     assert (pool['provider'], pool['maximum'], pool['lease'], pool['repo']) == ('proxmox', 3, 5400, None)
+    assert pool['refill'] is False
+    assert pools.validate_pool(dict(POOL, refill=True))['refill'] is True
+
+
+@pytest.mark.parametrize('value', ['yes', 'true', 1, 0, None, [True]])
+def test_a_refill_that_is_not_true_or_false_is_refused_saying_what_to_write(value):
+    with pytest.raises(pools.PoolError, match=r'Pool py: refill \(.*\) must be true or false: write refill: true '
+                                              r'for a create that takes a member to fill the pool again, '
+                                              r'refill: false \(the default\)'):
+        pools.validate_pool(dict(POOL, refill=value))
 
 
 @pytest.mark.parametrize('change, message', [
@@ -39,6 +49,7 @@ def test_a_declaration_is_completed_with_its_defaults():
     ({'maximum': 2}, 'at least its size'),
     ({'lease': 10}, 'lease'),
     ({'template': ''}, 'has no template'),
+    ({'refill': 'no'}, 'refill .* must be true or false'),
 ])
 def test_a_declaration_that_cannot_be_built_is_refused(change, message):
     with pytest.raises(pools.PoolError, match=message):
@@ -216,6 +227,38 @@ def test_a_fill_fills_the_pools_of_its_own_provider_and_says_it_skips_the_others
     fill = PoolFill(None, None, {'pools': [dict(POOL, name='ec2')], 'provider': 'aws'}, None, check_mode=True)
     fill.run()
     assert [(e['pool'], e['action']) for e in fill.entries] == [('ec2', 'would_fill')]
+
+
+def test_a_refill_fills_only_its_pool_and_only_one_declared_with_refill():
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.pool import PoolFill
+    declared = [dict(POOL, refill=True), dict(POOL, name='other', refill=True), dict(POOL, name='plain')]
+    for name, action, detail in (('py', 'would_fill', 'would start 1 member(s) after the create takes one'),
+                                 ('plain', 'skipped', 'declared without refill: true; the next pool_fill fills it'),
+                                 ('gone', 'skipped', 'not declared in ephemera_pools: nothing to refill')):
+        refill = PoolFill(None, None, {'pools': declared, 'provider': 'proxmox', 'refill': name}, None,
+                          check_mode=True)
+        refill.run()
+        assert [(e['pool'], e['action'], e['detail']) for e in refill.entries] == [(name, action, detail)]
+    # A bad refill value in any declaration refuses the refill like a fill, before anything is done.
+    with pytest.raises(pools.PoolError, match='refill'):
+        PoolFill(None, None, {'pools': [dict(POOL, refill='on')], 'provider': 'proxmox', 'refill': 'py'}, None,
+                 check_mode=True).run()
+
+
+def test_a_refill_in_check_mode_counts_the_member_the_create_would_take(journal):
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.pool import PoolFill
+    pool = dict(POOL, size=2, refill=True)
+    params = {'pools': [pool], 'provider': 'proxmox', 'refill': 'py'}
+    refill = PoolFill(journal, None, params, None, check_mode=True)
+    refill.run()
+    assert [(e['action'], e['detail']) for e in refill.entries] == [
+        ('skipped', 'no warm member: the create would go on cold and not refill the pool')]
+    fill(journal, pools.validate_pool(pool), 2)
+    refill = PoolFill(journal, None, params, None, check_mode=True)
+    refill.run()
+    assert [(e['action'], e['detail']) for e in refill.entries] == [
+        ('would_fill', 'would start 1 member(s) after the create takes one')]
+    assert pools.state_counts(journal, 'py')['warm'] == 2
 
 
 def test_two_fills_that_counted_the_same_shortfall_take_the_pools_places_once(store):

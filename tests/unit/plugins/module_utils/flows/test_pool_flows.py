@@ -112,3 +112,15 @@ def test_a_claim_killed_after_the_workspace_took_the_container_closes_the_member
     assert taker['resource_id'] == vmid and 'vmid' in taker['progress']
     assert pools.member(site.journal, 'py', 'py-0a1b2c3d')['workspace'] == 'taker'
     assert pools.violations(site.journal) == []
+
+
+def test_a_request_in_check_mode_says_which_pool_it_would_take_from_and_whether_it_refills(site):
+    def check(declared):
+        return CreateFlow(site.journal, site.provider, site.create_params('fix', address_mode='dhcp', pools=declared),
+                          SECRET, check_mode=True).run('request')
+    result = check([dict(DECLARED, refill=True)])
+    assert result.extra == {'pool': 'py', 'refill': True}
+    assert 'it would take a member of warm pool py if one is warm, and refill the pool after' in result.msg
+    assert check([DECLARED]).extra == {'pool': 'py', 'refill': False}
+    assert check([dict(DECLARED, repo='https://git.example.invalid/other.git')]).extra == {}
+    assert site.journal.get_workspace('fix') is None

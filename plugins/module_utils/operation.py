@@ -87,6 +87,20 @@ def running_step(journal, claim, label, workspace, check_mode=False):
 
 
 @contextlib.contextmanager
+def running_steps(journal, claim, workspace, check_mode=False):
+    """Several steps of one step module in a row: the claim kept for them all (:func:`running_step`'s keeping, on one
+    connection of its own); the block is given a function that records each step, as running_step records its one,
+    to be called before the step acts."""
+    def record(label):
+        record_step(journal, claim, label, workspace, check_mode)
+    if not claim or check_mode:
+        yield record
+        return
+    with keeping(journal, claim):
+        yield record
+
+
+@contextlib.contextmanager
 def keeping(journal, claim):
     """``claim`` renewed in the background for the length of the block, on a connection of its own to ``journal``
     (core/renewal.py)."""

@@ -11,7 +11,7 @@ description:
   - Creating a workspace takes thirteen steps, from recording the request to a briefed agent. This module runs the
     one named by O(step). The role M(ephemera.workspaces.workspace_create) (and the playbook
     C(ephemera.workspaces.create)) runs them in order, each as its own task, so the output shows which step runs or
-    failed.
+    failed. A create that took a warm pool member runs the steps it has left as one task (V(warm_rest)).
   - Every step is idempotent. A step whose work is done reports C(changed=false); a rerun after a failure or a crash
     resumes at the first unfinished step, looking at the cluster before it repeats anything whose outcome is unknown.
   - Every step records what it is about to do in the journal before it acts, and what it observed afterwards.
@@ -51,9 +51,15 @@ options:
   step:
     description:
       - The step to run.
+      - V(warm_rest) runs what a create whose V(vmid) step took a warm pool member (C(details.from_pool)) has left,
+        V(configure), V(bootstrap), V(checkout), V(brief) and V(ready), one after the other in this one task, over
+        one SSH connection to the guest. Each is recorded before it acts and fails as it would as a step of its own
+        (the message names it); a rerun goes on at the first one not done. Refused for a workspace that took no
+        member.
     type: str
     required: true
-    choices: [request, vmid, clone, wait_clone, configure, start, address, ssh, bootstrap, checkout, runner, brief, ready]
+    choices: [request, vmid, clone, wait_clone, configure, start, address, ssh, bootstrap, checkout, runner, brief, ready,
+              warm_rest]
   claim:
     description:
       - The queue claim under which this run works on the workspace, as returned by M(ephemera.workspaces.queue).
@@ -348,7 +354,9 @@ details:
       (or the container of the warm pool member it took, with C(from_pool), the pool);
       V(clone) C(vmid) and C(upid), the clone task (only C(vmid) when a clone made earlier was adopted);
       V(wait_clone) C(vmid) and C(warnings), the clone task's warning lines; V(start) C(upid); V(address)
-      C(address); V(ssh) C(attempts), the connections it took; V(checkout) C(head), the commit checked out.
+      C(address); V(ssh) C(attempts), the connections it took; V(checkout) C(head), the commit checked out;
+      V(warm_rest) C(steps), each step that ran with its C(step), C(changed), C(msg) and C(details) (on failure
+      those before the one that failed).
     - Empty for the other steps, for a step that was done already or would run in check mode, and on failure, whose
       facts are keys of the result itself (RV(kind), RV(rc), ...).
   returned: always
@@ -459,6 +467,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import (
     STEP_LABELS,
     STEPS,
+    WARM_REST,
     CreateFlow,
     failure_message,
 )
@@ -471,16 +480,18 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetz
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.options import azure_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import connection_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, running_step
+from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, running_step, running_steps
 
 # Steps that never talk to the Proxmox API (ready does: it puts the lease's ready label on the container).
 GUEST_STEPS = ('ssh', 'bootstrap', 'checkout', 'runner', 'brief')
+# The step value that runs WARM_REST in one task.
+WARM = 'warm_rest'
 
 
 def argument_spec():
     spec = dict(
         name=dict(type='str', required=True),
-        step=dict(type='str', required=True, choices=list(STEPS)),
+        step=dict(type='str', required=True, choices=list(STEPS) + [WARM]),
         claim=dict(type='dict'),
         idempotency_key=dict(type='str', no_log=False),
         requested_by=dict(type='str'),
@@ -566,6 +577,9 @@ def run(module):
         module.fail_json(msg='storage is allowed for full clones only (full_clone: true); linked clones stay on the '
                              "template's storage.")
     step = params['step']
+    if step == WARM:
+        run_warm_rest(module, params)
+        return
     result = dict(changed=False, step=step, details={})
     journal = open_journal(module)
     with journal if journal is not None else contextlib.nullcontext():
@@ -586,6 +600,42 @@ def run(module):
         result.update(changed=outcome.changed, msg=outcome.msg, details=outcome.extra)
         if outcome.diff is not None:
             result['diff'] = outcome.diff
+        if flow.ws is not None:
+            result['workspace'] = flow.ws
+    module.exit_json(**result)
+
+
+def run_warm_rest(module, params):
+    """The steps WARM_REST one after the other in this one task: each begun, recorded as the queue's step and run as
+    its own task runs it, the first that fails ending the task with its own message; one journal connection, one
+    claim keeper, one SSH connection to the guest."""
+    name, claim = params['name'], params['claim']
+    ran = []
+    result = dict(changed=False, step=WARM, details={'steps': ran})
+    journal = open_journal(module)
+    current = WARM_REST[0]
+    with journal if journal is not None else contextlib.nullcontext():
+        path = journal.path if journal is not None else resolve_location(params['journal_path'], params.get('journal_url'))
+        try:
+            client = api_from_params(params)
+            secret = controller_secret(path, params['controller_secret'], module.check_mode,
+                                       journal=journal, warn=module.warn)
+            flow = CreateFlow(journal, client, params, secret, claim=claim, check_mode=module.check_mode,
+                              diff=module._diff)
+            failpoint.enter(name, 'create.' + current)
+            flow.check_warm_rest()
+            with running_steps(journal, claim, name, module.check_mode) as record, flow.one_guest_connection():
+                for current in WARM_REST:
+                    failpoint.enter(name, 'create.' + current)
+                    record(STEP_LABELS[current])
+                    outcome = flow.run(current)
+                    ran.append(dict(step=current, changed=outcome.changed, msg=outcome.msg, details=outcome.extra))
+                    if outcome.diff is not None:
+                        result['diff'] = outcome.diff
+        except EphemeraError as err:
+            result.update(err.details)
+            fail_step(module, failure_message(name, current, err), journal, claim, name, **result)
+        result.update(changed=any(each['changed'] for each in ran), msg='; '.join(each['msg'] for each in ran))
         if flow.ws is not None:
             result['workspace'] = flow.ws
     module.exit_json(**result)

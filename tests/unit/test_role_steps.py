@@ -45,3 +45,45 @@ def test_the_role_runs_the_flow_s_steps_in_its_order_numbered_as_its_failures_sa
 def test_a_failure_names_the_step_as_the_role_numbers_it():
     assert 'at step 5/6 (delete)' in destroy.failure_message('w', 'delete', 'no')
     assert 'at step 10/13 (checkout)' in create.failure_message('w', 'checkout', 'no')
+
+
+def role_tasks(role):
+    """[(task, [the ``when`` of each block around it, outermost first])] of the tasks of ``role``, in order."""
+    with open(os.path.join(ROOT, 'roles', role, 'tasks', 'main.yml')) as src:
+        tasks = yaml.safe_load(src)
+    found = []
+
+    def walk(items, whens):
+        for task in items or ():
+            if 'block' in task:
+                walk(task['block'], whens + [task.get('when')])
+                continue
+            found.append((task, whens + [task.get('when')]))
+    walk(tasks, [])
+    return found
+
+
+FROM_POOL = '_workspace_create_vmid.details.from_pool | default(false)'
+
+
+def test_a_create_from_a_warm_pool_runs_the_rest_of_its_steps_in_one_task_and_none_of_the_numbered_ones():
+    tasks = role_tasks('workspace_create')
+    steps = [(task['ephemera.workspaces.workspace_create'].get('step'), [w for w in whens if w])
+             for task, whens in tasks if isinstance(task.get('ephemera.workspaces.workspace_create'), dict)]
+    by_step = {}
+    for step, whens in steps:
+        by_step.setdefault(step, []).append(whens)
+    # The one task runs when step 2 answered from_pool, after step 2, and passes the secrets the steps need.
+    assert len(by_step['warm_rest']) == 1 and '(%s) is truthy' % FROM_POOL in by_step['warm_rest'][0]
+    order = [step for step, dummy in steps]
+    assert order.index('vmid') < order.index('warm_rest')
+    warm = [task for task, dummy in tasks if (task.get('ephemera.workspaces.workspace_create') or {}).get('step')
+            == 'warm_rest'][0]
+    assert {'agent_credentials', 'git_token', 'git_username'} <= set(warm['ephemera.workspaces.workspace_create'])
+    # Every numbered step after step 2 runs only when step 2 did not answer from_pool (a rerun, a cold create).
+    for step in create.STEPS[2:]:
+        assert by_step[step] and all('not (%s)' % FROM_POOL in whens for whens in by_step[step]), (step, by_step[step])
+    for step in create.STEPS[:2]:
+        assert not any(FROM_POOL in ' '.join(whens) for whens in by_step[step])
+    # What the one task runs is what a member did not do, in the role's order.
+    assert list(create.WARM_REST) == [s for s in create.STEPS[2:] if s not in create.POOLED_STEPS]

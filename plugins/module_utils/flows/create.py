@@ -14,6 +14,7 @@ atomically with the VMID claim; "already exists" means take a new candidate; a l
 look at the candidate first and adopt it only when its marker verifies.
 """
 
+import contextlib
 import ipaddress
 import os
 import re
@@ -79,6 +80,10 @@ REQUEST_KEYS = ('template', 'node', 'pool', 'full_clone', 'storage', 'repo', 're
                 'agent_base_urls', 'agent_models')
 STEPS = ('request', 'vmid', 'clone', 'wait_clone', 'configure', 'start', 'address', 'ssh', 'bootstrap', 'checkout',
          'runner', 'brief', 'ready')
+# What a create that took a warm pool member has left after its candidate step, in their order: run by one task (the
+# module's step ``warm_rest``), one step after the other as the tasks of their own would run them, over one worker,
+# one journal connection and one SSH connection to the guest.
+WARM_REST = tuple(step for step in STEPS if step not in POOLED_STEPS and step != 'request')
 STEP_LABELS = {
     'request': 'persist request', 'vmid': 'candidate vmid', 'clone': 'clone', 'wait_clone': 'wait clone task',
     'configure': 'configure', 'start': 'start', 'address': 'wait address', 'ssh': 'ssh', 'bootstrap': 'bootstrap',
@@ -1392,9 +1397,42 @@ class CreateFlow(Flow):
         self.done('ssh', facts=dict(self.ws['facts'], host_key=host_key))
         return StepResult(True, 'ssh: %s answers (attempt %d)' % (self.ws['address'], attempts), attempts=attempts)
 
+    # The connection the guest steps of one warm_rest share (one_guest_connection), once one of them opened it.
+    _shared_guest = None
+    _sharing = False
+
     def _with_guest(self, action):
+        if self._sharing:
+            if self._shared_guest is None:
+                self._shared_guest = self._guest().connect()
+            return action(self._shared_guest)
         with self._guest().connect() as connected:
             return action(connected)
+
+    @contextlib.contextmanager
+    def one_guest_connection(self):
+        """The steps run in this block use one SSH connection to the guest, opened by the first that needs it and
+        closed at the end (a step that fails ends the block). Only for the steps after a warm pool member was taken:
+        none of them changes the host key the connection is pinned to (a cold bootstrap renews it)."""
+        self._sharing = True
+        try:
+            yield
+        finally:
+            self._sharing = False
+            shared, self._shared_guest = self._shared_guest, None
+            if shared is not None:
+                shared.close()
+
+    def check_warm_rest(self):
+        """Refuse to run WARM_REST as one task for a workspace whose candidate step took no warm pool member (the
+        steps a member did are not all done): its steps run one by one. Nothing is written."""
+        if self.ws is None:
+            return
+        missing = [step for step in POOLED_STEPS if step not in self.ws['progress']]
+        if missing:
+            raise CreateError('Workspace %r took no warm pool member (%s not done): the step warm_rest runs only what '
+                              'a create that took one has left. Run the steps one by one (the role does, when its '
+                              'candidate step answers no from_pool).' % (self.name, ', '.join(missing)))
 
     # ------------------------------------------------------------ 9. bootstrap
 

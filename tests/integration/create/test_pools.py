@@ -1,6 +1,7 @@
 """Warm pools through the shipped playbooks on the try-out cluster: pool_fill makes members, a matching create takes
 one and is ready, the next fill refills, a create that matches no pool is cold, a member whose guest stopped is
-released (and deleted by the next fill) while the create goes on cold, and a create killed mid-claim converges.
+released (and deleted by the next fill) while the create goes on cold, and a create killed mid-claim, or in the one
+task that runs the steps a create that took a member has left, converges.
 
 Each test has its own controller (journal, secret) and its own pool name; the pools are declared as the inventory
 would, in ``ephemera_pools``, which both playbooks read.
@@ -15,6 +16,7 @@ import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools
+from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import WARM_REST
 
 from tests.ansible_run import run_ansible
 from tests.localpve.clients import wait_task
@@ -22,6 +24,23 @@ from tests.localpve.clients import wait_task
 from .createrun import ROOT, Controller, request_vars
 
 POOL_FILL = os.path.join(ROOT, 'playbooks', 'pool_fill.yml')
+# The role's task that runs what a create that took a member has left (steps 5, 9, 10, 12, 13).
+WARM_TASK = 'Warm pool member: steps 5, 9, 10, 12 and 13 of 13 (configure, bootstrap, checkout, brief, ready)'
+
+
+def took_the_warm_path(run):
+    """True when ``run`` started none of the numbered tasks after step 2 and ran the rest as its one task."""
+    skipped = [n for n, r in sorted(run.step_results().items()) if r.get('skipped')]
+    warm = [r for name, r in run.results() if name == WARM_TASK]
+    return (skipped == list(range(3, 14)) and len(warm) == 1 and not warm[0].get('skipped')
+            and [each['step'] for each in warm[0]['details']['steps']] == list(WARM_REST))
+
+
+def ran_the_numbered_steps(run):
+    """True when ``run`` started every numbered task, and not the warm pool member's one task."""
+    return (sorted(run.step_results()) == list(range(1, 14))
+            and not [n for n, r in run.step_results().items() if r.get('skipped')]
+            and all(r.get('skipped') for name, r in run.results() if name == WARM_TASK))
 
 
 def declared(ctl, name, size, **extra):
@@ -82,8 +101,9 @@ def test_a_fill_makes_warm_members_a_create_takes_one_and_the_next_fill_refills(
         ws = ctl.workspace('pooled')
         assert ws['status'] == 'ready' and ws['facts']['from_pool'] == 'tryout'
         assert 'from warm pool tryout' in ' '.join(run.report())
-        # The steps the member had done are not started (step 2 marked them done and said from_pool).
-        assert [n for n, r in sorted(run.step_results().items()) if r.get('skipped')] == [3, 4, 6, 7, 8, 11]
+        # The steps the member had done are not started (step 2 marked them done and said from_pool); those it had
+        # not done run as one task.
+        assert took_the_warm_path(run), run.explain()
         taken = ws['facts']['pool_member']
         assert ws['resource_id'] == vmids[taken]
         # The container is the workspace's now: its marker verifies for it alone, its host name is its own.
@@ -109,7 +129,7 @@ def test_a_fill_makes_warm_members_a_create_takes_one_and_the_next_fill_refills(
         assert cold.ok, cold.explain()
         ws = ctl.workspace('coldone')
         assert ws['status'] == 'ready' and not ws['facts'].get('from_pool')
-        assert not [n for n, r in cold.step_results().items() if r.get('skipped')]
+        assert ran_the_numbered_steps(cold), cold.explain()
         assert len(members(ctl, 'tryout', 'warm')) == 2
         assert ctl.ours('coldone') == [ws['resource_id']]
     finally:
@@ -234,11 +254,55 @@ def test_a_create_killed_mid_claim_converges_on_its_rerun_and_the_member_goes_to
         rerun = ctl.create(request_vars(repo.url, 'crashed', ephemera_pools=declaration))
         assert rerun.ok, rerun.explain()
         # The rerun's step 2 finishes taking the member it claimed: the member's steps are not started either.
-        assert [n for n, r in sorted(rerun.step_results().items()) if r.get('skipped')] == [3, 4, 6, 7, 8, 11]
+        assert took_the_warm_path(rerun), rerun.explain()
         ws = ctl.workspace('crashed')
         assert ws['status'] == 'ready' and ws['facts']['pool_member'] == claimed[0]['member']
         assert ctl.ours('crashed') == [ws['resource_id']]
         assert len(members(ctl, 'crash', 'claimed')) == 1 and len(members(ctl, 'crash', 'warm')) == 1
+        with ctl.journal() as journal:
+            assert pools.violations(journal) == []
+    finally:
+        ctl.stop()
+
+
+@pytest.mark.parametrize('point', [
+    # The first step of the one task begun, nothing of it recorded.
+    'create.configure begin',
+    # The bootstrap recorded as the queue's step, the credentials not written.
+    'create.bootstrap journal queue step',
+    # The bootstrap done, the checkout begun.
+    'create.checkout begin',
+    # The brief recorded as the queue's step, the agent not started.
+    'create.brief journal queue step',
+    # The ready labels on the container, the record not yet ready.
+    'create.ready pve PUT /nodes/*/lxc/*/config',
+])
+def test_a_create_killed_in_the_warm_members_one_task_converges_on_its_rerun_by_the_numbered_steps(
+        cluster, repo, tmp_path, point):
+    ctl = Controller(cluster, tmp_path / 'ctl')
+    try:
+        declaration = declared(ctl, 'warmkill', 1)
+        assert fill(ctl, declaration).ok
+        trace = os.path.join(ctl.workdir, 'trace')
+        open(trace, 'w').close()
+        kill = {'workspace': 'halfwarm', 'point': point, 'nth': 1}
+        run = ctl.create(request_vars(repo.url, 'halfwarm', ephemera_pools=declaration),
+                         env={'EPHEMERA_FAILPOINT_TRACE': trace, 'EPHEMERA_FAILPOINT_KILL': json.dumps(kill)})
+        assert not run.ok
+        with open(trace) as src:
+            assert 'halfwarm\t%s\n' % point in src.read()
+        taken = ctl.workspace('halfwarm')
+        assert taken['facts']['from_pool'] == 'warmkill' and taken['status'] != 'ready'
+        # The rerun's step 2 keeps its container and says no from_pool: the numbered tasks run, and each finds
+        # itself done or goes on where the one task was killed.
+        rerun = ctl.create(request_vars(repo.url, 'halfwarm', ephemera_pools=declaration))
+        assert rerun.ok, rerun.explain()
+        assert ran_the_numbered_steps(rerun), rerun.explain()
+        ws = ctl.workspace('halfwarm')
+        assert ws['status'] == 'ready' and ws['resource_id'] == taken['resource_id']
+        assert ws['facts']['head'] == repo.main_head
+        assert ctl.ours('halfwarm') == [ws['resource_id']]
+        assert [m['workspace'] for m in members(ctl, 'warmkill', 'claimed')] == ['halfwarm']
         with ctl.journal() as journal:
             assert pools.violations(journal) == []
     finally:

@@ -102,8 +102,8 @@ class AwsPoolMatrix(PoolMatrix):
             for instance in [a['InstanceId'] for a in volume.get('Attachments') or [] if a['InstanceId'] in own]:
                 tags = dict((t['Key'], t['Value']) for t in volume.get('Tags') or [])
                 wanted = view.instances[instance]['tags']
-                out += ['volume %s of %s has %s %s, its instance %s' % (volume['VolumeId'], instance, key,
-                                                                       tags.get(key), wanted.get(key))
+                out += ['volume %s of %s has %s %s, its instance %s'
+                        % (volume['VolumeId'], instance, key, tags.get(key), wanted.get(key))
                         for key in (aws.TAG_MARKER, aws.TAG_WORKSPACE) if tags.get(key) != wanted.get(key)]
         return out
 

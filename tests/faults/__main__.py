@@ -8,7 +8,8 @@
                                     tests/faults/pgmatrix.py); the warm pools' fill and claim (pools,
                                     tests/faults/pools.py); all: those side by side. The Hetzner, Compute Engine
                                     and Azure rows, each on the fake of a try-out cloud of its own (hetzner, gcp,
-                                    azure: tests/faults/hetzner.py, gcp.py, azure.py); clouds: those three side by
+                                    azure: tests/faults/hetzner.py, gcp.py, azure.py) and the AWS warm pools' fill
+                                    and claim (aws-pools, tests/faults/awspools.py); clouds: those four side by
                                     side
     python -m tests.faults soak [--schedules 500] [--first-seed 1001] [--jobs N] [--json PATH]   schedules only
     python -m tests.faults soak-fleet [--schedules 500] [--first-seed 1001] [--jobs 2] [--json PATH]
@@ -49,7 +50,8 @@ def main(argv=None):
                              'lost answers, on Proxmox VE and on AWS; pools: the warm pools\' fill and claim; all '
                              '(the default): those, side '
                              'by side. hetzner, gcp, azure: the Hetzner, Compute Engine and Azure rows, each on the '
-                             'fake of a try-out cloud of its own; clouds: those three, side by side')
+                             'fake of a try-out cloud of its own; aws-pools: the AWS warm pools\' fill and claim; '
+                             'clouds: those four, side by side')
     soak = sub.add_parser('soak', help='many random schedules')
     soak.add_argument('--schedules', type=int, default=500)
     soak.add_argument('--first-seed', type=int, default=1001)
@@ -174,16 +176,23 @@ def run_pools(args):
     return run_pools_part(args.size, args.keep, log=lambda line: print(line, flush=True))
 
 
+def run_aws_pools(args):
+    """The AWS warm pools' fill and claim on a try-out cloud of their own (tests/faults/awspools.py)."""
+    from tests.faults.awspools import run_aws_pools_part
+    return run_aws_pools_part(args.size, args.keep, log=lambda line: print(line, flush=True))
+
+
 def run_pg(args):
     """Create and destroy with the journal on PostgreSQL (tests/faults/pgmatrix.py)."""
     from tests.faults.pgmatrix import run_pg as run_rows
     return run_rows(args.size, args.keep, log=lambda line: print(line, flush=True))
 
 
-PARTS = {'builds': run_builds, 'pg': run_pg, 'fork': run_fork, 'pools': run_pools}
+PARTS = {'builds': run_builds, 'pg': run_pg, 'fork': run_fork, 'pools': run_pools, 'aws-pools': run_aws_pools}
 PARTS.update((name, functools.partial(run_cloud, part=name)) for name in ('aws', 'hetzner', 'gcp', 'azure'))
-# all: what make test runs at the ci size (the main part in this process); clouds: the other providers' rows.
-GROUPS = {'all': ('main', 'builds', 'aws', 'pg', 'fork', 'pools'), 'clouds': ('hetzner', 'gcp', 'azure')}
+# all: what make test runs at the ci size (the main part in this process); clouds: the other providers' rows and
+# the AWS warm pools' (apart from make test, which is time-limited).
+GROUPS = {'all': ('main', 'builds', 'aws', 'pg', 'fork', 'pools'), 'clouds': ('hetzner', 'gcp', 'azure', 'aws-pools')}
 
 
 def finish(args, cells, uncovered, started):

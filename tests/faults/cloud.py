@@ -323,6 +323,7 @@ class CloudSite(FaultSite):
             values.update(op.get('lease') or {})
         if op['op'] == 'fork':
             values['children'] = [{'name': name} for name in op['children']]
+        values.update(self.pool_vars(op))
         return values
 
     # ------------------------------------------------------------- reading

@@ -63,8 +63,16 @@ LOST = (
     ('fill start', 'fill', 'POST', '/nodes/*/lxc/*/status/start'),
     ('fill config update', 'fill', 'PUT', '/nodes/*/lxc/*/config'),
 )
-SIZES = {'ci': {'kills': 'ci', 'variants': ('rerun',), 'lost': LOST[:2]},
-         'full': {'kills': 'all', 'variants': ('rerun', 'reconcile'), 'lost': LOST}}
+
+
+def sizes(lost):
+    """ci: the decisive points with the same playbook again, the first two lost answers; full: every point but a
+    step's bookkeeping, with the same playbook again and with reconcile first, every lost answer."""
+    return {'ci': {'kills': 'ci', 'variants': ('rerun',), 'lost': lost[:2]},
+            'full': {'kills': 'all', 'variants': ('rerun', 'reconcile'), 'lost': lost}}
+
+
+SIZES = sizes(LOST)
 
 
 def member_points(trace, pool):
@@ -74,11 +82,18 @@ def member_points(trace, pool):
 
 
 class PoolMatrix:
-    """The pools' rows on a host-tier cluster (run by tests/faults/cloud.py's run_part, as the fork's are)."""
+    """The pools' rows on a host-tier cluster (run by tests/faults/cloud.py's run_part, as the fork's are);
+    AwsPoolMatrix (tests/faults/awspools.py) is the same on the try-out cloud."""
+
+    # The rows' prefix, the ci size's kill points, the lost answers and the sizes: the site's own.
+    prefix = 'pools'
+    ci_fill = CI_FILL
+    ci_claim = CI_CLAIM
+    sizes = SIZES
 
     def __init__(self, site, size='ci', log=print):
         self.site = site
-        self.size = SIZES[size]
+        self.size = self.sizes[size]
         self.log = log
         self.cells = []
         # What run_part counts: the traced points of the fill and of the claim.
@@ -100,9 +115,64 @@ class PoolMatrix:
         return '%s%d' % (prefix, next(self._names))
 
     def declared(self, name, size):
+        location, template = self.place()
+        return {'name': name, 'location': location, 'template': template, 'size': size, 'lease': LEASE}
+
+    # ---------------------------------------------------------------- what differs on another site (AwsPoolMatrix)
+
+    def place(self):
+        """(location, template) a create of the site names: its pools' members are made there from that."""
         info = self.site.info
-        return {'name': name, 'location': info['template_node'], 'template': info['template_vmid'], 'size': size,
-                'lease': LEASE}
+        return info['template_node'], info['template_vmid']
+
+    def make_foreign(self):
+        """Containers of other users beside the pools: one in the pool our containers go in, one running."""
+        control = self.site.cluster
+        control.foreign_create(pool=self.site.info['pool'], hostname='theirs-in-pool')
+        control.foreign_create(hostname='theirs-running', start=True)
+
+    def copy_marker(self, member):
+        """Another user copies the warm ``member``'s marker onto a machine of their own: a claim must never take
+        it."""
+        ours = self.site.containers()
+        vmid = [v for v, (dummy, config, dummy2) in ours.items()
+                if (config.get('hostname') or '').startswith('agent-%s' % member)][0]
+        self.site.cluster.foreign_create(pool=self.site.info['pool'], hostname='copied-marker',
+                                         description=ours[vmid][1].get('description'))
+
+    def view(self):
+        return invariants.ClusterView(self.site, self.secret)
+
+    def check(self, names, requests, clones):
+        """(what the main matrix's invariants found over ``names``, the leaks, the view), given the ``requests`` and
+        ``clones`` since the faults were cleared."""
+        return invariants.check(self.site, names, self.foreign_before, requests, self.secret, clones,
+                                self.site.since)
+
+    @staticmethod
+    def machine(resource):
+        """A machine of the site in a sentence."""
+        return 'CT %s' % resource
+
+    @staticmethod
+    def resource_of(ws):
+        """The machine a workspace record names."""
+        return ws['vmid']
+
+    def guest_problems(self, view, ws):
+        """What is wrong with the guest of the warm member ``ws`` (its machine its alone)."""
+        return invariants.check_guest(ws, ws['vmid'])
+
+    def running(self):
+        """The machines whose guests may keep what SSH sessions started in them."""
+        return set(self.site.containers())
+
+    def lose(self, method, path):
+        """Arm a fault that loses the answer of the next request ``method path``; its rule."""
+        return self.site.cluster.proxy_add('drop-response', method, path, times=1)
+
+    def lost_hits(self, rule):
+        return [r['hits'] for r in self.site.cluster.proxy_rules() if r['id'] == rule['id']]
 
     def claim_op(self, name, pool):
         op = self.site.create_op(name)
@@ -118,26 +188,20 @@ class PoolMatrix:
 
     def prepare(self):
         site = self.site
-        control = site.cluster
         site.clear_faults()
         site.log_requests()
-        control.foreign_create(pool=site.info['pool'], hostname='theirs-in-pool')
-        control.foreign_create(hostname='theirs-running', start=True)
+        self.make_foreign()
         traced = self.declared(TRACED, 1)
-        cell = Cell('pools: no fault (the traced fill and claim)', 'clean', ['ct'])
+        cell = Cell('%s: no fault (the traced fill and claim)' % self.prefix, 'clean', ['ct'])
         with site.working_on(cell):
             fill = site.run([site.fill_op([traced])])
         if not fill.ok:
             raise RuntimeError('a clean fill failed: %s' % fill.explain())
         self.create_points[:] = member_points(fill.trace, TRACED)
         self.secret = site.secret()
-        ours = site.containers()
-        member = [vmid for vmid, (dummy, config, dummy2) in ours.items()
-                  if (config.get('hostname') or '').startswith('agent-%s-' % TRACED)]
-        # Another user copied the warm member's marker onto their container: a claim must never take it.
-        control.foreign_create(pool=site.info['pool'], hostname='copied-marker',
-                               description=ours[member[0]][1].get('description'))
-        self.foreign_before = invariants.ClusterView(site, self.secret).foreign
+        with site.journal() as journal:
+            self.copy_marker(pooling.members(journal, TRACED)[0]['member'])
+        self.foreign_before = self.view().foreign
         # The fill judged on its own (the claim closes the member's record, which then names no container).
         self.judge(cell, traced, [], size=1)
         filled = (cell.violations, cell.leaks, cell.foreign)
@@ -170,22 +234,22 @@ class PoolMatrix:
         """Every invariant over the row's pool and workspaces, after its last run."""
         site = self.site
         requests, clones = site.requests(), site.clones()
+        # Faults still armed would hit the checks' own reads and SSH sessions.
         site.cluster.clear()
         with site.journal() as journal:
             members = pooling.members(journal, pool['name'])
         names = list(workspaces) + [m['member'] for m in members] + list(cell.names)
         names = list(dict.fromkeys(names))
-        found, leaks, view = invariants.check(site, names, self.foreign_before, requests, self.secret, clones,
-                                              site.since)
+        found, leaks, view = self.check(names, requests, clones)
         cell.foreign = found.pop('foreign')
         cell.violations = {k: v for k, v in found.items() if v}
         prefix = pool['name'] + '-'
-        cell.leaks = ['CT %d: %s' % (vmid, why) for vmid, why in sorted(leaks.items())
+        cell.leaks = ['%s: %s' % (self.machine(resource), why) for resource, why in sorted(leaks.items())
                       if why.startswith(prefix) or any(why.startswith(w + ':') for w in workspaces)]
         problems = self.pool_problems(view, pool, workspaces, size)
         if problems:
             cell.violations.setdefault('pool', []).extend(problems)
-        site.stop_guest_leftovers(set(site.containers()))
+        site.stop_guest_leftovers(self.running())
 
     def pool_problems(self, view, pool, workspaces, size):
         """What breaks the pools' invariants over ``pool`` (a declaration) and the ``workspaces`` that claimed from
@@ -204,12 +268,12 @@ class PoolMatrix:
                     if e['state'] == 'queued' or e['state'] == 'running' and e.get('runner_alive')]
         problems += busy
         by_member = {m['member']: m for m in members}
-        for vmid, owner in sorted(view.ours.items()):
+        for resource, owner in sorted(view.ours.items()):
             if owner.startswith(name + '-'):
                 record = by_member.get(owner)
                 if record is None or record['state'] not in ('warm', 'filling'):
-                    problems.append('CT %d carries the marker of member %s, which is %s' % (
-                        vmid, owner, record['state'] if record else 'forgotten'))
+                    problems.append('%s carries the marker of member %s, which is %s' % (
+                        self.machine(resource), owner, record['state'] if record else 'forgotten'))
         for record in members:
             member, state = record['member'], record['state']
             ws = records.get(member)
@@ -217,20 +281,21 @@ class PoolMatrix:
                 owned = sorted(v for v, o in view.ours.items() if o == member)
                 if ws is None or ws['status'] == 'destroyed':
                     problems.append('warm member %s has no live record' % member)
-                elif owned != [ws['vmid']]:
-                    problems.append('warm member %s records CT %s, but its containers are %s'
-                                    % (member, ws['vmid'], owned))
+                elif owned != [self.resource_of(ws)]:
+                    problems.append('warm member %s records %s, but its machines are %s'
+                                    % (member, self.machine(self.resource_of(ws)), owned))
                 else:
-                    problems += invariants.check_guest(ws, ws['vmid'])
+                    problems += self.guest_problems(view, ws)
             elif state == 'claimed':
                 holder = records.get(record['workspace']) or {}
                 if (holder.get('facts') or {}).get('pool_member') != member:
                     problems.append('member %s is claimed by %s, which does not hold it'
                                     % (member, record['workspace']))
-                if ws is not None and (ws['status'] != 'destroyed' or ws['vmid']
+                if ws is not None and (ws['status'] != 'destroyed' or self.resource_of(ws)
                                        or (ws['facts'] or {}).get('claimed_by') != record['workspace']):
-                    problems.append('claimed member %s: its record is %s with CT %s, claimed_by %s' % (
-                        member, ws['status'], ws['vmid'], (ws['facts'] or {}).get('claimed_by')))
+                    problems.append('claimed member %s: its record is %s with %s, claimed_by %s' % (
+                        member, ws['status'], self.machine(self.resource_of(ws)),
+                        (ws['facts'] or {}).get('claimed_by')))
             else:
                 problems.append('member %s was left %s' % (member, state))
         if size is not None:
@@ -241,10 +306,10 @@ class PoolMatrix:
         own = set(workspaces) | set(n for n in records if n.startswith(name + '-'))
         holders = {}
         for ws in records.values():
-            if ws['status'] != 'destroyed' and ws['vmid']:
-                holders.setdefault(ws['vmid'], []).append(ws['name'])
-        problems += ['CT %s is held by %s' % (vmid, ', '.join(sorted(held)))
-                     for vmid, held in sorted(holders.items()) if len(held) > 1 and own & set(held)]
+            if ws['status'] != 'destroyed' and self.resource_of(ws):
+                holders.setdefault(self.resource_of(ws), []).append(ws['name'])
+        problems += ['%s is held by %s' % (self.machine(resource), ', '.join(sorted(held)))
+                     for resource, held in sorted(holders.items()) if len(held) > 1 and own & set(held)]
         taken = {}
         for ws in records.values():
             member = (ws.get('facts') or {}).get('pool_member')
@@ -269,21 +334,22 @@ class PoolMatrix:
 
     def fills(self):
         if self.size['kills'] == 'ci':
-            return list(CI_FILL)
+            return list(self.ci_fill)
         return decisive(self.fill_points)
 
     def claims(self):
         if self.size['kills'] == 'ci':
-            return list(CI_CLAIM)
+            return list(self.ci_claim)
         return [p for p in decisive(self.claim_points) if not p[0].endswith(' journal status')]
 
     def missing(self):
         """ci points a clean fill or claim no longer passes (the code moved): each a failed row."""
         cells = []
-        for op, points, traced in (('fill', CI_FILL, self.fill_points), ('claim', CI_CLAIM, self.claim_points)):
+        for op, points, traced in (('fill', self.ci_fill, self.fill_points),
+                                   ('claim', self.ci_claim, self.claim_points)):
             for point in points:
                 if point not in traced:
-                    cell = Cell('pools kill %s: %s #%d' % ((op,) + point), 'kill', [])
+                    cell = Cell('%s kill %s: %s #%d' % ((self.prefix, op) + point), 'kill', [])
                     cell.reached = False
                     cell.notes.append('a clean %s does not pass this point' % op)
                     cells.append(cell)
@@ -334,7 +400,7 @@ class PoolMatrix:
 
     def fill_kill(self, point):
         pool = self.declared(self.name('f'), 1)
-        cell = Cell('pools kill fill: %s #%d' % point, 'kill', [])
+        cell = Cell('%s kill fill: %s #%d' % ((self.prefix,) + point), 'kill', [])
         started = time.monotonic()
         self.site.clear_faults()
         self.site.log_requests()
@@ -350,7 +416,7 @@ class PoolMatrix:
 
     def claim_kill(self, point, variant):
         name = self.name('c')
-        cell = Cell('pools kill claim: %s #%d' % point, 'kill', [name], variant)
+        cell = Cell('%s kill claim: %s #%d' % ((self.prefix,) + point), 'kill', [name], variant)
         started = time.monotonic()
         self.site.clear_faults()
         self.site.log_requests()
@@ -374,11 +440,12 @@ class PoolMatrix:
             cell.violations.setdefault('pool', []).append('%s did not take a member of pool %s' % (name, CLAIMS))
 
     def lost_cell(self, label, op, method, path):
-        cell = Cell('pools lost response: %s (%s %s)' % (label, method, path), 'lost', [])
+        cell = Cell('%s lost response: %s (%s)' % (self.prefix, label, ' '.join(filter(None, (method, path)))),
+                    'lost', [])
         started = time.monotonic()
         site = self.site
         site.clear_faults()
-        rule = site.cluster.proxy_add('drop-response', method, path, times=1)
+        rule = self.lose(method, path)
         site.log_requests()
         if op == 'fill':
             pool = self.declared(self.name('l'), 1)
@@ -389,10 +456,10 @@ class PoolMatrix:
             cell.names.append(self.name('c'))
             with site.working_on(cell):
                 outcome = site.run([self.claim_op(cell.names[0], pool)])
-        hits = [r['hits'] for r in site.cluster.proxy_rules() if r['id'] == rule['id']]
+        hits = self.lost_hits(rule)
         if not hits or not hits[0]:
             cell.reached = False
-            cell.notes.append('the answer of %s %s was never lost' % (method, path))
+            cell.notes.append('the answer of %s was never lost' % ' '.join(filter(None, (method, path))))
         if not outcome.ok:
             cell.notes.append('the run with the lost answer: %s' % outcome.explain()[:300])
         if op == 'fill':

@@ -252,9 +252,7 @@ class FaultSite:
             values.update(op.get('lease') or {})
         if op['op'] == 'fork':
             values['children'] = [{'name': name} for name in op['children']]
-        if op.get('pools') is not None:
-            # The pools the inventory declares: a fill fills them, a create takes a warm member of a matching one.
-            values.update(ephemera_pools=op['pools'], ephemera_agent='fake')
+        values.update(self.pool_vars(op))
         if op['op'] == 'build':
             # The debian tier: root logs in, the agent user is the guests' own; the guests' files are their own root.
             # The build's own steps: its smoke create (on by default) is a create, which the create rows cover.
@@ -264,6 +262,14 @@ class FaultSite:
                                                                    info['ssh_user']) == info['ssh_user'],
                           ephemera_guest_root=info.get('guest_prefix') or info['guest_root'])
         return values
+
+    @staticmethod
+    def pool_vars(op):
+        """The pools the inventory declares for ``op`` (a fill fills them, a create takes a warm member of a matching
+        one): its extra vars, {} for an op that declares none."""
+        if op.get('pools') is None:
+            return {}
+        return {'ephemera_pools': op['pools'], 'ephemera_agent': 'fake'}
 
     @contextlib.contextmanager
     def working_on(self, cell):

@@ -1,22 +1,53 @@
-"""The pools part's checks (tests/faults/pools.py) see a pool broken on purpose: a member claimed by a workspace that
-does not hold it, a member left released, a container of a member the journal forgot, a workspace that is not
-ready. The pools rows report zeros; this shows that those zeros are measured."""
+"""The pools parts' checks (tests/faults/pools.py, and tests/faults/awspools.py on the try-out cloud's EC2) see a pool
+broken on purpose: a member claimed by a workspace that does not hold it, a member left released, a machine of a
+member the journal forgot, a workspace that is not ready. The pools rows report zeros; this shows that those zeros
+are measured."""
+
+import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools
-from tests.faults import invariants
+from tests.faults import aws
+from tests.faults.aws import AwsSite
+from tests.faults.awspools import AwsPoolMatrix
 from tests.faults.pools import PoolMatrix
+
+from .conftest import started
+
+
+@pytest.fixture(scope='module')
+def cloud_site(tmp_path_factory):
+    yield from started(AwsSite, str(tmp_path_factory.mktemp('faults-aws-pools')))
 
 
 def test_the_pools_checks_see_a_pool_broken_on_purpose(site):
-    matrix = PoolMatrix(site)
+    broken_on_purpose(PoolMatrix(site))
+
+
+def test_the_aws_pools_checks_see_a_pool_broken_on_purpose(cloud_site):
+    matrix = AwsPoolMatrix(cloud_site)
+    pool, member = broken_on_purpose(matrix)
+    # A volume of the member's instance tagged for another workspace (a claim's re-tagging that missed it).
+    (instance,) = [i for i, item in cloud_site.items().items() if item['workspace'] == member]
+    ec2 = cloud_site.cloud.ec2(direct=True)
+    (volume,) = [v['VolumeId'] for v in ec2.describe_volumes()['Volumes']
+                 if any(a['InstanceId'] == instance for a in v.get('Attachments') or [])]
+    assert matrix.volume_problems(matrix.view(), pool, []) == []
+    ec2.create_tags(Resources=[volume], Tags=[{'Key': aws.TAG_WORKSPACE, 'Value': 'someone'}])
+    assert matrix.volume_problems(matrix.view(), pool, []) == [
+        'volume %s of %s has %s someone, its instance %s' % (volume, instance, aws.TAG_WORKSPACE, member)]
+
+
+def broken_on_purpose(matrix):
+    """A pool of one member filled on ``matrix``'s site, then broken one way after the other."""
+    site = matrix.site
     pool = matrix.declared('pd', 1)
     site.clear_faults()
     filled = site.run([site.fill_op([pool])])
     assert filled.ok, filled.explain()
-    secret = site.secret()
+    matrix.secret = site.secret()
 
     def problems(workspaces=(), size=1):
-        return matrix.pool_problems(invariants.ClusterView(site, secret), pool, list(workspaces), size)
+        return matrix.pool_problems(matrix.view(), pool, list(workspaces), size)
 
     assert problems() == []
     with site.journal() as journal:
@@ -46,3 +77,4 @@ def test_the_pools_checks_see_a_pool_broken_on_purpose(site):
     with site.journal() as journal:
         journal.delete_provider_state(record['key'], generation)
     assert any(p.endswith('carries the marker of member %s, which is forgotten' % member) for p in problems())
+    return pool, member

@@ -123,7 +123,7 @@ def graph(root):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
     parser.add_argument('--root', default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         help='the collection (the directory that holds plugins/)')
     args = parser.parse_args(argv)

@@ -21,7 +21,7 @@ OPTIONS = yaml.safe_load(inv.DOCUMENTATION)['options']
 
 
 def options(**given):
-    return lambda name: given.get(name)
+    return given.get
 
 
 def test_every_provider_has_a_hook_of_its_name_and_the_default_one_lists_the_cluster():

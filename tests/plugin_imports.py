@@ -6,22 +6,20 @@ The architecture's import rules (tests/unit/plugins/test_import_rules.py) and th
 import ast
 import functools
 import os
+import runpy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGINS = os.path.join(ROOT, 'plugins')
-PACKAGE = 'ansible_collections.ephemera.workspaces.plugins.'
+
+
+# The script that prints the import graph resolves a dotted name to its file the same way.
+_GRAPH = runpy.run_path(os.path.join(ROOT, 'scripts', 'import_graph.py'))
 
 
 def file_of(dotted):
     """The file of a dotted name inside this collection (a module, or a package's __init__.py), or None (an imported
     class or function: not a file)."""
-    if not dotted.startswith(PACKAGE):
-        return None
-    base = os.path.join(PLUGINS, *dotted[len(PACKAGE):].split('.'))
-    for candidate in (base + '.py', os.path.join(base, '__init__.py')):
-        if os.path.isfile(candidate):
-            return candidate
-    return None
+    return _GRAPH['file_of'](PLUGINS, dotted)
 
 
 @functools.lru_cache(maxsize=None)

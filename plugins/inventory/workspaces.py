@@ -330,30 +330,18 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
+    DEFAULT_PROVIDER,
+    InventoryConfigError,
     NotFound,
     ProviderError,
     Refused,
     Resource,
     reachable_address,
 )
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
-    ENV_VARS,
-    PveAuthError,
-    PveConfigError,
-    PvePermissionDenied,
-    PveTlsError,
-    connection_options,
-)
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider import (
-    ProxmoxProvider,
-    interface_addresses,
-)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 
 # 2: workspaces carry their recorded SSH host key and private key path. 3: cloud workspaces and orphans, by region.
 SNAPSHOT_VERSION = 3
-CONNECTION_OPTIONS = ('api_host', 'api_port', 'api_user', 'api_password', 'api_token_id', 'api_token_secret',
-                      'validate_certs', 'ca_file', 'request_timeout')
 FILTER_KEYS = ('status', 'node', 'tag')
 # The create flow names each clone agent-<workspace>; a pool member by another name needs its marker checked.
 HOSTNAME_PREFIX = 'agent-'
@@ -406,9 +394,10 @@ def safe_group(name):
 
 
 def pick_address(interfaces):
-    """The address to reach a container at, from a Proxmox ``interfaces`` answer: the first IPv4 address of a
-    non-loopback interface, else its first global IPv6 address; None if it has none (or is not running)."""
-    return reachable_address(interface_addresses(interfaces))
+    """The address to reach a guest of the cluster at, from its provider's ``interfaces`` answer: the first IPv4
+    address of a non-loopback interface, else its first global IPv6 address; None if it has none (or is not
+    running)."""
+    return reachable_address(registry.inventory_hook(DEFAULT_PROVIDER).addresses(interfaces))
 
 
 def listed_resource(entry):
@@ -690,21 +679,18 @@ def orphan_vars(orphan):
     return out
 
 
-# ----------------------------------------------------------------------------------- clouds (AWS)
+# ----------------------------------------------------------------------------------- clouds
 
-# Providers whose workspaces are instances in regions: one tag-filtered listing per region gives every instance of
-# ours with its tags, the ownership marker among them, so no instance needs a read of its own.
-CLOUD_PROVIDERS = ('aws', 'hetzner', 'gcp', 'azure')
-# Options of the Azure connection, as the modules' azure options are named.
-AZURE_OPTIONS = ('azure_subscription_id', 'azure_tenant_id', 'azure_client_id', 'azure_client_secret',
-                 'azure_authority_host', 'azure_endpoint_url', 'azure_ca_file')
+# The providers other than the cluster's are clouds, each read through its inventory hook (registry.inventory_hook):
+# one tag-filtered listing per region (or one per scope, of whole sets) gives every instance of ours with its tags,
+# the ownership marker among them, so no instance needs a read of its own.
 # Statuses of a create whose instance may exist before its id is recorded.
 CREATING = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registering')
 
 
 def record_provider(record):
-    """The provider of a journal record (Proxmox for records made before there were others)."""
-    return record.get('provider') or 'proxmox'
+    """The provider of a journal record (the default one for records made before there were others)."""
+    return record.get('provider') or DEFAULT_PROVIDER
 
 
 def cloud_entry(record, debts, operation, now=None):
@@ -796,12 +782,12 @@ def cloud_vars(ws):
     """The host variables of a cloud workspace, without the prefix."""
     out = workspace_vars(ws)
     out.update(provider=ws['provider'], region=ws['region'], instance_id=ws['instance_id'])
-    out.update((k, ws[k]) for k in AZURE_VARS if k in ws)
+    out.update((k, ws[k]) for k in SET_VARS if k in ws)
     return out
 
 
 def cloud_groups(ws):
-    """The groups of a cloud workspace host: as a Proxmox one's, by provider and region instead of node."""
+    """The groups of a cloud workspace host: as a cluster one's, by provider and region instead of node."""
     groups = ['status_' + ws['status'], 'activity_' + ws['activity'], 'provider_' + safe_group(ws['provider'])]
     if ws['region']:
         groups.append('region_' + safe_group(ws['region']))
@@ -818,44 +804,40 @@ def cloud_groups(ws):
 def cloud_orphan_vars(orphan):
     out = orphan_vars(orphan)
     out.update(provider=orphan['provider'], region=orphan['region'], instance_id=orphan['instance_id'])
-    out.update((k, orphan[k]) for k in AZURE_VARS + AZURE_ORPHAN_VARS if k in orphan)
+    out.update((k, orphan[k]) for k in SET_VARS + SET_ORPHAN_VARS if k in orphan)
     return out
 
 
-# ----------------------------------------------------------------------------------- Azure
+# ----------------------------------------------------------------------------------- clouds of sets
 
-# An Azure workspace's own host variables, and an Azure orphan's: its set, its members, and whether it is complete.
-AZURE_VARS = ('location', 'resource_group')
-AZURE_ORPHAN_VARS = ('set', 'members', 'set_status', 'set_problem', 'address')
-
-
-def azure_group(record):
-    """The resource group an Azure workspace's record was made in (its request's launch settings), or None."""
-    launch = (record.get('params') or {}).get('launch') or {}
-    return launch.get('resource_group') or None
+# A workspace's own host variables of a provider that lists whole sets by scope (a resource group), and an orphan's:
+# its set, its members, and whether it is complete.
+SET_VARS = ('location', 'resource_group')
+SET_ORPHAN_VARS = ('set', 'members', 'set_status', 'set_problem', 'address')
 
 
-def azure_listings(records, groups, read):
-    """The listings of the Azure sets by location, for assemble_cloud, and the state of each resource group.
+def set_listings(records, scopes, read, scope_of, scope_key='resource_group'):
+    """The listings of a provider's sets by location, for assemble_cloud, and the state of each scope.
 
-    ``read(group)`` gives the sets of one resource group (the entries of members.listed_sets), or raises: that
-    group's listing is then unknown, and so is every location one of the journal's workspaces in that group is in
-    (None: those workspaces keep the journal's view). Returns (listings, {group: 'ok' or the error})."""
+    ``read(scope)`` gives the sets of one scope (a resource group), or raises: that scope's listing is then unknown,
+    and so is every location one of the journal's workspaces in that scope (``scope_of(record)``) is in (None: those
+    workspaces keep the journal's view). Each entry gets its scope under ``scope_key``. Returns (listings,
+    {scope: 'ok' or the error})."""
     listings, states = {}, {}
     for record in records:
         if record.get('location'):
             listings.setdefault(record['location'].lower(), [])
     unknown = set()
-    for group in sorted(groups):
+    for scope in sorted(scopes):
         try:
-            entries = read(group)
+            entries = read(scope)
         except ProviderError as err:
-            states[group] = err
-            unknown.update(r['location'].lower() for r in records if azure_group(r) == group and r.get('location'))
+            states[scope] = err
+            unknown.update(r['location'].lower() for r in records if scope_of(r) == scope and r.get('location'))
             continue
-        states[group] = 'ok'
+        states[scope] = 'ok'
         for entry in entries:
-            entry = dict(entry, resource_group=group)
+            entry = dict(entry, **{scope_key: scope})
             listings.setdefault(entry['location'], []).append(entry)
     for location in unknown:
         listings[location] = None
@@ -933,10 +915,11 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     def _where(self, *names):
         """'option api_user (from PROXMOX_USER)': which options (and where their values came from) a message means."""
         parts = []
+        env_vars = registry.inventory_hook(DEFAULT_PROVIDER).env_vars
         for name in names:
             source = ''
-            if self._given(name) is None and os.environ.get(ENV_VARS.get(name, '')):
-                source = ' (from %s)' % ENV_VARS[name]
+            if self._given(name) is None and os.environ.get(env_vars.get(name, '')):
+                source = ' (from %s)' % env_vars[name]
             parts.append(name + source)
         return 'option%s %s' % ('s' if len(parts) > 1 else '', ', '.join(parts))
 
@@ -944,15 +927,18 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _take_snapshot(self):
         everything, debts, operations, journal_path = self._read_journal()
-        records = [r for r in everything if record_provider(r) not in CLOUD_PROVIDERS]
-        provider = self._provider()
+        hooks = registry.inventory_hooks()
+        clouds = [hook for hook in hooks if hook.listing != 'cluster']
+        records = [r for r in everything if record_provider(r) not in [hook.name for hook in clouds]]
+        cluster_hook = registry.inventory_hook(DEFAULT_PROVIDER)
+        provider = self._provider(cluster_hook)
         resources, cluster, cluster_error = None, 'skipped', None
         if provider is not None:
             try:
                 resources = [listed_resource(entry) for entry in provider.list(every_kind=True)]
                 cluster = 'ok'
             except ProviderError as err:
-                self._cluster_error(err, provider)
+                self._cluster_error(err, provider, cluster_hook)
                 cluster, cluster_error = 'offline', str(err)
         pools = self.get_option('pools') or []
         snapshot = assemble(records, debts, operations, resources, pools)
@@ -962,29 +948,29 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if provider is not None:
             provider.close()
         snapshot['regions'] = {}
-        for name in CLOUD_PROVIDERS:
-            self._add_cloud(snapshot, name, [r for r in everything if record_provider(r) == name], debts, operations,
-                            journal_path)
+        for hook in clouds:
+            add = self._add_sets if hook.listing == 'sets' else self._add_cloud
+            add(snapshot, hook, [r for r in everything if record_provider(r) == hook.name], debts, operations,
+                journal_path)
         return snapshot
 
-    def _add_cloud(self, snapshot, name, records, debts, operations, journal_path):
-        """The workspaces and orphans of cloud provider ``name``: one listing per region (every region a record
-        names, and the option's), each read through the provider, which follows every page."""
-        if name == 'azure':
-            return self._add_azure(snapshot, records, debts, operations, journal_path)
-        regions = set(r['location'] for r in records if r['location']) | set(self._cloud_regions(name))
+    def _add_cloud(self, snapshot, hook, records, debts, operations, journal_path):
+        """The workspaces and orphans of a cloud provider (``hook``: its inventory hook): one listing per region
+        (every region a record names, and the option's), each read through the provider, which follows every page."""
+        name = hook.name
+        regions = set(r['location'] for r in records if r['location']) | set(self._cloud_regions(hook))
         if not regions:
             return
         secret = self._secret(journal_path)
         listings, resources, clients = {}, {}, {}
         try:
             for region in sorted(regions):
-                provider = clients[region] = self._cloud_provider(name, region, secret)
+                provider = clients[region] = self._cloud_provider(hook, region, secret)
                 try:
-                    # A provider whose listing covers every location (Hetzner) is read per location all the same.
+                    # A provider whose listing covers every location is read per location all the same.
                     listings[region] = [e for e in provider.list() if e['location'] == region]
                 except ProviderError as err:
-                    self._cloud_error(name, region, err)
+                    self._cloud_error(hook, region, err)
                     listings[region] = None
                     snapshot['regions']['%s/%s' % (name, region)] = 'offline'
                     continue
@@ -1026,29 +1012,24 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         snapshot['workspaces'].extend(part['workspaces'])
         snapshot['orphans'].extend(part['orphans'])
 
-    def _add_azure(self, snapshot, records, debts, operations, journal_path):
-        """The Azure workspaces and orphans: one listing (every page) of the four member types per resource group,
-        every set judged from it, its marker from its VM's tags (no read of its own)."""
-        groups = set(g for g in (azure_group(r) for r in records) if g) | set(self.get_option('azure_resource_groups')
-                                                                              or [])
-        if not groups:
+    def _add_sets(self, snapshot, hook, records, debts, operations, journal_path):
+        """The workspaces and orphans of a provider that lists whole sets (``hook``: its inventory hook): one listing
+        (every page) of each scope (a resource group), every set judged from it, its marker from its listing (no read
+        of its own)."""
+        scopes = set(g for g in (hook.record_scope(r) for r in records) if g) | set(self._cloud_regions(hook))
+        if not scopes:
             return
-        # pylint: disable=import-outside-toplevel
-        from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import members as azset
         secret = self._secret(journal_path)
-        provider = self._azure_provider(secret)
+        provider = self._cloud_provider(hook, None, secret)
         try:
-            subscription = provider.arm.subscription
-
-            def read(group):
-                return azset.listed_sets(azset.inventory(provider.arm, subscription, group))
-            listings, states = azure_listings(records, groups, read)
+            listings, states = set_listings(records, scopes, lambda scope: hook.read_sets(provider, scope),
+                                            hook.record_scope, hook.scope_key)
         finally:
             provider.close()
-        for group, state in sorted(states.items()):
-            snapshot['regions']['azure/%s' % group] = 'ok' if state == 'ok' else 'offline'
+        for scope, state in sorted(states.items()):
+            snapshot['regions']['%s/%s' % (hook.name, scope)] = 'ok' if state == 'ok' else 'offline'
             if state != 'ok':
-                self._cloud_error('azure', group, state)
+                self._cloud_error(hook, scope, state)
         live = {(location, e['id']): e for location, entries in listings.items() for e in entries or ()}
 
         def judge(entry, workspace, nonce):
@@ -1058,34 +1039,23 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     provider.marker_fields(resource).get('workspace') or None)
 
         shown = [dict(r, location=(r.get('location') or '').lower() or None) for r in records]
-        part = assemble_cloud('azure', shown, debts, operations, listings, judge)
+        part = assemble_cloud(hook.name, shown, debts, operations, listings, judge)
         for ws in part['workspaces']:
-            ws.update(location=ws['region'], resource_group=None)
+            ws.update(location=ws['region'])
             entry = ws.pop('live', None)
             record = next((r for r in records if r['name'] == ws['name']), {})
-            ws['resource_group'] = entry['resource_group'] if entry else azure_group(record)
+            ws[hook.scope_key] = entry[hook.scope_key] if entry else hook.record_scope(record)
             ws.pop('needs_address', None)
             if entry is not None and not ws['address'] and entry.get('address'):
                 # No address recorded yet: the set's public IP as the listing shows it.
                 ws.update(address=entry['address'], address_source='listing')
         for orphan in part['orphans']:
             entry = live.get((orphan['region'], orphan['instance_id'])) or {}
-            orphan.update(location=orphan['region'], resource_group=entry.get('resource_group'), set=entry.get('set'),
-                          members=entry.get('members'), set_status=entry.get('status'),
-                          set_problem=entry.get('problem'), address=entry.get('address'))
+            orphan.update(location=orphan['region'], set=entry.get('set'), members=entry.get('members'),
+                          set_status=entry.get('status'), set_problem=entry.get('problem'), address=entry.get('address'))
+            orphan[hook.scope_key] = entry.get(hook.scope_key)
         snapshot['workspaces'].extend(part['workspaces'])
         snapshot['orphans'].extend(part['orphans'])
-
-    def _azure_provider(self, secret):
-        params = {key: self.get_option(key) for key in AZURE_OPTIONS}
-        try:
-            return registry.provider_class('azure').from_params(params, secret)
-        except ImportError as err:
-            self._fail('the azure workspaces need azure-identity, azure-mgmt-compute and azure-mgmt-network on the '
-                       'controller (pip install azure-identity azure-mgmt-compute azure-mgmt-network): %s' % err)
-        except ProviderError as err:
-            self._fail('options azure_subscription_id, azure_tenant_id, azure_client_id, azure_client_secret: %s'
-                       % err)
 
     def _read_journal(self):
         try:
@@ -1110,89 +1080,41 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             return 'option journal_path (from EPHEMERA_JOURNAL)'
         return 'option journal_path'
 
-    def _provider(self):
-        params = {name: self._given(name) for name in CONNECTION_OPTIONS}
+    def _provider(self, hook):
+        params = {name: self._given(name) for name in hook.connection_options}
         try:
-            options = connection_options(params)
-            if not options['api_host']:
-                self.display.v('%s: no api_host: the inventory is the journal alone.' % self._path)
-                return None
-            return ProxmoxProvider.from_params(options)
-        except PveConfigError as err:
-            self._fail('connection options: %s.' % err)
+            provider = hook.connect_cluster(params)
+        except InventoryConfigError as err:
+            self._fail(str(err))
+        if provider is None:
+            self.display.v('%s: %s: the inventory is the journal alone.' % (self._path, hook.unconfigured))
+        return provider
 
-    def _cloud_regions(self, name):
-        return self.get_option({'aws': 'aws_regions', 'hetzner': 'hetzner_locations', 'gcp': 'gcp_zones'}[name]) or []
+    def _cloud_regions(self, hook):
+        return self.get_option(hook.scope_option) or []
 
-    def _cloud_provider(self, name, region, secret):
-        if name == 'gcp':
-            params = {key: self.get_option(key) for key in ('gcp_project', 'gcp_auth_kind',
-                                                            'gcp_service_account_file', 'gcp_endpoint_url')}
-            params['gcp_zone'] = region
-            try:
-                return registry.provider_class(name).from_params(params, secret)
-            except ImportError as err:
-                self._fail('the gcp workspaces need google-cloud-compute on the controller (pip install '
-                           'google-cloud-compute): %s' % err)
-            except ProviderError as err:
-                self._fail('options gcp_project, gcp_auth_kind, gcp_service_account_file (zone %s): %s' % (region, err))
-        if name == 'hetzner':
-            params = dict(hetzner_location=region, hetzner_token=self.get_option('hetzner_token'),
-                          hetzner_endpoint=self.get_option('hetzner_endpoint'))
-            try:
-                return registry.provider_class(name).from_params(params, secret)
-            except ImportError as err:
-                self._fail('the hetzner workspaces need hcloud on the controller (pip install hcloud): %s' % err)
-            except ProviderError as err:
-                self._fail('option hetzner_token (or HCLOUD_TOKEN) (location %s): %s' % (region, err))
-        params = dict(aws_region=region, aws_profile=self.get_option('aws_profile'),
-                      aws_access_key_id=self.get_option('aws_access_key_id'),
-                      aws_secret_access_key=self.get_option('aws_secret_access_key'),
-                      aws_session_token=self.get_option('aws_session_token'),
-                      aws_endpoint_url=self.get_option('aws_endpoint_url'),
-                      aws_retry_timeout=self.get_option('aws_retry_timeout'))
+    def _cloud_provider(self, hook, region, secret):
         try:
-            return registry.provider_class(name).from_params(params, secret)
-        except ImportError as err:
-            self._fail('the %s workspaces need boto3 on the controller (pip install boto3): %s' % (name, err))
-        except ProviderError as err:
-            self._fail('%s (region %s): %s' % (self._aws_where(), region, err))
+            return hook.connect(self.get_option, region, secret)
+        except InventoryConfigError as err:
+            self._fail(str(err))
 
-    def _aws_where(self):
-        given = [n for n in ('aws_profile', 'aws_access_key_id', 'aws_endpoint_url') if self.get_option(n)]
-        return 'options %s' % ', '.join(given) if given else 'the AWS credentials of the environment'
-
-    def _cloud_error(self, name, region, err):
+    def _cloud_error(self, hook, region, err):
         """Refused credentials or permissions fail the inventory; an endpoint that does not answer, or a listing
         that could not be read completely, leaves the region's workspaces with the journal's view (unless strict)."""
-        if isinstance(err, Refused) and name == 'gcp':
-            self._fail('options gcp_project, gcp_auth_kind, gcp_service_account_file (zone %s): %s The inventory needs '
-                       'compute.instances.list.' % (region, err))
-        if isinstance(err, Refused) and name == 'azure':
-            self._fail('options azure_subscription_id, azure_tenant_id, azure_client_id, azure_client_secret '
-                       '(resource group %s): %s The inventory needs to read the resource group (Reader).'
-                       % (region, err))
-        if isinstance(err, Refused) and name == 'hetzner':
-            self._fail('option hetzner_token (or HCLOUD_TOKEN) (location %s): %s' % (region, err))
         if isinstance(err, Refused):
-            self._fail('%s (region %s): %s The inventory needs ec2:DescribeInstances.'
-                       % (self._aws_where(), region, err))
-        text = '%s: %s %s %s: %s' % (self._path, name, 'resource group' if name == 'azure' else 'region', region, err)
+            self._fail(hook.refused(self.get_option, region, err))
+        text = '%s: %s %s %s: %s' % (self._path, hook.name, hook.scope_word, region, err)
         if self.get_option('strict'):
             raise AnsibleParserError(text)
         self.display.warning(text + ' Its workspaces come from the journal alone; their live state is unknown.')
 
-    def _cluster_error(self, err, provider):
+    def _cluster_error(self, err, provider, hook):
         """Misconfiguration fails the inventory; an unreachable cluster leaves the journal's view (unless strict)."""
-        if isinstance(err, PveAuthError):
-            token = provider.client.auth_mode == 'token'
-            which = ('api_token_id', 'api_token_secret') if token else ('api_user', 'api_password')
-            self._fail('%s: %s' % (self._where(*which), err))
-        if isinstance(err, PveTlsError):
-            self._fail('%s: %s' % (self._where('ca_file', 'validate_certs'), err))
-        if isinstance(err, PvePermissionDenied):
-            self._fail('%s: %s The inventory needs VM.Audit on /vms (or on the pools).' % (self._where('api_user'), err))
-        text = '%s: %s: %s' % (self._path, self._where('api_host'), err)
+        advice = hook.misconfigured(err, provider, self._where)
+        if advice is not None:
+            self._fail(advice)
+        text = '%s: %s: %s' % (self._path, self._where(hook.endpoint_option), err)
         if self.get_option('strict'):
             raise AnsibleParserError(text)
         self.display.warning(text + ' The hosts come from the journal alone; their live state is unknown.')
@@ -1312,7 +1234,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             cloud = 'instance_id' in ws
             hostvars = {prefix + k: v for k, v in (cloud_vars(ws) if cloud else workspace_vars(ws)).items()}
             if not cloud:
-                hostvars[prefix + 'provider'] = 'proxmox'
+                hostvars[prefix + 'provider'] = DEFAULT_PROVIDER
             # The login the create flow proved: the request's SSH user with its key.
             hostvars['ansible_user'] = ws['ssh_user']
             hostvars['ansible_port'] = ws['ssh_port']
@@ -1335,7 +1257,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             if not wanted(orphan, filters, orphan=True):
                 continue
             if 'instance_id' in orphan:
-                # An Azure set is named by its resource group and base, not by the VM's ARM id (which has slashes).
+                # A set is named by its scope (resource group) and base, not by its VM's id (which has slashes).
                 label = ('%s-%s' % (orphan['resource_group'], orphan['set']) if orphan.get('set')
                          else orphan['instance_id'])
                 host = self.inventory.add_host(make_unsafe('orphan-%s' % label), group=orphans)

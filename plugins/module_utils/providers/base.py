@@ -645,3 +645,98 @@ def reachable_address(addresses):
     """The address to reach a machine at: its first IPv4 address, else its first global IPv6 one, else None."""
     inet6 = [a for n, f, a in addresses or () if f == 'inet6' and not a.lower().startswith('fe80:')]
     return first_address(addresses) or (inet6[0] if inet6 else None)
+
+
+# ------------------------------------------------------------------------------------- inventory
+
+class InventoryConfigError(EphemeraError):
+    """The inventory's options do not make a connection to a provider; the message is the whole advice."""
+
+
+class InventoryHook:
+    """What the inventory plugin (plugins/inventory/workspaces.py) needs of one provider besides the seam: how its
+    workspaces are listed (``listing``), which inventory option names more places to read (``scope_option``), what
+    one such place is called in a warning (``scope_word``), how to connect from the inventory's options, and the
+    advice for a refusal. Each provider package declares one as HOOK in its inventory.py; the registry finds it
+    (registry.inventory_hook), so the inventory names no provider.
+
+    ``listing`` is one of:
+
+    - ``cluster``: one connection lists every guest of the default provider (the Proxmox VE cluster), with a few
+      reads of their own (addresses, markers); see ClusterHook.
+    - ``instances``: one listing per location (``scope``), each instance's marker read through the provider.
+    - ``sets``: one connection reads each scope (a resource group) once, whole sets of resources with their markers
+      and addresses (read_sets).
+    """
+
+    name = None
+    listing = 'instances'
+    scope_option = None
+    scope_word = 'region'
+    # The workspace (and orphan) key that names its scope, for a ``sets`` provider.
+    scope_key = None
+    # What connecting needs installed on the controller, and what the inventory needs to be allowed to read.
+    sdk = None
+    needs = ''
+
+    def record_scope(self, record):
+        """The scope a workspace record of this provider was made in (None: none recorded)."""
+        return record.get('location')
+
+    def provider_class(self):
+        """The provider's class (importing it may raise ImportError: its SDK is missing)."""
+        raise NotImplementedError
+
+    def params(self, option, scope):
+        """The provider's params (as a module's options) from the inventory's options: ``option(name)`` gives one."""
+        raise NotImplementedError
+
+    def where(self, option, scope):
+        """The options (and the scope) an error of the connection to ``scope`` is about."""
+        raise NotImplementedError
+
+    def connect(self, option, scope, secret):
+        """The provider to read ``scope`` with (None: one connection reads every scope), signing with ``secret``;
+        InventoryConfigError says what to fix when the options (or the SDK) do not make one."""
+        try:
+            return self.provider_class().from_params(self.params(option, scope), secret)
+        except ImportError as err:
+            raise InventoryConfigError('the %s workspaces need %s: %s' % (self.name, self.sdk, err))
+        except ProviderError as err:
+            raise InventoryConfigError('%s: %s' % (self.where(option, scope), err))
+
+    def refused(self, option, scope, err):
+        """The inventory's error text for a refusal (Refused) ``err`` met while reading ``scope``."""
+        return '%s: %s%s' % (self.where(option, scope), err, self.needs)
+
+    def read_sets(self, provider, scope):
+        """For a ``sets`` provider: the sets of ``scope``, each a listing entry (``id``, ``location``, ``status``,
+        ``marker_text``, ``native``, ``address``, ``set``, ``members``, ``problem``)."""
+        raise NotImplementedError
+
+
+class ClusterHook(InventoryHook):
+    """What the inventory needs of the default provider, whose one connection lists every guest."""
+
+    listing = 'cluster'
+    # The inventory options of the connection, and the environment variable each falls back to.
+    connection_options = ()
+    env_vars = {}
+    # The option that names the cluster (an unreachable cluster's warning names it), and what the verbose message
+    # says when the options name none (the inventory is then the journal alone).
+    endpoint_option = None
+    unconfigured = None
+
+    def connect_cluster(self, params):
+        """The provider from the connection options ``params`` (each None when the file does not set it), or None when
+        they name no cluster; InventoryConfigError when they are wrong."""
+        raise NotImplementedError
+
+    def misconfigured(self, err, provider, where):
+        """The inventory's error text when ``err`` means a wrong configuration (credentials, TLS, privileges), None
+        when the cluster could not be reached; ``where(*options)`` names options and where their values came from."""
+        raise NotImplementedError
+
+    def addresses(self, answer):
+        """Provider.addresses() of a guest from the provider's own answer of its interfaces."""
+        raise NotImplementedError

@@ -15,14 +15,14 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base
     provider_of,
 )
 
-# name -> (module, class) of each provider.
+# name -> (module, class) of each provider, in the order the inventory reads them.
 PROVIDERS = {
     'proxmox': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.provider',
                 'ProxmoxProvider'),
     'aws': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.provider', 'AwsProvider'),
-    'gcp': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.provider', 'GcpProvider'),
     'hetzner': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.provider',
                 'HetznerProvider'),
+    'gcp': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.provider', 'GcpProvider'),
     'azure': ('ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.provider', 'AzureProvider'),
 }
 
@@ -61,6 +61,19 @@ def provider_class(name):
     except KeyError:
         raise ValueError('Unknown provider %r; the providers are %s.' % (name, ', '.join(sorted(PROVIDERS))))
     return getattr(importlib.import_module(module), cls)
+
+
+def inventory_hook(name):
+    """What the inventory needs of provider ``name`` (base.InventoryHook): HOOK of its package's inventory.py, which
+    imports neither the provider's code nor its SDK until it connects."""
+    if name not in PROVIDERS:
+        raise ValueError('Unknown provider %r; the providers are %s.' % (name, ', '.join(sorted(PROVIDERS))))
+    return importlib.import_module(PROVIDERS[name][0].rsplit('.', 1)[0] + '.inventory').HOOK
+
+
+def inventory_hooks():
+    """Every provider's inventory hook, in the registry's order."""
+    return [inventory_hook(name) for name in PROVIDERS]
 
 
 def bind(api, secret=None):

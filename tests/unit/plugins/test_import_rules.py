@@ -136,6 +136,9 @@ def broken_rules(path, targets):
         elif mine == 'flows' and theirs.startswith('provider:'):
             broken.append(said + ': a flow imports no provider package, only the seam (providers/base.py and '
                                  'providers/registry.py)')
+        elif mine == 'inventory' and theirs.startswith('provider:'):
+            broken.append(said + ': the inventory imports no provider package; it reaches each through its '
+                                 'inventory hook (registry.inventory_hook)')
         elif mine == 'flows' and theirs == 'providers' and \
                 seam_file(target) not in ('base.py', 'registry.py', '__init__.py'):
             broken.append(said + ': a flow reaches providers through the seam (base.py) and the registry only')
@@ -163,6 +166,7 @@ def test_the_rules_see_a_broken_import():
     assert broken_rules(os.path.join(PLUGINS, 'modules', 'workspace_create.py'),
                         [os.path.join(PLUGINS, 'modules', 'workspace_destroy.py')])
     assert not broken_rules(create, [registry]) and not broken_rules(registry, [azure])
+    assert broken_rules(os.path.join(PLUGINS, 'inventory', 'workspaces.py'), [azure])
 
 
 def test_the_imports_follow_the_rules():

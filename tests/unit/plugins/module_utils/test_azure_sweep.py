@@ -229,7 +229,8 @@ def test_listed_sets_show_each_group_with_its_address_members_and_problem(world)
 # ------------------------------------------------------------------------------ the inventory's listings
 
 def test_a_resource_group_that_cannot_be_read_leaves_its_locations_unknown():
-    from ansible_collections.ephemera.workspaces.plugins.inventory.workspaces import azure_listings
+    from ansible_collections.ephemera.workspaces.plugins.inventory.workspaces import set_listings
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.inventory import HOOK
 
     def record(name, group, location):
         return {'name': name, 'location': location, 'params': {'launch': {'resource_group': group}}}
@@ -239,7 +240,7 @@ def test_a_resource_group_that_cannot_be_read_leaves_its_locations_unknown():
         if group == 'rg2':
             raise azset.Incomplete('incomplete')
         return [{'id': '/x/a-vm', 'location': 'westeurope'}]
-    listings, states = azure_listings(records, {'rg1', 'rg2'}, read)
+    listings, states = set_listings(records, {'rg1', 'rg2'}, read, HOOK.record_scope)
     assert listings == {'westeurope': [{'id': '/x/a-vm', 'location': 'westeurope', 'resource_group': 'rg1'}],
                         'eastus': [], 'northeurope': None}
     assert states['rg1'] == 'ok' and isinstance(states['rg2'], azset.Incomplete)

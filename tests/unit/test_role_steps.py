@@ -14,16 +14,26 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 NUMBERED = re.compile(r'^(\d+)/(\d+) ')
 
 
+INCLUDE = 'ansible.builtin.include_tasks'
+
+
+def load_tasks(role, name='main.yml'):
+    with open(os.path.join(ROOT, 'roles', role, 'tasks', name)) as src:
+        return yaml.safe_load(src)
+
+
 def numbered_steps(role, module):
-    """[(number, of, step)] of the tasks of ``role`` named 'N/M ...' that run ``module``, in the order they run."""
-    with open(os.path.join(ROOT, 'roles', role, 'tasks', 'main.yml')) as src:
-        tasks = yaml.safe_load(src)
+    """[(number, of, step)] of the tasks of ``role`` named 'N/M ...' that run ``module``, in the order they run
+    (the tasks of a file the role includes in the place of the include)."""
+    tasks = load_tasks(role)
     found = []
 
     def walk(items):
         for task in items or ():
             for key in ('block', 'rescue', 'always'):
                 walk(task.get(key))
+            if INCLUDE in task:
+                walk(load_tasks(role, task[INCLUDE]))
             args = task.get('ephemera.workspaces.' + module)
             match = NUMBERED.match(task.get('name') or '')
             if match and isinstance(args, dict):
@@ -48,9 +58,8 @@ def test_a_failure_names_the_step_as_the_role_numbers_it():
 
 
 def role_tasks(role):
-    """[(task, [the ``when`` of each block around it, outermost first])] of the tasks of ``role``, in order."""
-    with open(os.path.join(ROOT, 'roles', role, 'tasks', 'main.yml')) as src:
-        tasks = yaml.safe_load(src)
+    """[(task, [the ``when`` of each block or include around it, outermost first])] of the tasks of ``role``, in
+    order (an included file's in the place of its include)."""
     found = []
 
     def walk(items, whens):
@@ -58,8 +67,11 @@ def role_tasks(role):
             if 'block' in task:
                 walk(task['block'], whens + [task.get('when')])
                 continue
+            if INCLUDE in task:
+                walk(load_tasks(role, task[INCLUDE]), whens + [task.get('when')])
+                continue
             found.append((task, whens + [task.get('when')]))
-    walk(tasks, [])
+    walk(load_tasks(role), [])
     return found
 
 
@@ -87,3 +99,19 @@ def test_a_create_from_a_warm_pool_runs_the_rest_of_its_steps_in_one_task_and_no
         assert not any(FROM_POOL in ' '.join(whens) for whens in by_step[step])
     # What the one task runs is what a member did not do, in the role's order.
     assert list(create.WARM_REST) == [s for s in create.STEPS[2:] if s not in create.POOLED_STEPS]
+
+
+def test_a_create_from_a_warm_pool_skips_the_numbered_steps_as_one_task():
+    """Each task of a skipped block is skipped on its own (a worker each); a skipped include is one task."""
+    includes = []
+
+    def walk(items):
+        for task in items or ():
+            walk(task.get('block'))
+            if INCLUDE in task:
+                includes.append((task[INCLUDE], task.get('when')))
+    walk(load_tasks('workspace_create'))
+    assert includes == [('steps.yml', 'not (%s)' % FROM_POOL)]
+    steps = load_tasks('workspace_create', 'steps.yml')
+    assert [task['ephemera.workspaces.workspace_create']['step'] for task in steps] == list(create.STEPS[2:])
+    assert [task.get('when') for task in steps] == [None] * len(steps)

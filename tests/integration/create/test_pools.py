@@ -25,14 +25,19 @@ from .createrun import ROOT, Controller, request_vars
 
 POOL_FILL = os.path.join(ROOT, 'playbooks', 'pool_fill.yml')
 # The role's task that runs what a create that took a member has left (steps 5, 9, 10, 12, 13).
+COLD_TASKS = 'Steps 3 to 13 of '
 WARM_TASK = 'Warm pool member: steps 5, 9, 10, 12 and 13 of 13 (configure, bootstrap, checkout, brief, ready)'
 
 
 def took_the_warm_path(run):
-    """True when ``run`` started none of the numbered tasks after step 2 and ran the rest as its one task."""
-    skipped = [n for n, r in sorted(run.step_results().items()) if r.get('skipped')]
+    """True when ``run`` started none of the numbered tasks after step 2 (their include skipped as one task) and
+    ran the rest as its one task."""
+    steps = run.step_results()
+    cold = [r for name, r in run.results() if name.startswith(COLD_TASKS)]
     warm = [r for name, r in run.results() if name == WARM_TASK]
-    return (skipped == list(range(3, 14)) and len(warm) == 1 and not warm[0].get('skipped')
+    return (sorted(steps) == [1, 2] and not any(r.get('skipped') for r in steps.values())
+            and len(cold) == 1 and cold[0].get('skipped')
+            and len(warm) == 1 and not warm[0].get('skipped')
             and [each['step'] for each in warm[0]['details']['steps']] == list(WARM_REST))
 
 
@@ -169,7 +174,7 @@ def test_a_create_from_a_pool_declared_with_refill_fills_it_back_after_its_works
         # The refill ran after the workspace was ready, its queue outcome recorded and its report printed.
         names = [name for name, dummy in run.results()]
         refill_at = names.index('Refill the warm pool refiller took a member of')
-        assert names.index('13/13 mark ready') < names.index('Queue: record the outcome') < refill_at
+        assert names.index(WARM_TASK) < names.index('Queue: record the outcome') < refill_at
         assert names.index('Report refiller') < refill_at
         result = run.task('Refill the warm pool refiller took a member of')
         assert result['changed'] and not result['refill_failed'] and not result.get('warnings')

@@ -87,12 +87,17 @@ def test_the_old_create_command_would_be_caught():
 
 @pytest.mark.parametrize('role', sorted(os.listdir(os.path.join(ROOT, 'roles'))))
 def test_a_role_numbers_its_steps_once_each_in_order(role):
-    with open(os.path.join(ROOT, 'roles', role, 'tasks', 'main.yml')) as src:
-        tasks = yaml.safe_load(src)
+    def load(name):
+        with open(os.path.join(ROOT, 'roles', role, 'tasks', name)) as src:
+            return yaml.safe_load(src)
+    tasks = load('main.yml')
 
     def names(items):
+        # The tasks of a file the role includes count in the place of its include.
         for task in items or []:
-            if 'name' in task:
+            if 'ansible.builtin.include_tasks' in task:
+                yield from names(load(task['ansible.builtin.include_tasks']))
+            elif 'name' in task:
                 yield task['name']
             for key in ('block', 'rescue', 'always'):
                 yield from names(task.get(key))

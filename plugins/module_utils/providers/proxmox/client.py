@@ -863,20 +863,22 @@ class PveClient:
         Raises PveTaskFailed as soon as the task stopped with an error (the log tail in the message),
         PveTaskTimeout when it is still running (or no status could be read) at the deadline: timeout
         seconds by the monotonic clock, however slow each look is. A task the node does not know is
-        looked for again during not_found_grace seconds, then PveNotFound. Looks that fail on the way
+        looked for again during not_found_grace seconds, and at least once more however slow the first look was
+        (a loaded node may answer after the grace has passed), then PveNotFound. Looks that fail on the way
         (connection trouble, 5xx) are retried until the deadline.
         """
         task = Upid.parse(upid)
         clock = time.monotonic
         began = clock()
-        seen = dict(status=None, error=None)
+        seen = dict(status=None, error=None, unknown=0)
 
         def look(remaining):
             try:
                 status = self._task_status(task, timeout=min(self.request_timeout, max(remaining, MIN_LOOK_SECONDS)),
                                            retries=0)
             except PveNotFound as err:
-                if clock() - began < not_found_grace:
+                seen['unknown'] += 1
+                if seen['unknown'] < 2 or clock() - began < not_found_grace:
                     seen['error'] = err
                     return pending(seen['status'])
                 raise

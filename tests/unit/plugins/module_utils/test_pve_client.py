@@ -571,6 +571,15 @@ def test_unknown_task_is_not_found_after_the_grace(fakepve, fakepve_cafile):
     assert len(requests_to(fakepve, 'GET', '/status')) > 1  # it looked again during the grace
 
 
+def test_an_unknown_task_is_looked_for_twice_however_slow_the_first_look(fakepve, fakepve_cafile):
+    # A grace of 0: the first answer comes after it has passed (as on a loaded node), and still it looks once more.
+    client = make_client(fakepve, fakepve_cafile)
+    upid = 'UPID:pve1:00FFFFFF:00001B58:6B105231:vzstart:105:root@pam:'
+    with pytest.raises(PveNotFound):
+        client.wait_task(upid, timeout=60, not_found_grace=0)
+    assert len(requests_to(fakepve, 'GET', '/status')) == 2
+
+
 def test_wait_keeps_looking_through_transient_errors(fakepve, fakepve_cafile):
     fakepve.add_ct(105, 'box')
     client = make_client(fakepve, fakepve_cafile)

@@ -203,8 +203,8 @@ def test_a_create_from_a_pool_declared_with_refill_fills_it_back(site):
     ws = site.workspace('refilled')
     assert ws['status'] == 'ready' and ws['facts']['from_pool'] == POOL
     names = [name for name, dummy in run.results()]
-    assert names.index('Queue: record the outcome') < names.index('Refill the warm pool refilled took a member of')
-    result = run.task('Refill the warm pool refilled took a member of')
+    assert names.index('Queue: record the outcome') < names.index('Refill the warm pool after the create of refilled')
+    result = run.task('Refill the warm pool after the create of refilled')
     assert result['changed'] and result['refill_failed'] is False and not result.get('warnings')
     assert [e['action'] for e in result['entries']] == ['warm']
     # Exactly one new member, in place of the one taken, its machine carrying its own marker.

@@ -151,7 +151,7 @@ def test_a_create_from_a_pool_declared_with_refill_fills_it_back_after_its_works
         run = ctl.create(request_vars(repo.url, 'unrefilled', ephemera_pools=plain))
         assert run.ok, run.explain()
         assert ctl.workspace('unrefilled')['facts']['from_pool'] == 'plain'
-        assert run.task('Refill the warm pool unrefilled took a member of').get('skipped')
+        assert run.task('Refill the warm pool after the create of unrefilled').get('skipped')
         assert members(ctl, 'plain', 'warm') == [] and members(ctl, 'plain', 'filling') == []
 
         refilled = declared(ctl, 'refilled', 1, refill=True)
@@ -161,7 +161,7 @@ def test_a_create_from_a_pool_declared_with_refill_fills_it_back_after_its_works
         # Check mode says what the refill after the create would start, and starts nothing.
         check = ctl.create(request_vars(repo.url, 'refiller', ephemera_pools=refilled), check=True)
         assert check.ok, check.explain()
-        assert check.task('Refill the warm pool refiller took a member of')['entries'] == [
+        assert check.task('Refill the warm pool after the create of refiller')['entries'] == [
             {'pool': 'refilled', 'member': None, 'action': 'would_fill',
              'detail': 'would start 1 member(s) after the create takes one'}]
         assert sorted(ctl.guests()) == sorted(before) and members(ctl, 'refilled', 'warm') == [first]
@@ -173,10 +173,10 @@ def test_a_create_from_a_pool_declared_with_refill_fills_it_back_after_its_works
         assert ws['facts']['pool_member'] == first['member']
         # The refill ran after the workspace was ready, its queue outcome recorded and its report printed.
         names = [name for name, dummy in run.results()]
-        refill_at = names.index('Refill the warm pool refiller took a member of')
+        refill_at = names.index('Refill the warm pool after the create of refiller')
         assert names.index(WARM_TASK) < names.index('Queue: record the outcome') < refill_at
         assert names.index('Report refiller') < refill_at
-        result = run.task('Refill the warm pool refiller took a member of')
+        result = run.task('Refill the warm pool after the create of refiller')
         assert result['changed'] and not result['refill_failed'] and not result.get('warnings')
         assert [e['action'] for e in result['entries']] == ['warm']
         # Exactly one new warm member, made for this pool alone, whose container carries our marker.

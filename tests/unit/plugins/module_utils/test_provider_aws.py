@@ -289,18 +289,21 @@ def test_endpoint_that_does_not_answer():
 
 def test_visibility_window(ec2, seeded):
     p = provider(ec2, seeded)
+    # Within the window: a window of 30 s, so that a slow answer (a loaded machine) cannot take the handle past it.
+    wide = provider(ec2, seeded)
+    wide.visibility_window = 30
     ghost = 'i-0123456789abcdef0'
     # A new id EC2 does not show yet: "not visible yet" within the window, a failure after it.
     with pytest.raises(base.TaskTimeout):
-        p.wait(awsprovider.task_handle('run', REGION, ghost, time.time()), 0.5)
+        wide.wait(awsprovider.task_handle('run', REGION, ghost, time.time()), 0.5)
     with pytest.raises(base.TaskFailed) as err:
         p.wait(awsprovider.task_handle('run', REGION, ghost, time.time() - 60), 5)
     assert 'did not become visible' in str(err.value)
     # A termination confirmed by NotFound only once the window has passed.
     with pytest.raises(base.TaskTimeout):
-        p.wait(awsprovider.task_handle('terminate', REGION, ghost, time.time()), 0.5)
+        wide.wait(awsprovider.task_handle('terminate', REGION, ghost, time.time()), 0.5)
     assert p.wait(awsprovider.task_handle('terminate', REGION, ghost, time.time() - 60), 5).succeeded
-    assert p.task_status(awsprovider.task_handle('terminate', REGION, ghost, time.time())).status == 'running'
+    assert wide.task_status(awsprovider.task_handle('terminate', REGION, ghost, time.time())).status == 'running'
     # find() of an id this process just learned waits through NotFound until the window ends.
     p.learned[ghost] = time.time()
     started = time.monotonic()

@@ -622,7 +622,6 @@ def run_warm_rest(module, params):
                                        journal=journal, warn=module.warn)
             flow = CreateFlow(journal, client, params, secret, claim=claim, check_mode=module.check_mode,
                               diff=module._diff)
-            failpoint.enter(name, 'create.' + current)
             flow.check_warm_rest()
             with running_steps(journal, claim, name, module.check_mode) as record, flow.one_guest_connection():
                 for current in WARM_REST:

@@ -60,6 +60,16 @@ options:
     required: true
     choices: [request, vmid, clone, wait_clone, configure, start, address, ssh, bootstrap, checkout, runner, brief, ready,
               warm_rest]
+  then_warm_rest:
+    description:
+      - With O(step=vmid), when the step takes a warm pool member (C(details.from_pool)), it goes on with what
+        V(warm_rest) runs, in the same task, so that the rest of the create needs no task of its own (the role does
+        this).
+        The result is the V(vmid) step's, with C(details.steps) of the rest; the first of them that fails ends the
+        task with its own message. A step that takes no member answers as without this option.
+      - Ignored by the other steps.
+    type: bool
+    default: false
   claim:
     description:
       - The queue claim under which this run works on the workspace, as returned by M(ephemera.workspaces.queue).
@@ -351,7 +361,8 @@ details:
   description:
     - Facts of the step that ran. V(request), replaying an earlier request with the same O(idempotency_key),
       C(replayed) (V(true)) and C(result) (name, vmid, node, address, status); V(vmid) C(vmid), the candidate id
-      (or the container of the warm pool member it took, with C(from_pool), the pool);
+      (or the container of the warm pool member it took, with C(from_pool), the pool, and with O(then_warm_rest)
+      C(steps) as V(warm_rest) returns them);
       V(clone) C(vmid) and C(upid), the clone task (only C(vmid) when a clone made earlier was adopted);
       V(wait_clone) C(vmid) and C(warnings), the clone task's warning lines; V(start) C(upid); V(address)
       C(address); V(ssh) C(attempts), the connections it took; V(checkout) C(head), the commit checked out;
@@ -492,6 +503,7 @@ def argument_spec():
     spec = dict(
         name=dict(type='str', required=True),
         step=dict(type='str', required=True, choices=list(STEPS) + [WARM]),
+        then_warm_rest=dict(type='bool', default=False),
         claim=dict(type='dict'),
         idempotency_key=dict(type='str', no_log=False),
         requested_by=dict(type='str'),
@@ -600,44 +612,65 @@ def run(module):
         result.update(changed=outcome.changed, msg=outcome.msg, details=outcome.extra)
         if outcome.diff is not None:
             result['diff'] = outcome.diff
+        if step == 'vmid' and params['then_warm_rest'] and outcome.extra.get('from_pool') and not module.check_mode:
+            ran = warm_rest(module, journal, flow, params, result)
+            result['details'] = dict(result['details'], steps=ran)
+            result.update(changed=result['changed'] or any(each['changed'] for each in ran),
+                          msg='; '.join([result['msg']] + [each['msg'] for each in ran]))
         if flow.ws is not None:
             result['workspace'] = flow.ws
     module.exit_json(**result)
 
 
 def run_warm_rest(module, params):
-    """The steps WARM_REST one after the other in this one task: each begun, recorded as the queue's step and run as
-    its own task runs it, the first that fails ending the task with its own message; one journal connection, one
-    claim keeper, one SSH connection to the guest."""
-    name, claim = params['name'], params['claim']
-    ran = []
-    result = dict(changed=False, step=WARM, details={'steps': ran})
+    """The step value ``warm_rest``: WARM_REST in this one task (see warm_rest)."""
+    result = dict(changed=False, step=WARM, details={'steps': []})
     journal = open_journal(module)
-    current = WARM_REST[0]
+    flow = None
     with journal if journal is not None else contextlib.nullcontext():
         path = journal.path if journal is not None else resolve_location(params['journal_path'], params.get('journal_url'))
         try:
             client = api_from_params(params)
             secret = controller_secret(path, params['controller_secret'], module.check_mode,
                                        journal=journal, warn=module.warn)
-            flow = CreateFlow(journal, client, params, secret, claim=claim, check_mode=module.check_mode,
+            flow = CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode,
                               diff=module._diff)
             flow.check_warm_rest()
-            with running_steps(journal, claim, name, module.check_mode) as record, flow.one_guest_connection():
-                for current in WARM_REST:
-                    failpoint.enter(name, 'create.' + current)
-                    record(STEP_LABELS[current])
-                    outcome = flow.run(current)
-                    ran.append(dict(step=current, changed=outcome.changed, msg=outcome.msg, details=outcome.extra))
-                    if outcome.diff is not None:
-                        result['diff'] = outcome.diff
         except EphemeraError as err:
             result.update(err.details)
-            fail_step(module, failure_message(name, current, err), journal, claim, name, **result)
-        result.update(changed=any(each['changed'] for each in ran), msg='; '.join(each['msg'] for each in ran))
+            fail_step(module, failure_message(params['name'], WARM_REST[0], err), journal, params['claim'],
+                      params['name'], **result)
+        ran = warm_rest(module, journal, flow, params, result)
+        result.update(changed=any(each['changed'] for each in ran), msg='; '.join(each['msg'] for each in ran),
+                      details={'steps': ran})
         if flow.ws is not None:
             result['workspace'] = flow.ws
     module.exit_json(**result)
+
+
+def warm_rest(module, journal, flow, params, result):
+    """The steps WARM_REST one after the other with ``flow`` (its journal connection, API client and controller
+    secret): each begun, recorded as the queue's step and run as its own task runs it, over one SSH connection to
+    the guest; the steps that ran ([{step, changed, msg, details}]). The first that fails ends the task with its own
+    message, ``result`` and the steps before it in its details."""
+    name, claim = params['name'], params['claim']
+    ran = []
+    current = WARM_REST[0]
+    try:
+        with running_steps(journal, claim, name, module.check_mode) as record, flow.one_guest_connection():
+            for current in WARM_REST:
+                failpoint.enter(name, 'create.' + current)
+                record(STEP_LABELS[current])
+                outcome = flow.run(current)
+                ran.append(dict(step=current, changed=outcome.changed, msg=outcome.msg, details=outcome.extra))
+                if outcome.diff is not None:
+                    result['diff'] = outcome.diff
+    except EphemeraError as err:
+        failed = {k: v for k, v in result.items() if k != 'msg'}
+        failed['details'] = dict(result.get('details') or {}, steps=ran)
+        failed.update(err.details)
+        fail_step(module, failure_message(name, current, err), journal, claim, name, **failed)
+    return ran
 
 
 def main():

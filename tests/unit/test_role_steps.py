@@ -78,20 +78,20 @@ def role_tasks(role):
 FROM_POOL = '_workspace_create_vmid.details.from_pool | default(false)'
 
 
-def test_a_create_from_a_warm_pool_runs_the_rest_of_its_steps_in_one_task_and_none_of_the_numbered_ones():
+def test_a_create_from_a_warm_pool_runs_the_rest_of_its_steps_in_step_2s_task_and_none_of_the_numbered_ones():
     tasks = role_tasks('workspace_create')
     steps = [(task['ephemera.workspaces.workspace_create'].get('step'), [w for w in whens if w])
              for task, whens in tasks if isinstance(task.get('ephemera.workspaces.workspace_create'), dict)]
     by_step = {}
     for step, whens in steps:
         by_step.setdefault(step, []).append(whens)
-    # The one task runs when step 2 answered from_pool, after step 2, and passes the secrets the steps need.
-    assert len(by_step['warm_rest']) == 1 and '(%s) is truthy' % FROM_POOL in by_step['warm_rest'][0]
-    order = [step for step, dummy in steps]
-    assert order.index('vmid') < order.index('warm_rest')
-    warm = [task for task, dummy in tasks if (task.get('ephemera.workspaces.workspace_create') or {}).get('step')
-            == 'warm_rest'][0]
-    assert {'agent_credentials', 'git_token', 'git_username'} <= set(warm['ephemera.workspaces.workspace_create'])
+    # Step 2's own task goes on with the rest when it took a member (then_warm_rest), with the secrets the steps
+    # need; no task of the role runs the step value warm_rest.
+    assert 'warm_rest' not in by_step and len(by_step['vmid']) == 1
+    vmid = [task for task, dummy in tasks if (task.get('ephemera.workspaces.workspace_create') or {}).get('step')
+            == 'vmid'][0]['ephemera.workspaces.workspace_create']
+    assert vmid['then_warm_rest'] is True
+    assert {'agent_credentials', 'git_token', 'git_username'} <= set(vmid)
     # Every numbered step after step 2 runs only when step 2 did not answer from_pool (a rerun, a cold create).
     for step in create.STEPS[2:]:
         assert by_step[step] and all('not (%s)' % FROM_POOL in whens for whens in by_step[step]), (step, by_step[step])

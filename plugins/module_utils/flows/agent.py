@@ -153,22 +153,33 @@ def progressed_at(before, seen, same_activity, now):
     return min(float(before['progress_at']), now)
 
 
-def wait_for_answer(call, timeout, sleep=time.sleep):
+def wait_for_answer(call, timeout, sleep=time.sleep, first=None):
     """Poll the runner (``call()`` -> its ping answer) until the model answered the agent, the agent stopped, or
-    ``timeout`` seconds passed. Returns the last answer and whether the wait ran out."""
+    ``timeout`` seconds passed. Returns the last answer and whether the wait ran out. ``first``: the runner's answer
+    to the brief itself (it carries the same view of the agent), which ends the wait without a look when it says as
+    much already (an agent without an event stream counts as answered at its start)."""
+    if first is not None and 'agent' in first and _settled(first) is not None:
+        return first, False
+
     def probe(remaining):
         answer = call()
-        agent = answer.get('agent') or {}
-        if answer.get('alive') is False:
-            return waiter.failed(answer)
-        if agent.get('error') or agent.get('answered') or agent.get('waiting') or not agent.get('running', True) \
-                or 'agent' not in answer:
-            return waiter.done(answer)
-        return waiter.pending(answer)
+        outcome = _settled(answer)
+        return outcome(answer) if outcome is not None else waiter.pending(answer)
 
     result = waiter.wait_for(probe, timeout, waiter.Backoff(start=0.1, maximum=1.0), sleep=sleep,
                              what='the model to answer the agent')
     return result.value, result.outcome == waiter.TIMEOUT
+
+
+def _settled(answer):
+    """How a look at the runner ends the wait for the model's answer (waiter.failed or waiter.done), or None."""
+    agent = answer.get('agent') or {}
+    if answer.get('alive') is False:
+        return waiter.failed
+    if agent.get('error') or agent.get('answered') or agent.get('waiting') or not agent.get('running', True) \
+            or 'agent' not in answer:
+        return waiter.done
+    return None
 
 
 def check_briefed(answer, agent_name, what='brief'):
@@ -302,7 +313,7 @@ class AgentFlow:
             answer = self._send(g, layout, ssh_user, text, agents)
             answer, slow = wait_for_answer(lambda: guest_ops.runner_call(g, layout, ssh_user, {'op': 'ping'},
                                                                          point=False),
-                                           self.params.get('brief_timeout', 120), sleep=self.sleep)
+                                           self.params.get('brief_timeout', 120), sleep=self.sleep, first=answer)
         ws, dummy = record(self.journal, name, answer, claim=claim)
         check_briefed(answer, req.get('agent'), what='follow-up brief')
         agent = observation(answer) or {}

@@ -1552,7 +1552,8 @@ class CreateFlow(Flow):
                 return answer, False
             # Briefed and working: the model answered the agent's first request, or the agent stopped trying.
             return agent_flow.wait_for_answer(lambda: guest_ops.runner_call(g, layout, self.ssh_user, {'op': 'ping'},
-                                                                            point=False), timeout, sleep=self.sleep)
+                                                                            point=False), timeout, sleep=self.sleep,
+                                              first=answer)
 
         try:
             answer, slow = self._with_guest(brief)

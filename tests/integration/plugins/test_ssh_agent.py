@@ -15,6 +15,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.guest.ssh impo
     Guest,
     SshAuthError,
     SshError,
+    SshUnavailable,
     check_private_key,
 )
 from tests.localpve.cluster import pick_host
@@ -124,3 +125,14 @@ def test_a_key_file_wins_over_the_agent(guest, agent):
     # The agent holds no key; the key file logs in.
     with Guest(guest['host'], port=guest['port'], user=guest['user'], key_file=guest['key']).connect() as session:
         assert session.run('true').rc == 0
+
+
+def test_the_connection_sends_each_message_at_once_and_a_closed_port_is_still_a_clear_error(guest):
+    # Nagle's algorithm off: each small message of the protocol goes out without waiting for the answer to the last.
+    with Guest(guest['host'], port=guest['port'], user=guest['user'], key_file=guest['key']).connect() as session:
+        sock = session._client.get_transport().sock  # pylint: disable=protected-access
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        assert session.run('true').rc == 0
+    closed = free_port(guest['host'])
+    with pytest.raises(SshUnavailable, match='cannot connect'):
+        Guest(guest['host'], port=closed, user=guest['user'], key_file=guest['key']).connect()

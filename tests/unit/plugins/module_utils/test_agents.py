@@ -175,3 +175,21 @@ def test_describe_says_in_one_line_what_the_agent_does():
     assert agents.describe(record) == ('claude-code blocked, waits for needs approval: Bash x; last: Write a.py '
                                        '(observed 1970-01-01T00:00:00Z)')
     assert agents.describe({'activity': 'idle', 'facts': {}}) is None
+
+
+def test_the_briefs_own_answer_ends_the_wait_when_it_settles_it_and_is_looked_past_when_not():
+    looks = []
+
+    def call():
+        looks.append(1)
+        return answer('active')
+    # An agent without an event stream is answered at its start: the brief's answer says so, no look follows.
+    last, slow = agent_flow.wait_for_answer(call, 10, sleep=lambda s: None, first=answer('active'))
+    assert last['agent']['answered'] and not slow and looks == []
+    # Still waiting for the model: the runner is asked.
+    last, slow = agent_flow.wait_for_answer(call, 10, sleep=lambda s: None,
+                                            first=answer('active', answered=False, running=True))
+    assert last['agent']['answered'] and looks == [1]
+    # An answer without the agent's view settles nothing.
+    last, slow = agent_flow.wait_for_answer(call, 10, sleep=lambda s: None, first={'ok': True})
+    assert looks == [1, 1]

@@ -106,8 +106,9 @@ class Steps:
         return act
 
 
-def took_a_member(site, monkeypatch, name='taker'):
-    """A workspace ``name`` whose candidate step took the warm member of pool py; the queue claim it works under."""
+def took_a_member(site, monkeypatch, name='taker', take=True):
+    """A workspace ``name`` whose candidate step took the warm member of pool py (``take`` False: whose request is
+    recorded, its candidate step not run); the queue claim it works under."""
     pool = pools.validate_pool(DECLARED)
     record = pools.begin_member(site.journal, pool, MEMBER)
     flow(site, MEMBER, pools=None).record_member(pool)
@@ -118,6 +119,8 @@ def took_a_member(site, monkeypatch, name='taker'):
     monkeypatch.setattr(CreateFlow, '_claim_check', lambda self, member: True)
     operation = Operation.claim_if_free(site.journal, 'create', name, 'busy')
     flow(site, name, claim=operation.claim).run('request')
+    if not take:
+        return operation.claim
     taken = flow(site, name, claim=operation.claim).run('vmid')
     assert taken.extra.get('from_pool') == 'py'
     return operation.claim
@@ -244,3 +247,47 @@ def test_a_workspace_that_took_no_member_is_refused_and_nothing_runs(site, monke
     after = site.journal.get_workspace('cold')
     assert after['progress'] == before['progress'] and after['status'] == before['status']
     assert FakeGuest.made == []
+
+
+def test_the_candidate_step_that_takes_a_member_goes_on_with_the_rest_in_its_own_task(site, monkeypatch):
+    FakeGuest.made = []
+    claim = took_a_member(site, monkeypatch, take=False)
+    made = Steps(site, claim['entry_id'])
+    made.install(monkeypatch)
+    result = run_module(site, 'taker', claim, step='vmid', then_warm_rest=True)
+    assert not result.get('failed'), result
+    assert result['step'] == 'vmid' and result['changed'] and result['details']['from_pool'] == 'py'
+    assert [each['step'] for each in result['details']['steps']] == list(WARM_REST)
+    assert [each['step'] for each in made.seen] == list(WARM_REST)
+    assert result['msg'].startswith('candidate vmid: ') and 'ready: taker' in result['msg']
+    assert [(g.connects, g.closes) for g in FakeGuest.made] == [(1, 1)]
+    ws = site.journal.get_workspace('taker')
+    assert ws['status'] == 'ready' and set(create.STEPS) <= set(ws['progress'])
+    # A rerun of step 2 keeps the member it took and says no from_pool: the numbered tasks run, and find their steps
+    # done; step 2 goes on with nothing.
+    again = run_module(site, 'taker', claim, step='vmid', then_warm_rest=True)
+    assert not again.get('failed') and not again['details'].get('from_pool') and 'steps' not in again['details']
+    assert len(made.seen) == len(WARM_REST)
+
+
+def test_the_candidate_step_that_takes_no_member_answers_as_without_the_option(site, monkeypatch):
+    FakeGuest.made = []
+    operation = Operation.claim_if_free(site.journal, 'create', 'cold', 'busy')
+    flow(site, 'cold', pools=None, claim=operation.claim).run('request')
+    result = run_module(site, 'cold', operation.claim, step='vmid', then_warm_rest=True, pools=None)
+    assert not result.get('failed') and 'steps' not in result['details'] and 'from_pool' not in result['details']
+    assert result['msg'].startswith('candidate vmid: ') and ';' not in result['msg']
+    assert FakeGuest.made == [] and 'configure' not in site.journal.get_workspace('cold')['progress']
+
+
+def test_a_failure_after_the_candidate_step_ends_its_task_with_that_steps_message(site, monkeypatch):
+    claim = took_a_member(site, monkeypatch, take=False)
+    made = Steps(site, claim['entry_id'])
+    made.install(monkeypatch)
+    made.failing['checkout'] = CreateError('the guest said no')
+    result = run_module(site, 'taker', claim, step='vmid', then_warm_rest=True)
+    assert result['failed'] and result['msg'] == failure_message('taker', 'checkout', 'the guest said no')
+    assert result['details']['from_pool'] == 'py'
+    assert [each['step'] for each in result['details']['steps']] == ['configure', 'bootstrap']
+    ws = site.journal.get_workspace('taker')
+    assert ws['status'] == 'failed' and ws['failure']['step'] == 'checkout' and 'vmid' in ws['progress']

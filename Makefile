@@ -33,7 +33,7 @@ help:
 	@echo "make test-cores    the playbook paths on the older ansible-core releases the collection supports (CORES=...)"
 	@echo "make molecule      the Molecule scenarios of the create, destroy and archive roles (make test runs them too)"
 	@echo "make faults        the crash-safety matrix (FAULTS_SIZE=full, the default, or ci as in make test)"
-	@echo "make faults-clouds its Hetzner, Compute Engine, Azure and AWS warm pool rows (FAULTS_SIZE=full or ci)"
+	@echo "make faults-clouds its Hetzner, Compute Engine, Azure rows and every cloud's warm pool rows (FAULTS_SIZE=full or ci)"
 	@echo "make soak          500 seeded random fault schedules (SCHEDULES=N, FIRST_SEED=N, SOAK_JOBS=N)"
 	@echo "make soak-fleet    the same on every provider, journal in SQLite and in PostgreSQL (same variables)"
 	@echo "make bench-journal  8 processes x 200 fenced transitions: SQLite and PostgreSQL journals, tx/s"
@@ -133,8 +133,9 @@ faults: venv
 	time $(BIN)/python -m tests.faults matrix --size $(FAULTS_SIZE) --json build/faults-$(FAULTS_SIZE).json
 
 # The matrix's rows of the Hetzner Cloud, Compute Engine and Azure providers, each on the fake of a try-out cloud of
-# its own, and the AWS warm pools' fill and claim, side by side (docs/internals/faults.md). Apart from make test: at
-# the ci size they take about as long again.
+# its own, and the warm pools' fill and claim on AWS, Hetzner Cloud, Compute Engine and Azure (aws-pools,
+# hetzner-pools, gcp-pools, azure-pools), side by side (docs/internals/faults.md). Apart from make test: at the ci
+# size they take about as long again.
 faults-clouds: venv
 	@mkdir -p build
 	time $(BIN)/python -m tests.faults matrix --part clouds --size $(FAULTS_SIZE) \

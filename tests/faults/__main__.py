@@ -8,9 +8,10 @@
                                     tests/faults/pgmatrix.py); the warm pools' fill and claim (pools,
                                     tests/faults/pools.py); all: those side by side. The Hetzner, Compute Engine
                                     and Azure rows, each on the fake of a try-out cloud of its own (hetzner, gcp,
-                                    azure: tests/faults/hetzner.py, gcp.py, azure.py) and the AWS warm pools' fill
-                                    and claim (aws-pools, tests/faults/awspools.py); clouds: those four side by
-                                    side
+                                    azure: tests/faults/hetzner.py, gcp.py, azure.py), the AWS warm pools' fill
+                                    and claim (aws-pools, tests/faults/awspools.py) and the same on the Hetzner,
+                                    Compute Engine and Azure fakes (hetzner-pools, gcp-pools, azure-pools,
+                                    tests/faults/cloudpools.py); clouds: those seven side by side
     python -m tests.faults soak [--schedules 500] [--first-seed 1001] [--jobs N] [--json PATH]   schedules only
     python -m tests.faults soak-fleet [--schedules 500] [--first-seed 1001] [--jobs 2] [--json PATH]
                                     schedules on every provider, journal in SQLite and in PostgreSQL
@@ -50,8 +51,9 @@ def main(argv=None):
                              'lost answers, on Proxmox VE and on AWS; pools: the warm pools\' fill and claim; all '
                              '(the default): those, side '
                              'by side. hetzner, gcp, azure: the Hetzner, Compute Engine and Azure rows, each on the '
-                             'fake of a try-out cloud of its own; aws-pools: the AWS warm pools\' fill and claim; '
-                             'clouds: those four, side by side')
+                             'fake of a try-out cloud of its own; aws-pools, hetzner-pools, gcp-pools, azure-pools: '
+                             'the AWS, Hetzner, Compute Engine and Azure warm pools\' fill and claim; clouds: those '
+                             'seven, side by side')
     soak = sub.add_parser('soak', help='many random schedules')
     soak.add_argument('--schedules', type=int, default=500)
     soak.add_argument('--first-seed', type=int, default=1001)
@@ -182,6 +184,13 @@ def run_aws_pools(args):
     return run_aws_pools_part(args.size, args.keep, log=lambda line: print(line, flush=True))
 
 
+def run_cloud_pools(args, part):
+    """The Hetzner, Compute Engine or Azure warm pools' fill and claim on a try-out cloud of their own
+    (tests/faults/cloudpools.py)."""
+    from tests.faults.cloudpools import run_cloud_pools_part
+    return run_cloud_pools_part(part, args.size, args.keep, log=lambda line: print(line, flush=True))
+
+
 def run_pg(args):
     """Create and destroy with the journal on PostgreSQL (tests/faults/pgmatrix.py)."""
     from tests.faults.pgmatrix import run_pg as run_rows
@@ -190,9 +199,12 @@ def run_pg(args):
 
 PARTS = {'builds': run_builds, 'pg': run_pg, 'fork': run_fork, 'pools': run_pools, 'aws-pools': run_aws_pools}
 PARTS.update((name, functools.partial(run_cloud, part=name)) for name in ('aws', 'hetzner', 'gcp', 'azure'))
+PARTS.update((name, functools.partial(run_cloud_pools, part=name))
+             for name in ('hetzner-pools', 'gcp-pools', 'azure-pools'))
 # all: what make test runs at the ci size (the main part in this process); clouds: the other providers' rows and
-# the AWS warm pools' (apart from make test, which is time-limited).
-GROUPS = {'all': ('main', 'builds', 'aws', 'pg', 'fork', 'pools'), 'clouds': ('hetzner', 'gcp', 'azure', 'aws-pools')}
+# the clouds' warm pools' (apart from make test, which is time-limited).
+GROUPS = {'all': ('main', 'builds', 'aws', 'pg', 'fork', 'pools'),
+          'clouds': ('hetzner', 'gcp', 'azure', 'aws-pools', 'hetzner-pools', 'gcp-pools', 'azure-pools')}
 
 
 def finish(args, cells, uncovered, started):

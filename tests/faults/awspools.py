@@ -17,10 +17,10 @@ workspaces, none of ours unaccounted for, no foreign instance touched (the cloud
 warm member's tags, marker included), no queue entry left running.
 """
 
-from tests.faults import aws, cloud, pools
+from tests.faults import aws, pools
 from tests.faults.aws import AwsSite
 from tests.faults.cloud import run_part
-from tests.faults.pools import PoolMatrix
+from tests.faults.cloudpools import CloudPoolMatrix, claim_points, fill_points
 
 # ci: the decisive points. The fill's: its place in the pool taken (core/pools.py take_slot), its workspace record
 # made, RunInstances's answer (EC2 launched, the journal does not know), the member recorded warm with its queue
@@ -28,14 +28,8 @@ from tests.faults.pools import PoolMatrix
 # compare-and-set to claimed, the workspace's record of the claim (the nonce of its new marker), CreateTags's answer
 # (the instance carries the workspace's marker and tags, the journal does not know), the instance taken over by the
 # workspace's record with the member's record not yet closed.
-CI_FILL = (
-    ('pool.begin journal pool_slot', 1),
-    ('pool.record journal create_workspace', 1),
-    ('create.clone aws RunInstances', 1),
-    ('create.runner journal pool_warm', 1),
-)
-CI_CLAIM = tuple(('create.vmid aws CreateTags', 1) if ' pve ' in point else (point, nth)
-                 for point, nth in pools.CI_CLAIM)
+CI_FILL = fill_points(['aws RunInstances'])
+CI_CLAIM = claim_points('aws', 'CreateTags')
 # (row label, operation, EC2 call, None): the answer of the call is lost once.
 LOST = (
     ('fill launch', 'fill', 'RunInstances', None),
@@ -45,7 +39,7 @@ LOST = (
 SIZES = pools.sizes(LOST)
 
 
-class AwsPoolMatrix(PoolMatrix):
+class AwsPoolMatrix(CloudPoolMatrix):
     """The pools' rows on the try-out cloud's EC2."""
 
     prefix = 'aws-pools'
@@ -56,33 +50,6 @@ class AwsPoolMatrix(PoolMatrix):
     def place(self):
         info = self.site.info
         return info['region'], info['seed']['image_id']
-
-    def make_foreign(self):
-        """The cloud's seed has instances of another principal already (tests/faults/aws.py)."""
-
-    def copy_marker(self, member):
-        item = [i for i in self.site.items().values() if i['workspace'] == member and i['live']][0]
-        self.site.adapter.copy_foreign(self.site, item, member)
-
-    def view(self):
-        return cloud.CloudView(self.site, self.secret)
-
-    def check(self, names, requests, clones):
-        return cloud.check(self.site, names, self.foreign_before, requests, self.secret)
-
-    @staticmethod
-    def machine(resource):
-        return str(resource)
-
-    @staticmethod
-    def resource_of(ws):
-        return ws['resource_id']
-
-    def guest_problems(self, view, ws):
-        return cloud.check_ready(self.site.adapter, view, ws)
-
-    def running(self):
-        return set(i for i, item in self.site.items().items() if item['running'])
 
     def lose(self, method, path):
         return self.site.cloud.drop_response(method)

@@ -37,7 +37,10 @@ META_MARKER = 'ephemera-marker'
 ACTING = re.compile(r'^instances\.([A-Za-z]+)$')
 # The fake's path of each call that acts on a named instance (below zones/<zone>/).
 PATHS = {'delete': ('DELETE', r'/instances/%s$'), 'setLabels': ('POST', r'/instances/%s/setLabels$'),
-         'stop': ('POST', r'/instances/%s/stop$'), 'start': ('POST', r'/instances/%s/start$')}
+         'stop': ('POST', r'/instances/%s/stop$'), 'start': ('POST', r'/instances/%s/start$'),
+         'setMetadata': ('POST', r'/instances/%s/setMetadata$')}
+# The insert's path names no instance (its body does).
+INSERT = ('POST', r'/instances$')
 DONE_WITH_ERROR = 'instances.delete operation DONE with an error'
 ERROR_MESSAGE = 'Disk detach failed on the host.'
 
@@ -141,22 +144,22 @@ class GcpAdapter(cloud.Adapter):
     def lost_rule(self, site, op, call, name, resource_id):
         if call == 'instances.insert':
             # The insert's path names no instance; its body does: eph-<workspace>-<digest> (the provider's names).
-            rule = self._arm(site, 'drop', 'POST', r'/instances$', match='"eph-%s-' % slug(name))
+            rule = self.arm(site, 'drop', *INSERT, match='"eph-%s-' % slug(name))
             rule['workspace'] = name
             return rule
         if call == DONE_WITH_ERROR:
             if resource_id is None:
                 return None
-            return self._arm(site, 'fail_delete', 'DELETE', r'/instances/%s$' % re.escape(resource_id),
+            return self.arm(site, 'fail_delete', 'DELETE', r'/instances/%s$' % re.escape(resource_id),
                              message=ERROR_MESSAGE)
         verb = ACTING.match(call).group(1)
         if resource_id is None or verb not in PATHS:
             return None
         method, pattern = PATHS[verb]
-        return self._arm(site, 'drop', method, pattern % re.escape(resource_id))
+        return self.arm(site, 'drop', method, pattern % re.escape(resource_id))
 
     @staticmethod
-    def _arm(site, kind, method, pattern, **extra):
+    def arm(site, kind, method, pattern, **extra):
         mark = len(site.cloud.gcp('calls'))
         site.cloud.gcp('fault', kind=kind, method=method, pattern=pattern, times=1, **extra)
         return {'kind': kind, 'method': method, 'pattern': pattern, 'mark': mark}

@@ -87,15 +87,15 @@ class HetznerAdapter(cloud.Adapter):
     def lost_rule(self, site, op, call, name, resource_id):
         method, path = call.split(' ', 1)
         if op == 'destroy':
-            return self._drop(site, method, '/servers/' + resource_id, None)
+            return self.drop(site, method, '/servers/' + resource_id, None)
         if path == '/servers':
             # The creation request and the label update carry the workspace's name as its ephemera-workspace label.
-            return self._drop(site, method, path, name)
+            return self.drop(site, method, path, name)
         # POST /ssh_keys (an owned key) and other calls without a server id: the next one of its kind.
-        return self._drop(site, method, path, None)
+        return self.drop(site, method, path, None)
 
     @staticmethod
-    def _drop(site, method, path, match):
+    def drop(site, method, path, match):
         return site.cloud.hetzner('rule', kind='drop', method=method, path=path, match=match)
 
     def rule_hits(self, site, rule):

@@ -65,10 +65,10 @@ LOST = (
 )
 
 
-def sizes(lost):
-    """ci: the decisive points with the same playbook again, the first two lost answers; full: every point but a
+def sizes(lost, ci=2):
+    """ci: the decisive points with the same playbook again, the first ``ci`` lost answers; full: every point but a
     step's bookkeeping, with the same playbook again and with reconcile first, every lost answer."""
-    return {'ci': {'kills': 'ci', 'variants': ('rerun',), 'lost': lost[:2]},
+    return {'ci': {'kills': 'ci', 'variants': ('rerun',), 'lost': lost[:ci]},
             'full': {'kills': 'all', 'variants': ('rerun', 'reconcile'), 'lost': lost}}
 
 
@@ -158,6 +158,11 @@ class PoolMatrix:
     def resource_of(ws):
         """The machine a workspace record names."""
         return ws['vmid']
+
+    @staticmethod
+    def machines_of(view, name):
+        """The machines carrying ``name``'s marker, each of which its record must name: all of them here."""
+        return sorted(v for v, o in view.ours.items() if o == name)
 
     def guest_problems(self, view, ws):
         """What is wrong with the guest of the warm member ``ws`` (its machine its alone)."""
@@ -278,7 +283,7 @@ class PoolMatrix:
             member, state = record['member'], record['state']
             ws = records.get(member)
             if state == 'warm':
-                owned = sorted(v for v, o in view.ours.items() if o == member)
+                owned = self.machines_of(view, member)
                 if ws is None or ws['status'] == 'destroyed':
                     problems.append('warm member %s has no live record' % member)
                 elif owned != [self.resource_of(ws)]:

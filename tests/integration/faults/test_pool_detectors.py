@@ -1,14 +1,16 @@
-"""The pools parts' checks (tests/faults/pools.py, and tests/faults/awspools.py on the try-out cloud's EC2) see a pool
-broken on purpose: a member claimed by a workspace that does not hold it, a member left released, a machine of a
-member the journal forgot, a workspace that is not ready. The pools rows report zeros; this shows that those zeros
-are measured."""
+"""The pools parts' checks (tests/faults/pools.py, tests/faults/awspools.py on the try-out cloud's EC2 and
+tests/faults/cloudpools.py on its Hetzner, Compute Engine and Azure fakes) see a pool broken on purpose: a member
+claimed by a workspace that does not hold it, a member left released, a machine of a member the journal forgot, a
+workspace that is not ready (and a volume or, on Azure, a resource of the set tagged for another workspace). The pools
+rows report zeros; this shows that those zeros are measured."""
 
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import pools
-from tests.faults import aws
+from tests.faults import aws, azure
 from tests.faults.aws import AwsSite
 from tests.faults.awspools import AwsPoolMatrix
+from tests.faults.cloudpools import MATRICES
 from tests.faults.pools import PoolMatrix
 
 from .conftest import started
@@ -17,6 +19,14 @@ from .conftest import started
 @pytest.fixture(scope='module')
 def cloud_site(tmp_path_factory):
     yield from started(AwsSite, str(tmp_path_factory.mktemp('faults-aws-pools')))
+
+
+@pytest.fixture(scope='module', params=sorted(MATRICES))
+def cloud_pool(request, tmp_path_factory):
+    """A pools matrix of the Hetzner, Compute Engine or Azure rows on a try-out cloud of its own."""
+    site_class, matrix_class = MATRICES[request.param]
+    for site in started(site_class, str(tmp_path_factory.mktemp('faults-' + request.param))):
+        yield matrix_class(site)
 
 
 def test_the_pools_checks_see_a_pool_broken_on_purpose(site):
@@ -35,6 +45,19 @@ def test_the_aws_pools_checks_see_a_pool_broken_on_purpose(cloud_site):
     ec2.create_tags(Resources=[volume], Tags=[{'Key': aws.TAG_WORKSPACE, 'Value': 'someone'}])
     assert matrix.volume_problems(matrix.view(), pool, []) == [
         'volume %s of %s has %s someone, its instance %s' % (volume, instance, aws.TAG_WORKSPACE, member)]
+
+
+def test_each_clouds_pools_checks_see_a_pool_broken_on_purpose(cloud_pool):
+    pool, member = broken_on_purpose(cloud_pool)
+    if cloud_pool.prefix != 'azure-pools':
+        return
+    # A resource of the member's set tagged for another workspace (a claim's re-tagging that missed it).
+    site, view = cloud_pool.site, cloud_pool.view()
+    (disk,) = [item for item in view.instances.values() if item['kind'] == 'disk' and item['workspace'] == member]
+    assert cloud_pool.set_problems(view, pool, []) == []
+    site.cloud.azure('change', resource=disk['id'], tags={azure.TAG_WORKSPACE: 'someone'})
+    assert cloud_pool.set_problems(cloud_pool.view(), pool, []) == [
+        'disk %s of set %s has %s someone, its VM %s' % (disk['name'], disk['base'], azure.TAG_WORKSPACE, member)]
 
 
 def broken_on_purpose(matrix):

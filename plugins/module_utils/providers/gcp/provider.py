@@ -233,14 +233,19 @@ class GcpProvider(cloud.CloudProvider):
 
     # ------------------------------------------------------------------- warm pools
 
-    # A claim re-writes the member's marker (metadata, under its fingerprint) and its labels (under theirs).
+    # A claim re-writes the member's labels (under their fingerprint) and then its marker (metadata, under its
+    # fingerprint): the marker last, as it is what says the claim was written.
     pool_refusal = None
 
     def write_remark(self, resource, workspace, marker, hostname, labels, created_by=None):
-        """The marker in the instance's metadata (setMetadata with the fingerprint read: Conflict when it moved),
-        then the workspace and lease labels (setLabels, under the labels' fingerprint). The instance keeps its name:
-        it is the candidate the marker binds, and Compute Engine renames no running instance; ``hostname`` is not
-        written (the guest keeps the host name it booted with)."""
+        """The workspace and lease labels (setLabels, under the labels' fingerprint), then the marker in the
+        instance's metadata (setMetadata with the fingerprint read: Conflict when it moved). The marker goes last: a
+        claim stopped between the two (a kill, a lost answer) leaves the member's marker, so the claim's rerun
+        (which skips this once the marker verifies for the workspace) writes both again; the other way round, the
+        labels would name the member for the workspace's whole life. The instance keeps its name: it is the
+        candidate the marker binds, and Compute Engine renames no running instance; ``hostname`` is not written (the
+        guest keeps the host name it booted with)."""
+        self.write_labels(resource, dict(labels, **{LABEL_WORKSPACE: workspace}))
         instance = self.compute.get_instance(resource.id)
         if instance is None:
             raise base.NotFound('%s does not exist.' % self.label(resource.id, self.zone))
@@ -251,7 +256,6 @@ class GcpProvider(cloud.CloudProvider):
         op = self.compute.call('instances.setMetadata', self.compute.instances.set_metadata_unary, acts=True,
                                project=self.project, zone=self.zone, instance=resource.id, metadata_resource=body)
         self.wait(task_handle('metadata', self.zone, resource.id, op.name), 60)
-        self.write_labels(resource, dict(labels, **{LABEL_WORKSPACE: workspace}))
 
     # ------------------------------------------------------------------- allocation
 

@@ -133,3 +133,30 @@ def test_a_warm_members_instance_is_given_to_the_claiming_workspace(fake):
     assert {'ssh-keys', 'enable-guest-attributes', 'ephemera-marker'} <= metadata
     with pytest.raises(base.Conflict, match='changed since it was read'):
         provider.remark(member, 'gce-third', 'ef' * 16, 'agent-gce-third')
+
+
+@pytest.mark.parametrize('lost', ['setLabels', 'setMetadata'])
+def test_a_claim_whose_answer_is_lost_is_written_whole_by_its_rerun(fake, lost):
+    """A claim's rerun skips the re-signing once the marker verifies for the workspace (CreateFlow._take_member): a
+    claim stopped after either of its two writes leaves either the member's marker (the rerun writes both again) or
+    the workspace's marker with the workspace's labels, never the workspace's marker under labels that name the
+    member."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
+    compute = Compute(fake.project, fake.zone, credentials('anonymous'), endpoint=fake.url, retry_timeout=5)
+    provider = GcpProvider(compute, b's' * 32, {'ssh_public_key': 'ssh-ed25519 AAAA root'}, sleep=lambda s: None)
+    name = provider.candidate_for('gce-member', '1')
+    provider.wait(provider.allocate(base.Allocation(name, 'gce-member', 'debian-12', fake.zone, 'agent-gce-member',
+                                                    'disposable-workspaces', labels={'state': 'warm'},
+                                                    nonce='ab' * 16)), 10)
+    fake.fault('drop', 'POST', r'/instances/%s/%s$' % (name, lost))
+    with pytest.raises(base.UnknownOutcome):
+        provider.remark(provider.find(name), 'gce-claimer', 'cd' * 16, 'agent-gce-claimer', {'state': 'provisioning'})
+    found = provider.find(name)
+    if provider.verify(found, 'gce-claimer', 'cd' * 16) != ownership.VERIFIED:
+        # The rerun finds the member's marker and gives the instance to the workspace again.
+        assert provider.verify(found, 'gce-member', 'ab' * 16) == ownership.VERIFIED
+        provider.remark(found, 'gce-claimer', 'cd' * 16, 'agent-gce-claimer', {'state': 'provisioning'})
+        found = provider.find(name)
+    assert provider.verify(found, 'gce-claimer', 'cd' * 16) == ownership.VERIFIED
+    assert found.native['labels']['ephemera-workspace'] == 'gce-claimer'
+    assert provider.labels(found) == {'state': 'provisioning'}

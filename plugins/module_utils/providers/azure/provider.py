@@ -16,7 +16,6 @@ on a delete handle ticks the set's deletion until it is gone.
 """
 
 import copy
-import hashlib
 import re
 import time
 
@@ -34,9 +33,8 @@ NAME = 'azure'
 KIND = 'azure-set'
 
 
-def set_number(base_name):
-    """The number an ownership marker binds for a set's base name."""
-    return 1000000000 + int(hashlib.sha256(base_name.encode('utf-8')).hexdigest()[:12], 16) % 9000000000
+# The number an ownership marker binds for a set's base name: the clouds' derived-id number.
+set_number = cloud.bound_number
 
 
 def task_handle(action, base_name, at=None):

@@ -185,7 +185,7 @@ class AzurePoolMatrix(CloudPoolMatrix):
             if vm is None or item is vm or azure.base_of_name(item['name']) != item['base']:
                 continue
             out += ['%s %s of set %s has %s %s, its VM %s' % (item['kind'], item['name'], item['base'], key,
-                                                             item['tags'].get(key), vm['tags'].get(key))
+                                                              item['tags'].get(key), vm['tags'].get(key))
                     for key in (azure.TAG_MARKER, azure.TAG_WORKSPACE) if item['tags'].get(key) != vm['tags'].get(key)]
         return out
 

@@ -151,7 +151,7 @@ class GcpAdapter(cloud.Adapter):
             if resource_id is None:
                 return None
             return self.arm(site, 'fail_delete', 'DELETE', r'/instances/%s$' % re.escape(resource_id),
-                             message=ERROR_MESSAGE)
+                            message=ERROR_MESSAGE)
         verb = ACTING.match(call).group(1)
         if resource_id is None or verb not in PATHS:
             return None

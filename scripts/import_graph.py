@@ -30,16 +30,9 @@ PACKAGE = 'ansible_collections.ephemera.workspaces.plugins.'
 # The parts that import no provider package.
 NO_PROVIDER_PACKAGE = ('flows', 'inventory', 'modules', 'action', 'core')
 
-# (importing file, imported file, why): paths from the collection's root, shell patterns. Past the seam still:
-EXCEPTIONS = (
-    # Each module's argument_spec (and its action plugin's validation) is built from every provider's options.py:
-    # the options of the doc fragments, with no provider code and no SDK in them.
-    ('plugins/modules/*.py', 'plugins/module_utils/providers/*/options.py',
-     "a module's options come from each provider's options.py"),
-    # The default provider's connection options (api_host, ...) are declared with its client.
-    ('plugins/modules/*.py', 'plugins/module_utils/providers/proxmox/client.py',
-     "a module's connection options (connection_argument_spec) are declared by the Proxmox VE client"),
-)
+# (importing file, imported file, why): paths from the collection's root, shell patterns. None: a module gets every
+# provider's options through the registry (registry.provider_argument_spec).
+EXCEPTIONS = ()
 
 
 def part(relative):

@@ -18,6 +18,9 @@ description:
   - It only reads; it never changes a task or the cluster.
 author:
   - Ephemera maintainers (@ephemera)
+requirements:
+  - boto3 >= 1.28
+  - hcloud >= 2.27
 extends_documentation_fragment:
   - ephemera.workspaces.proxmox
 attributes:
@@ -205,13 +208,13 @@ path:
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import fail_from
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
-    PveError, client_from_params, connection_argument_spec, load_libraries)
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import ProviderError
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params, load_pve_libraries, provider_argument_spec
 
 
 def look_at_task(params):
     """The task's result dict: after waiting for it (PveTaskFailed, PveTaskTimeout if it did not succeed) or at once."""
-    with client_from_params(params) as client:
+    with api_from_params(params) as client:
         if params['wait']:
             return client.wait_task(params['upid'], timeout=params['timeout']).as_dict()
         return client.task_status(params['upid']).as_dict()
@@ -223,7 +226,7 @@ def argument_spec():
         wait=dict(type='bool', default=True),
         timeout=dict(type='int', default=300),
     )
-    spec.update(connection_argument_spec())
+    spec.update(provider_argument_spec(['proxmox']))
     return spec
 
 
@@ -234,14 +237,14 @@ def module_args():
 
 def run(module):
     """The module's work; ``module`` is an AnsibleModule, or its in-process stand-in."""
-    missing, error = load_libraries()
+    missing, error = load_pve_libraries()
     if missing:
         module.fail_json(msg=missing_required_lib(missing), exception=error)
     if module.params['timeout'] < 0:
         module.fail_json(msg='timeout must be 0 or more seconds, not {0}'.format(module.params['timeout']))
     try:
         task = look_at_task(module.params)
-    except PveError as err:
+    except ProviderError as err:
         fail_from(module, err)
     module.exit_json(changed=False, task=task)
 

@@ -261,12 +261,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.destroy 
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.options import azure_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import connection_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params, provider_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, running_step
 
 
@@ -284,11 +279,7 @@ def argument_spec():
     )
     spec.update(archive_argument_spec())
     spec.update(controller_argument_spec(shutdown=True))
-    spec.update(connection_argument_spec())
-    spec.update(aws_argument_spec())
-    spec.update(hetzner_argument_spec())
-    spec.update(gcp_argument_spec())
-    spec.update(azure_argument_spec())
+    spec.update(provider_argument_spec())
     spec.update(journal_argument_spec())
     spec.update(history_argument_spec())
     return spec

@@ -130,14 +130,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.archive 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.expire import (
     DEFAULT_LIMIT, ExpirySweep, FleetSweep)
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.placing import counts_of
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.options import azure_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
-    connection_argument_spec,
-)
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params, provider_argument_spec
 
 
 def module_args():
@@ -147,11 +140,7 @@ def module_args():
                 retain_ttl=dict(type='int', default=604800))
     spec.update(archive_argument_spec())
     spec.update(controller_argument_spec(shutdown=True))
-    spec.update(connection_argument_spec())
-    spec.update(aws_argument_spec())
-    spec.update(hetzner_argument_spec())
-    spec.update(gcp_argument_spec())
-    spec.update(azure_argument_spec())
+    spec.update(provider_argument_spec())
     spec.update(journal_argument_spec())
     spec.update(history_argument_spec())
     return dict(argument_spec=spec, supports_check_mode=True)

@@ -242,12 +242,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.fork imp
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_location
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.options import azure_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import connection_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params, provider_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, record_step
 
 
@@ -274,11 +269,7 @@ def argument_spec():
         brief_timeout=dict(type='int', default=120),
     )
     spec.update(controller_argument_spec(shutdown=True))
-    spec.update(connection_argument_spec())
-    spec.update(aws_argument_spec())
-    spec.update(hetzner_argument_spec())
-    spec.update(gcp_argument_spec())
-    spec.update(azure_argument_spec())
+    spec.update(provider_argument_spec())
     spec.update(journal_argument_spec())
     spec.update(history_argument_spec())
     return spec

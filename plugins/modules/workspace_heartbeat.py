@@ -70,24 +70,14 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module import journal_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec, wants_aws
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec, wants_hetzner
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec, wants_gcp
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.options import azure_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import (
-    connection_argument_spec,
-)
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import DEFAULT_PROVIDER, provider_of
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params, provider_argument_spec
 
 
 def module_args():
     """The options of the module, declared once: its action plugin validates a task against them too."""
     spec = dict(name=dict(type='str', required=True))
-    spec.update(connection_argument_spec())
-    spec.update(aws_argument_spec())
-    spec.update(hetzner_argument_spec())
-    spec.update(gcp_argument_spec())
-    spec.update(azure_argument_spec())
+    spec.update(provider_argument_spec())
     spec.update(journal_argument_spec())
     return dict(argument_spec=spec, supports_check_mode=True)
 
@@ -98,7 +88,9 @@ def run(module):
     try:
         # An existing journal only: a heartbeat for a workspace of another journal must not make an empty one.
         with Journal.open(params['journal_path'], create=False, url=params.get('journal_url')) as journal:
-            client = api_from_params(params) if params.get('api_host') or wants_aws(params) or wants_hetzner(params) or wants_gcp(params) else None
+            # The provider the options name: a cloud provider, or Proxmox VE when they give its API host.
+            talks = params.get('api_host') or provider_of(params) != DEFAULT_PROVIDER
+            client = api_from_params(params) if talks else None
             ws, note = lease_flow.heartbeat(journal, client, params['name'], now=time.time(),
                                             check_mode=module.check_mode)
     except EphemeraError as err:

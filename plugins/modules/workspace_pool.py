@@ -209,12 +209,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
     open_journal,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.pool import PoolFill
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import aws_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner.options import hetzner_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp.options import gcp_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.options import azure_argument_spec
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import connection_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params, provider_argument_spec
 
 
 def module_args():
@@ -246,11 +241,7 @@ def module_args():
         runner_timeout=dict(type='int', default=60),
     )
     spec.update(controller_argument_spec(shutdown=True))
-    spec.update(connection_argument_spec())
-    spec.update(aws_argument_spec())
-    spec.update(hetzner_argument_spec())
-    spec.update(gcp_argument_spec())
-    spec.update(azure_argument_spec())
+    spec.update(provider_argument_spec())
     spec.update(journal_argument_spec())
     return dict(argument_spec=spec, supports_check_mode=True)
 

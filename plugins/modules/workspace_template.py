@@ -333,7 +333,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.template
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_location
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.client import client_from_params, connection_argument_spec
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params, provider_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, running_step
 
 DEFAULT_PACKAGES = ['git', 'gh', 'nodejs', 'npm', 'python3', 'python3-venv', 'golang', 'rustc', 'cargo', 'ripgrep',
@@ -382,7 +382,7 @@ def argument_spec():
         provision_timeout=dict(type='int', default=1800),
     )
     spec.update(controller_argument_spec(shutdown=True))
-    spec.update(connection_argument_spec())
+    spec.update(provider_argument_spec(['proxmox']))
     spec.update(journal_argument_spec())
     spec.update(history_argument_spec())
     return spec
@@ -404,7 +404,7 @@ def run(module):
         path = journal.path if journal is not None else resolve_location(params['journal_path'], params.get('journal_url'))
         build = None
         try:
-            client = client_from_params(params)
+            client = api_from_params(params)
             secret = controller_secret(path, params['controller_secret'], module.check_mode,
                                        journal=journal, warn=module.warn)
             build = TemplateBuild(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode)

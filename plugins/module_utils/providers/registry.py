@@ -1,9 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The registry of providers: each one's name, the class that serves it (imported when it is first used) and the
-one way a module or a flow gets a provider (bind, api_from_params). The package itself is empty, so that a provider's
-modules can import the seam (providers/base.py) without importing the registry that names them."""
+"""The registry of providers: each one's name, the class that serves it (imported when it is first used), the one
+way a module or a flow gets a provider (bind, api_from_params) and the one way a module gets the providers' options
+(provider_argument_spec). The package itself is empty, so that a provider's modules can import the seam
+(providers/base.py) without importing the registry that names them."""
 
 import importlib
 import os
@@ -40,9 +41,8 @@ def preload(environ=None):
     importing them again for its one task. Without either a cloud SDK is imported only by the tasks that use it; a
     name that is no cloud provider, or an SDK that is not installed, is passed over (the task that needs it says what
     is missing)."""
-    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox import client
     provider_class('proxmox')
-    client.load_libraries()
+    load_pve_libraries()
     environ = os.environ if environ is None else environ
     named = ','.join(environ.get(k) or '' for k in (PRELOAD_ENV, PROVIDER_ENV)).replace(' ', '').lower()
     for name in [n for n in set(named.split(',')) if n in CLIENTS]:
@@ -54,21 +54,54 @@ def preload(environ=None):
                 break
 
 
+def load_pve_libraries():
+    """Import the libraries the Proxmox VE client needs (requests, proxmoxer), once: (the missing one, its traceback),
+    or (None, None)."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox import client
+    return client.load_libraries()
+
+
 def provider_class(name):
     """The provider class registered as ``name``."""
-    try:
-        module, cls = PROVIDERS[name]
-    except KeyError:
-        raise ValueError('Unknown provider %r; the providers are %s.' % (name, ', '.join(sorted(PROVIDERS))))
+    package(name)
+    module, cls = PROVIDERS[name]
     return getattr(importlib.import_module(module), cls)
+
+
+def package(name):
+    """The dotted name of provider ``name``'s package (ValueError: no such provider)."""
+    if name not in PROVIDERS:
+        raise ValueError('Unknown provider %r; the providers are %s.' % (name, ', '.join(sorted(PROVIDERS))))
+    return PROVIDERS[name][0].rsplit('.', 1)[0]
 
 
 def inventory_hook(name):
     """What the inventory needs of provider ``name`` (base.InventoryHook): HOOK of its package's inventory.py, which
     imports neither the provider's code nor its SDK until it connects."""
-    if name not in PROVIDERS:
-        raise ValueError('Unknown provider %r; the providers are %s.' % (name, ', '.join(sorted(PROVIDERS))))
-    return importlib.import_module(PROVIDERS[name][0].rsplit('.', 1)[0] + '.inventory').HOOK
+    return importlib.import_module(package(name) + '.inventory').HOOK
+
+
+def provider_options(name):
+    """Provider ``name``'s options.py: the options it adds to a module (``argument_spec()``, a doc fragment's options),
+    with neither the provider's code nor its SDK."""
+    return importlib.import_module(package(name) + '.options')
+
+
+def provider_argument_spec(names=None):
+    """The options the providers ``names`` (by default every registered one) add to a module's argument_spec, merged
+    in the registry's order. Two providers may declare one option (the same spec twice is one option); declared
+    differently, it is refused with a ValueError naming both."""
+    for name in names or ():
+        package(name)
+    spec, declared_by = {}, {}
+    for name in [n for n in PROVIDERS if names is None or n in names]:
+        for option, declared in provider_options(name).argument_spec().items():
+            if option in spec and spec[option] != declared:
+                raise ValueError('Providers %r and %r declare option %r differently: %r and %r.' % (
+                    declared_by[option], name, option, spec[option], declared))
+            spec[option] = declared
+            declared_by.setdefault(option, name)
+    return spec
 
 
 def inventory_hooks():

@@ -37,5 +37,5 @@ def aws_argument_spec():
     )
 
 
-def wants_aws(params):
-    return (params.get('provider') or 'proxmox') == 'aws'
+# The options this provider adds to a module (registry.provider_argument_spec).
+argument_spec = aws_argument_spec

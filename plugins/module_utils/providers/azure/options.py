@@ -35,5 +35,5 @@ def azure_argument_spec():
     )
 
 
-def wants_azure(params):
-    return (params.get('provider') or 'proxmox') == 'azure'
+# The options this provider adds to a module (registry.provider_argument_spec).
+argument_spec = azure_argument_spec

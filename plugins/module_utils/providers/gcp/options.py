@@ -40,5 +40,5 @@ def gcp_argument_spec():
     )
 
 
-def wants_gcp(params):
-    return (params.get('provider') or 'proxmox') == 'gcp'
+# The options this provider adds to a module (registry.provider_argument_spec).
+argument_spec = gcp_argument_spec

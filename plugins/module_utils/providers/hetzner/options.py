@@ -23,5 +23,5 @@ def hetzner_argument_spec():
     )
 
 
-def wants_hetzner(params):
-    return (params.get('provider') or 'proxmox') == 'hetzner'
+# The options this provider adds to a module (registry.provider_argument_spec).
+argument_spec = hetzner_argument_spec

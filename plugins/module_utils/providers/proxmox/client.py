@@ -25,13 +25,16 @@ import traceback
 import warnings
 from urllib.parse import quote, urlsplit
 
-from ansible.module_utils.basic import env_fallback
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.waiter import TIMEOUT, Backoff, done, pending, wait_for
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import answers, base
+# The connection options are declared in options.py (a module gets them through the registry); the client reads
+# their defaults and environment variables there.
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.proxmox.options import (
+    DEFAULT_PORT, DEFAULT_TIMEOUT, ENV_VARS)
 
 # The libraries the client needs, imported by load_libraries() when the first client is made: a step that never
 # talks to the API (the guest steps) does not pay the tenth of a second requests and proxmoxer take to import.
@@ -69,8 +72,6 @@ def load_libraries():
     return PVE_MISSING_LIBRARY, PVE_IMPORT_ERROR
 
 
-DEFAULT_PORT = 8006
-DEFAULT_TIMEOUT = 30
 # Establishing a connection never needs long; a dead address should not cost a whole request_timeout.
 CONNECT_TIMEOUT_MAX = 10
 # Lines of a task's log that go into a failure message and the task result.
@@ -83,17 +84,6 @@ MIN_LOOK_SECONDS = 0.2
 LOG_PAGE = 500
 LOG_MAX_PAGES = 40
 
-# Connection options: the doc fragment ephemera.workspaces.proxmox documents them, these are their
-# environment variables.
-ENV_VARS = collections.OrderedDict([
-    ('api_host', 'PROXMOX_HOST'),
-    ('api_user', 'PROXMOX_USER'),
-    ('api_password', 'PROXMOX_PASSWORD'),
-    ('api_token_id', 'PROXMOX_TOKEN_ID'),
-    ('api_token_secret', 'PROXMOX_TOKEN_SECRET'),
-    ('validate_certs', 'PROXMOX_VALIDATE_CERTS'),
-    ('ca_file', 'PROXMOX_CA_FILE'),
-])
 CONNECTION_DEFAULTS = dict(api_port=DEFAULT_PORT, validate_certs=True, request_timeout=DEFAULT_TIMEOUT)
 
 
@@ -924,23 +914,6 @@ def _repeatable_read(err):
 
 
 # ------------------------------------------------------------------------------ module options
-
-def connection_argument_spec():
-    """The connection options of every module that talks to PVE (doc fragment ephemera.workspaces.proxmox)."""
-    def env(name):
-        return (env_fallback, [ENV_VARS[name]])
-    return dict(
-        api_host=dict(type='str', fallback=env('api_host')),
-        api_port=dict(type='int', default=DEFAULT_PORT),
-        api_user=dict(type='str', fallback=env('api_user')),
-        api_password=dict(type='str', no_log=True, fallback=env('api_password')),
-        api_token_id=dict(type='str', no_log=False, fallback=env('api_token_id')),
-        api_token_secret=dict(type='str', no_log=True, fallback=env('api_token_secret')),
-        validate_certs=dict(type='bool', default=True, fallback=env('validate_certs')),
-        ca_file=dict(type='path', fallback=env('ca_file')),
-        request_timeout=dict(type='int', default=DEFAULT_TIMEOUT),
-    )
-
 
 def connection_options(params, environ=None):
     """The connection options from params, each unset one from its environment variable, then its default.

@@ -586,13 +586,8 @@ def run(module):
     result = dict(changed=False, step=step, details={})
     journal = open_journal(module)
     with journal if journal is not None else contextlib.nullcontext():
-        path = journal.path if journal is not None else resolve_location(params['journal_path'], params.get('journal_url'))
         try:
-            client = None if step in GUEST_STEPS else api_from_params(params)
-            secret = controller_secret(path, params['controller_secret'], module.check_mode,
-                                       journal=journal, warn=module.warn)
-            flow = CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode,
-                              diff=module._diff)
+            flow = create_flow(module, params, journal, with_api=step not in GUEST_STEPS)
             failpoint.enter(params['name'], 'create.' + step)
             with running_step(journal, params['claim'], STEP_LABELS[step], params['name'], module.check_mode):
                 outcome = flow.run(step)
@@ -613,19 +608,25 @@ def run(module):
     module.exit_json(**result)
 
 
+def create_flow(module, params, journal, with_api=True):
+    """The create's flow for one task: its journal connection (None in check mode before the journal exists), the
+    provider's API client unless ``with_api`` is false (a step that only talks to the guest), the controller
+    secret."""
+    path = journal.path if journal is not None else resolve_location(params['journal_path'], params.get('journal_url'))
+    client = api_from_params(params) if with_api else None
+    secret = controller_secret(path, params['controller_secret'], module.check_mode, journal=journal, warn=module.warn)
+    return CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode,
+                      diff=module._diff)
+
+
 def run_warm_rest(module, params):
     """The step value ``warm_rest``: WARM_REST in this one task (see warm_rest)."""
     result = dict(changed=False, step=WARM, details={'steps': []})
     journal = open_journal(module)
     flow = None
     with journal if journal is not None else contextlib.nullcontext():
-        path = journal.path if journal is not None else resolve_location(params['journal_path'], params.get('journal_url'))
         try:
-            client = api_from_params(params)
-            secret = controller_secret(path, params['controller_secret'], module.check_mode,
-                                       journal=journal, warn=module.warn)
-            flow = CreateFlow(journal, client, params, secret, claim=params['claim'], check_mode=module.check_mode,
-                              diff=module._diff)
+            flow = create_flow(module, params, journal)
             flow.check_warm_rest()
         except EphemeraError as err:
             result.update(err.details)

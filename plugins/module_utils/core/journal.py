@@ -20,12 +20,9 @@ read-only mode, which never makes a file, a directory, a secret or a migration (
 """
 
 import contextlib
-import datetime
 import errno
-import hashlib
 import json
 import os
-import re
 import sqlite3
 import time
 import uuid
@@ -33,45 +30,48 @@ from urllib.parse import quote as _url_quote
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import (
     ClaimLostError,
-    IdempotencyError,
     JournalError,
     JournalMissing,
-    StaleGenerationError,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import filetrust
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import DEFAULT_LEASE, Owner
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal_records import (  # noqa: F401 pylint: disable=unused-import
+    Idempotency,
+    IdempotencyClaim,
+    ProviderState,
+    Templates,
+)
+# The records' fields and helpers that callers import from here, as they did before the records had files of their own.
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal_rows import (  # noqa: F401 pylint: disable=unused-import
+    ANY,
+    DESIRED_STATES,
+    IDEMPOTENCY_TTL,
+    JSON_FIELDS,
+    LEGACY_FIELDS,
+    REDACTED,
+    SECRET_KEY,
+    TEMPLATE_STATES,
+    TIME_FIELDS,
+    WORKSPACE_ACTIVITIES,
+    WORKSPACE_FIELDS,
+    WORKSPACE_STATUSES,
+    claim_parts,
+    dumps,
+    epoch,
+    fingerprint,
+    iso,
+    redact,
+    row_dict,
+    runner_alive,
+)
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal_workspaces import AddressLeases, Intents, Workspaces
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner
 
 ENV_VAR = 'EPHEMERA_JOURNAL'
 URL_ENV_VAR = 'EPHEMERA_JOURNAL_URL'
 SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 60000
-IDEMPOTENCY_TTL = 24 * 3600
-
-WORKSPACE_STATUSES = ('requested', 'provisioning', 'booting', 'bootstrapping', 'registering',
-                      'ready', 'failed', 'destroying', 'destroyed', 'template')
-WORKSPACE_ACTIVITIES = ('active', 'idle', 'blocked', 'unknown')
-DESIRED_STATES = ('present', 'destroyed')
-
-# Workspace columns a caller may set, and how they are stored (JSON columns hold dicts/lists). The resource is named
-# provider-neutrally: which provider, its id there, the id recorded before the allocation, where it lives, and the
-# provider's task handles by step.
-WORKSPACE_FIELDS = ('status', 'activity', 'desired_state', 'provider', 'location', 'resource_id', 'candidate_id',
-                    'provider_tasks', 'address', 'repo', 'ref', 'purpose', 'failure', 'params', 'progress', 'facts',
-                    'lease', 'lease_expires_at', 'cleanup')
-# The names these fields had in schema 1 (Proxmox's words). Records carry them as read-only copies, and writes may
-# still use them, so that what users and older callers read keeps its meaning.
-LEGACY_FIELDS = (('node', 'location'), ('vmid', 'resource_id'), ('candidate_vmid', 'candidate_id'),
-                 ('upids', 'provider_tasks'))
-JSON_FIELDS = ('provider_tasks', 'failure', 'params', 'detail', 'resources', 'result', 'owner', 'progress', 'facts',
-               'steps', 'lease', 'cleanup', 'source', 'tools', 'errors')
-TIME_FIELDS = ('created_at', 'updated_at', 'at', 'started_at', 'ended_at', 'next_retry', 'expires_at', 'leased_at',
-               'step_at', 'lease_expires', 'seen_at', 'lease_expires_at', 'finished_at')
-
-# Keys whose values never reach the journal, whatever a caller passes in an event or a result.
-SECRET_KEY = re.compile(r'pass(word)?|secret|token|private|credential|api_key|apikey', re.I)
-REDACTED = '********'
 
 # Each entry migrates a journal from the schema version equal to its index to the next one.
 # A released entry is never edited: later versions append entries so that any older journal
@@ -332,9 +332,6 @@ for _views in READ_VIEWS.values():
     CREATE TEMP VIEW provider_state AS
         SELECT NULL AS key, NULL AS value, NULL AS generation, NULL AS updated_at WHERE 0
     """)
-TEMPLATE_STATES = ('building', 'built', 'failed')
-# switch_template without a compare-and-set on the current version.
-ANY = object()
 
 # SQLite's primary result codes: of a damaged file (CORRUPT, NOTADB), of a -wal/-shm it cannot make (READONLY, CANTOPEN).
 SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_CANTOPEN, SQLITE_NOTADB = 8, 11, 14, 26
@@ -382,58 +379,6 @@ def resolve_location(path=None, url=None):
         from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal_pg import display
         return display(url)
     return resolve_path(path)
-
-
-def redact(value):
-    """A copy of ``value`` with every secret-looking key's value replaced by ``********``."""
-    if isinstance(value, dict):
-        return {k: REDACTED if SECRET_KEY.search(str(k)) and v not in (None, '') else redact(v)
-                for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redact(v) for v in value]
-    return value
-
-
-def fingerprint(request):
-    """SHA-256 of the request in canonical JSON: the same request always gives the same print."""
-    return hashlib.sha256(json.dumps(request, sort_keys=True, separators=(',', ':'), default=str).encode()).hexdigest()
-
-
-def iso(ts):
-    if ts is None:
-        return None
-    return datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%fZ')
-
-
-def epoch(stamp):
-    """The seconds since the epoch of a time as :func:`iso` writes it (None for None)."""
-    if not stamp:
-        return None
-    return (datetime.datetime.strptime(stamp, '%Y-%m-%dT%H:%M:%S.%fZ').replace(tzinfo=datetime.timezone.utc)
-            - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)).total_seconds()
-
-
-def runner_alive(row, now):
-    """Whether the runner of a queue entry (a row of ``queue``) lives: on this host its process (pid and start time),
-    on another host the claim's lease, which every write under the claim renews (see ``queue.py``)."""
-    owner = Owner.from_record(row['owner'], row['lease_expires'])
-    return owner is not None and owner.is_alive(now)
-
-
-def _dumps(value):
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def _row_dict(row):
-    out = {}
-    for key in row.keys():
-        value = row[key]
-        if key in JSON_FIELDS and value is not None:
-            value = json.loads(value)
-        elif key in TIME_FIELDS:
-            value = iso(value)
-        out[key] = value
-    return out
 
 
 class JournalDamaged(JournalError):
@@ -525,17 +470,13 @@ def _sqlite_connect(target, path, uri=False):
     return conn
 
 
-class IdempotencyClaim:
-    """What :meth:`Journal.begin_idempotent` hands back: a fresh claim, or the replay of a stored result."""
+class Journal(Workspaces, Intents, AddressLeases, Idempotency, ProviderState, Templates):
+    """One open journal. Create it with :meth:`Journal.open`; use it as a context manager or call close().
 
-    def __init__(self, key_hash, replayed, result=None):
-        self.key_hash = key_hash
-        self.replayed = replayed
-        self.result = result
-
-
-class Journal:
-    """One open journal. Create it with :meth:`Journal.open`; use it as a context manager or call close()."""
+    This class is the store: opening (SQLite or PostgreSQL, ``journal_pg.py``), migrations, transactions and the
+    claim check. What it stores, and how, is in the records it is made of: ``journal_workspaces.py`` (workspaces
+    and events, intents and cleanup debt, address leases) and ``journal_records.py`` (idempotency keys, provider
+    state, templates)."""
 
     def __init__(self, path, conn, actor=None, access='read-write', backend='sqlite'):
         self.path = path
@@ -551,6 +492,12 @@ class Journal:
     @property
     def readonly(self):
         return self.access != 'read-write'
+
+    @property
+    def connection(self):
+        """The journal's connection, for reads outside a transaction (the queue's: entries and their requesters).
+        Writes go through :meth:`transaction`."""
+        return self._conn
 
     def reopen(self):
         """Another connection to this same journal (for a thread of its own: a connection serves one at a time)."""
@@ -908,10 +855,10 @@ class Journal:
 
     def _one(self, sql, args=()):
         row = self._conn.execute(sql, args).fetchone()
-        return _row_dict(row) if row is not None else None
+        return row_dict(row) if row is not None else None
 
     def _all(self, sql, args=()):
-        return [_row_dict(row) for row in self._conn.execute(sql, args).fetchall()]
+        return [row_dict(row) for row in self._conn.execute(sql, args).fetchall()]
 
     @property
     def controller_id(self):
@@ -945,573 +892,6 @@ class Journal:
         if self.backend == 'postgresql':
             return int(self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
         return self._conn.execute('PRAGMA user_version').fetchone()[0]
-
-    # --------------------------------------------------------------- workspaces
-
-    @staticmethod
-    def _fields(fields):
-        """``fields`` with the names of schema 1 (vmid, node, ...) given as today's."""
-        fields = dict(fields)
-        for old, new in LEGACY_FIELDS:
-            if old in fields:
-                if new in fields:
-                    raise JournalError('Give %s or %s (its former name), not both.' % (new, old))
-                fields[new] = fields.pop(old)
-        return fields
-
-    @staticmethod
-    def _workspace(record):
-        """A workspace record with the fields' former names as read-only copies."""
-        if record is not None:
-            for old, new in LEGACY_FIELDS:
-                record[old] = record[new]
-        return record
-
-    @staticmethod
-    def _check_fields(fields):
-        unknown = set(fields) - set(WORKSPACE_FIELDS)
-        if unknown:
-            raise JournalError('Unknown workspace field(s): %s.' % ', '.join(sorted(unknown)))
-        if 'status' in fields and fields['status'] not in WORKSPACE_STATUSES:
-            raise JournalError('Unknown workspace status %r; expected one of %s.'
-                               % (fields['status'], ', '.join(WORKSPACE_STATUSES)))
-        if 'activity' in fields and fields['activity'] not in WORKSPACE_ACTIVITIES:
-            raise JournalError('Unknown workspace activity %r; expected one of %s.'
-                               % (fields['activity'], ', '.join(WORKSPACE_ACTIVITIES)))
-        if 'desired_state' in fields and fields['desired_state'] not in DESIRED_STATES:
-            raise JournalError('Unknown desired state %r; expected one of %s.'
-                               % (fields['desired_state'], ', '.join(DESIRED_STATES)))
-
-    def _column_value(self, key, value):
-        if key in JSON_FIELDS:
-            return _dumps(redact(value))
-        if key in ('resource_id', 'candidate_id') and self.backend == 'postgresql':
-            # PostgreSQL's columns have one type; the id keeps its own (an integer VMID, a cloud's text id) as JSON.
-            return None if value is None else json.dumps(value)
-        return value
-
-    def create_workspace(self, name, event=None, claim=None, **fields):
-        """Record a new workspace (status ``requested`` unless given) at generation 1 and return it.
-
-        Raises :class:`JournalError` when a record with that name exists already: the caller reads
-        it and decides (resume, or refuse different parameters). ``claim``: see :meth:`transaction`.
-        """
-        fields = self._fields(fields)
-        fields.setdefault('status', 'requested')
-        self._check_fields(fields)
-        now = time.time()
-        cols = ['name', 'created_at', 'updated_at', 'generation'] + sorted(fields)
-        values = [name, now, now, 1] + [self._column_value(k, fields[k]) for k in sorted(fields)]
-        with self.transaction(claim, point='create_workspace') as conn:
-            try:
-                conn.execute('INSERT INTO workspaces (%s) VALUES (%s)' % (', '.join(cols), ', '.join('?' * len(cols))),
-                             values)
-            except sqlite3.IntegrityError:
-                raise JournalError('A workspace named %r is already recorded in %s.' % (name, self.path),
-                                   workspace=name)
-            self._append_event(conn, name, 'recorded', 'create_workspace', dict(fields, **(event or {})), now)
-        return self.get_workspace(name)
-
-    def get_workspace(self, name):
-        """The workspace record as a dict, or None."""
-        return self._workspace(self._one('SELECT * FROM workspaces WHERE name = ?', (name,)))
-
-    def list_workspaces(self, status=None, activity=None, names=None):
-        """Workspace records, filtered by status, activity and names (each a value or a list), by name."""
-        where, args = [], []
-        for column, wanted in (('status', status), ('activity', activity), ('name', names)):
-            if wanted:
-                wanted = [wanted] if isinstance(wanted, str) else list(wanted)
-                where.append('%s IN (%s)' % (column, ', '.join('?' * len(wanted))))
-                args.extend(wanted)
-        sql = 'SELECT * FROM workspaces' + (' WHERE ' + ' AND '.join(where) if where else '') + ' ORDER BY name'
-        return [self._workspace(record) for record in self._all(sql, args)]
-
-    def update_workspace(self, name, generation, event=None, claim=None, **fields):
-        """Compare-and-set: apply ``fields`` only if the record is still at ``generation``.
-
-        ``event`` (a dict with ``kind``, ``action`` and optional ``detail``) is appended to the
-        event log in the same transaction, so the record and its history never disagree.
-        Returns the new record; raises :class:`StaleGenerationError` and writes nothing if the
-        record moved on (or vanished) since the caller read it, or (:class:`ClaimLostError`) if
-        ``claim`` is given and no longer held.
-        """
-        fields = self._fields(fields)
-        self._check_fields(fields)
-        with self.transaction(claim, point=event['action'] if event else 'update_workspace', exclusive=False) as conn:
-            self._compare_and_set(conn, name, generation, fields, event)
-        return self.get_workspace(name)
-
-    def amend_workspace(self, name, change, claim=None):
-        """Read workspace ``name`` and write what ``change(record)`` decides, in one transaction that holds the record
-        from the read to the write (PostgreSQL: ``SELECT ... FOR UPDATE``; SQLite: its write lock), so that no other
-        run's update comes between and nothing is retried: for a record that many runs touch at once (heartbeats,
-        a sweep's outcome beside a running step). ``change`` gets the record (None when it is not recorded) and
-        returns None (nothing to write) or ``(fields, event)``; it runs while the record is held, so it must not wait
-        on anything, and what it raises ends the transaction with nothing written. Returns the record as it is
-        after."""
-        lock = ' FOR UPDATE' if self.backend == 'postgresql' else ''
-        with self.transaction(claim, point='amend_workspace', exclusive=False) as conn:
-            row = conn.execute('SELECT * FROM workspaces WHERE name = ?' + lock, (name,)).fetchone()
-            ws = self._workspace(_row_dict(row) if row is not None else None)
-            decided = change(ws)
-            if decided is None:
-                return ws
-            fields, event = decided
-            fields = self._fields(fields)
-            self._check_fields(fields)
-            self._compare_and_set(conn, name, ws['generation'], fields, event)
-        return self.get_workspace(name)
-
-    def _compare_and_set(self, conn, name, generation, fields, event):
-        now = time.time()
-        keys = sorted(fields)
-        assignments = ', '.join('%s = ?' % k for k in keys + ['updated_at']) + ', generation = generation + 1'
-        args = [self._column_value(k, fields[k]) for k in keys] + [now, name, generation]
-        cur = conn.execute('UPDATE workspaces SET %s WHERE name = ? AND generation = ?' % assignments, args)
-        if cur.rowcount != 1:
-            row = conn.execute('SELECT generation FROM workspaces WHERE name = ?', (name,)).fetchone()
-            if row is None:
-                raise StaleGenerationError('Workspace %r is not recorded in the journal; nothing was written.'
-                                           % name, workspace=name)
-            raise StaleGenerationError(
-                'Workspace %r changed while this run worked on it (expected generation %d, found %d): another run '
-                'updated it first. Nothing was written; re-read the workspace and try again.'
-                % (name, generation, row[0]), workspace=name, expected=generation, found=row[0])
-        if event is not None:
-            self._append_event(conn, name, event.get('kind', 'transition'), event['action'],
-                               event.get('detail', fields), now)
-
-    # ------------------------------------------------------------------- events
-
-    def _append_event(self, conn, workspace, kind, action, detail, now=None):
-        conn.execute('INSERT INTO events (workspace, at, actor, kind, action, detail) VALUES (?, ?, ?, ?, ?, ?)',
-                     (workspace, now or time.time(), self.actor, kind, action, _dumps(redact(detail or {}))))
-
-    def append_event(self, workspace, kind, action, detail=None, claim=None):
-        """Append one entry to a workspace's event log: ``kind`` is e.g. dispatched, observed, note."""
-        with self.transaction(claim, point=action, exclusive=False) as conn:
-            self._append_event(conn, workspace, kind, action, detail)
-
-    def events(self, workspace, limit=None):
-        """The workspace's event log, oldest first (the last ``limit`` entries if given)."""
-        if limit:
-            rows = self._all('SELECT * FROM events WHERE workspace = ? ORDER BY id DESC LIMIT ?', (workspace, int(limit)))
-            return list(reversed(rows))
-        return self._all('SELECT * FROM events WHERE workspace = ? ORDER BY id', (workspace,))
-
-    # ------------------------------------------------------------------ intents
-
-    def open_intent(self, op, target, resources=None, owner=None, claim=None):
-        """Record that ``op`` on ``target`` is about to run, owned by this process; returns the intent."""
-        owner = owner or Owner.current()
-        with self.transaction(claim, point='open_intent') as conn:
-            cur = conn.execute('INSERT INTO intents (op, target, owner, started_at, resources) VALUES (?, ?, ?, ?, ?)',
-                               (op, target, _dumps(owner.to_dict()), time.time(), _dumps(resources or [])))
-            intent_id = cur.lastrowid
-        return self.get_intent(intent_id)
-
-    def get_intent(self, intent_id):
-        return self._one('SELECT * FROM intents WHERE id = ?', (intent_id,))
-
-    def update_intent(self, intent_id, generation, resources=None, attempts=None, owner=None, state=None, result=None,
-                      claim=None):
-        """Compare-and-set on an intent: add resources it may have allocated, take it over, or close it."""
-        sets, args = [], []
-        if resources is not None:
-            sets.append('resources = ?')
-            args.append(_dumps(resources))
-        if attempts is not None:
-            sets.append('attempts = ?')
-            args.append(int(attempts))
-        if owner is not None:
-            sets.append('owner = ?')
-            args.append(_dumps(owner.to_dict()))
-        if state is not None:
-            if state not in ('open', 'done', 'failed', 'abandoned'):
-                raise JournalError('Unknown intent state %r.' % state)
-            sets.append('state = ?')
-            args.append(state)
-            if state != 'open':
-                sets.append('ended_at = ?')
-                args.append(time.time())
-        if result is not None:
-            sets.append('result = ?')
-            args.append(_dumps(redact(result)))
-        sets.append('generation = generation + 1')
-        with self.transaction(claim, point='update_intent') as conn:
-            cur = conn.execute('UPDATE intents SET %s WHERE id = ? AND generation = ?' % ', '.join(sets),
-                               args + [intent_id, generation])
-            if cur.rowcount != 1:
-                raise StaleGenerationError('Intent %d changed since generation %d; nothing was written.'
-                                           % (intent_id, generation), intent=intent_id)
-        return self.get_intent(intent_id)
-
-    def open_intents(self, target=None):
-        if target is None:
-            return self._all("SELECT * FROM intents WHERE state = 'open' ORDER BY id")
-        return self._all("SELECT * FROM intents WHERE state = 'open' AND target = ? ORDER BY id", (target,))
-
-    @staticmethod
-    def intent_owner(intent):
-        return Owner.from_dict(intent['owner'])
-
-    # ------------------------------------------------------------- cleanup debt
-
-    def record_cleanup_debt(self, workspace, resource, error, retry_in=300.0, claim=None):
-        """Remember a cleanup that could not finish; repeated failures count up ``attempts``."""
-        now = time.time()
-        with self.transaction(claim, point='cleanup_debt') as conn:
-            conn.execute(
-                'INSERT INTO cleanup_debt (workspace, resource, attempts, last_error, next_retry, created_at, updated_at) '
-                'VALUES (?, ?, 1, ?, ?, ?, ?) ON CONFLICT (workspace, resource) DO UPDATE SET '
-                'attempts = cleanup_debt.attempts + 1, last_error = excluded.last_error, next_retry = excluded.next_retry, '
-                'updated_at = excluded.updated_at',
-                (workspace, resource, str(error), now + retry_in, now, now))
-            self._append_event(conn, workspace, 'observed', 'cleanup_debt',
-                               {'resource': resource, 'error': str(error)}, now)
-        return self._one('SELECT * FROM cleanup_debt WHERE workspace = ? AND resource = ?', (workspace, resource))
-
-    def clear_cleanup_debt(self, workspace, resource, claim=None):
-        """Settle a debt once the cleanup was confirmed; returns True if there was one."""
-        with self.transaction(claim, point='cleanup_debt_cleared') as conn:
-            cur = conn.execute('DELETE FROM cleanup_debt WHERE workspace = ? AND resource = ?', (workspace, resource))
-            if cur.rowcount:
-                self._append_event(conn, workspace, 'observed', 'cleanup_debt_settled', {'resource': resource})
-            return cur.rowcount == 1
-
-    def cleanup_debts(self, workspace=None, due_only=False):
-        where, args = [], []
-        if workspace is not None:
-            where.append('workspace = ?')
-            args.append(workspace)
-        if due_only:
-            where.append('next_retry <= ?')
-            args.append(time.time())
-        sql = 'SELECT * FROM cleanup_debt' + (' WHERE ' + ' AND '.join(where) if where else '')
-        return self._all(sql + ' ORDER BY workspace, resource', args)
-
-    # ----------------------------------------------------------- address leases
-
-    def lease_address(self, pool, workspace, candidates, claim=None):
-        """The address leased to ``workspace`` from ``pool``: its existing lease, else the first free candidate.
-
-        A lease is held until :meth:`release_address`, so an address is never handed out twice,
-        however many forks allocate at once. Raises JournalError when every candidate is taken.
-        """
-        now = time.time()
-        with self.transaction(claim, point='address_lease') as conn:
-            row = conn.execute('SELECT address FROM address_leases WHERE pool = ? AND workspace = ?',
-                               (pool, workspace)).fetchone()
-            if row is not None:
-                return row[0]
-            taken = set(r[0] for r in conn.execute('SELECT address FROM address_leases'))
-            for address in candidates:
-                if address not in taken:
-                    conn.execute('INSERT INTO address_leases (address, pool, workspace, leased_at) VALUES (?, ?, ?, ?)',
-                                 (address, pool, workspace, now))
-                    self._append_event(conn, workspace, 'recorded', 'address_leased', {'address': address, 'pool': pool},
-                                       now)
-                    return address
-        raise JournalError('Every address of the range %s is leased (%d in use). Release addresses by destroying '
-                           'workspaces, or widen the range.' % (pool, len(taken)), pool=pool)
-
-    def release_address(self, workspace, claim=None):
-        """Give the workspace's leased addresses back; returns them."""
-        with self.transaction(claim, point='address_release') as conn:
-            rows = [r[0] for r in conn.execute('SELECT address FROM address_leases WHERE workspace = ?', (workspace,))]
-            if rows:
-                conn.execute('DELETE FROM address_leases WHERE workspace = ?', (workspace,))
-                self._append_event(conn, workspace, 'recorded', 'address_released', {'addresses': rows})
-        return rows
-
-    def address_leases(self, pool=None):
-        if pool is None:
-            return self._all('SELECT * FROM address_leases ORDER BY address')
-        return self._all('SELECT * FROM address_leases WHERE pool = ? ORDER BY address', (pool,))
-
-    # -------------------------------------------------------------- idempotency
-
-    def idempotency_hash(self, key, action, controller=None):
-        controller = controller or self.controller_id
-        return hashlib.sha256(('%s\0%s\0%s' % (controller, action, key)).encode('utf-8')).hexdigest()
-
-    def begin_idempotent(self, key, action, request, controller=None, owner=None, now=None, claim=None,
-                         lease=DEFAULT_LEASE):
-        """Claim an idempotency key before doing ``action`` for ``request``.
-
-        - first use: a fresh claim (``replayed`` False); the caller does the work, then calls
-          :meth:`finish_idempotent` (or :meth:`abandon_idempotent` if it failed);
-        - same key, same request, finished: the stored result (``replayed`` True); do nothing;
-        - same key, different request: :class:`IdempotencyError`;
-        - same key while its first use still runs: :class:`IdempotencyError` (refused). If that
-          first owner died, this caller takes the claim over and resumes.
-
-        Whether the first use still runs is judged as a queue claim is: a key claimed under a queued operation's
-        ``claim`` lives while that operation runs with a live runner (on this host its process, on another host the
-        claim's renewed lease), and a run that holds that operation's claim now (it took it over) goes on with the
-        key. A key claimed outside the queue carries a lease of its own (``lease`` seconds from its claim), so that an
-        owner on another host that died frees it then instead of after the record's 24 h.
-
-        Keys are scoped by controller and action and stored only as a SHA-256 hash; records
-        expire 24 h after they were made.
-        """
-        controller = controller or self.controller_id
-        owner = owner or Owner.current()
-        key_hash = self.idempotency_hash(key, action, controller)
-        print_ = fingerprint(request)
-        with self.transaction(point='idempotency_begin') as conn:
-            now = self.clock(conn) if now is None else now
-            mine = self._idempotency_owner(owner, claim, now, lease)
-            conn.execute('DELETE FROM idempotency WHERE expires_at <= ?', (now,))
-            row = conn.execute('SELECT * FROM idempotency WHERE key_hash = ?', (key_hash,)).fetchone()
-            if row is None:
-                conn.execute('INSERT INTO idempotency (key_hash, controller, action, fingerprint, state, owner, '
-                             'created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
-                             (key_hash, controller, action, print_, 'in_flight', _dumps(mine), now,
-                              now + IDEMPOTENCY_TTL))
-                return IdempotencyClaim(key_hash, replayed=False)
-            if row['fingerprint'] != print_:
-                raise IdempotencyError('The idempotency key was already used for a different %s request. Use a new '
-                                       'key for a new request, or repeat the original request unchanged.' % action,
-                                       action=action)
-            if row['state'] == 'done':
-                return IdempotencyClaim(key_hash, replayed=True, result=json.loads(row['result']))
-            first = json.loads(row['owner'])
-            if Owner.from_dict(first) == owner or (claim is not None and first.get('entry_id') == mine['entry_id']):
-                # The same run asks again (a later step of the operation it claimed the key for), or the run that
-                # holds that operation's claim now (it took the operation over).
-                if first != mine:
-                    conn.execute('UPDATE idempotency SET owner = ? WHERE key_hash = ?', (_dumps(mine), key_hash))
-                return IdempotencyClaim(key_hash, replayed=False)
-            if self._idempotency_owner_alive(conn, first, now):
-                raise IdempotencyError('A %s with this idempotency key is still running (%s). Wait for it to finish, '
-                                       'then repeat this request to get its result.'
-                                       % (action, self._idempotency_owner_text(first)), action=action)
-            conn.execute('UPDATE idempotency SET owner = ? WHERE key_hash = ?', (_dumps(mine), key_hash))
-            return IdempotencyClaim(key_hash, replayed=False)
-
-    @staticmethod
-    def _idempotency_owner(owner, claim, now, lease):
-        """What an idempotency record keeps of its owner: the run, and the queued operation it works for (its
-        liveness is then that operation's runner's), else a lease of its own."""
-        mine = owner.to_dict()
-        if claim is not None:
-            mine.update(entry_id=claim_parts(claim)[0], lease_expires=None)
-        else:
-            mine.update(entry_id=None, lease_expires=now + float(lease))
-        return mine
-
-    @staticmethod
-    def _idempotency_owner_alive(conn, first, now):
-        if first.get('entry_id') is not None:
-            row = conn.execute('SELECT state, owner, lease_expires FROM queue WHERE id = ?',
-                               (first['entry_id'],)).fetchone()
-            return row is not None and row['state'] == 'running' and runner_alive(row, now)
-        return Owner.from_dict(first).is_alive(now)
-
-    @staticmethod
-    def _idempotency_owner_text(first):
-        text = '%s pid %s' % (first.get('host'), first.get('pid'))
-        if first.get('entry_id') is not None:
-            text += ', queued operation #%s' % first['entry_id']
-        return text
-
-    def finish_idempotent(self, claim, result):
-        """Store the result of a claimed request, so that a repeat replays it."""
-        with self.transaction(point='idempotency_finish') as conn:
-            conn.execute("UPDATE idempotency SET state = 'done', result = ? WHERE key_hash = ?",
-                         (_dumps(redact(result)), claim.key_hash))
-
-    def abandon_idempotent(self, claim):
-        """Forget a claim whose work failed, so that a retry with the same key runs again."""
-        with self.transaction(point='idempotency_abandon') as conn:
-            conn.execute("DELETE FROM idempotency WHERE key_hash = ? AND state = 'in_flight'", (claim.key_hash,))
-
-    # ----------------------------------------------------------- provider state
-
-    @staticmethod
-    def _state_key(key):
-        if not isinstance(key, str) or not key or len(key) > 400:
-            raise JournalError('A provider state key is a non-empty string of at most 400 characters (azure/set/'
-                               '<base>, say); got %r. Nothing was written.' % (key,))
-        return key
-
-    def provider_state(self, key):
-        """``(value, generation)`` of the provider state recorded under ``key``, or None."""
-        row = self._conn.execute('SELECT value, generation FROM provider_state WHERE key = ?',
-                                 (self._state_key(key),)).fetchone()
-        return None if row is None else (json.loads(row[0]), int(row[1]))
-
-    def provider_states(self, prefix=''):
-        """``[(key, value, generation)]`` of every provider state whose key starts with ``prefix``, by key."""
-        pattern = re.sub(r'([\\%_])', r'\\\1', prefix or '') + '%'
-        rows = self._conn.execute("SELECT key, value, generation FROM provider_state WHERE key LIKE ? ESCAPE '\\' "
-                                  'ORDER BY key', (pattern,)).fetchall()
-        # LIKE ignores the case of ASCII letters on SQLite: the prefix itself decides.
-        return [(row[0], json.loads(row[1]), int(row[2])) for row in rows if row[0].startswith(prefix or '')]
-
-    def put_provider_state(self, key, value, generation=None, claim=None, point=None):
-        """Compare-and-set the provider state under ``key`` to ``value`` (a JSON object): ``generation`` None
-        records it only if there is none yet, else only if it is still at ``generation``. Returns the new
-        generation. A caller that was overtaken gets :class:`StaleGenerationError` and nothing is written; ``claim``
-        fences it as every write of a queued operation (:meth:`transaction`); ``point`` names the commit for the
-        crash-safety tests (``journal <point>``; ``provider_state`` unless given)."""
-        key = self._state_key(key)
-        if not isinstance(value, dict):
-            raise JournalError('Provider state %s must be a JSON object (a dict), not %s. Nothing was written.'
-                               % (key, type(value).__name__), key=key)
-        try:
-            text = json.dumps(redact(value), sort_keys=True)
-        except (TypeError, ValueError) as err:
-            raise JournalError('Provider state %s is not JSON (%s). Nothing was written.' % (key, err), key=key)
-        now = time.time()
-        with self.transaction(claim, point=point or 'provider_state', exclusive=False) as conn:
-            if generation is None:
-                cur = conn.execute('INSERT OR IGNORE INTO provider_state (key, value, generation, updated_at) '
-                                   'VALUES (?, ?, 1, ?)', (key, text, now))
-                if cur.rowcount != 1:
-                    raise StaleGenerationError('Provider state %s is recorded already: another run recorded it first. '
-                                               'Nothing was written; read it and go on from it.' % key, key=key,
-                                               expected=None)
-                return 1
-            cur = conn.execute('UPDATE provider_state SET value = ?, generation = generation + 1, updated_at = ? '
-                               'WHERE key = ? AND generation = ?', (text, now, key, int(generation)))
-            if cur.rowcount != 1:
-                raise self._state_moved(conn, key, generation)
-        return int(generation) + 1
-
-    def delete_provider_state(self, key, generation, claim=None, point=None):
-        """Remove the provider state under ``key`` if it is still at ``generation`` (StaleGenerationError, nothing
-        removed, if not); ``claim`` and ``point`` as for :meth:`put_provider_state`."""
-        key = self._state_key(key)
-        with self.transaction(claim, point=point or 'provider_state_deleted', exclusive=False) as conn:
-            cur = conn.execute('DELETE FROM provider_state WHERE key = ? AND generation = ?', (key, int(generation)))
-            if cur.rowcount != 1:
-                raise self._state_moved(conn, key, generation)
-
-    @staticmethod
-    def _state_moved(conn, key, generation):
-        row = conn.execute('SELECT generation FROM provider_state WHERE key = ?', (key,)).fetchone()
-        if row is None:
-            return StaleGenerationError('Provider state %s is not recorded (expected generation %s): another run '
-                                        'removed it. Nothing was written.' % (key, generation), key=key,
-                                        expected=generation, found=None)
-        return StaleGenerationError('Provider state %s changed while this run worked on it (expected generation %s, '
-                                    'found %s): another run wrote it first. Nothing was written; read it again.'
-                                    % (key, generation, row[0]), key=key, expected=generation, found=int(row[0]))
-
-    # ---------------------------------------------------------------- templates
-
-    @staticmethod
-    def template_event_key(name):
-        """The event-log key of template ``name`` (events of non-workspace targets are logged as "<type>:<name>")."""
-        return 'template:%s' % name
-
-    def template(self, name):
-        """The pointer of template ``name`` ({name, current, previous, generation, ...}), or None."""
-        return self._one('SELECT * FROM templates WHERE name = ?', (name,))
-
-    def templates(self):
-        return self._all('SELECT * FROM templates ORDER BY name')
-
-    def template_version(self, name, version):
-        return self._one('SELECT * FROM template_versions WHERE name = ? AND version = ?', (name, int(version)))
-
-    def template_versions(self, name=None, state=None):
-        """Versions of template ``name`` (every template's without one), oldest first."""
-        where, args = [], []
-        if name is not None:
-            where.append('name = ?')
-            args.append(name)
-        if state is not None:
-            where.append('state = ?')
-            args.append(state)
-        sql = 'SELECT * FROM template_versions' + (' WHERE ' + ' AND '.join(where) if where else '')
-        return self._all(sql + ' ORDER BY name, version', args)
-
-    def begin_template_version(self, name, source, workspace_of, entry=None, claim=None):
-        """Record the next version of template ``name`` as ``building`` (from ``source``, a dict), before anything
-        is cloned; ``workspace_of(version)`` names the workspace record that carries its candidate. Returns it."""
-        now = time.time()
-        with self.transaction(claim, point='template_version') as conn:
-            row = conn.execute('SELECT MAX(version) FROM template_versions WHERE name = ?', (name,)).fetchone()
-            version = (row[0] or 0) + 1
-            conn.execute('INSERT INTO template_versions (name, version, state, source, workspace, created_at, entry) '
-                         "VALUES (?, ?, 'building', ?, ?, ?, ?)",
-                         (name, version, _dumps(source), workspace_of(version), now, entry))
-            self._append_event(conn, self.template_event_key(name), 'recorded', 'build_started',
-                               {'version': version, 'source': source, 'workspace': workspace_of(version)}, now)
-        return self.template_version(name, version)
-
-    def update_template_version(self, name, version, state=None, claim=None, **fields):
-        """Set ``state`` (building, built, failed) and ``fields`` (resource_id, location, provider, tools, errors)
-        of a version, with an event."""
-        sets, args = [], []
-        if state is not None:
-            if state not in TEMPLATE_STATES:
-                raise JournalError('Unknown template version state %r; expected one of %s.'
-                                   % (state, ', '.join(TEMPLATE_STATES)))
-            sets += ['state = ?', 'finished_at = ?']
-            args += [state, time.time() if state != 'building' else None]
-        for key in sorted(fields):
-            if key not in ('resource_id', 'location', 'provider', 'tools', 'errors'):
-                raise JournalError('Unknown template version field %r.' % key)
-            sets.append('%s = ?' % key)
-            args.append(self._column_value(key, fields[key]))
-        with self.transaction(claim, point='template_version_update') as conn:
-            cur = conn.execute('UPDATE template_versions SET %s WHERE name = ? AND version = ?' % ', '.join(sets),
-                               args + [name, int(version)])
-            if cur.rowcount != 1:
-                raise JournalError('Template %s has no version %s recorded; nothing was written.' % (name, version))
-            self._append_event(conn, self.template_event_key(name), 'observed', 'version_' + (state or 'updated'),
-                               dict(fields, version=version, state=state))
-        return self.template_version(name, version)
-
-    def switch_template(self, name, version, expected=ANY, claim=None, finish_build=False):
-        """Point template ``name`` at ``version`` (a built one) in one transaction; ``expected`` is the version the
-        caller read as current (compare-and-set: StaleGenerationError if it moved). With ``finish_build``, the
-        version's own state goes from building to built in the same transaction. Returns the pointer."""
-        now = time.time()
-        with self.transaction(claim, point='template_switch') as conn:
-            row = conn.execute('SELECT state FROM template_versions WHERE name = ? AND version = ?',
-                               (name, int(version))).fetchone()
-            wanted = 'building' if finish_build else 'built'
-            if row is None or row[0] != wanted:
-                raise JournalError('Template %s version %s is %s, not %s: the pointer was not switched.'
-                                   % (name, version, row[0] if row else 'not recorded', wanted))
-            if finish_build:
-                conn.execute("UPDATE template_versions SET state = 'built', finished_at = ? WHERE name = ? AND version = ?",
-                             (now, name, int(version)))
-            pointer = conn.execute('SELECT current, generation FROM templates WHERE name = ?', (name,)).fetchone()
-            current = pointer[0] if pointer else None
-            if expected is not ANY and current != expected:
-                raise StaleGenerationError('Template %s points at version %s now, not %s: another run switched it. '
-                                           'Nothing was written; read it again.' % (name, current, expected))
-            if pointer is None:
-                conn.execute('INSERT INTO templates (name, current, previous, updated_at, generation) '
-                             'VALUES (?, ?, NULL, ?, 1)', (name, int(version), now))
-            else:
-                conn.execute('UPDATE templates SET previous = current, current = ?, updated_at = ?, '
-                             'generation = generation + 1 WHERE name = ?', (int(version), now, name))
-            self._append_event(conn, self.template_event_key(name), 'recorded', 'switched',
-                               {'from': current, 'to': int(version)}, now)
-        return self.template(name)
-
-    def template_events_of(self, name, limit=None):
-        return self.events(self.template_event_key(name), limit)
-
-
-def claim_parts(claim):
-    """``(entry_id, fence)`` of a claim: the dict ``{'entry_id': ..., 'fence': ...}`` that a queued run holds."""
-    try:
-        entry_id, fence = int(claim['entry_id']), str(claim['fence'])
-    except (KeyError, TypeError, ValueError):
-        raise JournalError('A claim is the dict {entry_id, fence} that ephemera.workspaces.operation returned as '
-                           '"claim" when it gave this run its turn; got %r.' % (claim,))
-    if not fence:
-        raise JournalError('The claim of operation #%d has an empty fence; pass the claim unchanged.' % entry_id)
-    return entry_id, fence
 
 
 def _split_sql(script):

@@ -32,7 +32,7 @@ import time
 import uuid
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import QueueError, QueueTimeout
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import (
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal_rows import (
     claim_parts,
     epoch,
     fingerprint,
@@ -253,14 +253,14 @@ class Queue:
                       'request': request_id}
             if parent_id is not None:
                 detail['parent'] = parent_id
-            self.journal._append_event(conn, event_key(target_type, target), 'queue',
-                                       'also_requested' if folded else 'enqueued', detail, now)
+            self.journal.record_event(conn, event_key(target_type, target), 'queue',
+                                      'also_requested' if folded else 'enqueued', detail, now)
         return Enqueued(self.get(entry_id), request_id, folded)
 
     def preview(self, kind, target, target_type=None, params=None, source=None, parent_id=None):
         """What :meth:`enqueue` would do, without writing: ``{action: run|wait|join, entry_id, ahead}``."""
         kind, target_type = self.check_request(kind, target, target_type, source)
-        conn = self.journal._conn
+        conn = self.journal.connection
         same = conn.execute("SELECT id FROM queue WHERE kind = ? AND target_type = ? AND target = ? AND fingerprint = ? "
                             "AND parent_id IS ? AND state = 'queued' ORDER BY id LIMIT 1",
                             (kind, target_type, target, fingerprint(redact(params or {})), parent_id)).fetchone()
@@ -385,8 +385,8 @@ class Queue:
                 return
             conn.execute("UPDATE queue_requests SET state = 'withdrawn' WHERE id = ?", (request_id,))
             entry = self._entry(conn, req['entry_id'])
-            self.journal._append_event(conn, event_key(entry['target_type'], entry['target']), 'queue', 'withdrawn',
-                                       {'entry': entry['id'], 'request': request_id, 'reason': reason}, now)
+            self.journal.record_event(conn, event_key(entry['target_type'], entry['target']), 'queue', 'withdrawn',
+                                      {'entry': entry['id'], 'request': request_id, 'reason': reason}, now)
             if entry['state'] == 'queued' and not self._live_requests(conn, entry['id'], now):
                 self._close(conn, entry, 'cancelled', {'reason': 'withdrawn: %s, and no other run waits for it' % reason},
                             now, 'cancelled')
@@ -404,8 +404,8 @@ class Queue:
             steps = (json.loads(entry['steps']) + [{'step': label, 'at': iso(now)}])[-STEPS_KEPT:]
             conn.execute('UPDATE queue SET step = ?, step_at = ?, steps = ? WHERE id = ?',
                          (label, now, json.dumps(steps), entry_id))
-            self.journal._append_event(conn, event_key(entry['target_type'], entry['target']), 'queue', 'step',
-                                       {'entry': entry_id, 'step': label, 'detail': detail or {}}, now)
+            self.journal.record_event(conn, event_key(entry['target_type'], entry['target']), 'queue', 'step',
+                                      {'entry': entry_id, 'step': label, 'detail': detail or {}}, now)
         return self.get(entry_id)
 
     def renew(self, claim):
@@ -461,7 +461,7 @@ class Queue:
 
     def get(self, entry_id, now=None):
         """One entry as a dict (with its requesters and children), or None."""
-        conn = self.journal._conn
+        conn = self.journal.connection
         row = conn.execute('SELECT * FROM queue WHERE id = ?', (entry_id,)).fetchone()
         return None if row is None else self._entry_dict(conn, row, self.journal.clock(conn) if now is None else now)
 
@@ -470,7 +470,7 @@ class Queue:
 
         The ancestors of each match come along, so that a cascade always shows from its root.
         """
-        conn = self.journal._conn
+        conn = self.journal.connection
         now = self.journal.clock(conn) if now is None else now
         where, args = [], []
         for column, wanted in (('target', target), ('target_type', target_type), ('kind', kinds), ('state', states),
@@ -558,9 +558,9 @@ class Queue:
 
     def _runner_lost(self, conn, row, now):
         conn.execute("UPDATE queue_requests SET state = 'lost' WHERE entry_id = ? AND state = 'running'", (row['id'],))
-        self.journal._append_event(conn, event_key(row['target_type'], row['target']), 'queue', 'runner_lost',
-                                   {'entry': row['id'], 'runner': json.loads(row['owner'] or '{}'), 'step': row['step'],
-                                    'claims': row['claims']}, now)
+        self.journal.record_event(conn, event_key(row['target_type'], row['target']), 'queue', 'runner_lost',
+                                  {'entry': row['id'], 'runner': json.loads(row['owner'] or '{}'), 'step': row['step'],
+                                   'claims': row['claims']}, now)
 
     def _claim(self, conn, req, entry, now):
         resumed = entry['state'] == 'running'
@@ -571,11 +571,11 @@ class Queue:
                      "claims = claims + 1, started_at = COALESCE(started_at, ?), updated_at = ? WHERE id = ?",
                      (req['owner'], self.lease, now + self.lease, fence, now, now, entry['id']))
         conn.execute("UPDATE queue_requests SET state = 'running' WHERE id = ?", (req['id'],))
-        self.journal._append_event(conn, event_key(entry['target_type'], entry['target']), 'queue',
-                                   'resumed' if resumed else 'started',
-                                   {'entry': entry['id'], 'kind': entry['kind'], 'request': req['id'],
-                                    'runner': json.loads(req['owner']), 'claims': entry['claims'] + 1,
-                                    'from_step': entry['step']}, now)
+        self.journal.record_event(conn, event_key(entry['target_type'], entry['target']), 'queue',
+                                  'resumed' if resumed else 'started',
+                                  {'entry': entry['id'], 'kind': entry['kind'], 'request': req['id'],
+                                   'runner': json.loads(req['owner']), 'claims': entry['claims'] + 1,
+                                   'from_step': entry['step']}, now)
         row = self._entry(conn, entry['id'])
         return Turn(CLAIMED, self._entry_dict(conn, row, now), req['id'], claim={'entry_id': row['id'], 'fence': fence},
                     resumed=resumed, previous_step=entry['step'] if resumed else None)
@@ -586,8 +586,8 @@ class Queue:
                      (state, json.dumps(redact(result), sort_keys=True, default=str), now, now, row['id']))
         conn.execute("UPDATE queue_requests SET state = CASE state WHEN 'running' THEN 'ran' ELSE 'served' END "
                      "WHERE entry_id = ? AND state IN ('waiting', 'running')", (row['id'],))
-        self.journal._append_event(conn, event_key(row['target_type'], row['target']), 'queue', action,
-                                   {'entry': row['id'], 'kind': row['kind'], 'state': state, 'result': result}, now)
+        self.journal.record_event(conn, event_key(row['target_type'], row['target']), 'queue', action,
+                                  {'entry': row['id'], 'kind': row['kind'], 'state': state, 'result': result}, now)
         if state == 'cancelled':
             for child in conn.execute("SELECT * FROM queue WHERE parent_id = ? AND state = 'queued'",
                                       (row['id'],)).fetchall():

@@ -36,34 +36,17 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import filetrust
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal
-from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal_records import (  # noqa: F401 pylint: disable=unused-import
-    Idempotency,
-    IdempotencyClaim,
-    ProviderState,
-    Templates,
-)
-# The records' fields and helpers that callers import from here, as they did before the records had files of their own.
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal_records import Idempotency, ProviderState, Templates
+# The records' fields and helpers that callers import from here (statuses, times, a claim's parts), as they did
+# before the records had files of their own.
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal_rows import (  # noqa: F401 pylint: disable=unused-import
-    ANY,
     DESIRED_STATES,
-    IDEMPOTENCY_TTL,
-    JSON_FIELDS,
-    LEGACY_FIELDS,
-    REDACTED,
-    SECRET_KEY,
-    TEMPLATE_STATES,
-    TIME_FIELDS,
     WORKSPACE_ACTIVITIES,
-    WORKSPACE_FIELDS,
     WORKSPACE_STATUSES,
     claim_parts,
-    dumps,
     epoch,
-    fingerprint,
     iso,
-    redact,
     row_dict,
-    runner_alive,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal_workspaces import AddressLeases, Intents, Workspaces
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_identity import Owner

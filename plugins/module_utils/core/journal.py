@@ -35,6 +35,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import filetrust
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import journal_schema
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import renewal
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal_records import Idempotency, ProviderState, Templates
 # The records' fields and helpers that callers import from here (statuses, times, a claim's parts), as they did
@@ -53,136 +54,16 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.run_ident
 
 ENV_VAR = 'EPHEMERA_JOURNAL'
 URL_ENV_VAR = 'EPHEMERA_JOURNAL_URL'
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = journal_schema.VERSION
 BUSY_TIMEOUT_MS = 60000
 
-# Each entry migrates a journal from the schema version equal to its index to the next one.
-# A released entry is never edited: later versions append entries so that any older journal
-# can be brought forward step by step.
+# Each entry migrates a journal from the schema version equal to its index to the next one. A new journal is made
+# at once at journal_schema.VERSION (the schema, written once for SQLite and PostgreSQL); these entries bring an older
+# file forward step by step. A released entry is never edited: a later version appends one.
 MIGRATIONS = [
-    """
-    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-    CREATE TABLE workspaces (
-        name            TEXT PRIMARY KEY,
-        status          TEXT NOT NULL,
-        activity        TEXT NOT NULL DEFAULT 'unknown',
-        desired_state   TEXT NOT NULL DEFAULT 'present',
-        node            TEXT,
-        vmid            INTEGER,
-        candidate_vmid  INTEGER,
-        upids           TEXT NOT NULL DEFAULT '{}',
-        address         TEXT,
-        repo            TEXT,
-        ref             TEXT,
-        purpose         TEXT,
-        failure         TEXT,
-        params          TEXT NOT NULL DEFAULT '{}',
-        progress        TEXT NOT NULL DEFAULT '{}',
-        facts           TEXT NOT NULL DEFAULT '{}',
-        created_at      REAL NOT NULL,
-        updated_at      REAL NOT NULL,
-        generation      INTEGER NOT NULL
-    );
-    CREATE INDEX workspaces_status ON workspaces (status);
-    CREATE INDEX workspaces_vmid ON workspaces (vmid);
-    CREATE TABLE events (
-        id         INTEGER PRIMARY KEY AUTOINCREMENT,
-        workspace  TEXT NOT NULL,
-        at         REAL NOT NULL,
-        actor      TEXT NOT NULL,
-        kind       TEXT NOT NULL,
-        action     TEXT NOT NULL,
-        detail     TEXT NOT NULL DEFAULT '{}'
-    );
-    CREATE INDEX events_workspace ON events (workspace, id);
-    CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
-        BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
-    CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events
-        BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
-    CREATE TABLE intents (
-        id          INTEGER PRIMARY KEY AUTOINCREMENT,
-        op          TEXT NOT NULL,
-        target      TEXT NOT NULL,
-        owner       TEXT NOT NULL,
-        state       TEXT NOT NULL DEFAULT 'open',
-        started_at  REAL NOT NULL,
-        ended_at    REAL,
-        attempts    INTEGER NOT NULL DEFAULT 1,
-        resources   TEXT NOT NULL DEFAULT '[]',
-        result      TEXT,
-        generation  INTEGER NOT NULL DEFAULT 1
-    );
-    CREATE INDEX intents_open ON intents (state, target);
-    CREATE TABLE cleanup_debt (
-        workspace   TEXT NOT NULL,
-        resource    TEXT NOT NULL,
-        attempts    INTEGER NOT NULL,
-        last_error  TEXT NOT NULL,
-        next_retry  REAL NOT NULL,
-        created_at  REAL NOT NULL,
-        updated_at  REAL NOT NULL,
-        PRIMARY KEY (workspace, resource)
-    );
-    CREATE TABLE address_leases (
-        address      TEXT PRIMARY KEY,
-        pool         TEXT NOT NULL,
-        workspace    TEXT NOT NULL,
-        leased_at    REAL NOT NULL
-    );
-    CREATE UNIQUE INDEX address_leases_workspace ON address_leases (pool, workspace);
-    CREATE TABLE queue (
-        id             INTEGER PRIMARY KEY AUTOINCREMENT,
-        kind           TEXT NOT NULL,
-        target_type    TEXT NOT NULL,
-        target         TEXT NOT NULL,
-        params         TEXT NOT NULL DEFAULT '{}',
-        fingerprint    TEXT NOT NULL,
-        source         TEXT NOT NULL,
-        parent_id      INTEGER REFERENCES queue (id),
-        state          TEXT NOT NULL DEFAULT 'queued',
-        step           TEXT,
-        step_at        REAL,
-        steps          TEXT NOT NULL DEFAULT '[]',
-        owner          TEXT,
-        lease_seconds  REAL,
-        lease_expires  REAL,
-        fence          TEXT,
-        claims         INTEGER NOT NULL DEFAULT 0,
-        result         TEXT,
-        created_at     REAL NOT NULL,
-        started_at     REAL,
-        updated_at     REAL NOT NULL,
-        ended_at       REAL
-    );
-    CREATE INDEX queue_target ON queue (target_type, target, state, id);
-    CREATE INDEX queue_state ON queue (state, id);
-    CREATE INDEX queue_parent ON queue (parent_id);
-    CREATE TABLE queue_requests (
-        id             INTEGER PRIMARY KEY AUTOINCREMENT,
-        entry_id       INTEGER NOT NULL REFERENCES queue (id),
-        requested_by   TEXT NOT NULL,
-        source         TEXT NOT NULL,
-        job_id         TEXT,
-        owner          TEXT NOT NULL,
-        waits          INTEGER NOT NULL,
-        state          TEXT NOT NULL DEFAULT 'waiting',
-        at             REAL NOT NULL,
-        seen_at        REAL NOT NULL,
-        lease_expires  REAL
-    );
-    CREATE INDEX queue_requests_entry ON queue_requests (entry_id, id);
-    CREATE TABLE idempotency (
-        key_hash     TEXT PRIMARY KEY,
-        controller   TEXT NOT NULL,
-        action       TEXT NOT NULL,
-        fingerprint  TEXT NOT NULL,
-        state        TEXT NOT NULL,
-        owner        TEXT NOT NULL,
-        result       TEXT,
-        created_at   REAL NOT NULL,
-        expires_at   REAL NOT NULL
-    );
-    """,
+    # 1: the first schema. Every journal of it exists already (tests/unit/plugins/module_utils/flows/data/journal-v1
+    # is one); a new journal starts at journal_schema.VERSION instead.
+    None,
     # 2: the workspace's resource in provider-neutral fields. The ids keep their type (no column affinity): a VMID
     # stays an integer, a cloud's id is text. Records of schema 1 are Proxmox's.
     """
@@ -743,11 +624,15 @@ class Journal(Workspaces, Intents, AddressLeases, Idempotency, ProviderState, Te
         conn.execute('BEGIN IMMEDIATE')
         try:
             # Read again under the write lock: another fork may have migrated meanwhile.
-            version = conn.execute('PRAGMA user_version').fetchone()[0]
+            version = made = conn.execute('PRAGMA user_version').fetchone()[0]
+            if made == 0:
+                for statement in journal_schema.statements('sqlite'):
+                    conn.execute(statement)
+                version = journal_schema.VERSION
             for step in range(version, SCHEMA_VERSION):
                 for statement in _split_sql(MIGRATIONS[step]):
                     conn.execute(statement)
-            if version == 0:
+            if made == 0:
                 conn.execute("INSERT INTO meta (key, value) VALUES ('controller_id', ?)", (str(uuid.uuid4()),))
                 conn.execute("INSERT INTO meta (key, value) VALUES ('created_at', ?)", (iso(time.time()),))
             conn.execute('PRAGMA user_version = %d' % SCHEMA_VERSION)

@@ -31,6 +31,7 @@ import re
 import sqlite3
 from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
+from ansible_collections.ephemera.workspaces.plugins.module_utils.core import journal_schema
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import JournalError, JournalMissing
 
 URL_ENV_VAR = 'EPHEMERA_JOURNAL_URL'
@@ -49,163 +50,10 @@ TYPED_COLUMNS = ('resource_id', 'candidate_id')
 QUERY_SECRETS = ('password', 'sslpassword', 'oauth_client_secret')
 _SECRET_NAME = re.compile(r'pass(?:word|phrase)|secret|token|credential', re.I)
 
-# Each entry: (from_version, to_version, script). Append-only: a released entry is never edited; a later schema
-# appends one (from, to) step. A new database is made at once at the schema of the first entry.
+# Each entry: (from_version, to_version, script): how a journal made by an older release is brought forward.
+# Append-only: a released entry is never edited; a later schema appends one (from, to) step. A new database is made
+# at once at journal_schema.VERSION, from the schema both stores share.
 MIGRATIONS = [
-    (0, 4, r"""
-    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-    CREATE TABLE workspaces (
-        name            TEXT PRIMARY KEY,
-        status          TEXT NOT NULL,
-        activity        TEXT NOT NULL DEFAULT 'unknown',
-        desired_state   TEXT NOT NULL DEFAULT 'present',
-        provider        TEXT NOT NULL DEFAULT 'proxmox',
-        location        TEXT,
-        resource_id     TEXT,
-        candidate_id    TEXT,
-        provider_tasks  TEXT NOT NULL DEFAULT '{}',
-        address         TEXT,
-        repo            TEXT,
-        ref             TEXT,
-        purpose         TEXT,
-        failure         TEXT,
-        params          TEXT NOT NULL DEFAULT '{}',
-        progress        TEXT NOT NULL DEFAULT '{}',
-        facts           TEXT NOT NULL DEFAULT '{}',
-        created_at      DOUBLE PRECISION NOT NULL,
-        updated_at      DOUBLE PRECISION NOT NULL,
-        generation      BIGINT NOT NULL,
-        lease           TEXT,
-        lease_expires_at DOUBLE PRECISION,
-        cleanup         TEXT NOT NULL DEFAULT '{}'
-    );
-    CREATE INDEX workspaces_status ON workspaces (status);
-    CREATE INDEX workspaces_resource ON workspaces (provider, resource_id);
-    CREATE INDEX workspaces_expiry ON workspaces (lease_expires_at);
-    CREATE TABLE events (
-        id         BIGSERIAL PRIMARY KEY,
-        workspace  TEXT NOT NULL,
-        at         DOUBLE PRECISION NOT NULL,
-        actor      TEXT NOT NULL,
-        kind       TEXT NOT NULL,
-        action     TEXT NOT NULL,
-        detail     TEXT NOT NULL DEFAULT '{}'
-    );
-    CREATE INDEX events_workspace ON events (workspace, id);
-    CREATE FUNCTION events_append_only() RETURNS trigger LANGUAGE plpgsql AS $body$
-        BEGIN RAISE EXCEPTION 'the event log is append-only'; END
-    $body$;
-    CREATE TRIGGER events_append_only_rows BEFORE UPDATE OR DELETE ON events
-        FOR EACH ROW EXECUTE FUNCTION events_append_only();
-    CREATE TRIGGER events_append_only_truncate BEFORE TRUNCATE ON events
-        FOR EACH STATEMENT EXECUTE FUNCTION events_append_only();
-    CREATE TABLE intents (
-        id          BIGSERIAL PRIMARY KEY,
-        op          TEXT NOT NULL,
-        target      TEXT NOT NULL,
-        owner       TEXT NOT NULL,
-        state       TEXT NOT NULL DEFAULT 'open',
-        started_at  DOUBLE PRECISION NOT NULL,
-        ended_at    DOUBLE PRECISION,
-        attempts    BIGINT NOT NULL DEFAULT 1,
-        resources   TEXT NOT NULL DEFAULT '[]',
-        result      TEXT,
-        generation  BIGINT NOT NULL DEFAULT 1
-    );
-    CREATE INDEX intents_open ON intents (state, target);
-    CREATE TABLE cleanup_debt (
-        workspace   TEXT NOT NULL,
-        resource    TEXT NOT NULL,
-        attempts    BIGINT NOT NULL,
-        last_error  TEXT NOT NULL,
-        next_retry  DOUBLE PRECISION NOT NULL,
-        created_at  DOUBLE PRECISION NOT NULL,
-        updated_at  DOUBLE PRECISION NOT NULL,
-        PRIMARY KEY (workspace, resource)
-    );
-    CREATE TABLE address_leases (
-        address      TEXT PRIMARY KEY,
-        pool         TEXT NOT NULL,
-        workspace    TEXT NOT NULL,
-        leased_at    DOUBLE PRECISION NOT NULL
-    );
-    CREATE UNIQUE INDEX address_leases_workspace ON address_leases (pool, workspace);
-    CREATE TABLE queue (
-        id             BIGSERIAL PRIMARY KEY,
-        kind           TEXT NOT NULL,
-        target_type    TEXT NOT NULL,
-        target         TEXT NOT NULL,
-        params         TEXT NOT NULL DEFAULT '{}',
-        fingerprint    TEXT NOT NULL,
-        source         TEXT NOT NULL,
-        parent_id      BIGINT REFERENCES queue (id),
-        state          TEXT NOT NULL DEFAULT 'queued',
-        step           TEXT,
-        step_at        DOUBLE PRECISION,
-        steps          TEXT NOT NULL DEFAULT '[]',
-        owner          TEXT,
-        lease_seconds  DOUBLE PRECISION,
-        lease_expires  DOUBLE PRECISION,
-        fence          TEXT,
-        claims         BIGINT NOT NULL DEFAULT 0,
-        result         TEXT,
-        created_at     DOUBLE PRECISION NOT NULL,
-        started_at     DOUBLE PRECISION,
-        updated_at     DOUBLE PRECISION NOT NULL,
-        ended_at       DOUBLE PRECISION
-    );
-    CREATE INDEX queue_target ON queue (target_type, target, state, id);
-    CREATE INDEX queue_state ON queue (state, id);
-    CREATE INDEX queue_parent ON queue (parent_id);
-    CREATE TABLE queue_requests (
-        id             BIGSERIAL PRIMARY KEY,
-        entry_id       BIGINT NOT NULL REFERENCES queue (id),
-        requested_by   TEXT NOT NULL,
-        source         TEXT NOT NULL,
-        job_id         TEXT,
-        owner          TEXT NOT NULL,
-        waits          INTEGER NOT NULL,
-        state          TEXT NOT NULL DEFAULT 'waiting',
-        at             DOUBLE PRECISION NOT NULL,
-        seen_at        DOUBLE PRECISION NOT NULL,
-        lease_expires  DOUBLE PRECISION
-    );
-    CREATE INDEX queue_requests_entry ON queue_requests (entry_id, id);
-    CREATE TABLE idempotency (
-        key_hash     TEXT PRIMARY KEY,
-        controller   TEXT NOT NULL,
-        action       TEXT NOT NULL,
-        fingerprint  TEXT NOT NULL,
-        state        TEXT NOT NULL,
-        owner        TEXT NOT NULL,
-        result       TEXT,
-        created_at   DOUBLE PRECISION NOT NULL,
-        expires_at   DOUBLE PRECISION NOT NULL
-    );
-    CREATE TABLE templates (
-        name            TEXT PRIMARY KEY,
-        current         BIGINT,
-        previous        BIGINT,
-        updated_at      DOUBLE PRECISION NOT NULL,
-        generation      BIGINT NOT NULL
-    );
-    CREATE TABLE template_versions (
-        name            TEXT NOT NULL,
-        version         BIGINT NOT NULL,
-        state           TEXT NOT NULL,
-        source          TEXT NOT NULL DEFAULT '{}',
-        workspace       TEXT NOT NULL,
-        provider        TEXT NOT NULL DEFAULT 'proxmox',
-        resource_id     TEXT,
-        location        TEXT,
-        tools           TEXT NOT NULL DEFAULT '{}',
-        errors          TEXT NOT NULL DEFAULT '[]',
-        entry           BIGINT,
-        created_at      DOUBLE PRECISION NOT NULL,
-        finished_at     DOUBLE PRECISION,
-        PRIMARY KEY (name, version)
-    );
-    """),
     # 5: the providers' own state (journal.py's migration 5): JSON records under a key, compare-and-set on generation.
     (4, 5, r"""
     CREATE TABLE provider_state (
@@ -216,8 +64,7 @@ MIGRATIONS = [
     );
     """),
 ]
-JOURNAL_TABLES = ('meta', 'workspaces', 'events', 'intents', 'cleanup_debt', 'address_leases', 'queue',
-                  'queue_requests', 'idempotency', 'templates', 'template_versions', 'provider_state')
+JOURNAL_TABLES = journal_schema.TABLE_NAMES
 
 
 def is_url(location):
@@ -625,6 +472,9 @@ def check_and_migrate(conn, path, target, create, first_meta=None):
         if version > target:
             raise _newer(path, version, target)
         made = version == 0
+        if made:
+            conn.script(';\n'.join(journal_schema.statements('postgresql')))
+            version = journal_schema.VERSION
         for start, end, script in MIGRATIONS:
             if start == version and end <= target:
                 conn.script(script)

@@ -44,6 +44,10 @@ class SqliteStore:
         finally:
             conn.close()
 
+    def set_schema_version(self, version):
+        """Say the journal is of schema ``version`` (a test that made it so, table by table)."""
+        self.raw('PRAGMA user_version = %d' % version)
+
     def blob(self):
         """Everything stored, as bytes (every file of the directory)."""
         data = b''
@@ -76,6 +80,9 @@ class PgStore:
         with psycopg.connect(self.url, autocommit=True) as conn:
             cur = conn.execute(sql)
             return cur.fetchall() if cur.description else []
+
+    def set_schema_version(self, version):
+        self.raw("UPDATE meta SET value = '%d' WHERE key = 'schema_version'" % version)
 
     def blob(self):
         data = b''

@@ -476,15 +476,17 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.module im
     open_journal,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import (
-    STEP_LABELS,
     STEPS,
     WARM_REST,
     CreateFlow,
     failure_message,
+    step_labels,
+    task_names,
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors import EphemeraError
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import resolve_location
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import provider_of
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import api_from_params, provider_argument_spec
 from ansible_collections.ephemera.workspaces.plugins.module_utils.operation import fail_step, running_step, running_steps
 
@@ -589,13 +591,16 @@ def run(module):
         try:
             flow = create_flow(module, params, journal, with_api=step not in GUEST_STEPS)
             failpoint.enter(params['name'], 'create.' + step)
-            with running_step(journal, params['claim'], STEP_LABELS[step], params['name'], module.check_mode):
+            with running_step(journal, params['claim'], flow.labels[step], params['name'], module.check_mode):
                 outcome = flow.run(step)
         except EphemeraError as err:
             result.update(err.details)
-            fail_step(module, failure_message(params['name'], step, err), journal, params['claim'], params['name'],
-                      **result)
+            fail_step(module, failure_message(params['name'], step, err, step_labels(provider_of(params))), journal,
+                      params['claim'], params['name'], **result)
         result.update(changed=outcome.changed, msg=outcome.msg, details=outcome.extra)
+        if step == 'request':
+            # What the role names steps 2 to 13 by: in the words of the provider.
+            result['task_names'] = task_names(provider_of(params))
         if outcome.diff is not None:
             result['diff'] = outcome.diff
         if step == 'vmid' and params['then_warm_rest'] and outcome.extra.get('from_pool') and not module.check_mode:
@@ -630,8 +635,8 @@ def run_warm_rest(module, params):
             flow.check_warm_rest()
         except EphemeraError as err:
             result.update(err.details)
-            fail_step(module, failure_message(params['name'], WARM_REST[0], err), journal, params['claim'],
-                      params['name'], **result)
+            fail_step(module, failure_message(params['name'], WARM_REST[0], err, step_labels(provider_of(params))),
+                      journal, params['claim'], params['name'], **result)
         ran = warm_rest(module, journal, flow, params, result)
         result.update(changed=any(each['changed'] for each in ran), msg='; '.join(each['msg'] for each in ran),
                       details={'steps': ran})
@@ -652,7 +657,7 @@ def warm_rest(module, journal, flow, params, result):
         with running_steps(journal, claim, name, module.check_mode) as record, flow.one_guest_connection():
             for current in WARM_REST:
                 failpoint.enter(name, 'create.' + current)
-                record(STEP_LABELS[current])
+                record(flow.labels[current])
                 outcome = flow.run(current)
                 ran.append(dict(step=current, changed=outcome.changed, msg=outcome.msg, details=outcome.extra))
                 if outcome.diff is not None:
@@ -661,7 +666,7 @@ def warm_rest(module, journal, flow, params, result):
         failed = {k: v for k, v in result.items() if k != 'msg'}
         failed['details'] = dict(result.get('details') or {}, steps=ran)
         failed.update(err.details)
-        fail_step(module, failure_message(name, current, err), journal, claim, name, **failed)
+        fail_step(module, failure_message(name, current, err, flow.labels), journal, claim, name, **failed)
     return ran
 
 

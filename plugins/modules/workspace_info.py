@@ -134,8 +134,14 @@ workspaces:
       description: V(present) or V(destroyed); what the last request asked for.
       type: str
     provider:
-      description: Who holds the workspace's resource, V(proxmox).
+      description: Who holds the workspace's resource, V(proxmox), V(aws), V(hetzner), V(gcp) or V(azure).
       type: str
+    resource:
+      description:
+        - The resource as messages name it, in the words of its provider, once its allocation was confirmed, else
+          null.
+      type: str
+      sample: instance i-0a1b2c3d4e5f67890 in eu-west-1
     resource_id:
       description: The resource's id once its allocation was confirmed (for Proxmox the container's VMID), else null.
       type: raw
@@ -289,6 +295,8 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import agents as agent_defs
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import pinning
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import provider_of
 
 
 def fork_tree(record):
@@ -327,6 +335,14 @@ def pool_membership(journal, record):
         if waiting else None}
 
 
+def resource_label(record):
+    """How messages name the record's resource ('CT 105 on pve1', 'instance i-0abc in eu-west-1'); None before its
+    allocation was confirmed."""
+    if record.get('resource_id') is None:
+        return None
+    return registry.provider_class(provider_of(record)).label(record['resource_id'], record.get('location'))
+
+
 def read_workspaces(journal, name=None, status=None, activity=None, events=False, events_limit=50):
     """The matching records, each with its cleanup debt, its operations and (optionally) its event log."""
     records = journal.list_workspaces(status=status, activity=activity, names=[name] if name else None)
@@ -339,6 +355,7 @@ def read_workspaces(journal, name=None, status=None, activity=None, events=False
         record['agent_summary'] = agent_defs.describe(record) if record['agent'] else None
         params = record.get('params') or {}
         record['ssh_command'] = pinning.ssh_command(record)
+        record['resource'] = resource_label(record)
         record['checkout_path'] = pinning.checkout_path(params.get('guest_root'), record.get('resource_id') or
                                                         record.get('vmid'), params.get('checkout_path'))
         record['operations'] = queue.entries(target=record['name'], target_type='workspace', recent=5)

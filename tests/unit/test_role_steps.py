@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import create, destroy
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NUMBERED = re.compile(r'^(\d+)/(\d+) ')
@@ -115,3 +116,47 @@ def test_a_create_from_a_warm_pool_skips_the_numbered_steps_as_one_task():
     steps = load_tasks('workspace_create', 'steps.yml')
     assert [task['ephemera.workspaces.workspace_create']['step'] for task in steps] == list(create.STEPS[2:])
     assert [task.get('when') for task in steps] == [None] * len(steps)
+
+
+TEMPLATED = re.compile(r"^(\d+)/13 \{\{ _workspace_create_request\.task_names\.(\w+) \| default\('(\w+)'\) \}\}(.*)$")
+
+
+def test_steps_2_to_6_are_named_in_the_provider_s_words_and_the_rest_as_the_flow_names_them():
+    tasks = [task for task, dummy in role_tasks('workspace_create')
+             if NUMBERED.match(task.get('name') or '') and 'ephemera.workspaces.workspace_create' in task]
+    by_step = {task['ephemera.workspaces.workspace_create']['step']: task['name'] for task in tasks}
+    words = registry.provider_class('aws').step_words()
+    for step in create.STEPS[1:]:
+        number = create.STEPS.index(step) + 1
+        match = TEMPLATED.match(by_step[step])
+        if step in words:
+            # Templated from step 1's answer (the module's task_names), falling back to the step's own name.
+            assert match and match.groups()[:3] == (str(number), step, step), by_step[step]
+        else:
+            assert match is None and by_step[step] == '%d/13 %s' % (number, create.TASK_NAMES[step])
+    assert by_step['request'] == '1/13 persist request'
+
+
+@pytest.mark.parametrize('provider', sorted(registry.PROVIDERS))
+def test_each_provider_names_its_allocation_in_its_own_words(provider):
+    names, labels = create.task_names(provider), create.step_labels(provider)
+    assert set(names) == set(labels) == set(create.STEPS)
+    words = ' '.join('%s %s' % (names[step], labels[step]) for step in create.STEPS).lower()
+    noun = registry.provider_class(provider).noun
+    assert names['configure'] == 'configure the %s' % noun and names['start'] == 'start the %s' % noun
+    if provider == 'proxmox':
+        assert (names['vmid'], names['clone'], names['wait_clone']) == (
+            'candidate vmid', 'clone the template', 'wait for the clone task')
+    else:
+        assert not [word for word in ('vmid', 'container', 'clone', 'template') if word in words], words
+    assert 'failed at step 3/13 (%s): no' % labels['clone'] in create.failure_message('w', 'clone', 'no', labels)
+
+
+def test_the_table_of_words_in_the_docs_is_the_providers_own():
+    with open(os.path.join(ROOT, 'docs', 'create.md')) as src:
+        rows = {line.split('|')[1].strip().strip('`'): [cell.strip() for cell in line.split('|')[2:-1]]
+                for line in src if line.startswith('| `') and line.count('|') == 7}
+    order = ['proxmox', 'aws', 'hetzner', 'gcp', 'azure']
+    assert sorted(order) == sorted(registry.PROVIDERS)
+    for step in ('vmid', 'clone', 'wait_clone', 'configure', 'start'):
+        assert rows[step] == [create.task_names(provider)[step] for provider in order], step

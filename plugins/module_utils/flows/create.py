@@ -48,6 +48,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base
     InvalidRequest,
     Locked,
     NotFound,
+    Provider,
     ProviderError,
     Refused,
     Settings,
@@ -84,11 +85,33 @@ STEPS = ('request', 'vmid', 'clone', 'wait_clone', 'configure', 'start', 'addres
 # module's step ``warm_rest``), one step after the other as the tasks of their own would run them, over one worker,
 # one journal connection and one SSH connection to the guest.
 WARM_REST = tuple(step for step in STEPS if step not in POOLED_STEPS and step != 'request')
+# Each step's short label (messages, failures, the queue's current step) and the role's task name for it. Steps 2 to 6
+# are said in the provider's words (Provider.step_words: "launch the instance" on EC2, "clone the template" on
+# Proxmox VE): step_labels() and task_names() of a provider; these are the words of the seam itself.
 STEP_LABELS = {
-    'request': 'persist request', 'vmid': 'candidate vmid', 'clone': 'clone', 'wait_clone': 'wait clone task',
-    'configure': 'configure', 'start': 'start', 'address': 'wait address', 'ssh': 'ssh', 'bootstrap': 'bootstrap',
+    'request': 'persist request', 'address': 'wait address', 'ssh': 'ssh', 'bootstrap': 'bootstrap',
     'checkout': 'checkout', 'runner': 'runner', 'brief': 'brief', 'ready': 'ready',
 }
+TASK_NAMES = {
+    'request': 'persist request', 'address': 'wait for its address', 'ssh': 'wait for SSH',
+    'bootstrap': 'bootstrap and inject credentials', 'checkout': 'check out the repository',
+    'runner': 'install the agent runner', 'brief': 'brief the agent', 'ready': 'mark ready',
+}
+STEP_LABELS.update((step, words[0]) for step, words in Provider.step_words().items())
+TASK_NAMES.update((step, words[1]) for step, words in Provider.step_words().items())
+
+
+def step_labels(provider):
+    """{step: short label} in the words of ``provider`` (its name)."""
+    return dict(STEP_LABELS, **{step: words[0] for step, words in registry.provider_class(provider).step_words().items()})
+
+
+def task_names(provider):
+    """{step: the role's task name} in the words of ``provider`` (its name): what step 1 answers, for the role to
+    name steps 2 to 13 by."""
+    return dict(TASK_NAMES, **{step: words[1] for step, words in registry.provider_class(provider).step_words().items()})
+
+
 # The status a workspace shows while each step runs.
 STEP_STATUS = {
     'request': 'requested', 'vmid': 'provisioning', 'clone': 'provisioning', 'wait_clone': 'provisioning',
@@ -138,12 +161,13 @@ class CreateError(EphemeraError):
     """A step could not finish; the message says what to do, ``step`` which step it was."""
 
 
-def failure_message(name, step, err):
-    """The one message a failed step ends with: the workspace, the step, what happened and what to do (``err``
-    says both)."""
+def failure_message(name, step, err, labels=None):
+    """The one message a failed step ends with: the workspace, the step (in ``labels``: step_labels() of the
+    provider), what happened and what to do (``err`` says both)."""
     if step == 'request':
         return 'The request for workspace %s was refused: %s' % (name, err)
-    return 'Workspace %s failed at step %d/%d (%s): %s' % (name, STEPS.index(step) + 1, len(STEPS), STEP_LABELS[step], err)
+    label = (labels or STEP_LABELS)[step]
+    return 'Workspace %s failed at step %d/%d (%s): %s' % (name, STEPS.index(step) + 1, len(STEPS), label, err)
 
 
 def validate_name(name):
@@ -370,6 +394,11 @@ class CreateFlow(Flow):
         return guest_ops.Layout(req['guest_root'], self.resource_id, req['checkout_path'], req['agent_user'])
 
     @property
+    def labels(self):
+        """The steps' short labels in the words of this workspace's provider (step_labels)."""
+        return step_labels(provider_of(self.ws or self.params))
+
+    @property
     def ssh_user(self):
         """The user this run logs in as (a connection setting of the run, not of the workspace)."""
         return self.params.get('ssh_user') or self.request.get('ssh_user') or 'root'
@@ -389,14 +418,14 @@ class CreateFlow(Flow):
         failpoint.enter(self.name, 'create.' + step)
         if step != 'request':
             if self.ws is None and self.check_mode:
-                return StepResult(True, '%s: would run' % STEP_LABELS[step])
+                return StepResult(True, '%s: would run' % self.labels[step])
             if self.ws is None:
                 raise CreateError('Workspace %r is not recorded: run the request step first.' % self.name)
             if self.ws['desired_state'] == 'destroyed' or self.ws['status'] in ('destroying', 'destroyed'):
                 raise CreateError('Workspace %r is %s; it takes no further create steps.'
                                   % (self.name, self.ws['status']), step=step)
             if step in self.ws['progress']:
-                return StepResult(False, '%s: already done' % STEP_LABELS[step])
+                return StepResult(False, '%s: already done' % self.labels[step])
             if step in ('bootstrap', 'checkout'):
                 self._refuse_missing_secrets(step)
             # A request recorded before these checks existed is checked again where it is used.
@@ -410,7 +439,7 @@ class CreateFlow(Flow):
             if self.check_mode and step == 'configure' and self.diff and self.resource_id:
                 return self.check_configure()
             if self.check_mode:
-                return StepResult(True, '%s: would run' % STEP_LABELS[step])
+                return StepResult(True, '%s: would run' % self.labels[step])
             if self.ws['status'] != STEP_STATUS[step] and step != 'ready':
                 self.save('status', detail={'step': step, 'status': STEP_STATUS[step]}, status=STEP_STATUS[step],
                           failure=None)
@@ -959,8 +988,8 @@ class CreateFlow(Flow):
                                              location=member[LOCATION]))
         self._close_member(member, member[RESOURCE_ID] if member else None)
         self.done('vmid')
-        return StepResult(True, 'candidate vmid: %s taken from warm pool %s (member %s)'
-                          % (self.provider.label(self.resource_id), pool['name'], record['member']),
+        return StepResult(True, '%s: %s taken from warm pool %s (member %s)'
+                          % (self.labels['vmid'], self.provider.label(self.resource_id), pool['name'], record['member']),
                           vmid=self.resource_id, from_pool=pool['name'], refill=bool(pool.get('refill')))
 
     # --------------------------------------------------------------- 2. vmid
@@ -982,14 +1011,14 @@ class CreateFlow(Flow):
                 # Took a pool member's container, killed before the member's record was closed: closed now.
                 self._close_member(self.journal.get_workspace(self.ws['facts']['pool_member']), self.candidate_id)
             self.done('vmid')
-            return StepResult(False, 'candidate vmid: %s (kept)' % self.candidate_id)
+            return StepResult(False, '%s: %s (kept)' % (self.labels['vmid'], self.candidate_id))
         taken = self._from_pool()
         if taken is not None:
             return taken
         vmid = self._next_candidate()
         self.save('candidate_vmid', kind='recorded', **self.resource_fields(candidate_id=vmid))
         self.done('vmid')
-        return StepResult(True, 'candidate vmid: %s' % vmid, vmid=vmid)
+        return StepResult(True, '%s: %s' % (self.labels['vmid'], vmid), vmid=vmid)
 
     # -------------------------------------------------------------- 3. clone
 

@@ -28,7 +28,6 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 )
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows import lease as lease_flow
 from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.create import (
-    STEP_LABELS,
     CreateError,
     CreateFlow,
     declared_pools,
@@ -229,7 +228,7 @@ class PoolFill:
         def step(each):
             def act():
                 flow.run(each)
-            return 'pool member: ' + STEP_LABELS[each], act
+            return 'pool member: ' + flow.labels[each], act
 
         def warm():
             # The labels first: a sweep by labels (no journal) reads a warm member as one whose lease is its own.

@@ -367,6 +367,24 @@ class Provider:
 
     # How a provider names things needs no connection: these are class methods, usable on the class alone.
 
+    # What a create's candidate and allocation steps are called on this provider: {step: (the short label of its
+    # messages, its failures and the queue's current step, the role's task name)}. The steps keep their own names
+    # (``step: clone``, the journal's progress, the failpoints); only what is shown changes. step_words() adds the
+    # configure and start steps, which name the noun.
+    allocation_words = {
+        'vmid': ('candidate id', 'candidate id'),
+        'clone': ('allocate', 'allocate the resource'),
+        'wait_clone': ('wait allocation', 'wait for the allocation'),
+    }
+
+    @classmethod
+    def step_words(cls):
+        """{step: (label, task name)} of the create's steps whose words are this provider's."""
+        words = dict(cls.allocation_words)
+        words.setdefault('configure', ('configure', 'configure the %s' % cls.noun))
+        words.setdefault('start', ('start', 'start the %s' % cls.noun))
+        return words
+
     # What a create waits for after the start, and what to check when it did not come.
     address_source = 'an address'
     address_advice = 'Check the network it is attached to'

@@ -60,9 +60,22 @@ def actions(site, name):
 
 
 def test_create_to_ready_then_heartbeat_and_destroy(site, cloud):
-    ws = ready(site, 'aws-happy')
+    run = site.create('aws-happy', site.repo)
+    assert run.ok, run.explain()
+    ws = site.workspace('aws-happy')
+    assert ws['status'] == 'ready' and ws['provider'] == 'aws', ws
     instance_id = ws['resource_id']
     assert instance_id.startswith('i-') and ws['location'] == 'us-east-1'
+    # The steps and the report speak of an instance and its launch, not of a container, its clone or a VMID.
+    titles = [title for title, _result in run.results()]
+    assert titles[titles.index('1/13 persist request') + 1:][:5] == [
+        '2/13 candidate client token (with a warm pool member: 5, 9, 10, 12 and 13 too)', '3/13 launch the instance',
+        '4/13 wait for the launch', '5/13 configure the instance', '6/13 start the instance']
+    assert run.task('2/13 candidate client token (with a warm pool member: 5, 9, 10, 12 and 13 too)')['msg'] == \
+        'candidate client token: %s' % ws['candidate_id']
+    report = run.task('Report aws-happy')['msg']
+    assert report[1] == 'instance %s in us-east-1' % instance_id
+    assert not [line for line in titles + report if 'vmid' in line.lower() or 'container' in line or 'clone' in line]
     assert ws['candidate_id'].startswith('ephemera-aws-happy-')
     # Agent briefed, activity read from the runner.
     assert ws['activity'] != 'unknown' and 'brief' in ws['progress']

@@ -64,6 +64,12 @@ def test_every_step_runs_once_and_the_workspace_is_ready(happy, repo, git_server
     assert (ws['repo'], ws['ref']) == (git_server.url_of(repo.bare), 'feature')
     # What workspace_info showed at the end of the run.
     assert happy.first.report()[0] == '%s: ready, activity active' % NAME
+    # In Proxmox VE's words: a template cloned into a container, named by its VMID on its node.
+    assert happy.first.report()[1] == 'CT %d on %s' % (ws['vmid'], ws['node'])
+    titles = [name for name, _result in happy.first.results() if '/13 ' in name]
+    assert titles[1:6] == ['2/13 candidate vmid (with a warm pool member: 5, 9, 10, 12 and 13 too)',
+                           '3/13 clone the template', '4/13 wait for the clone task', '5/13 configure the container',
+                           '6/13 start the container']
 
 
 def test_exactly_one_container_and_its_marker_verifies(happy):

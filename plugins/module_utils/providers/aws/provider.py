@@ -148,6 +148,11 @@ class AwsProvider(cloud.CloudProvider):
     kind = KIND
     noun = 'instance'
     candidate_noun = 'An EC2 client token'
+    allocation_words = {
+        'vmid': ('candidate client token', 'candidate client token'),
+        'clone': ('launch', 'launch the instance'),
+        'wait_clone': ('wait launch', 'wait for the launch'),
+    }
     image_hint = 'on AWS give an AMI'
     # An instance id is never given to another instance.
     unique_ids = True

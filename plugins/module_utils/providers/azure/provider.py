@@ -204,6 +204,11 @@ class AzureProvider(base.Provider):
 
     name = NAME
     noun = 'set'
+    allocation_words = {
+        'vmid': ('candidate set name', 'candidate set name'),
+        'clone': ('deploy', 'deploy the set (VM, NIC, public IP, disk)'),
+        'wait_clone': ('wait deployment', 'wait for the deployment'),
+    }
     sweeps_sets = True
     login_options = (('azure_admin_username', 'admin_username'),)
     # A set's base name carries a digest of its record: a new life of a workspace never reuses one.

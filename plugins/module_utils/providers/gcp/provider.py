@@ -165,6 +165,11 @@ class GcpProvider(cloud.CloudProvider):
     kind = KIND
     noun = 'instance'
     candidate_noun = 'A Compute Engine instance name'
+    allocation_words = {
+        'vmid': ('candidate instance name', 'candidate instance name'),
+        'clone': ('insert', 'insert the instance'),
+        'wait_clone': ('wait insert operation', 'wait for the insert operation'),
+    }
     image_hint = 'on GCP give an image'
     login_options = (('gcp_ssh_user', 'ssh_user'),)
     # Instance names are derived from the workspace's record (a digest of it): the collection never gives one name to

@@ -130,6 +130,11 @@ class HetznerProvider(cloud.CloudProvider):
     kind = KIND
     noun = 'server'
     candidate_noun = 'A Hetzner server name'
+    allocation_words = {
+        'vmid': ('candidate server name', 'candidate server name'),
+        'clone': ('create', 'create the server'),
+        'wait_clone': ('wait create action', 'wait for the create action'),
+    }
     image_hint = 'on Hetzner Cloud give an image'
     # Server ids are never given to a second server.
     unique_ids = True

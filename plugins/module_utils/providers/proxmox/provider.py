@@ -125,6 +125,11 @@ class ProxmoxProvider(base.Provider):
 
     # ------------------------------------------------------------------- identity and wording
 
+    allocation_words = {
+        'vmid': ('candidate vmid', 'candidate vmid'),
+        'clone': ('clone', 'clone the template'),
+        'wait_clone': ('wait clone task', 'wait for the clone task'),
+    }
     address_source = 'an address from DHCP'
     address_advice = 'Check the bridge and the DHCP server on it (that it runs and has free leases in its range)'
 

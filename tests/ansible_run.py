@@ -40,6 +40,36 @@ QUIET = {'ANSIBLE_NOCOLOR': '1', 'ANSIBLE_LOCALHOST_WARNING': '0', 'ANSIBLE_INVE
          'ANSIBLE_RETRY_FILES_ENABLED': '0', 'ANSIBLE_PYTHON_INTERPRETER': os.path.join(BIN, 'python')}
 
 
+# How often a run's main process looks at its workers (Ansible's internal_poll_interval, 0.001 s by default, set in
+# an ansible.cfg only). The create playbook's free strategy looks up each host's next task on every look, realpath of
+# its role included: at the default a create spends a fifth of its CPU there, and a run waiting on a long step
+# spends a few percent of a core. The tests and the fault matrix run hundreds of playbooks side by side on two cores:
+# they look every 10 ms (harness_config). Benchmarks keep Ansible's default, so their figures are what a user gets.
+POLL_INTERVAL = 0.01
+
+
+def harness_config():
+    """Point ANSIBLE_CONFIG, unless it is set, at an ansible.cfg that sets only internal_poll_interval (made if
+    missing): for the runs of a test session or of the fault matrix. Its path."""
+    if os.environ.get('ANSIBLE_CONFIG'):
+        return os.environ['ANSIBLE_CONFIG']
+    path = os.path.join(tempfile.gettempdir(), 'ephemera-harness-%d.cfg' % os.getuid())
+    text = '[defaults]\ninternal_poll_interval = %s\n' % POLL_INTERVAL
+    try:
+        with open(path) as src:
+            current = src.read()
+    except OSError:
+        current = None
+    if current != text:
+        # Made aside and renamed into place: parallel test workers never read a half-written file.
+        staged = '%s.%d' % (path, os.getpid())
+        with open(staged, 'w') as out:
+            out.write(text)
+        os.replace(staged, path)
+    os.environ['ANSIBLE_CONFIG'] = path
+    return path
+
+
 def collections_path():
     """A directory holding only ansible_collections/ephemera/workspaces, a link to this checkout (made if missing)."""
     tag = hashlib.sha256(ROOT.encode()).hexdigest()[:12]

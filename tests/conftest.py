@@ -25,5 +25,9 @@ def _make_collection_importable():
 _make_collection_importable()
 
 
+# Every playbook a test runs polls its workers every 10 ms, not every 1 ms (tests/ansible_run.py, POLL_INTERVAL).
+from tests.ansible_run import harness_config  # noqa: E402 pylint: disable=wrong-import-position
+harness_config()
+
 # The hook is a plugin of its own, so that a pytest run outside tests/ can load it too (-p tests.leftovers).
 from tests.leftovers import pytest_sessionfinish  # noqa: E402,F401 pylint: disable=wrong-import-position,unused-import

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 
+from tests.ansible_run import harness_config
 from tests.faults import report, schedules
 from tests.faults.builds import BuildMatrix
 from tests.faults.matrix import SIZES, Matrix
@@ -72,6 +73,8 @@ def main(argv=None):
         each.add_argument('--json', help='write the report as JSON here too')
         each.add_argument('--keep', action='store_true', help='keep the working directory (journal, traces, logs)')
     args = parser.parse_args(argv)
+    # The playbooks poll their workers every 10 ms (tests/ansible_run.py, POLL_INTERVAL), as in the test sessions.
+    harness_config()
 
     if args.command == 'soak' and args.jobs > 1:
         return soak_in_parallel(args)

@@ -110,3 +110,50 @@ notes:
   - Credentials are read the AWS way and never recorded in the journal, the events or the task results.
   - docs/aws.md of the collection lists the IAM actions the AWS provider uses.
 '''
+
+    # The options, notes and requirements of the workspaces inventory plugin for this provider.
+    INVENTORY = r'''
+requirements:
+  - boto3 >= 1.28 (only when the journal holds AWS workspaces or O(aws_regions) is set)
+notes:
+  - AWS workspaces (made with O(ephemera.workspaces.workspace_create#module:provider=aws)) are hosts beside the
+    Proxmox ones, with C(ephemera_provider), C(ephemera_region) and C(ephemera_instance_id), in the groups
+    C(provider_aws) and C(region_<region>). Their live state comes from one paginated, tag-filtered
+    C(DescribeInstances) per region, whose tags carry the ownership markers, so no instance costs a read of its
+    own. A region that cannot be read completely leaves its workspaces with the journal's view and a warning (an
+    error with O(strict)); refused credentials are an error.
+options:
+  aws_regions:
+    description:
+      - AWS regions to read besides those the journal's AWS workspaces are in. Each region read costs one
+        C(DescribeInstances) (all its pages), filtered to instances that carry a tag of ours (C(ephemera:*)); an
+        instance there that no live workspace accounts for is an orphan.
+      - Without AWS workspaces in the journal and without this option, AWS is not asked at all.
+    type: list
+    elements: str
+    default: []
+  aws_profile:
+    description: The AWS profile to read credentials from. Without it (and E(AWS_PROFILE)), boto3 looks where it always does.
+    type: str
+    env:
+      - name: AWS_PROFILE
+  aws_access_key_id:
+    description: Access key id; prefer E(AWS_ACCESS_KEY_ID) or a profile, which boto3 reads itself.
+    type: str
+  aws_secret_access_key:
+    description: Secret access key of O(aws_access_key_id); prefer E(AWS_SECRET_ACCESS_KEY) or a profile.
+    type: str
+  aws_session_token:
+    description: Session token of temporary credentials; prefer E(AWS_SESSION_TOKEN) or a profile.
+    type: str
+  aws_endpoint_url:
+    description: The EC2 endpoint to read instead of AWS's own (a private endpoint, the try-out cloud).
+    type: str
+    env:
+      - name: EPHEMERA_AWS_ENDPOINT_URL
+      - name: AWS_ENDPOINT_URL
+  aws_retry_timeout:
+    description: Seconds for which throttling and server errors of one read are ridden out with backoff.
+    type: int
+    default: 60
+'''

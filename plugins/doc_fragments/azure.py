@@ -99,3 +99,67 @@ options:
     type: int
     default: 900
 '''
+
+    # The options, notes and requirements of the workspaces inventory plugin for this provider.
+    INVENTORY = r'''
+requirements:
+  - azure-identity, azure-mgmt-compute and azure-mgmt-network (only when the journal holds Azure workspaces or
+    O(azure_resource_groups) is set)
+notes:
+  - Azure workspaces (O(ephemera.workspaces.workspace_create#module:provider=azure)), each a set of a VM, its NIC,
+    public IP and OS disk, are hosts in the groups C(provider_azure) and C(region_<location>), with
+    C(ephemera_location), C(ephemera_resource_group) and the VM's ARM id (C(ephemera_instance_id)). Each resource
+    group (those the journal's Azure workspaces were made in, and O(azure_resource_groups)) is read once, one listing
+    (all pages) of its VMs, NICs, public IPs and managed disks, whose tags carry the ownership markers. A set that
+    carries our tags and no live workspace accounts for is an orphan, with why and whether the set is complete. A
+    resource group that cannot be read completely leaves its workspaces with the journal's view and a warning (an
+    error with O(strict)); refused credentials are an error.
+options:
+  azure_resource_groups:
+    description:
+      - Azure resource groups to read besides those the journal's Azure workspaces were made in. Each is one listing
+        of its VMs, NICs, public IPs and managed disks; shared virtual networks, subnets and security groups are
+        never read.
+      - Without Azure workspaces in the journal and without this option, Azure is not asked at all.
+    type: list
+    elements: str
+    default: []
+  azure_subscription_id:
+    description: The Azure subscription (a GUID).
+    type: str
+    env:
+      - name: AZURE_SUBSCRIPTION_ID
+  azure_tenant_id:
+    description: The tenant of the service principal.
+    type: str
+    env:
+      - name: AZURE_TENANT_ID
+  azure_client_id:
+    description: The service principal's client id (the Reader role on the resource groups is enough).
+    type: str
+    env:
+      - name: AZURE_CLIENT_ID
+  azure_client_secret:
+    description:
+      - The service principal's client secret; never shown. Without it, C(DefaultAzureCredential) looks for
+        credentials (environment, workload identity, managed identity, the Azure CLI).
+    type: str
+    env:
+      - name: AZURE_CLIENT_SECRET
+  azure_authority_host:
+    description: Another token authority than Microsoft's (the try-out cloud's).
+    type: str
+    env:
+      - name: AZURE_AUTHORITY_HOST
+  azure_endpoint_url:
+    description: Another Resource Manager than Microsoft's (the try-out cloud's ARM fake).
+    type: str
+    env:
+      - name: EPHEMERA_AZURE_ENDPOINT_URL
+  azure_ca_file:
+    description: A CA file to verify the Resource Manager and the token authority with, instead of the system's.
+    type: path
+    env:
+      - name: EPHEMERA_AZURE_CA_FILE
+
+'''

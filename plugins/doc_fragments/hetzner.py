@@ -66,3 +66,31 @@ notes:
   - hcloud is imported only with O(provider=hetzner).
   - The token is never recorded in the journal, the events or the task results.
 '''
+
+    # The options, notes and requirements of the workspaces inventory plugin for this provider.
+    INVENTORY = r'''
+requirements:
+  - hcloud >= 2.27 (only when the journal holds Hetzner workspaces or O(hetzner_locations) is set)
+notes:
+  - Hetzner Cloud workspaces (O(ephemera.workspaces.workspace_create#module:provider=hetzner)) are hosts the same
+    way, in the groups C(provider_hetzner) and C(region_<location>), read from one paginated listing of the servers
+    that carry the C(ephemera-marker) label, per location.
+options:
+  hetzner_locations:
+    description:
+      - Hetzner Cloud locations to read besides those the journal's Hetzner workspaces are in (V(fsn1), ...).
+      - Without Hetzner workspaces in the journal and without this option, Hetzner Cloud is not asked at all.
+    type: list
+    elements: str
+    default: []
+  hetzner_token:
+    description: The Hetzner Cloud API token of the project (read permission is enough).
+    type: str
+    env:
+      - name: HCLOUD_TOKEN
+  hetzner_endpoint:
+    description: The Hetzner Cloud API endpoint to read instead of Hetzner's own (the try-out cloud).
+    type: str
+    env:
+      - name: HCLOUD_ENDPOINT
+'''

@@ -26,38 +26,20 @@ description:
   - The configuration file must end in C(.workspaces.yml) or C(.workspaces.yaml).
 author:
   - Ephemera maintainers (@ephemera)
-requirements:
-  - boto3 >= 1.28 (only when the journal holds AWS workspaces or O(aws_regions) is set)
-  - hcloud >= 2.27 (only when the journal holds Hetzner workspaces or O(hetzner_locations) is set)
-  - google-cloud-compute >= 1.57 (only when the journal holds GCP workspaces or O(gcp_zones) is set)
-  - azure-identity, azure-mgmt-compute and azure-mgmt-network (only when the journal holds Azure workspaces or
-    O(azure_resource_groups) is set)
 extends_documentation_fragment:
   - constructed
   - inventory_cache
   - ephemera.workspaces.journal
   - ephemera.workspaces.proxmox
+  # Each cloud provider's own options, notes and requirements (plugins/doc_fragments/<provider>.py, INVENTORY).
+  - ephemera.workspaces.aws.inventory
+  - ephemera.workspaces.hetzner.inventory
+  - ephemera.workspaces.gcp.inventory
+  - ephemera.workspaces.azure.inventory
 notes:
   - O(journal_path) and the connection options fall back to their environment variables (E(EPHEMERA_JOURNAL),
     E(PROXMOX_HOST), E(PROXMOX_USER), ...) when the file does not set them, as the modules' options do.
   - Without O(api_host) (and E(PROXMOX_HOST)) the inventory is the journal alone, deliberately; no warning.
-  - AWS workspaces (made with O(ephemera.workspaces.workspace_create#module:provider=aws)) are hosts beside the
-    Proxmox ones, with C(ephemera_provider), C(ephemera_region) and C(ephemera_instance_id), in the groups
-    C(provider_aws) and C(region_<region>). Their live state comes from one paginated, tag-filtered
-    C(DescribeInstances) per region, whose tags carry the ownership markers, so no instance costs a read of its
-    own. A region that cannot be read completely leaves its workspaces with the journal's view and a warning (an
-    error with O(strict)); refused credentials are an error.
-  - Hetzner Cloud workspaces (O(ephemera.workspaces.workspace_create#module:provider=hetzner)) are hosts the same
-    way, in the groups C(provider_hetzner) and C(region_<location>), read from one paginated listing of the servers
-    that carry the C(ephemera-marker) label, per location.
-  - Azure workspaces (O(ephemera.workspaces.workspace_create#module:provider=azure)), each a set of a VM, its NIC,
-    public IP and OS disk, are hosts in the groups C(provider_azure) and C(region_<location>), with
-    C(ephemera_location), C(ephemera_resource_group) and the VM's ARM id (C(ephemera_instance_id)). Each resource
-    group (those the journal's Azure workspaces were made in, and O(azure_resource_groups)) is read once, one listing
-    (all pages) of its VMs, NICs, public IPs and managed disks, whose tags carry the ownership markers. A set that
-    carries our tags and no live workspace accounts for is an orphan, with why and whether the set is complete. A
-    resource group that cannot be read completely leaves its workspaces with the journal's view and a warning (an
-    error with O(strict)); refused credentials are an error.
   - With O(cache), the whole inventory (journal and cluster) is kept for O(cache_timeout) seconds and a cache hit
     makes no API request and does not open the journal. An inventory made while the cluster was unreachable is
     not cached. C(ansible-playbook --flush-cache) reads afresh (and C(ansible-inventory --flush-cache) from
@@ -152,132 +134,7 @@ options:
         keys.
     type: path
     env:
-      - name: EPHEMERA_KNOWN_HOSTS
-  aws_regions:
-    description:
-      - AWS regions to read besides those the journal's AWS workspaces are in. Each region read costs one
-        C(DescribeInstances) (all its pages), filtered to instances that carry a tag of ours (C(ephemera:*)); an
-        instance there that no live workspace accounts for is an orphan.
-      - Without AWS workspaces in the journal and without this option, AWS is not asked at all.
-    type: list
-    elements: str
-    default: []
-  aws_profile:
-    description: The AWS profile to read credentials from. Without it (and E(AWS_PROFILE)), boto3 looks where it always does.
-    type: str
-    env:
-      - name: AWS_PROFILE
-  aws_access_key_id:
-    description: Access key id; prefer E(AWS_ACCESS_KEY_ID) or a profile, which boto3 reads itself.
-    type: str
-  aws_secret_access_key:
-    description: Secret access key of O(aws_access_key_id); prefer E(AWS_SECRET_ACCESS_KEY) or a profile.
-    type: str
-  aws_session_token:
-    description: Session token of temporary credentials; prefer E(AWS_SESSION_TOKEN) or a profile.
-    type: str
-  aws_endpoint_url:
-    description: The EC2 endpoint to read instead of AWS's own (a private endpoint, the try-out cloud).
-    type: str
-    env:
-      - name: EPHEMERA_AWS_ENDPOINT_URL
-      - name: AWS_ENDPOINT_URL
-  aws_retry_timeout:
-    description: Seconds for which throttling and server errors of one read are ridden out with backoff.
-    type: int
-    default: 60
-  hetzner_locations:
-    description:
-      - Hetzner Cloud locations to read besides those the journal's Hetzner workspaces are in (V(fsn1), ...).
-      - Without Hetzner workspaces in the journal and without this option, Hetzner Cloud is not asked at all.
-    type: list
-    elements: str
-    default: []
-  hetzner_token:
-    description: The Hetzner Cloud API token of the project (read permission is enough).
-    type: str
-    env:
-      - name: HCLOUD_TOKEN
-  hetzner_endpoint:
-    description: The Hetzner Cloud API endpoint to read instead of Hetzner's own (the try-out cloud).
-    type: str
-    env:
-      - name: HCLOUD_ENDPOINT
-  gcp_zones:
-    description:
-      - Compute Engine zones to read besides those the journal's GCP workspaces are in (V(europe-west1-b), ...).
-        Each zone is one listing of the instances with the label C(ephemera), their marker in their metadata.
-      - Without GCP workspaces in the journal and without this option, Compute Engine is not asked at all.
-    type: list
-    elements: str
-    default: []
-  gcp_project:
-    description: The Google Cloud project of the GCP workspaces.
-    type: str
-    env:
-      - name: GOOGLE_CLOUD_PROJECT
-  gcp_auth_kind:
-    description: How to get credentials (as the modules' option of the same name); never shown.
-    type: str
-    choices: [application, serviceaccount, anonymous]
-    default: application
-  gcp_service_account_file:
-    description: A service account's JSON key (read permission on the instances is enough).
-    type: path
-    env:
-      - name: GOOGLE_APPLICATION_CREDENTIALS
-  gcp_endpoint_url:
-    description: The Compute Engine endpoint to read instead of Google's own (the try-out cloud).
-    type: str
-    env:
-      - name: EPHEMERA_GCP_ENDPOINT_URL
-  azure_resource_groups:
-    description:
-      - Azure resource groups to read besides those the journal's Azure workspaces were made in. Each is one listing
-        of its VMs, NICs, public IPs and managed disks; shared virtual networks, subnets and security groups are
-        never read.
-      - Without Azure workspaces in the journal and without this option, Azure is not asked at all.
-    type: list
-    elements: str
-    default: []
-  azure_subscription_id:
-    description: The Azure subscription (a GUID).
-    type: str
-    env:
-      - name: AZURE_SUBSCRIPTION_ID
-  azure_tenant_id:
-    description: The tenant of the service principal.
-    type: str
-    env:
-      - name: AZURE_TENANT_ID
-  azure_client_id:
-    description: The service principal's client id (the Reader role on the resource groups is enough).
-    type: str
-    env:
-      - name: AZURE_CLIENT_ID
-  azure_client_secret:
-    description:
-      - The service principal's client secret; never shown. Without it, C(DefaultAzureCredential) looks for
-        credentials (environment, workload identity, managed identity, the Azure CLI).
-    type: str
-    env:
-      - name: AZURE_CLIENT_SECRET
-  azure_authority_host:
-    description: Another token authority than Microsoft's (the try-out cloud's).
-    type: str
-    env:
-      - name: AZURE_AUTHORITY_HOST
-  azure_endpoint_url:
-    description: Another Resource Manager than Microsoft's (the try-out cloud's ARM fake).
-    type: str
-    env:
-      - name: EPHEMERA_AZURE_ENDPOINT_URL
-  azure_ca_file:
-    description: A CA file to verify the Resource Manager and the token authority with, instead of the system's.
-    type: path
-    env:
-      - name: EPHEMERA_AZURE_CA_FILE
-'''
+      - name: EPHEMERA_KNOWN_HOSTS'''
 
 EXAMPLES = r'''
 # prod.workspaces.yml: every workspace of the journal, reached as the agent user

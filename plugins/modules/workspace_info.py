@@ -295,8 +295,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import agents as agent_defs
 from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import pinning
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import provider_of
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import provider_of, resource_label
 
 
 def fork_tree(record):
@@ -335,14 +334,6 @@ def pool_membership(journal, record):
         if waiting else None}
 
 
-def resource_label(record):
-    """How messages name the record's resource ('CT 105 on pve1', 'instance i-0abc in eu-west-1'); None before its
-    allocation was confirmed."""
-    if record.get('resource_id') is None:
-        return None
-    return registry.provider_class(provider_of(record)).label(record['resource_id'], record.get('location'))
-
-
 def read_workspaces(journal, name=None, status=None, activity=None, events=False, events_limit=50):
     """The matching records, each with its cleanup debt, its operations and (optionally) its event log."""
     records = journal.list_workspaces(status=status, activity=activity, names=[name] if name else None)
@@ -355,7 +346,10 @@ def read_workspaces(journal, name=None, status=None, activity=None, events=False
         record['agent_summary'] = agent_defs.describe(record) if record['agent'] else None
         params = record.get('params') or {}
         record['ssh_command'] = pinning.ssh_command(record)
-        record['resource'] = resource_label(record)
+        # How messages name its resource ('CT 105 on pve1', 'instance i-0abc in eu-west-1'), without the provider's
+        # code: None before its allocation was confirmed.
+        record['resource'] = (resource_label(provider_of(record), record['resource_id'], record.get('location'))
+                              if record.get('resource_id') is not None else None)
         record['checkout_path'] = pinning.checkout_path(params.get('guest_root'), record.get('resource_id') or
                                                         record.get('vmid'), params.get('checkout_path'))
         record['operations'] = queue.entries(target=record['name'], target_type='workspace', recent=5)

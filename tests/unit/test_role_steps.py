@@ -153,7 +153,7 @@ def test_each_provider_names_its_allocation_in_its_own_words(provider):
 
 
 def test_the_table_of_words_in_the_docs_is_the_providers_own():
-    with open(os.path.join(ROOT, 'docs', 'create.md')) as src:
+    with open(os.path.join(ROOT, 'docs', 'internals', 'create.md')) as src:
         rows = {line.split('|')[1].strip().strip('`'): [cell.strip() for cell in line.split('|')[2:-1]]
                 for line in src if line.startswith('| `') and line.count('|') == 7}
     order = ['proxmox', 'aws', 'hetzner', 'gcp', 'azure']

@@ -74,13 +74,30 @@ def location_option(name):
     one region), as its package declares it: LOCATION_OPTION in providers/<name>/options.py, which holds neither the
     provider's code nor its SDK, so that a reader of the journal alone (the lease audit) names places without loading
     either. None when one connection reaches every location of the provider, or there is no provider ``name``."""
+    return _declared(name, 'LOCATION_OPTION')
+
+
+def _declared(name, attribute):
+    """``attribute`` of providers/<name>/options.py (None: not declared, or no provider ``name``)."""
     if not re.match(r'^[a-z][a-z0-9_]*$', str(name or '')):
         return None
     try:
         declared = importlib.import_module('%s.%s.options' % (__name__.rsplit('.', 1)[0], name))
     except ImportError:
         return None
-    return getattr(declared, 'LOCATION_OPTION', None)
+    return getattr(declared, attribute, None)
+
+
+# How messages name a resource of a provider that declares no RESOURCE_LABEL.
+RESOURCE_LABEL = ('resource {id}', ' in {location}')
+
+
+def resource_label(name, resource_id, location=None):
+    """How messages name a resource of provider ``name`` ('CT 105 on pve1', 'instance i-0abc in eu-west-1'): its
+    RESOURCE_LABEL (what, where) in providers/<name>/options.py, read as location_option() reads, without the
+    provider's code or its SDK. Provider.label() answers the same."""
+    what, where = _declared(name, 'RESOURCE_LABEL') or RESOURCE_LABEL
+    return what.format(id=resource_id) + (where.format(location=location) if location else '')
 
 
 # ---------------------------------------------------------------------------------------- errors
@@ -396,8 +413,9 @@ class Provider:
 
     @classmethod
     def label(cls, resource_id, location=None):
-        """How messages name a resource ('CT 105', 'CT 105 on pve1')."""
-        raise NotImplementedError
+        """How messages name a resource ('CT 105', 'CT 105 on pve1'): its package's RESOURCE_LABEL
+        (resource_label)."""
+        return resource_label(cls.name, resource_id, location)
 
     @classmethod
     def resource_key(cls, resource_id, location=None):

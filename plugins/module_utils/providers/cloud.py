@@ -73,10 +73,6 @@ class CloudProvider(base.Provider):
     # ------------------------------------------------------------------- identity and wording
 
     @classmethod
-    def label(cls, resource_id, location=None):
-        return '%s %s' % (cls.noun, resource_id) + (' in %s' % location if location else '')
-
-    @classmethod
     def resource_key(cls, resource_id, location=None):
         key = '%s/%s' % (cls.kind, resource_id)
         return key if location is None else '%s@%s' % (key, location)

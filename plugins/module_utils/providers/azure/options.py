@@ -9,6 +9,8 @@ whatever DefaultAzureCredential finds when no client secret is given."""
 
 from ansible.module_utils.basic import env_fallback
 
+# How messages name a resource of this provider: (what, where) (base.resource_label, Provider.label).
+RESOURCE_LABEL = ('Azure set {id}', ' in {location}')
 DEFAULT_GRACE = 900
 
 

@@ -268,10 +268,6 @@ class AzureProvider(base.Provider):
     # ------------------------------------------------------------------- identity and wording
 
     @classmethod
-    def label(cls, resource_id, location=None):
-        return 'Azure set %s' % resource_id + (' in %s' % location if location else '')
-
-    @classmethod
     def resource_key(cls, resource_id, location=None):
         key = '%s/%s' % (KIND, resource_id)
         return key if location is None else '%s@%s' % (key, location)

@@ -6,6 +6,9 @@ server is created with. No SDK is imported here."""
 
 from ansible.module_utils.basic import env_fallback
 
+# How messages name a resource of this provider: (what, where) (base.resource_label, Provider.label).
+RESOURCE_LABEL = ('server {id}', ' in {location}')
+
 
 def hetzner_argument_spec():
     """The Hetzner Cloud options (the token: HCLOUD_TOKEN, the endpoint: HCLOUD_ENDPOINT)."""

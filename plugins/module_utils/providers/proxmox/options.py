@@ -8,6 +8,8 @@ import collections
 
 from ansible.module_utils.basic import env_fallback
 
+# How messages name a resource of this provider: (what, where) (base.resource_label, Provider.label).
+RESOURCE_LABEL = ('CT {id}', ' on {location}')
 DEFAULT_PORT = 8006
 DEFAULT_TIMEOUT = 30
 

@@ -138,10 +138,6 @@ class ProxmoxProvider(base.Provider):
         return "Look at the container's start log on its node (pct start %s --debug)" % resource_id
 
     @classmethod
-    def label(cls, resource_id, location=None):
-        return 'CT %d' % int(resource_id) + (' on %s' % location if location else '')
-
-    @classmethod
     def resource_key(cls, resource_id, location=None):
         return containers.resource_key(resource_id, location)
 

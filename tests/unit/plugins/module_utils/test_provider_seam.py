@@ -114,3 +114,15 @@ def test_flows_name_no_provider(path):
     names = set(registry.PROVIDERS)
     found = ['line %d: %r' % (node.lineno, node.value) for node in strings_in_code(parsed(path)) if node.value in names]
     assert not found, found
+
+
+@pytest.mark.parametrize('name', sorted(registry.PROVIDERS))
+def test_a_resource_is_named_alike_by_its_provider_and_by_a_reader_without_the_provider_s_code(name):
+    cls = registry.provider_class(name)
+    for resource_id, location in ((105, 'pve1'), ('i-0abc', 'eu-west-1'), ('x', None)):
+        assert cls.label(resource_id, location) == base.resource_label(name, resource_id, location)
+    if name != 'azure':
+        assert cls.label('x').startswith({'proxmox': 'CT'}.get(name, cls.noun) + ' x')
+    # A reader of the journal alone (workspace_info) names it from the package's options.py: no SDK, no client.
+    assert base.resource_label(name, 7, 'here') == cls.label(7, 'here')
+    assert base.resource_label('no-such-provider', 7, 'here') == 'resource 7 in here'

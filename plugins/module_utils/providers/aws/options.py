@@ -8,9 +8,9 @@ from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import PROVIDER_ENV
 
-# An EC2 client serves one region (Provider.location_option).
 # How messages name a resource of this provider: (what, where) (base.resource_label, Provider.label).
 RESOURCE_LABEL = ('instance {id}', ' in {location}')
+# An EC2 client serves one region (Provider.location_option).
 LOCATION_OPTION = 'aws_region'
 PROVIDER_CHOICES = ['proxmox', 'aws', 'hetzner', 'azure', 'gcp']
 

@@ -6,9 +6,9 @@ there. No SDK is imported here."""
 
 from ansible.module_utils.basic import env_fallback
 
-# A Compute Engine connection serves one zone (Provider.location_option).
 # How messages name a resource of this provider: (what, where) (base.resource_label, Provider.label).
 RESOURCE_LABEL = ('instance {id}', ' in {location}')
+# A Compute Engine connection serves one zone (Provider.location_option).
 LOCATION_OPTION = 'gcp_zone'
 DEPRECATED = dict(removed_in_version='1.0.0', removed_from_collection='ephemera.workspaces')
 

@@ -7,17 +7,6 @@ class ModuleDocFragment:
 
     DOCUMENTATION = r'''
 options:
-  provider:
-    description:
-      - Where workspaces live. V(proxmox) (LXC containers, the O(api_host) options) or V(aws) (EC2 instances, the
-        C(aws_*) options) or V(hetzner) (Hetzner Cloud servers, the C(hetzner_*) options).
-      - With V(azure) a workspace is a set of VM, NIC, public IP and OS disk (the C(azure_*) options).
-      - With V(gcp) a workspace is a Compute Engine instance (the C(gcp_*) options).
-      - If not set, the environment variable E(EPHEMERA_PROVIDER) is used.
-      - A workspace stays with the provider it was created on; a run with another provider refuses to touch it.
-    type: str
-    choices: [proxmox, aws, hetzner, azure, gcp]
-    default: proxmox
   aws_region:
     description:
       - The EC2 region (V(eu-central-1)). With O(provider=aws) required, here or in E(AWS_REGION)

@@ -39,6 +39,7 @@ author:
 extends_documentation_fragment:
   - ephemera.workspaces.controller
   - ephemera.workspaces.proxmox
+  - ephemera.workspaces.provider
   - ephemera.workspaces.aws
   - ephemera.workspaces.hetzner
   - ephemera.workspaces.gcp

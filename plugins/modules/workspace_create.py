@@ -24,6 +24,7 @@ requirements:
 extends_documentation_fragment:
   - ephemera.workspaces.controller
   - ephemera.workspaces.proxmox
+  - ephemera.workspaces.provider
   - ephemera.workspaces.aws
   - ephemera.workspaces.hetzner
   - ephemera.workspaces.gcp

@@ -33,6 +33,7 @@ extends_documentation_fragment:
   - ephemera.workspaces.controller.shutdown
   - ephemera.workspaces.archive
   - ephemera.workspaces.proxmox
+  - ephemera.workspaces.provider
   - ephemera.workspaces.aws
   - ephemera.workspaces.hetzner
   - ephemera.workspaces.gcp

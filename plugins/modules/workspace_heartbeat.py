@@ -20,6 +20,7 @@ author:
   - Ephemera maintainers (@ephemera)
 extends_documentation_fragment:
   - ephemera.workspaces.proxmox
+  - ephemera.workspaces.provider
   - ephemera.workspaces.aws
   - ephemera.workspaces.hetzner
   - ephemera.workspaces.gcp

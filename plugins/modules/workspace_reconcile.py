@@ -37,6 +37,7 @@ extends_documentation_fragment:
   - ephemera.workspaces.controller
   - ephemera.workspaces.controller.shutdown
   - ephemera.workspaces.proxmox
+  - ephemera.workspaces.provider
   - ephemera.workspaces.aws
   - ephemera.workspaces.hetzner
   - ephemera.workspaces.gcp

@@ -8,7 +8,7 @@ import subprocess
 
 import yaml
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.options import PROVIDER_CHOICES
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import PROVIDERS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -35,7 +35,7 @@ def test_the_readme_and_the_option_table_name_every_shipped_provider():
     for name in ('Hetzner Cloud', 'Compute Engine', 'Azure', 'AWS'):
         assert name in readme.split('## ', 1)[0], name
     row = [line for line in read('docs/aws.md').splitlines() if line.startswith('| `provider` |')][0]
-    assert set(re.findall(r'`(\w+)`', row.split('|')[4])) == set(PROVIDER_CHOICES), row
+    assert set(re.findall(r'`(\w+)`', row.split('|')[4])) == set(PROVIDERS), row
 
 
 def test_no_doc_shows_a_purpose_as_a_bare_extra_var():

@@ -9,6 +9,8 @@ way a module or a flow gets a provider (bind, api_from_params) and the one way a
 import importlib
 import os
 
+from ansible.module_utils.basic import env_fallback
+
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
     DEFAULT_PROVIDER,
     PROVIDER_ENV,
@@ -29,9 +31,9 @@ PROVIDERS = {
 
 # The providers whose SDKs a run loads before it forks its workers, besides Proxmox VE's (a comma-separated list).
 PRELOAD_ENV = 'EPHEMERA_PRELOAD'
-# Each cloud provider's client module: its LIBRARIES are the SDK it imports when it is first used.
-CLIENTS = {name: 'ansible_collections.ephemera.workspaces.plugins.module_utils.providers.%s.client' % name
-           for name in ('aws', 'gcp', 'hetzner', 'azure')}
+# Each provider's client module but the default one's: its LIBRARIES are the SDK it imports when it is first used.
+CLIENTS = {name: module.rsplit('.', 1)[0] + '.client' for name, (module, _cls) in PROVIDERS.items()
+           if name != DEFAULT_PROVIDER}
 
 
 def preload(environ=None):
@@ -87,13 +89,21 @@ def provider_options(name):
     return importlib.import_module(package(name) + '.options')
 
 
+def provider_option():
+    """The option that selects the provider (doc fragment ephemera.workspaces.provider): one of the registered ones,
+    Proxmox VE when neither the task nor EPHEMERA_PROVIDER names one."""
+    return dict(type='str', default=DEFAULT_PROVIDER, choices=list(PROVIDERS), fallback=(env_fallback, [PROVIDER_ENV]))
+
+
 def provider_argument_spec(names=None):
     """The options the providers ``names`` (by default every registered one) add to a module's argument_spec, merged
-    in the registry's order. Two providers may declare one option (the same spec twice is one option); declared
-    differently, it is refused with a ValueError naming both."""
+    in the registry's order; by default with ``provider`` first, which chooses among them. Two providers may
+    declare one option (the same spec twice is one option); declared differently, it is refused with a ValueError
+    naming both."""
     for name in names or ():
         package(name)
-    spec, declared_by = {}, {}
+    spec = {'provider': provider_option()} if names is None else {}
+    declared_by = dict.fromkeys(spec, 'the registry')
     for name in [n for n in PROVIDERS if names is None or n in names]:
         for option, declared in provider_options(name).argument_spec().items():
             if option in spec and spec[option] != declared:

@@ -1,25 +1,20 @@
 # -*- coding: utf-8 -*-
 # Copyright: ephemera.workspaces contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The options of doc fragment ephemera.workspaces.aws: which provider a module talks to, and how it reaches EC2
-and launches instances there. No SDK is imported here."""
+"""The options of doc fragment ephemera.workspaces.aws: how a module reaches EC2 and launches instances there. No SDK
+is imported here."""
 
 from ansible.module_utils.basic import env_fallback
-
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import PROVIDER_ENV
 
 # How messages name a resource of this provider: (what, where) (base.resource_label, Provider.label).
 RESOURCE_LABEL = ('instance {id}', ' in {location}')
 # An EC2 client serves one region (Provider.location_option).
 LOCATION_OPTION = 'aws_region'
-PROVIDER_CHOICES = ['proxmox', 'aws', 'hetzner', 'azure', 'gcp']
 
 
 def aws_argument_spec():
-    """The provider option and the AWS options (credentials: boto3's own environment variables and profiles)."""
+    """The AWS options (credentials: boto3's own environment variables and profiles)."""
     return dict(
-        provider=dict(type='str', default='proxmox', choices=PROVIDER_CHOICES,
-                      fallback=(env_fallback, [PROVIDER_ENV])),
         aws_region=dict(type='str', fallback=(env_fallback, ['AWS_REGION', 'AWS_DEFAULT_REGION'])),
         aws_profile=dict(type='str', fallback=(env_fallback, ['AWS_PROFILE'])),
         aws_access_key_id=dict(type='str', no_log=True),

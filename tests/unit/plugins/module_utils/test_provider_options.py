@@ -31,7 +31,7 @@ def made_up_provider(tmp_path, monkeypatch, options):
 
 def test_every_registered_provider_adds_its_options_in_the_registrys_order():
     spec = registry.provider_argument_spec()
-    expected = []
+    expected = ['provider']
     for name in registry.PROVIDERS:
         expected += [option for option in registry.provider_options(name).argument_spec() if option not in expected]
     assert list(spec) == expected
@@ -52,7 +52,9 @@ def test_a_registered_provider_gets_its_options_into_the_spec(tmp_path, monkeypa
     spec = registry.provider_argument_spec()
     assert list(spec)[-1] == 'madeup_token' and spec['madeup_token'] == dict(type='str', no_log=True)
     # The same option declared the same way by two providers is one option, where the first declared it.
-    assert spec['api_port'] == dict(type='int', default=8006) and list(spec).index('api_port') == 1
+    assert spec['api_port'] == dict(type='int', default=8006) and list(spec).index('api_port') == 2
+    # The provider option offers it too.
+    assert spec['provider']['choices'] == list(registry.PROVIDERS) and spec['provider']['choices'][-1] == 'madeup'
 
 
 def test_two_providers_declaring_one_option_differently_are_refused(tmp_path, monkeypatch):
@@ -77,3 +79,16 @@ def test_a_providers_options_are_cheap_to_import(name):
     package = registry.package(name)
     assert [module for module in loaded if module.startswith(package + '.')] == [package + '.options'], loaded
     assert not [module for module in loaded if module.split('.')[0] in SDKS], loaded
+
+
+def test_the_provider_option_offers_every_registered_provider_as_its_doc_fragment_says():
+    from ansible_collections.ephemera.workspaces.plugins.doc_fragments.provider import ModuleDocFragment
+    import yaml
+    documented = yaml.safe_load(ModuleDocFragment.DOCUMENTATION)['options']['provider']
+    spec = registry.provider_argument_spec()['provider']
+    assert documented['choices'] == spec['choices'] == list(registry.PROVIDERS)
+    assert documented['default'] == spec['default'] == 'proxmox'
+    # Every provider but the default one has a client whose SDK a run may load before it forks (EPHEMERA_PRELOAD).
+    assert sorted(registry.CLIENTS) == sorted(set(registry.PROVIDERS) - {'proxmox'})
+    for name, module in registry.CLIENTS.items():
+        assert importlib.import_module(module).LIBRARIES, name

@@ -34,13 +34,25 @@ def test_every_provider_has_a_hook_of_its_name_and_the_default_one_lists_the_clu
         registry.inventory_hook('nimbus')
 
 
+def inventory_options(name):
+    """The options provider ``name`` gives the inventory: INVENTORY of its doc fragment, which the inventory's
+    DOCUMENTATION extends."""
+    import importlib
+    fragment = importlib.import_module('ansible_collections.ephemera.workspaces.plugins.doc_fragments.' + name)
+    assert 'ephemera.workspaces.%s.inventory' % name in yaml.safe_load(inv.DOCUMENTATION)['extends_documentation_fragment']
+    return yaml.safe_load(fragment.ModuleDocFragment.INVENTORY)['options']
+
+
 @pytest.mark.parametrize('name', CLOUDS)
 def test_a_cloud_hook_names_an_option_of_the_inventory_for_its_scopes(name):
     hook = registry.inventory_hook(name)
-    assert OPTIONS[hook.scope_option]['type'] == 'list'
+    own = inventory_options(name)
+    assert own[hook.scope_option]['type'] == 'list'
+    # Every option a provider gives the inventory is its own (named after it), none is the inventory's too.
+    assert all(option.startswith(name + '_') for option in own) and not set(own) & set(OPTIONS)
     for option in hook.params(options(), 'somewhere'):
         if option not in ('aws_region', 'hetzner_location', 'gcp_zone'):
-            assert option in OPTIONS, option
+            assert option in own, option
 
 
 def test_the_cluster_hook_reads_options_the_inventory_has():

@@ -69,9 +69,9 @@ def test_create_to_ready_then_heartbeat_and_destroy(site, cloud):
     # The steps and the report speak of an instance and its launch, not of a container, its clone or a VMID.
     titles = [title for title, _result in run.results()]
     assert [title for title in titles if '/13 ' in title][1:6] == [
-        '2/13 candidate client token (with a warm pool member: 5, 9, 10, 12 and 13 too)', '3/13 launch the instance',
+        '2/13 (with a warm pool member: 5, 9, 10, 12 and 13 too) candidate client token', '3/13 launch the instance',
         '4/13 wait for the launch', '5/13 configure the instance', '6/13 start the instance']
-    assert run.task('2/13 candidate client token (with a warm pool member: 5, 9, 10, 12 and 13 too)')['msg'] == \
+    assert run.task('2/13 (with a warm pool member: 5, 9, 10, 12 and 13 too) candidate client token')['msg'] == \
         'candidate client token: %s' % ws['candidate_id']
     report = run.task('Report aws-happy')['msg']
     assert report[1] == 'instance %s in us-east-1' % instance_id

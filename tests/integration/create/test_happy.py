@@ -67,7 +67,7 @@ def test_every_step_runs_once_and_the_workspace_is_ready(happy, repo, git_server
     # In Proxmox VE's words: a template cloned into a container, named by its VMID on its node.
     assert happy.first.report()[1] == 'CT %d on %s' % (ws['vmid'], ws['node'])
     titles = [name for name, _result in happy.first.results() if '/13 ' in name]
-    assert titles[1:6] == ['2/13 candidate vmid (with a warm pool member: 5, 9, 10, 12 and 13 too)',
+    assert titles[1:6] == ['2/13 (with a warm pool member: 5, 9, 10, 12 and 13 too) candidate vmid',
                            '3/13 clone the template', '4/13 wait for the clone task', '5/13 configure the container',
                            '6/13 start the container']
 

@@ -12,7 +12,7 @@ PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run
 	ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=1
 
 .PHONY: help venv system-packages test unit static sanity lint integration test-clouds test-cores demo collection
-.PHONY: bench-journal bench-journal-tasks bench-queue bench-create bench-reconcile bench-step bench-expire
+.PHONY: bench-journal bench-journal-tasks bench-queue bench-create bench-reconcile bench-step bench-expire bench-poll
 .PHONY: bench-inventory bench-template bench-agent bench-fork bench-warm faults faults-clouds soak soak-fleet
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
 .PHONY: molecule
@@ -44,6 +44,7 @@ help:
 	@echo "make bench-fork    one ready workspace forked into 4 children against 4 cold creates"
 	@echo "make bench-warm    a create from a warm pool against a cold one and community.proxmox clone+start;"
 	@echo "                   the same on AWS against amazon.aws.ec2_instance (WARM_ARGS=\"--provider aws\": that alone)"
+	@echo "make bench-poll    a create at Ansible's internal_poll_interval (1 ms) against 10 ms, as the tests run it"
 
 system-packages:
 	@scripts/system-packages.sh
@@ -240,6 +241,10 @@ bench-fork: venv
 # A create that takes a warm pool member against a cold one and community.proxmox, at time scale 0 (bench/warm.py).
 bench-warm: venv
 	$(BIN)/python bench/warm.py $(WARM_ARGS)
+
+# A create at Ansible's internal_poll_interval (1 ms) against the 10 ms the tests use: CPU seconds, wall, ratios.
+bench-poll: venv
+	$(BIN)/python bench/poll.py
 
 # One task of the collection as a module process against the same module run in the worker by its action plugin,
 # with and without the module's code loaded before the workers are forked (plugin_utils/in_process.py).

@@ -42,7 +42,7 @@ QUIET = {'ANSIBLE_NOCOLOR': '1', 'ANSIBLE_LOCALHOST_WARNING': '0', 'ANSIBLE_INVE
 
 # How often a run's main process looks at its workers (Ansible's internal_poll_interval, 0.001 s by default, set in
 # an ansible.cfg only). The create playbook's free strategy looks up each host's next task on every look, realpath of
-# its role included: at the default a create spends a fifth of its CPU there, and a run waiting on a long step
+# its role included: at the default a create spends a sixth of its CPU there, and a run waiting on a long step
 # spends a few percent of a core. The tests and the fault matrix run hundreds of playbooks side by side on two cores:
 # they look every 10 ms (harness_config). Benchmarks keep Ansible's default, so their figures are what a user gets.
 POLL_INTERVAL = 0.01

@@ -358,6 +358,14 @@ workspace:
   description: The workspace's journal record after the step (see M(ephemera.workspaces.workspace_info)).
   returned: when the workspace is recorded
   type: dict
+task_names:
+  description:
+    - The name of each step's task in the role, by step, in the words of the provider (steps 2 to 6 differ from one
+      provider to another); the role names its tasks with them.
+  returned: when O(step=request) succeeded
+  type: dict
+  sample: {"vmid": "candidate client token", "clone": "launch the instance", "wait_clone": "wait for the launch",
+           "configure": "configure the instance", "start": "start the instance", "ready": "mark ready"}
 details:
   description:
     - Facts of the step that ran. V(request), replaying an earlier request with the same O(idempotency_key),

@@ -106,7 +106,8 @@ def core_version():
 
 def environment(env=None, callback=JSON_CALLBACK, pin=True, unset=()):
     """The environment of a run: this process's (but for the names that start with one of ``unset``), quiet and
-    plain, the callback, ``env`` on top, then the pin."""
+    plain, the callback, ``env`` on top, then the pin (True: this checkout; a directory: the collections there, as
+    collections_path() lays them out)."""
     out = {k: v for k, v in os.environ.items() if not k.startswith(tuple(unset))}
     out.update(QUIET)
     out.pop('ANSIBLE_STDOUT_CALLBACK', None)
@@ -115,7 +116,8 @@ def environment(env=None, callback=JSON_CALLBACK, pin=True, unset=()):
         out.update(ANSIBLE_STDOUT_CALLBACK=callback, ANSIBLE_LOAD_CALLBACK_PLUGINS='1')
     out.update(env or {})
     if pin:
-        out.update(ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([collections_path()] + other_collections()),
+        top = collections_path() if pin is True else pin
+        out.update(ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([top] + other_collections()),
                    ANSIBLE_COLLECTIONS_SCAN_SYS_PATH='1')
     else:
         out.pop('ANSIBLE_COLLECTIONS_PATH', None)

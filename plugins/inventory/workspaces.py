@@ -948,7 +948,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         return provider
 
     def _cloud_regions(self, hook):
-        return self.get_option(hook.scope_option) or []
+        # A provider without an option of places is read where its workspaces are.
+        return (self.get_option(hook.scope_option) if hook.scope_option else None) or []
 
     def _cloud_provider(self, hook, region, secret):
         try:

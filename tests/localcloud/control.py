@@ -123,6 +123,10 @@ class CloudApi:
         metadata, host_keys, guest_attributes, clear."""
         return self._op('gcp', action=what, arguments=arguments)
 
+    def folder(self, what, /, **arguments):
+        """An operation of the folder provider's part (tests/localcloud/folder_site.py): machines."""
+        return self._op('folder', action=what, arguments=arguments)
+
     def gcp_host_keys(self, times=1, silent=False):
         """The guest attributes of the next `times` new Compute Engine instances hold a host key that is not the one
         their guest's sshd serves (silent: no host key at all)."""

@@ -24,6 +24,7 @@ from tests.models.tryout import agent_settings
 from .azure_site import AzurePart
 from .config import ACCOUNT_ID, INFO_FILE, CloudError
 from .fleet import Fleet, teach_moto
+from .folder_site import FolderPart
 from .gcp_site import GcpPart
 from .hetzner_site import HetznerPart
 from .proxy import FaultProxy
@@ -83,6 +84,7 @@ class CloudSite:
         self.hetzner = HetznerPart(self)
         self.azure = AzurePart(self)
         self.gcp = GcpPart(self)
+        self.folder = FolderPart(self)
 
     def machine_roots(self):
         """debian tier: the machines' roots (one set for every fake's machines), on the Debian base root."""
@@ -144,9 +146,10 @@ class CloudSite:
         info['hetzner'] = await self.hetzner.start(public_key)
         info['azure'] = await self.azure.start(public_key)
         info['gcp'] = await self.gcp.start(public_key)
+        info['folder'] = await self.folder.start(public_key)
         if opts.guests == 'debian':
             # The machines are Debian userlands of their own: the collection uses their paths as they are.
-            for part in ('hetzner', 'azure', 'gcp'):
+            for part in ('hetzner', 'azure', 'gcp', 'folder'):
                 info[part]['guest_prefix'] = '/'
         loop = asyncio.get_running_loop()
         info['seed'] = await loop.run_in_executor(None, seed, info, self.scope)
@@ -185,6 +188,7 @@ class CloudSite:
                 await self.hetzner.tick()
                 await self.azure.tick()
                 await self.gcp.tick()
+                await self.folder.tick()
             except Exception:  # noqa: BLE001 - one bad tick must not end the cloud
                 LOG.exception('reconcile failed')
 
@@ -198,12 +202,12 @@ class CloudSite:
                 pass
             self._tick = None
         # The fakes' guests share one directory, which a stop_all sweeps: every fake stops its own guests first.
-        for guests in [self.fleet] + [p.guests for p in (self.hetzner, self.azure, self.gcp) if p.guests is not None]:
+        parts = (self.hetzner, self.azure, self.gcp, self.folder)
+        for guests in [self.fleet] + [p.guests for p in parts if p.guests is not None]:
             await guests.stop_all(sweep=False)
         await self.fleet.stop_all()
-        await self.hetzner.stop()
-        await self.azure.stop()
-        await self.gcp.stop()
+        for part in parts:
+            await part.stop()
         for part in (self.control, self.proxy):
             if part is not None:
                 await part.stop()
@@ -336,6 +340,10 @@ class CloudSite:
     def op_azure(self, action, arguments=None):
         """The ARM fake's operations (azure_site.AzurePart.op_*)."""
         return self.azure.op(action, arguments)
+
+    def op_folder(self, action, arguments=None):
+        """The folder provider's operations (folder_site.FolderPart.op_*)."""
+        return self.folder.op(action, arguments)
 
     def op_gcp(self, action, arguments=None):
         """The Compute Engine fake's operations (gcp_site.GcpPart.op_*)."""

@@ -707,6 +707,7 @@ class InventoryHook:
 
     name = None
     listing = 'instances'
+    # None: the inventory has no option of this provider's places, and reads it where the journal's workspaces are.
     scope_option = None
     scope_word = 'region'
     # The workspace (and orphan) key that names its scope, for a ``sets`` provider.

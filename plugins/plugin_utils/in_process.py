@@ -15,7 +15,7 @@ and it still runs on its own (``python -m`` or any other way Ansible can start a
 An option the task does not give is taken from the variable ``ephemera_<option>`` when the host has one
 (``ephemera_api_host``, ``ephemera_journal_path``, ``ephemera_cores``, ...): inventories and AWX set the
 collection up in one place, and the roles pass on only what is theirs. Options that say what one task does
-(PER_TASK) are never taken from variables.
+(PER_TASK) are never taken from variables, and neither are the options of the providers a task does not use.
 """
 
 import contextlib
@@ -24,12 +24,14 @@ import os
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.basic import remove_values
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.module_utils.common.arg_spec import ModuleArgumentSpecValidator
 from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import registry
+from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import DEFAULT_PROVIDER, PROVIDER_ENV
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import journal, waiter
 
 display = Display()
@@ -48,17 +50,49 @@ def module_file(name):
     return importlib.import_module(MODULES + name)
 
 
-def from_variables(name, args, variables, template):
-    """``args`` with every option they lack taken from its ``ephemera_<option>`` variable, templated."""
+def from_variables(name, args, variables, template, environ=None):
+    """``args`` with every option they lack taken from its ``ephemera_<option>`` variable, templated; but for the
+    options of the providers the task does not use (unused_provider_options), which are neither templated nor
+    validated."""
     out = dict(args)
-    for option in module_file(name).module_args()['argument_spec']:
-        if option in out or option in PER_TASK:
+    spec = module_file(name).module_args()['argument_spec']
+    unused = unused_provider_options(spec, args, variables, template, environ)
+    for option in spec:
+        if option in out or option in PER_TASK or option in unused:
             continue
         for variable in (VARIABLE_PREFIX + option, OLD_NAMES.get(option)):
             if variable and variable in variables:
                 out[option] = template(variables[variable])
                 break
     return out
+
+
+def unused_provider_options(spec, args, variables, template, environ=None):
+    """The options of ``spec`` that only providers the task does not use declare. A task uses the provider its
+    ``provider`` option names (the task's, else ``ephemera_provider``, else EPHEMERA_PROVIDER in ``environ``, the
+    task's environment, or this process's, else the default one); a sweep of the whole fleet (``fleet``) uses every
+    provider. An inventory that serves several providers may so hold one provider's variables that another one's
+    tasks could not take (a template of variables only its hosts have, a value of the wrong type)."""
+    if 'provider' not in spec:
+        return frozenset()
+    fleet = args.get('fleet', variables.get(VARIABLE_PREFIX + 'fleet')) if 'fleet' in spec else None
+    if fleet is not None and boolean(template(fleet), strict=False):
+        return frozenset()
+    chosen = args.get('provider')
+    if chosen is None and VARIABLE_PREFIX + 'provider' in variables:
+        chosen = template(variables[VARIABLE_PREFIX + 'provider'])
+    if chosen is None:
+        chosen = (environ or {}).get(PROVIDER_ENV) or os.environ.get(PROVIDER_ENV) or DEFAULT_PROVIDER
+    if chosen not in registry.PROVIDERS:
+        # The module refuses it, naming the providers there are.
+        return frozenset()
+    used, declared = set(), set()
+    for provider in registry.PROVIDERS:
+        options = set(registry.provider_options(provider).argument_spec())
+        declared |= options
+        if provider == chosen:
+            used |= options
+    return frozenset(declared - used)
 
 
 def sharing_templar(templar, variables):
@@ -201,7 +235,8 @@ class InProcessAction(ActionBase):
         for entry in self._task.environment or []:
             env.update(self._templar.template(entry) or {})
         variables = task_vars or {}
-        args = from_variables(self.MODULE, self._task.args, variables, sharing_templar(self._templar, variables).template)
+        args = from_variables(self.MODULE, self._task.args, variables, sharing_templar(self._templar, variables).template,
+                              env)
         with environment(env):
             return run_in_process(self.MODULE, args, check_mode=bool(self._task.check_mode), diff=bool(self._task.diff),
                                   verbosity=display.verbosity)

@@ -83,6 +83,46 @@ def test_options_a_task_lacks_come_from_ephemera_variables_and_the_task_wins():
     assert 'discard_unsaved_work' not in destroy and destroy['journal_path'] == '/srv/ephemera/journal.sqlite'
 
 
+# An inventory that serves Proxmox VE and AWS hosts: the AWS variable is a template only AWS hosts can render.
+MIXED = {'ephemera_api_host': 'pve.example.com', 'ephemera_aws_region': '{{ aws_only }}',
+         'ephemera_hetzner_networks': {'not': 'a list'}, 'ephemera_journal_path': '/srv/journal.sqlite'}
+
+
+def rendered(value):
+    if value == '{{ aws_only }}':
+        raise AssertionError('templated a variable of a provider the task does not use')
+    return value
+
+
+def test_options_of_providers_a_task_does_not_use_are_not_taken_from_variables():
+    args = from_variables('workspace_create', {'name': 'w1', 'step': 'request'}, MIXED, rendered, {})
+    assert args['api_host'] == 'pve.example.com' and args['journal_path'] == '/srv/journal.sqlite'
+    assert 'aws_region' not in args and 'hetzner_networks' not in args
+    # The task's own arguments are the task's: given, they are validated whatever the provider.
+    args = from_variables('workspace_create', {'name': 'w1', 'aws_region': 'eu-west-1'}, MIXED, rendered, {})
+    assert args['aws_region'] == 'eu-west-1'
+
+
+def test_the_provider_a_task_uses_is_its_option_its_variable_or_its_environment():
+    aws = dict(MIXED, ephemera_aws_region='eu-west-1')
+    for args, variables, environ in (({'provider': 'aws'}, aws, {}), ({}, dict(aws, ephemera_provider='aws'), {}),
+                                     ({}, aws, {'EPHEMERA_PROVIDER': 'aws'})):
+        got = from_variables('workspace_destroy', dict(args, name='w1'), variables, rendered, environ)
+        assert got['aws_region'] == 'eu-west-1' and 'api_host' not in got and 'hetzner_networks' not in got, got
+    # A provider that is none is left to the module, which names the providers there are.
+    got = from_variables('workspace_destroy', {'name': 'w1', 'provider': 'nimbus'}, aws, rendered, {})
+    assert got['aws_region'] == 'eu-west-1' and got['api_host'] == 'pve.example.com'
+
+
+def test_a_sweep_of_the_whole_fleet_takes_every_providers_variables():
+    aws = dict(MIXED, ephemera_aws_region='eu-west-1')
+    swept = from_variables('workspace_expire', {'fleet': True}, aws, rendered, {})
+    assert swept['aws_region'] == 'eu-west-1' and swept['api_host'] == 'pve.example.com'
+    assert swept['hetzner_networks'] == {'not': 'a list'}
+    one = from_variables('workspace_expire', {'fleet': 'false'}, aws, rendered, {})
+    assert 'aws_region' not in one and one['api_host'] == 'pve.example.com'
+
+
 def test_a_deleting_sweep_is_never_applied_by_an_inventory_variable():
     variables = {'ephemera_apply': True, 'ephemera_pool': 'workspaces'}
     args = from_variables('workspace_cleanup', {}, variables, lambda value: value)

@@ -31,27 +31,22 @@ READS = ('Describe', 'Get', 'List')
 DISPATCHES = cloud.DISPATCHES
 
 
-def token_number(token):
-    """The number the collection binds an instance's marker to: its provider's own function."""
+def bindings(token, instance_id):
+    """What a marker of ours on the instance may bind, the re-signed one first: its provider's own function."""
     from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.provider import (
-        token_number as bound)
-    return bound(token)
-
-
-def instance_number(token, instance_id):
-    """The number a re-signed marker binds: its provider's own function."""
-    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.aws.provider import (
-        instance_number as bound)
+        bindings as bound)
     return bound(token, instance_id)
 
 
 def bound_number(token, instance_id, marker):
-    """The number the instance's marker must bind: the re-signed one when the marker claims it, else the launch's
-    (-1 without a client token: nothing of ours binds such an instance)."""
+    """What the instance's marker must bind (an ownership.Bound): the re-signed binding when the marker claims it
+    (the instance id; before version 3, the number of the token and the id), else the launch's (-1 without a client
+    token: nothing of ours binds such an instance)."""
     if not token:
         return -1
-    resigned = instance_number(token, instance_id)
-    return resigned if ('vmid=%d ' % resigned) in (marker or '') else token_number(token)
+    resigned, launched = bindings(token, instance_id)
+    claims = ('id=%s ' % resigned.resource, 'vmid=%d ' % resigned.number)
+    return resigned if any(claim in (marker or '') for claim in claims) else launched
 
 
 def aws_decisive(points):

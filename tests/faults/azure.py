@@ -46,10 +46,6 @@ SUFFIXES = ('-vm', '-nic', '-pip', '-osdisk')
 MEMBERS = ['disk', 'nic', 'pip', 'vm']
 
 
-def set_number(base):
-    from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure.provider import (
-        set_number as bound)
-    return bound(base)
 
 
 def base_of_name(name):
@@ -123,7 +119,7 @@ class AzureAdapter(cloud.Adapter):
                 'id': r['id'], 'kind': r['kind'], 'name': r['name'], 'state': '%s, %s' % (r.get('state'), r.get('power')),
                 'running': r['kind'] == 'vm' and r.get('power') == 'running' and r.get('state') == 'Succeeded',
                 'live': True, 'tags': tags, 'workspace': tags.get(TAG_WORKSPACE) if base else None,
-                'marker': tags.get(TAG_MARKER), 'bound': set_number(base) if base else -1, 'base': base,
+                'marker': tags.get(TAG_MARKER), 'bound': base or -1, 'base': base,
                 'identity': r.get('identity'),
                 'bindings': {k: r.get(k) for k in ('ip_configuration', 'public_ip', 'virtual_machine',
                                                    'managed_by')}}

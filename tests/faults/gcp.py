@@ -89,14 +89,13 @@ class GcpAdapter(cloud.Adapter):
         }
 
     def items(self, site):
-        gp = _provider_module()
         out = {}
         for i in site.cloud.gcp('instances'):
             labels = dict(i.get('labels') or {})
             out[i['name']] = {
                 'id': i['name'], 'state': i['status'], 'running': i['status'] == 'RUNNING', 'live': True,
                 'tags': labels, 'workspace': labels.get(LABEL_WORKSPACE),
-                'marker': (i.get('metadata') or {}).get(META_MARKER), 'bound': gp.token_number(i['name'])}
+                'marker': (i.get('metadata') or {}).get(META_MARKER), 'bound': i['name']}
         return out
 
     # ------------------------------------------------------------- requests

@@ -61,7 +61,7 @@ class HetznerAdapter(cloud.Adapter):
             out[str(s['id'])] = {
                 'id': str(s['id']), 'state': s['status'], 'running': s['status'] == 'running', 'live': True,
                 'tags': labels, 'workspace': labels.get(LABEL_WORKSPACE), 'marker': hp.marker_text(labels),
-                'bound': hp.name_number(s['name']) if s.get('name') else -1, 'name': s.get('name')}
+                'bound': s.get('name') or -1, 'name': s.get('name')}
         return out
 
     def requests(self, site):

@@ -20,10 +20,24 @@ copy pasted onto a new container that got the same VMID) would verify again. A r
 only a marker with that nonce. Markers of version 1 (no nonce) are still accepted for the records made before
 version 2, which hold no nonce.
 
+Version 3 binds a resource by its own id, as the provider names it (a server or instance name, an EC2 client
+token or instance id, an Azure set's base name): the clouds' markers. Versions 1 and 2 bind a number: a Proxmox VE
+container's VMID, which is its id, and on the clouds, before version 3, a ten-digit digest of the id
+(legacy_number). Such a digest can be matched by trying names (about 2^33 of them), and the clouds let whoever may
+create a machine choose its name: version 3 leaves nothing to match but the id itself. Markers of version 2 that
+clouds' machines carry still verify against the digest of their id::
+
+    ephemera-workspace: v3 workspace=fix-login controller=c-3f0c... id=eph-fix-login-0b1c... nonce=5e7d... token=k3q...
+
+A version 3 token is 128 bits of the HMAC in lower-case base32 (26 letters and digits): with an id of 64 characters
+(an EC2 client token) and the longest workspace name, the line fits the 256 characters of an EC2 or Azure tag value.
+
 Every field is checked for its form before anything is computed: the description is written by whoever may
 edit the container, and a marker with a non-ASCII token, a Unicode digit in the VMID or a name git cannot use
 is FORGED, never an exception.
 """
+
+import base64
 
 import errno
 import hashlib
@@ -38,6 +52,8 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.errors im
 
 PREFIX = 'ephemera-workspace:'
 VERSION = 'v2'
+# The version that binds a resource's own id (render_resource).
+RESOURCE_VERSION = 'v3'
 LEGACY = 'v1'
 SECRET_ENV = 'EPHEMERA_CONTROLLER_SECRET'
 SECRET_BYTES = 32
@@ -52,6 +68,8 @@ _FORMS = {
     'vmid': re.compile(r'^[1-9][0-9]{0,9}$', re.A),
     'nonce': re.compile(r'^[0-9a-f]{%d}$' % (2 * NONCE_BYTES), re.A),
     'token': re.compile(r'^[0-9a-f]{64}$', re.A),
+    'id': re.compile(r'^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$', re.A),
+    'token3': re.compile(r'^[a-z2-7]{26}$', re.A),
 }
 # ``nonce`` of verify(): whatever nonce a genuine marker carries (no record to compare with: orphans, sweeps).
 ANY = object()
@@ -96,6 +114,48 @@ def record_nonce(record):
     return nonce if valid_nonce(nonce) else None
 
 
+def legacy_number(resource):
+    """The number a version 2 marker of a cloud bound for the id ``resource`` (a digest of ten digits)."""
+    return 1000000000 + int(hashlib.sha256(resource.encode('utf-8')).hexdigest()[:12], 16) % 9000000000
+
+
+class Bound:
+    """What a marker must bind to verify: the resource's own id (``resource``, what a version 3 marker binds) and
+    the number a version 1 or 2 marker bound for it (``number``: a container's VMID, or legacy_number of a cloud's
+    id, unless the provider says another)."""
+
+    __slots__ = ('resource', 'number')
+
+    def __init__(self, resource, number=None):
+        self.resource = str(resource)
+        self.number = legacy_number(self.resource) if number is None else int(number)
+
+    @classmethod
+    def of(cls, expected):
+        """``expected`` as a Bound: a Bound; an int or a string of digits (a VMID: the number, and its digits as the
+        id); any other string (a cloud's id, whose version 2 markers bound its legacy_number); None (whatever a
+        genuine marker binds)."""
+        if expected is None or isinstance(expected, Bound):
+            return expected
+        if isinstance(expected, int) and not isinstance(expected, bool):
+            return cls(str(expected), expected)
+        text = str(expected)
+        if text.isdigit() and text.isascii():
+            return cls(text, int(text))
+        return cls(text)
+
+    def __repr__(self):
+        return 'Bound(%r, %r)' % (self.resource, self.number)
+
+
+def resource_token(secret, controller, workspace, resource, nonce):
+    """The token of a version 3 marker: 128 bits of the HMAC in lower-case base32 without padding (letters and
+    digits alone, which every provider's tags and labels take)."""
+    message = '%s\n%s\n%s\n%s\n%s' % (RESOURCE_VERSION, controller, workspace, resource, nonce)
+    digest = hmac.new(secret, message.encode('ascii'), hashlib.sha256).digest()[:16]
+    return base64.b32encode(digest).decode('ascii').rstrip('=').lower()
+
+
 def token(secret, controller, workspace, vmid, nonce=None):
     """The HMAC of a marker: version 2 with ``nonce``, version 1 (the old form) without."""
     if nonce is None:
@@ -115,6 +175,18 @@ def render(secret, controller, workspace, vmid, nonce=None):
         raise ValueError('a marker nonce is %d hexadecimal digits' % (2 * NONCE_BYTES))
     return '%s %s workspace=%s controller=%s vmid=%d nonce=%s token=%s' % (
         PREFIX, VERSION, workspace, controller, int(vmid), nonce, token(secret, controller, workspace, vmid, nonce))
+
+
+def render_resource(secret, controller, workspace, resource, nonce):
+    """The marker line (version 3) for the resource whose own id is ``resource`` (a cloud's machine), of
+    ``workspace``, with ``nonce``."""
+    if not valid_nonce(nonce):
+        raise ValueError('a marker nonce is %d hexadecimal digits' % (2 * NONCE_BYTES))
+    if not isinstance(resource, str) or not _FORMS['id'].match(resource):
+        raise ValueError('a marker binds an id of 1 to 128 letters, digits and "._:@/-", not %r' % (resource,))
+    return '%s %s workspace=%s controller=%s id=%s nonce=%s token=%s' % (
+        PREFIX, RESOURCE_VERSION, workspace, controller, resource, nonce,
+        resource_token(secret, controller, workspace, resource, nonce))
 
 
 def parse(description):
@@ -140,18 +212,23 @@ def well_formed(fields):
     """True when every field the marker's version needs is there in the form this code writes (the controller is
     compared with ours before this)."""
     version = fields.get('version')
-    if version not in (VERSION, LEGACY):
+    if version == RESOURCE_VERSION:
+        forms = (('workspace', 'workspace'), ('id', 'id'), ('nonce', 'nonce'), ('token', 'token3'))
+    elif version in (VERSION, LEGACY):
+        needed = ('workspace', 'vmid', 'token') + (('nonce',) if version == VERSION else ())
+        forms = tuple((k, k) for k in needed)
+    else:
         return False
-    needed = ('workspace', 'vmid', 'token') + (('nonce',) if version == VERSION else ())
-    return all(isinstance(fields.get(k), str) and _FORMS[k].match(fields[k]) for k in needed)
+    return all(isinstance(fields.get(k), str) and _FORMS[form].match(fields[k]) for k, form in forms)
 
 
 def verify(description, secret, controller, workspace=None, vmid=None, nonce=ANY):
     """One of VERIFIED, ABSENT, FOREIGN, MISMATCH, FORGED, REPLAYED for the container's description.
 
-    ``workspace``/``vmid`` are what the journal expects (``vmid``: the container the description
-    was read from); None accepts whatever a genuine marker names. A genuine marker on the wrong
-    container (copied there) or for another workspace is a MISMATCH: not ours to touch.
+    ``workspace``/``vmid`` are what the journal expects (``vmid``: what the description was read from, as
+    Bound.of takes it: a container's VMID, a cloud's id, or a Bound); None accepts whatever a genuine marker
+    names. A genuine marker on the wrong resource (copied there) or for another workspace is a MISMATCH: not ours
+    to touch.
 
     ``nonce`` is the record's marker nonce: a marker with another nonce (or none) is REPLAYED. None is a record
     made before nonces, which accepts only a version 1 marker; ANY (no record to compare with) accepts both.
@@ -165,13 +242,21 @@ def verify(description, secret, controller, workspace=None, vmid=None, nonce=ANY
     if not well_formed(fields):
         return FORGED
     name = fields['workspace']
-    marked_vmid = int(fields['vmid'])
-    marked_nonce = fields.get('nonce') if fields['version'] == VERSION else None
+    bound = Bound.of(vmid)
+    if fields['version'] == RESOURCE_VERSION:
+        marked = fields['id']
+        marked_nonce = fields['nonce']
+        expected = resource_token(secret, controller, name, marked, marked_nonce)
+        elsewhere = bound is not None and marked != bound.resource
+    else:
+        marked = int(fields['vmid'])
+        marked_nonce = fields.get('nonce') if fields['version'] == VERSION else None
+        expected = token(secret, controller, name, marked, marked_nonce)
+        elsewhere = bound is not None and marked != bound.number
     # The token must match the marker's own fields; only then do the fields mean anything.
-    expected = token(secret, controller, name, marked_vmid, marked_nonce)
     if not hmac.compare_digest(expected.encode('ascii'), fields['token'].encode('ascii')):
         return FORGED
-    if (workspace is not None and name != workspace) or (vmid is not None and marked_vmid != int(vmid)):
+    if (workspace is not None and name != workspace) or elsewhere:
         return MISMATCH
     if nonce is not ANY and marked_nonce != nonce:
         return REPLAYED

@@ -4,8 +4,8 @@
 """What the cloud providers (EC2, Hetzner Cloud, Compute Engine) do alike, written once.
 
 A cloud provider's machine is made from an image (never a template built in place), its candidate id is derived from
-the workspace's record (a client token, a server or instance name) and bound into the ownership marker as a number, a
-resource key is ``<kind>/<id>@<location>``, its settings are fixed at creation, and its tasks are handles the provider
+the workspace's record (a client token, a server or instance name) and bound by the ownership marker as it is (a
+version 3 marker; core/ownership.py), a resource key is ``<kind>/<id>@<location>``, its settings are fixed at creation, and its tasks are handles the provider
 reads again until they are done. A provider says what differs as data (``kind``, ``noun``, ``candidate_noun``,
 ``image_hint``) and small methods: how to read a machine (:meth:`CloudProvider.native`), whether it runs, what id the
 marker binds, how to act (``act_start``, ``act_shutdown``, ``act_stop``) and how to look at a task
@@ -34,9 +34,8 @@ def option(params, name, env=(), environ=None):
     return value
 
 
-def bound_number(text):
-    """The number an ownership marker binds for a derived id (markers bind a resource's number of 10 digits)."""
-    return 1000000000 + int(hashlib.sha256(text.encode('utf-8')).hexdigest()[:12], 16) % 9000000000
+# The number a version 2 marker bound for a derived id (markers written before version 3 verify against it).
+bound_number = ownership.legacy_number
 
 
 def derived_candidate(workspace, stamp, avoid, prefix, digits, what):
@@ -94,10 +93,9 @@ class CloudProvider(base.Provider):
     # ------------------------------------------------------------------- ownership
 
     def marker(self, workspace, resource_id, nonce=None):
-        """The marker of the machine whose candidate id is ``resource_id`` (the number the marker binds is derived
-        from it)."""
-        return ownership.render(self.secret, self.controller, workspace, bound_number(resource_id),
-                                nonce or ownership.new_nonce())
+        """The marker of the machine whose candidate id is ``resource_id``, which it binds."""
+        return ownership.render_resource(self.secret, self.controller, workspace, resource_id,
+                                         nonce or ownership.new_nonce())
 
     def bound_id(self, resource):
         """The candidate id a found machine's marker must bind (None: it shows none)."""
@@ -107,8 +105,7 @@ class CloudProvider(base.Provider):
         if resource is None:
             return ownership.ABSENT
         bound = self.bound_id(resource)
-        return ownership.verdict(resource.marker_text, self.secret, self.controller, workspace,
-                                 bound_number(bound) if bound else -1, nonce)
+        return ownership.verdict(resource.marker_text, self.secret, self.controller, workspace, bound or -1, nonce)
 
     # ------------------------------------------------------------------- warm pools
 
@@ -116,14 +113,14 @@ class CloudProvider(base.Provider):
     # for it is refused with this.
     pool_refusal = base.Provider.pool_refusal
 
-    def remark_number(self, resource):
-        """The number the marker of a claimed member's machine binds: the one its own marker binds, since the machine
-        and its candidate id stay what they are (a provider that binds more than one number says which)."""
+    def remark_bound(self, resource):
+        """The id the marker of a claimed member's machine binds: the one its own marker binds, since the machine
+        and its candidate id stay what they are (a provider that binds more than one id says which)."""
         bound = self.bound_id(resource)
         if not bound:
             raise base.Refused('%s shows nothing a marker of ours can bind; it is not given to a workspace.'
                                % self.label(resource.id, self.here))
-        return bound_number(bound)
+        return bound
 
     def write_remark(self, resource, workspace, marker, hostname, labels, created_by=None):
         """Write the claimed machine's new ``marker`` (signed for ``workspace``), its name ``hostname`` (where the provider can rename it),
@@ -147,7 +144,7 @@ class CloudProvider(base.Provider):
         if current.marker_text != resource.marker_text:
             raise base.Conflict('%s changed since it was read: it carries another marker now. Nothing was written; '
                                 'look at it again.' % self.label(resource.id, self.here))
-        marker = ownership.render(self.secret, self.controller, workspace, self.remark_number(current), nonce)
+        marker = ownership.render_resource(self.secret, self.controller, workspace, self.remark_bound(current), nonce)
         self.write_remark(current, workspace, marker, hostname, dict(labels or {}), created_by)
 
     # ------------------------------------------------------------------- allocation

@@ -3,11 +3,11 @@ try-out cloud (tests/localcloud: moto behind the proxy, which shows EC2's empty 
 without one and answers EC2's client-token filter).
 
 A workspace is made and destroyed by the create and destroy playbooks. Then someone who may only tag instances
-takes two instances that another principal launched without a client token and copies onto them every tag of the
+takes three instances that another principal launched without a client token and copies onto them every tag of the
 destroyed workspace's instance (which EC2 still lists, terminated), with a lease that ended long ago: one carries
-the marker as it is now, the other the marker the launch wrote, as it was readable in the seconds before the create
-signed it again. Neither the applied cleanup sweep nor reconcile in delete mode terminates them; both report them
-as not ours. Reconcile does not take such a copy for an instance of ours either when the copied tags are those of a
+the marker as it is now, another the marker the launch wrote, as it was readable in the seconds before the create
+signed it again, the third the launch's marker in the form of before version 3. Neither the applied cleanup sweep
+nor reconcile in delete mode terminates them; both report them as not ours. Reconcile does not take such a copy for an instance of ours either when the copied tags are those of a
 workspace whose create died right after RunInstances (its destroy found the instance by its client token)."""
 
 import json
@@ -67,10 +67,15 @@ def test_copied_tags_on_an_instance_without_a_client_token_are_never_taken_for_o
     assert gone['State']['Name'] == 'terminated' and gone['ClientToken'] == token
     copied = {t['Key']: t['Value'] for t in gone['Tags']}
     secret = site.secret()
-    launch_marker = ownership.render(secret, ownership.controller_id(secret), 'aws-gone', token_number(token), nonce)
+    controller = ownership.controller_id(secret)
+    launch_marker = ownership.render_resource(secret, controller, 'aws-gone', token, nonce)
+    # The launch's marker as the collection wrote it before version 3 (a digest of the token): it binds no more.
+    legacy_marker = ownership.render(secret, controller, 'aws-gone', token_number(token), nonce)
+    assert ' id=%s ' % instance_id in copied['ephemera:marker']
     past = str(int(time.time()) - 7200)
     victims = {}
-    for which, marker in (('current', copied['ephemera:marker']), ('launch', launch_marker)):
+    for which, marker in (('current', copied['ephemera:marker']), ('launch', launch_marker),
+                          ('legacy launch', legacy_marker)):
         victim = _launch_without_client_token(ec2, site.cloud.info['seed'])
         tags = dict(copied, **{'ephemera:marker': marker, 'ephemera:state': 'ready', 'ephemera:keep': 'false',
                                'ephemera:expires_at': past})

@@ -42,7 +42,7 @@ def test_a_clean_create_passes_every_invariant_and_its_trace_names_the_ec2_calls
 def test_an_instance_of_ours_the_journal_does_not_know_is_a_leak(cloud_site):
     secret = cloud_site.secret()
     token = 'ephemera-ghost-0123456789abcdef01234567'
-    marker = ownership.render(secret, ownership.controller_id(secret), 'ghost', aws.token_number(token))
+    marker = ownership.render_resource(secret, ownership.controller_id(secret), 'ghost', token, ownership.new_nonce())
     seed = cloud_site.info['seed']
     made = cloud_site.cloud.ec2(direct=True).run_instances(
         ImageId=seed['image_id'], InstanceType=seed['instance_type'], MinCount=1, MaxCount=1,

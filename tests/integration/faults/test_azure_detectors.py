@@ -34,7 +34,7 @@ def cloud(tmp_path_factory):
 
 def ours(workspace, base):
     controller = ownership.controller_id(SECRET)
-    marker = ownership.render(SECRET, controller, workspace, rows.set_number(base), ownership.new_nonce())
+    marker = ownership.render_resource(SECRET, controller, workspace, base, ownership.new_nonce())
     return {'ephemera:marker': marker, 'ephemera:workspace': workspace, 'ephemera:set': base}
 
 

@@ -11,7 +11,6 @@ import uuid
 import pytest
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership
-from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.gcp import provider as gcp_provider
 from tests.faults import cloud, gcp
 from tests.faults.matrix import points_of
 
@@ -84,7 +83,7 @@ def test_a_clean_create_passes_every_invariant_and_its_trace_names_the_provider_
 def test_an_instance_of_ours_no_record_holds_is_a_leak_and_its_copy_is_foreign(cloud_site):
     secret = cloud_site.secret()
     name = 'eph-ghost-0123456789abcdef'
-    marker = ownership.render(secret, ownership.controller_id(secret), 'ghost', gcp_provider.token_number(name))
+    marker = ownership.render_resource(secret, ownership.controller_id(secret), 'ghost', name, ownership.new_nonce())
     labels = {'ephemera': 'workspace', 'ephemera-workspace': 'ghost'}
     # Sent as if by our controller, with a requestId no record announced.
     request = insert(cloud_site, name, labels, marker, foreign=False)

@@ -93,7 +93,7 @@ def instance(name, workspace, marker, status='RUNNING'):
 
 
 def marker_for(workspace, name, secret=SECRET):
-    return ownership.render(secret, ownership.controller_id(secret), workspace, gcp_provider.token_number(name))
+    return ownership.render_resource(secret, ownership.controller_id(secret), workspace, name, ownership.new_nonce())
 
 
 def test_a_machine_is_ours_only_when_its_marker_binds_its_own_name():

@@ -13,7 +13,9 @@ the flow records at once.
 
 The marker binds what EC2 itself records about the instance, never a tag (anyone who may tag instances can copy
 tags): at launch, the ``ClientToken`` EC2 keeps with the instance; once the instance id is known, the configure
-step signs it again over the client token and the instance id (:meth:`AwsProvider.plan_settings`). An instance
+step signs it again over the instance id (:meth:`AwsProvider.plan_settings`), which EC2 gives no other instance.
+Markers written before version 3 bound a digest of the client token, or of the client token and the instance id
+(token_number, instance_number), and still verify against them. An instance
 without a client token (launched by a request that gave none) verifies no marker of ours, and an instance is looked
 up by its token with EC2's ``client-token`` filter, never by the ``ephemera:token`` tag, which is only a hint for
 people.
@@ -82,13 +84,23 @@ def check_tag(key, value):
                                   'spaces and "+-=._:/@". Change the value.' % (key, text))
 
 
-# The number an ownership marker binds for a client token (the marker written at launch).
+# The number a version 2 marker bound for a client token (the marker written at launch).
 token_number = cloud.bound_number
 
 
 def instance_number(client_token, instance_id):
-    """The number a re-signed marker binds: the client token and the instance id, both as EC2 records them."""
+    """The number a re-signed version 2 marker bound: the client token and the instance id, both as EC2 records
+    them."""
     return cloud.bound_number('%s\n%s' % (client_token, instance_id))
+
+
+def bindings(client_token, instance_id):
+    """What a marker of ours on the instance may bind (ownership.Bound), the re-signed one first: the instance id
+    (before version 3, the digest of the token and the id), then the client token its launch bound."""
+    launched = ownership.Bound(client_token, token_number(client_token))
+    if not instance_id:
+        return (launched,)
+    return ownership.Bound(instance_id, instance_number(client_token, instance_id)), launched
 
 
 def tags_of(instance):
@@ -217,14 +229,12 @@ class AwsProvider(cloud.CloudProvider):
     def bound_id(self, resource):
         return self.token_of(resource)
 
-    def _numbers(self, resource):
-        """The numbers a marker of ours on ``resource`` may bind, the re-signed one first: () without a client
-        token."""
+    def _bindings(self, resource):
+        """What a marker of ours on ``resource`` may bind (bindings()): () without a client token."""
         token = self.token_of(resource)
         if not token:
             return ()
-        instance_id = (resource.native or {}).get('InstanceId') or resource.id
-        return (instance_number(token, instance_id), token_number(token)) if instance_id else (token_number(token),)
+        return bindings(token, (resource.native or {}).get('InstanceId') or resource.id)
 
     def verify(self, resource, workspace=None, nonce=ownership.ANY):
         """The marker's verdict against EC2's own facts of the instance: its client token and its id (the marker
@@ -233,8 +243,8 @@ class AwsProvider(cloud.CloudProvider):
         if resource is None:
             return ownership.ABSENT
         verdict = ownership.ABSENT
-        for number in self._numbers(resource) or (-1,):
-            verdict = ownership.verdict(resource.marker_text, self.secret, self.controller, workspace, number, nonce)
+        for bound in self._bindings(resource) or (-1,):
+            verdict = ownership.verdict(resource.marker_text, self.secret, self.controller, workspace, bound, nonce)
             if verdict != ownership.MISMATCH:
                 return verdict
         return verdict
@@ -242,16 +252,19 @@ class AwsProvider(cloud.CloudProvider):
     def _resigned(self, resource):
         """The marker that binds the instance id, for an instance that carries the verifying marker its launch wrote
         (None otherwise: it is re-signed already, or not ours to sign)."""
-        numbers = self._numbers(resource)
-        if self.secret is None or len(numbers) != 2:
+        bound = self._bindings(resource)
+        if self.secret is None or len(bound) != 2:
             return None
         text = resource.marker_text
-        launched = ownership.verdict(text, self.secret, self.controller, None, numbers[1])
+        launched = ownership.verdict(text, self.secret, self.controller, None, bound[1])
         if launched != ownership.VERIFIED:
             return None
         fields = ownership.parse(text)
-        return ownership.render(self.secret, self.controller, fields['workspace'], numbers[0],
-                                fields.get('nonce') if fields['version'] == ownership.VERSION else None)
+        if fields['version'] == ownership.LEGACY:
+            # A marker of before nonces is signed again in its own form: its record holds no nonce.
+            return ownership.render(self.secret, self.controller, fields['workspace'], bound[0].number)
+        return ownership.render_resource(self.secret, self.controller, fields['workspace'], bound[0].resource,
+                                         fields['nonce'])
 
     def plan_settings(self, resource, settings):
         """The only setting of an instance that changes after its launch: its marker, signed again to bind the
@@ -270,13 +283,13 @@ class AwsProvider(cloud.CloudProvider):
     # A claim re-tags the member's instance (and its volumes): marker, Name, ephemera:workspace, the lease's tags.
     pool_refusal = None
 
-    def remark_number(self, resource):
-        """A claimed instance's marker binds its client token and its id, as a launched one's after its configure."""
-        numbers = self._numbers(resource)
-        if not numbers:
+    def remark_bound(self, resource):
+        """A claimed instance's marker binds its id, as a launched one's after its configure."""
+        bound = self._bindings(resource)
+        if not bound:
             raise base.Refused('%s has no client token: no marker of ours can bind it, and it is not given to a '
                                'workspace.' % self.label(resource.id, self.region))
-        return numbers[0]
+        return bound[0].resource
 
     def write_remark(self, resource, workspace, marker, hostname, labels, created_by=None):
         """One CreateTags on the instance and its volumes: the marker, the Name tag (the instance's name in the
@@ -440,7 +453,7 @@ class AwsProvider(cloud.CloudProvider):
     def _image_ours(self, image, instance_id):
         """True when the image's marker is ours and binds ``instance_id`` (the instance it was made of)."""
         verdict = ownership.verdict(tags_of(image).get(TAG_MARKER), self.secret, self.controller, None,
-                                    cloud.bound_number(instance_id), ownership.ANY)
+                                    instance_id, ownership.ANY)
         return verdict == ownership.VERIFIED
 
     def _fork_image(self, name, instance_id):

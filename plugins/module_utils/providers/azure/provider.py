@@ -33,7 +33,7 @@ NAME = 'azure'
 KIND = 'azure-set'
 
 
-# The number an ownership marker binds for a set's base name: the clouds' derived-id number.
+# The number a version 2 marker bound for a set's base name (a marker of version 3 binds the name itself).
 set_number = cloud.bound_number
 
 
@@ -284,14 +284,14 @@ class AzureProvider(base.Provider):
     # ------------------------------------------------------------------- ownership and lease
 
     def marker(self, workspace, resource_id, nonce=None):
-        return ownership.render(self.secret, self.controller, workspace, set_number(resource_id),
-                                nonce or ownership.new_nonce())
+        return ownership.render_resource(self.secret, self.controller, workspace, base_of(resource_id),
+                                         nonce or ownership.new_nonce())
 
     def verify(self, resource, workspace=None, nonce=ownership.ANY):
         if resource is None:
             return ownership.ABSENT
         return ownership.verdict(resource.marker_text, self.secret, self.controller, workspace,
-                                 set_number(base_of(resource.id)), nonce)
+                                 base_of(resource.id), nonce)
 
     def labels(self, resource):
         tags = (resource.native or {}).get('tags') or {}
@@ -322,9 +322,9 @@ class AzureProvider(base.Provider):
     # The seam's claim (providers/cloud.py): read again, Conflict when the marker moved, sign, write_remark.
     remark = cloud.CloudProvider.remark
 
-    def remark_number(self, resource):
-        """The number a claimed set's marker binds: its base name's, as before the claim."""
-        return set_number(base_of(resource.id))
+    def remark_bound(self, resource):
+        """What a claimed set's marker binds: its base name, as before the claim."""
+        return base_of(resource.id)
 
     def write_remark(self, resource, workspace, marker, hostname, labels, created_by=None):
         """Give the set of ``resource`` (its VM, read just before) to ``workspace``: the set's record first (each

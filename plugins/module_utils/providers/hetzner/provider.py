@@ -8,8 +8,9 @@ label. Hetzner has no idempotency token: the candidate id a create records befor
 name (derived from the workspace and its record; a project never holds two servers of one name, so a repeated
 ``POST /servers`` after a lost answer is refused with ``uniqueness_error`` and the one server is found by its name).
 The ownership marker is spread over labels (a label value holds at most 63 characters of ``[A-Za-z0-9_.-]``):
-``ephemera-marker`` (its version), ``-controller``, ``-workspace``, ``-vmid`` (the number the marker binds, derived
-from the server's name), ``-nonce``, ``-token-a`` and ``-token-b`` (the HMAC in two halves).
+``ephemera-marker`` (its version), ``-controller``, ``-workspace``, ``-id`` (the server's name, which the marker
+binds), ``-nonce`` and ``-token-a`` (the token). A marker of version 2 has ``-vmid`` (a number derived from the
+server's name) instead of ``-id`` and its HMAC in two halves, ``-token-a`` and ``-token-b``; it still verifies.
 
 Readiness is bound to the creation: the answer's server must carry the name and the labels asked for, else it is
 reported as an unresolved allocation and left alone. A deletion is complete only when its action succeeded and
@@ -38,6 +39,7 @@ L_MARKER = 'ephemera-marker'
 L_CONTROLLER = 'ephemera-controller'
 L_WORKSPACE = 'ephemera-workspace'
 L_VMID = 'ephemera-vmid'
+L_ID = 'ephemera-id'
 L_NONCE = 'ephemera-nonce'
 L_TOKEN_A = 'ephemera-token-a'
 L_TOKEN_B = 'ephemera-token-b'
@@ -45,7 +47,7 @@ L_SCOPE = 'ephemera-scope'
 L_LEASE_ID = 'ephemera-lease-id'
 L_CREATED_BY = 'ephemera-created-by'
 L_KEY_OF = 'ephemera-key-of'
-MARKER_LABELS = (L_MARKER, L_CONTROLLER, L_WORKSPACE, L_VMID, L_NONCE, L_TOKEN_A, L_TOKEN_B)
+MARKER_LABELS = (L_MARKER, L_CONTROLLER, L_WORKSPACE, L_VMID, L_ID, L_NONCE, L_TOKEN_A, L_TOKEN_B)
 LEASE_KEYS = leasing.LEASE_LABELS
 # Hetzner's label rules: a value is empty or 1 to 63 of [A-Za-z0-9_.-], starting and ending with a letter or digit;
 # a key is an optional DNS prefix with "/" and a name of the same form.
@@ -72,7 +74,7 @@ def check_label(key, value, what='label'):
                                   % (what, key, text))
 
 
-# The number an ownership marker binds for a server name.
+# The number a version 2 marker bound for a server name (a marker of version 3 binds the name itself).
 name_number = cloud.bound_number
 
 
@@ -90,11 +92,13 @@ def parse_handle(text):
 
 
 def marker_labels(text):
-    """The marker labels of a marker line (ownership.render's form)."""
+    """The marker labels of a marker line (ownership.render_resource's form, or render's): every one of
+    MARKER_LABELS, empty where the line has no such field."""
     fields = ownership.parse(text) or {}
     token = fields.get('token') or ''
     return {L_MARKER: fields.get('version', ''), L_CONTROLLER: fields.get('controller', ''),
-            L_WORKSPACE: fields.get('workspace', ''), L_VMID: fields.get('vmid', ''), L_NONCE: fields.get('nonce', ''),
+            L_WORKSPACE: fields.get('workspace', ''), L_VMID: fields.get('vmid', ''),
+            L_ID: fields.get('id', ''), L_NONCE: fields.get('nonce', ''),
             L_TOKEN_A: token[:32], L_TOKEN_B: token[32:]}
 
 
@@ -105,7 +109,7 @@ def marker_text(labels):
         return None
     words = ['%s %s' % (ownership.PREFIX, labels[L_MARKER])]
     for field, key in (('workspace', L_WORKSPACE), ('controller', L_CONTROLLER), ('vmid', L_VMID),
-                       ('nonce', L_NONCE)):
+                       ('id', L_ID), ('nonce', L_NONCE)):
         if labels.get(key):
             words.append('%s=%s' % (field, labels[key]))
     words.append('token=%s%s' % (labels.get(L_TOKEN_A, ''), labels.get(L_TOKEN_B, '')))
@@ -195,6 +199,10 @@ class HetznerProvider(cloud.CloudProvider):
         keeps the host name it booted with); ``hostname`` is not written."""
         current = dict((resource.native or {}).get('labels') or {})
         current.update(marker_labels(marker))
+        for key in MARKER_LABELS:
+            # A member's version 2 marker labels that the new marker has not (-vmid, -token-b) go.
+            if not current.get(key):
+                current.pop(key, None)
         if created_by:
             current[L_CREATED_BY] = leasing.label_value(created_by).strip('-_.') or 'unknown'
         for key, value in labels.items():
@@ -275,7 +283,7 @@ class HetznerProvider(cloud.CloudProvider):
         a = allocation
         launch = dict(self.launch, **(a.options or {}))
         labels = dict(launch.get('labels') or {})
-        labels.update(marker_labels(self.marker(a.workspace, a.candidate, a.nonce)))
+        labels.update((k, v) for k, v in marker_labels(self.marker(a.workspace, a.candidate, a.nonce)).items() if v)
         labels[L_SCOPE] = a.scope
         for key, value in (a.labels or {}).items():
             labels[LABEL_PREFIX + key] = str(value)

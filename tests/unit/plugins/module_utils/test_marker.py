@@ -89,3 +89,56 @@ def test_controller_id_follows_the_secret_not_the_journal():
     assert ownership.controller_id(SECRET) == ownership.controller_id(bytes(SECRET))
     assert ownership.controller_id(SECRET) != ownership.controller_id(b'another secret')
     assert ownership.controller_id(SECRET).startswith('c-') and len(ownership.controller_id(SECRET)) == 26
+
+
+# Version 3: a cloud's machine bound by its own id.
+NONCE = '5e7d' * 8
+TOKEN_64 = 'ephemera-' + 'w' * 30 + '-' + '0123456789abcdef01234567'
+
+
+def test_a_version_3_marker_binds_the_id_itself():
+    marker = ownership.render_resource(SECRET, CONTROLLER, 'fix-login', 'eph-fix-login-0b1c2d3e4f50', NONCE)
+    assert ' v3 ' in marker and ' id=eph-fix-login-0b1c2d3e4f50 ' in marker and 'vmid=' not in marker
+    verify = ownership.verify
+    assert verify(marker, SECRET, CONTROLLER, 'fix-login', 'eph-fix-login-0b1c2d3e4f50', NONCE) == ownership.VERIFIED
+    assert verify(marker, SECRET, CONTROLLER, None, None) == ownership.VERIFIED
+    # Copied onto a machine of another name, even one whose version 2 number would be the same: not ours.
+    same_number = ownership.Bound('eph-fix-login-ffffffffffff', ownership.legacy_number('eph-fix-login-0b1c2d3e4f50'))
+    assert verify(marker, SECRET, CONTROLLER, 'fix-login', same_number, NONCE) == ownership.MISMATCH
+    assert verify(marker, SECRET, CONTROLLER, 'fix-login', 'eph-fix-login-ffffffffffff', NONCE) == ownership.MISMATCH
+    assert verify(marker, SECRET, CONTROLLER, 'fix-login', 'eph-fix-login-0b1c2d3e4f50', '0' * 32) == \
+        ownership.REPLAYED
+
+
+@pytest.mark.parametrize('edit', [
+    lambda m: m.replace('id=eph-', 'id=epx-'),                       # the id changed: the token no longer matches
+    lambda m: m.replace('token=', 'token=a')[:-1],                   # another token of the same form
+    lambda m: m.replace('token=', 'token=A'),                        # not the token's form
+    lambda m: m.replace(' id=eph-fix-login-0b1c2d3e4f50', ''),       # no id
+    lambda m: m.replace(' nonce=' + NONCE, ''),                      # version 3 has a nonce always
+    lambda m: m.replace('id=eph-', 'id=-eph-'),                      # not an id's form
+])
+def test_an_edited_version_3_marker_is_forged(edit):
+    marker = edit(ownership.render_resource(SECRET, CONTROLLER, 'fix-login', 'eph-fix-login-0b1c2d3e4f50', NONCE))
+    assert ownership.verify(marker, SECRET, CONTROLLER, 'fix-login', None, ownership.ANY) == ownership.FORGED
+
+
+def test_a_version_2_marker_of_a_cloud_still_verifies_against_the_digest_of_its_id():
+    legacy = ownership.render(SECRET, CONTROLLER, 'fix-login', ownership.legacy_number('eph-fix-login-0b1c'), NONCE)
+    assert ownership.verify(legacy, SECRET, CONTROLLER, 'fix-login', 'eph-fix-login-0b1c', NONCE) == ownership.VERIFIED
+    assert ownership.verify(legacy, SECRET, CONTROLLER, 'fix-login', 'eph-fix-login-0b1d', NONCE) == ownership.MISMATCH
+    # A container's VMID, as a number or its digits, is the number itself.
+    container = ownership.render(SECRET, CONTROLLER, 'fix-login', 105, NONCE)
+    for vmid in (105, '105', ownership.Bound.of(105)):
+        assert ownership.verify(container, SECRET, CONTROLLER, 'fix-login', vmid, NONCE) == ownership.VERIFIED
+    assert ownership.verify(container, SECRET, CONTROLLER, 'fix-login', '106', NONCE) == ownership.MISMATCH
+
+
+def test_the_longest_version_3_marker_fits_a_tag_value_of_256_characters():
+    controller = ownership.controller_id(SECRET)
+    marker = ownership.render_resource(SECRET, controller, 'w' * 40, TOKEN_64, ownership.new_nonce())
+    assert len(marker) <= 256 and ownership.verify(marker, SECRET, controller) == ownership.VERIFIED
+    # Letters, digits and "=:-" alone besides the spaces: what EC2 tags, Azure tags and Hetzner labels take.
+    assert set(marker) <= set('abcdefghijklmnopqrstuvwxyz0123456789-=: ')
+    with pytest.raises(ValueError):
+        ownership.render_resource(SECRET, controller, 'w', 'an id with spaces', ownership.new_nonce())

@@ -46,8 +46,6 @@ SUFFIXES = ('-vm', '-nic', '-pip', '-osdisk')
 MEMBERS = ['disk', 'nic', 'pip', 'vm']
 
 
-
-
 def base_of_name(name):
     for suffix in SUFFIXES:
         if name.endswith(suffix):

@@ -7,8 +7,9 @@ takes three instances that another principal launched without a client token and
 destroyed workspace's instance (which EC2 still lists, terminated), with a lease that ended long ago: one carries
 the marker as it is now, another the marker the launch wrote, as it was readable in the seconds before the create
 signed it again, the third the launch's marker in the form of before version 3. Neither the applied cleanup sweep
-nor reconcile in delete mode terminates them; both report them as not ours. Reconcile does not take such a copy for an instance of ours either when the copied tags are those of a
-workspace whose create died right after RunInstances (its destroy found the instance by its client token)."""
+nor reconcile in delete mode terminates them; both report them as not ours. Reconcile does not take such a copy for
+an instance of ours either when the copied tags are those of a workspace whose create died right after RunInstances
+(its destroy found the instance by its client token)."""
 
 import json
 import time

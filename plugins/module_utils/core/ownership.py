@@ -38,7 +38,6 @@ is FORGED, never an exception.
 """
 
 import base64
-
 import errno
 import hashlib
 import hmac

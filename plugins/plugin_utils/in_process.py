@@ -235,8 +235,8 @@ class InProcessAction(ActionBase):
         for entry in self._task.environment or []:
             env.update(self._templar.template(entry) or {})
         variables = task_vars or {}
-        args = from_variables(self.MODULE, self._task.args, variables, sharing_templar(self._templar, variables).template,
-                              env)
+        template = sharing_templar(self._templar, variables).template
+        args = from_variables(self.MODULE, self._task.args, variables, template, env)
         with environment(env):
             return run_in_process(self.MODULE, args, check_mode=bool(self._task.check_mode), diff=bool(self._task.diff),
                                   verbosity=display.verbosity)

@@ -38,7 +38,7 @@ def bindings(token, instance_id):
     return bound(token, instance_id)
 
 
-def bound_number(token, instance_id, marker):
+def bound_of(token, instance_id, marker):
     """What the instance's marker must bind (an ownership.Bound): the re-signed binding when the marker claims it
     (the instance id; before version 3, the number of the token and the id), else the launch's (-1 without a client
     token: nothing of ours binds such an instance)."""
@@ -85,7 +85,7 @@ class AwsAdapter(cloud.Adapter):
             out[i['instance_id']] = {
                 'id': i['instance_id'], 'state': i['moto_state'], 'running': i['state'] == 'running',
                 'live': i['moto_state'] != 'terminated', 'tags': tags, 'workspace': tags.get(TAG_WORKSPACE),
-                'marker': tags.get(TAG_MARKER), 'bound': bound_number(token, i['instance_id'], tags.get(TAG_MARKER)),
+                'marker': tags.get(TAG_MARKER), 'bound': bound_of(token, i['instance_id'], tags.get(TAG_MARKER)),
                 'client_token': i.get('client_token')}
         return out
 

@@ -5,11 +5,11 @@
 
 A cloud provider's machine is made from an image (never a template built in place), its candidate id is derived from
 the workspace's record (a client token, a server or instance name) and bound by the ownership marker as it is (a
-version 3 marker; core/ownership.py), a resource key is ``<kind>/<id>@<location>``, its settings are fixed at creation, and its tasks are handles the provider
-reads again until they are done. A provider says what differs as data (``kind``, ``noun``, ``candidate_noun``,
-``image_hint``) and small methods: how to read a machine (:meth:`CloudProvider.native`), whether it runs, what id the
-marker binds, how to act (``act_start``, ``act_shutdown``, ``act_stop``) and how to look at a task
-(:meth:`CloudProvider.task_look`).
+version 3 marker; core/ownership.py), a resource key is ``<kind>/<id>@<location>``, its settings are fixed at
+creation, and its tasks are handles the provider reads again until they are done. A provider says what differs as
+data (``kind``, ``noun``, ``candidate_noun``, ``image_hint``) and small methods: how to read a machine
+(:meth:`CloudProvider.native`), whether it runs, what id the marker binds, how to act (``act_start``,
+``act_shutdown``, ``act_stop``) and how to look at a task (:meth:`CloudProvider.task_look`).
 """
 
 import hashlib

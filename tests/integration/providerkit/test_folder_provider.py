@@ -46,7 +46,8 @@ class FolderSite:
             json.dump({'all': {'hosts': {'localhost': variables}}}, out)
 
     def playbook(self, playbook, env=None, timeout=300, **extra_vars):
-        cmd = ['ansible-playbook', '-i', self.inventory, os.path.join(PLAYBOOKS, playbook), '-e', json.dumps(extra_vars)]
+        cmd = ['ansible-playbook', '-i', self.inventory, os.path.join(PLAYBOOKS, playbook),
+               '-e', json.dumps(extra_vars)]
         return run_ansible(cmd, timeout=timeout, env=env, pin=self.collections)
 
     def create(self, workspace, env=None, **extra):

@@ -11,7 +11,8 @@ STAMP := $(VENV)/.installed
 PIN_COLLECTION = ANSIBLE_COLLECTIONS_PATH="$$($(BIN)/python -m tests.ansible_run collections-path)" \
 	ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=1
 
-.PHONY: help venv system-packages test unit static sanity lint integration test-clouds test-cores demo collection
+.PHONY: help venv system-packages test test-long unit static sanity lint integration integration-long test-clouds
+.PHONY: test-cores demo collection
 .PHONY: bench-journal bench-journal-tasks bench-queue bench-create bench-reconcile bench-step bench-expire bench-poll
 .PHONY: bench-inventory bench-template bench-agent bench-fork bench-warm faults faults-clouds soak soak-fleet
 .PHONY: cluster-up cluster-status cluster-down bench-cluster
@@ -25,13 +26,14 @@ help:
 	@echo "make demo PROVIDER=hetzner the same on the try-out cloud's Hetzner Cloud fake"
 	@echo "make demo PROVIDER=azure the same on the try-out cloud's ARM fake for Azure"
 	@echo "make demo PROVIDER=gcp   the same on the try-out cloud's Compute Engine fake"
-	@echo "make test          install everything needed and run every test"
+	@echo "make test          install everything needed and run every test but the long runs (30 minutes)"
+	@echo "make test-long     the long runs: template builds, every cloud's pools and matrix rows, Molecule"
 	@echo "make venv          create $(VENV) with runtime and test dependencies"
 	@echo "make collection    build the collection tarball into build/ from the files git tracks only"
-	@echo "make unit | sanity | lint | integration    one part of 'make test'"
-	@echo "make test-clouds   the cloud providers' integration tests alone (make test runs them too)"
+	@echo "make unit | sanity | lint | integration    one part of 'make test' (integration-long: of test-long)"
+	@echo "make test-clouds   the cloud providers' integration tests alone (make test, test-long run them too)"
 	@echo "make test-cores    the playbook paths on the older ansible-core releases the collection supports (CORES=...)"
-	@echo "make molecule      the Molecule scenarios of the create, destroy and archive roles (make test runs them too)"
+	@echo "make molecule      the Molecule scenarios of the create, destroy and archive roles (in make test-long)"
 	@echo "make faults        the crash-safety matrix (FAULTS_SIZE=full, the default, or ci as in make test)"
 	@echo "make faults-clouds its Hetzner, Compute Engine, Azure rows and every cloud's warm pool rows (FAULTS_SIZE=full or ci)"
 	@echo "make soak          500 seeded random fault schedules (SCHEDULES=N, FIRST_SEED=N, SOAK_JOBS=N)"
@@ -69,9 +71,16 @@ $(STAMP): requirements.txt requirements-aws.txt requirements-hetzner.txt require
 # little longer than the integration tests alone. Each one's output is printed whole when it ends. (Starting the
 # integration tests beside the unit tests was tried: the unit tests then took six times as long, and one of their
 # waits, written for an idle machine, failed.)
+# The long runs (test-long) are apart: with them make test would take far more than its 30 minutes on two cores.
 test: venv
 	$(MAKE) --no-print-directory -j2 --output-sync=target unit static
-	$(MAKE) --no-print-directory -j2 --output-sync=target integration faults FAULTS_SIZE=ci
+	$(MAKE) --no-print-directory -j2 --output-sync=target integration faults FAULTS_SIZE=ci FAULTS_PART=test
+
+# The long end-to-end runs that make test leaves out (the integration tests marked long: tests/integration/conftest.py
+# names them and says why) beside the matrix's rows of the template build and of the clouds at the ci size. CI runs
+# it after make test (.ci/run).
+test-long: venv
+	$(MAKE) --no-print-directory -j2 --output-sync=target integration-long faults FAULTS_SIZE=ci FAULTS_PART=long
 
 # sanity, then ansible-lint: beside the unit tests, which mostly wait on the servers they start.
 static: venv
@@ -94,7 +103,10 @@ lint: venv
 TEST_JOBS ?= 3
 # `time` (bash's) prints the wall and CPU time of the part, its children included; --durations names the slowest.
 integration: venv
-	time $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --durations=25 tests/integration
+	time $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --durations=25 -m 'not long' tests/integration
+
+integration-long: venv
+	time $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --durations=25 -m long tests/integration
 
 # The integration tests of every shipped playbook (and the inventory and lookup plugins) on each ansible-core release
 # meta/runtime.yml claims other than the one requirements-test.txt pins (on which make test runs them all): each in a
@@ -126,24 +138,28 @@ test-clouds: venv
 
 # The crash-safety matrix (docs/internals/faults.md): every kill point and lost response of create, destroy, the expiry sweep
 # and the template build (on a debian-tier cluster of its own), the races and seeded random schedules; prints the
-# table and writes it as JSON to build/faults-$(FAULTS_SIZE).json.
-# make test runs it at FAULTS_SIZE=ci: every point once per variant, as chains (the build's: one chain, rerun only).
+# table and writes it as JSON to build/faults-$(FAULTS_PART)-$(FAULTS_SIZE).json. FAULTS_PART: all (the default), or
+# the parts make test (test) and make test-long (long: the template build's rows and the clouds') run at
+# FAULTS_SIZE=ci: every point once per variant, as chains (the build's: one chain, rerun only). python -m
+# tests.faults matrix --help names every part.
 FAULTS_SIZE ?= full
+FAULTS_PART ?= all
 faults: venv
 	@mkdir -p build
-	time $(BIN)/python -m tests.faults matrix --size $(FAULTS_SIZE) --json build/faults-$(FAULTS_SIZE).json
+	time $(BIN)/python -m tests.faults matrix --part $(FAULTS_PART) --size $(FAULTS_SIZE) \
+		--json build/faults-$(FAULTS_PART)-$(FAULTS_SIZE).json
 
 # The matrix's rows of the Hetzner Cloud, Compute Engine and Azure providers, each on the fake of a try-out cloud of
 # its own, and the warm pools' fill and claim on AWS, Hetzner Cloud, Compute Engine and Azure (aws-pools,
-# hetzner-pools, gcp-pools, azure-pools), side by side (docs/internals/faults.md). Apart from make test: at the ci
-# size they take about as long again.
+# hetzner-pools, gcp-pools, azure-pools), side by side (docs/internals/faults.md). make test-long runs them at the ci
+# size, with the template build's rows.
 faults-clouds: venv
 	@mkdir -p build
 	time $(BIN)/python -m tests.faults matrix --part clouds --size $(FAULTS_SIZE) \
 		--json build/faults-clouds-$(FAULTS_SIZE).json
 
 # The Molecule scenarios (extensions/molecule, docs/internals/awx.md): the create, destroy and archive roles against one try-out
-# cluster that the default scenario starts before them and stops after them. make test runs them through
+# cluster that the default scenario starts before them and stops after them. make test-long runs them through
 # tests/integration/molecule/test_molecule.py, which also shows that no copy of the collection in
 # ~/.ansible/collections shadows the checkout.
 MOLECULE_DIR ?= $(abspath build/molecule)

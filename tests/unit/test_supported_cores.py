@@ -41,4 +41,4 @@ def test_test_cores_runs_every_minor_release_from_the_claimed_oldest_to_the_pinn
 
 def test_ci_runs_the_tests_and_then_the_older_cores():
     commands = [line for line in read('.ci/run').splitlines() if line and not line.startswith(('#', 'set ', 'cd '))]
-    assert commands == ['make test', 'make test-cores']
+    assert commands == ['make test', 'make test-long', 'make test-cores']

@@ -19,6 +19,10 @@ def test_files_put_first_come_first_in_their_order_and_keep_their_tests_order():
     class Item:
         def __init__(self, nodeid):
             self.nodeid = nodeid
+            self.markers = []
+
+        def add_marker(self, marker):
+            self.markers.append(marker.name)
 
     items = [Item('tests/integration/archive/test_archive.py::test_a'),
              Item('tests/integration/%s::test_b' % conftest.FIRST[1]),
@@ -27,3 +31,6 @@ def test_files_put_first_come_first_in_their_order_and_keep_their_tests_order():
     conftest.pytest_collection_modifyitems(None, None, items)
     assert [item.nodeid.rsplit('::', 1)[1] for item in items] == ['test_c', 'test_b', 'test_a', 'test_a']
     assert items[-1].nodeid.startswith('tests/integration/archive/')
+    # FIRST[1] is a long file (make test-long), the others are not.
+    assert conftest.FIRST[1] in conftest.LONG and conftest.FIRST[0] not in conftest.LONG
+    assert [item.markers for item in items] == [[], ['long'], ['long'], []]

@@ -27,7 +27,7 @@ help:
 	@echo "make demo PROVIDER=azure the same on the try-out cloud's ARM fake for Azure"
 	@echo "make demo PROVIDER=gcp   the same on the try-out cloud's Compute Engine fake"
 	@echo "make test          install everything needed and run every test but the long runs (30 minutes)"
-	@echo "make test-long     the long runs: template builds, every cloud's pools and matrix rows, Molecule"
+	@echo "make test-long     the long runs: template builds, pools, every cloud's matrix rows, Molecule"
 	@echo "make venv          create $(VENV) with runtime and test dependencies"
 	@echo "make collection    build the collection tarball into build/ from the files git tracks only"
 	@echo "make unit | sanity | lint | integration    one part of 'make test' (integration-long: of test-long)"
@@ -77,7 +77,7 @@ test: venv
 	$(MAKE) --no-print-directory -j2 --output-sync=target integration faults FAULTS_SIZE=ci FAULTS_PART=test
 
 # The long end-to-end runs that make test leaves out (the integration tests marked long: tests/integration/conftest.py
-# names them and says why) beside the matrix's rows of the template build and of the clouds at the ci size. CI runs
+# names them and says why) beside the matrix's rows of the template build and of every cloud at the ci size. CI runs
 # it after make test (.ci/run).
 test-long: venv
 	$(MAKE) --no-print-directory -j2 --output-sync=target integration-long faults FAULTS_SIZE=ci FAULTS_PART=long
@@ -139,7 +139,7 @@ test-clouds: venv
 # The crash-safety matrix (docs/internals/faults.md): every kill point and lost response of create, destroy, the expiry sweep
 # and the template build (on a debian-tier cluster of its own), the races and seeded random schedules; prints the
 # table and writes it as JSON to build/faults-$(FAULTS_PART)-$(FAULTS_SIZE).json. FAULTS_PART: all (the default), or
-# the parts make test (test) and make test-long (long: the template build's rows and the clouds') run at
+# the parts make test (test) and make test-long (long: the template build's rows and every cloud's) run at
 # FAULTS_SIZE=ci: every point once per variant, as chains (the build's: one chain, rerun only). python -m
 # tests.faults matrix --help names every part.
 FAULTS_SIZE ?= full

@@ -54,8 +54,8 @@ def main(argv=None):
                              'by side. hetzner, gcp, azure: the Hetzner, Compute Engine and Azure rows, each on the '
                              'fake of a try-out cloud of its own; aws-pools, hetzner-pools, gcp-pools, azure-pools: '
                              'the AWS, Hetzner, Compute Engine and Azure warm pools\' fill and claim; clouds: those '
-                             'seven, side by side. test: all but builds (make test); long: builds and clouds '
-                             '(make test-long)')
+                             'seven, side by side. test: all but builds and aws (make test); long: builds, aws and '
+                             'clouds (make test-long)')
     soak = sub.add_parser('soak', help='many random schedules')
     soak.add_argument('--schedules', type=int, default=500)
     soak.add_argument('--first-seed', type=int, default=1001)
@@ -206,11 +206,11 @@ PARTS.update((name, functools.partial(run_cloud, part=name)) for name in ('aws',
 PARTS.update((name, functools.partial(run_cloud_pools, part=name))
              for name in ('hetzner-pools', 'gcp-pools', 'azure-pools'))
 # all: the Proxmox VE and AWS rows (the main part in this process); clouds: the other providers' rows and the clouds'
-# warm pools'. make test runs `test` at the ci size, and make test-long `long` (the template build's rows and the
-# clouds'): make test keeps to its 30 minutes, and CI runs both.
+# warm pools'. make test runs `test` at the ci size, and make test-long `long` (the template build's rows and every
+# cloud's): make test keeps to its 30 minutes, and CI runs both.
 CLOUDS = ('hetzner', 'gcp', 'azure', 'aws-pools', 'hetzner-pools', 'gcp-pools', 'azure-pools')
 GROUPS = {'all': ('main', 'builds', 'aws', 'pg', 'fork', 'pools'), 'clouds': CLOUDS,
-          'test': ('main', 'aws', 'pg', 'fork', 'pools'), 'long': ('builds',) + CLOUDS}
+          'test': ('main', 'pg', 'fork', 'pools'), 'long': ('builds', 'aws') + CLOUDS}
 
 
 def finish(args, cells, uncovered, started):

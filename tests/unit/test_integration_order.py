@@ -33,4 +33,5 @@ def test_files_put_first_come_first_in_their_order_and_keep_their_tests_order():
     assert items[-1].nodeid.startswith('tests/integration/archive/')
     # FIRST[1] is a long file (make test-long), the others are not.
     assert conftest.FIRST[1] in conftest.LONG and conftest.FIRST[0] not in conftest.LONG
+    assert 'archive/test_archive.py' not in conftest.LONG
     assert [item.markers for item in items] == [[], ['long'], ['long'], []]

@@ -31,7 +31,11 @@ def test_files_put_first_come_first_in_their_order_and_keep_their_tests_order():
     conftest.pytest_collection_modifyitems(None, None, items)
     assert [item.nodeid.rsplit('::', 1)[1] for item in items] == ['test_c', 'test_b', 'test_a', 'test_a']
     assert items[-1].nodeid.startswith('tests/integration/archive/')
-    # FIRST[1] is a long file (make test-long), the others are not.
-    assert conftest.FIRST[1] in conftest.LONG and conftest.FIRST[0] not in conftest.LONG
+    # The files of LONG get the marker (make test-long runs them), the others do not.
+    assert conftest.FIRST[0] in conftest.LONG and conftest.FIRST[1] in conftest.LONG
     assert 'archive/test_archive.py' not in conftest.LONG
-    assert [item.markers for item in items] == [[], ['long'], ['long'], []]
+    assert [item.markers for item in items] == [['long'], ['long'], ['long'], []]
+    short = [name for name in conftest.FIRST if name not in conftest.LONG][0]
+    alone = [Item('tests/integration/%s::test_d' % short)]
+    conftest.pytest_collection_modifyitems(None, None, alone)
+    assert alone[0].markers == []

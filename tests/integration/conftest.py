@@ -26,10 +26,10 @@ FIRST = ('leases/test_cloud_leases.py', 'template/test_build.py', 'template/test
 # the debian tier provisioned with Debian's packages; the default toolset's two builds install the real agent CLIs from
 # npm into a 4.3 GB template), the warm pools on every provider, the agent's own user on every cloud (a try-out cloud
 # and its guests each), the leases on the clouds (which wait out their idle timeouts and TTLs: four and a half
-# minutes of one worker), the real agent CLIs on EC2, and the Molecule scenarios (a try-out cluster of their own).
-# Their paths (the part after tests/integration/).
+# minutes of one worker), the real agent CLIs on EC2, twenty workspaces made in one run, and the Molecule scenarios
+# (a try-out cluster of their own). Their paths (the part after tests/integration/).
 LONG = ('template/test_build.py', 'template/test_toolset.py', 'security/test_agent_user_on_every_cloud.py',
-        'leases/test_cloud_leases.py',
+        'leases/test_cloud_leases.py', 'create/test_many.py',
         'create/test_pools.py', 'aws/test_pools.py', 'hetzner/test_pools.py', 'gcp/test_pools.py',
         'azure/test_pools.py', 'agents/test_aws_agents.py', 'molecule/test_molecule.py')
 

@@ -208,6 +208,8 @@ class Roots:
     def __init__(self, guests_dir, base):
         self.dir = guests_dir
         self.layers = os.path.join(guests_dir, 'layers')
+        # What a destroy set aside, to be removed by purge().
+        self.gone = os.path.join(guests_dir, '.gone')
         self.base = base
         self.stacks = {}
         self._overlay = None
@@ -265,6 +267,7 @@ class Roots:
         for vmid in sorted(self.stacks):
             self.mount(vmid)
         self.collect()
+        self.purge()
         return set(self.stacks)
 
     def _save(self, vmid, stack):
@@ -304,9 +307,11 @@ class Roots:
         system.unmount_under(self.dir)
 
     def collect(self):
-        """Remove the layers that no stack uses any more (a destroyed template's, once its last clone went)."""
+        """Set aside the layers that no stack uses any more (a destroyed template's, once its last clone went), for
+        purge() to remove; where they are now."""
         if not os.path.isdir(self.layers):
-            return
+            return []
+        aside = []
         used = set()
         for vmid, stack in self.stacks.items():
             used.add(self.own(vmid))
@@ -314,8 +319,30 @@ class Roots:
         for name in os.listdir(self.layers):
             path = os.path.join(self.layers, name)
             if path not in used:
-                _remove(path)
+                aside += self._set_aside(path)
                 LOG.info('layer %s removed: no container uses it', name)
+        return aside
+
+    def _set_aside(self, path):
+        """Move ``path`` (unmounted first) out of its place into self.gone, a rename done at once: [where it is now],
+        or [] if there was nothing."""
+        if not os.path.lexists(path):
+            return []
+        system.unmount_under(path)
+        os.makedirs(self.gone, exist_ok=True)
+        target = os.path.join(self.gone, '%s-%s' % (os.path.basename(path), uuid.uuid4().hex[:8]))
+        os.rename(path, target)
+        return [target]
+
+    def purge(self, paths=None):
+        """Remove ``paths`` that set_aside() gave (None: whatever self.gone holds, left by a cluster that stopped).
+        This is the slow part of a destroy (a full clone's files: seconds, over a minute on a loaded machine), which
+        the cluster runs outside its event loop (guests.py): its API answers meanwhile, as Proxmox VE's does while a
+        delete task runs."""
+        if paths is None and os.path.isdir(self.gone):
+            paths = [os.path.join(self.gone, name) for name in os.listdir(self.gone)]
+        for path in paths or []:
+            _remove(path)
 
     # ------------------------------------------------------------ changes
 
@@ -383,10 +410,15 @@ class Roots:
 
     def destroy(self, vmid):
         """Unmount and remove the container's files; its layer goes once nothing lies on it."""
+        self.purge(self.set_aside(vmid))
+
+    def set_aside(self, vmid):
+        """Unmount the container's files and set them aside (and its layer once nothing lies on it), at once: out of
+        every look of the cluster's. Where they are now, for purge()."""
         self.unmount(vmid)
-        _remove(self.guest_dir(vmid))
+        aside = self._set_aside(self.guest_dir(vmid))
         self.stacks.pop(vmid, None)
-        self.collect()
+        return aside + self.collect()
 
     def install_host_key(self, vmid, key_file):
         """The guest's host key (kept by the harness, pinned by the collection) where its sshd reads it."""

@@ -423,7 +423,8 @@ class GuestManager:
         self.leases_visible.discard(vmid)
         self.dhcp_override.pop(vmid, None)
         if self.roots is not None:
-            self.roots.destroy(vmid)
+            # Set aside at once, removed in a thread: the cluster answers requests while a full clone's files go.
+            await asyncio.to_thread(self.roots.purge, self.roots.set_aside(vmid))
         else:
             shutil.rmtree(self.guest_dir(vmid), ignore_errors=True)
         self.rooted.discard(vmid)

@@ -26,7 +26,7 @@ help:
 	@echo "make demo PROVIDER=hetzner the same on the try-out cloud's Hetzner Cloud fake"
 	@echo "make demo PROVIDER=azure the same on the try-out cloud's ARM fake for Azure"
 	@echo "make demo PROVIDER=gcp   the same on the try-out cloud's Compute Engine fake"
-	@echo "make test          install everything needed and run every test but the long runs (30 minutes)"
+	@echo "make test          install everything needed and run every test but the long runs (~30 minutes)"
 	@echo "make test-long     the long runs: template builds, pools, cloud leases, every cloud's matrix rows, Molecule"
 	@echo "make venv          create $(VENV) with runtime and test dependencies"
 	@echo "make collection    build the collection tarball into build/ from the files git tracks only"

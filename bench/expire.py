@@ -1,39 +1,44 @@
-"""How long does one expiry sweep over 1,000 leased workspaces take, and what does it ask of the cluster?
+"""How long does one expiry sweep over 1,000 live leased workspaces take, and what does it ask of the cluster?
 
-    .venv/bin/python bench/expire.py [--records 1000] [--expired 50] [--answering 30] [--hanging 32]
-                                     [--parallel 8,32] [--forks 10]
+    .venv/bin/python bench/expire.py [--records 1000] [--expired 50] [--idle 150] [--hanging 0] [--refusing 0]
+                                     [--parallel 8] [--batch 100]
 
-For each --parallel value, a site of its own, built the same way, on a try-out cluster (tests/localpve, inside
-this process so that fakepve's own request log can be read; time scale 0, so Proxmox tasks finish at once):
+One site on a try-out cluster (tests/localpve, inside this process so that fakepve's own request log can be read;
+time scale 0, so Proxmox tasks finish at once; guests on loopback addresses of a range of their own), every
+workspace in it real unless asked otherwise:
 
-- --answering + --expired real workspaces, made by the create playbook in one ansible-playbook run: containers
-  with an sshd of their own, a checkout and a runner. Half of the answering ones run an agent that works
-  (``sleep``: its runner says active, so the sweep touches its lease and rewrites its labels), half one that has
-  finished (idle: recorded, the lease left as it is). Each expired one gets a file of unsaved work in its
-  checkout, and its lease is replaced, through the Journal API, by one from core/lease.new_lease that started two
-  hours ago (ttl 3600 s): expired an hour ago.
-- the other live records (--records - --expired - --answering), made through the Journal API with a fresh lease
-  from new_lease, each a copy of a real record (its SSH settings, paths, host key) under its own name, VMID and
-  address. Running that many sshd is not reasonable on two cores, so they point where a guest that cannot answer
-  points: --hanging of them at a listener of this process that accepts the connection and never says a word (a
-  guest whose sshd hangs: the SSH banner never comes and the activity_timeout bound ends the wait), the rest at
-  loopback addresses where nothing listens (a guest that is down: connection refused at once). Their VMIDs name
-  no container: a sweep asks the cluster about a live workspace only when its agent answers active or blocked
-  (to rewrite its lease labels).
+- Two parents made by the create playbook: containers with an sshd of their own, a checkout and a runner. One's agent
+  works (a line every 10 s: its runner says active and sees progress, so the sweep touches its lease and rewrites its
+  labels), the other's has finished (idle: recorded, the lease left as it is).
+- Their children, made by the fork playbook (``ephemera.workspaces.fork``, --batch children a run): full clones of
+  the parent, each with its identity reset, a runner of its own and its own brief, lease and marker. Working and idle
+  ones as their parent; --idle of them idle.
+- --expired of the idle parent's children for each --parallel value get a file of unsaved work in their checkout,
+  and their lease is replaced, through the Journal API, by one from core/lease.new_lease that started two hours ago
+  (ttl 3600 s): expired an hour ago (the group for the first sweep a minute earlier than the next one's).
+- Optionally (--hanging, --refusing) live records that no guest answers for, each a copy of a real record under its
+  own name, VMID and address: at a listener of this process that accepts the connection and never says a word (a
+  guest whose sshd hangs: the activity_timeout bound ends the wait), or at a loopback address where nothing listens
+  (a guest that is down: refused at once).
 
-Names are spread at random (seeded), so the kinds mix in the order the sweep asks them. Then the sweep, as users
-run it: ``ansible-playbook ephemera.workspaces.expire -e limit=<expired>`` (the collection pinned to this
-checkout), with ``-e parallel=N`` (the activity asks and the releases, each up to N at once), every other option at
-its default (activity_timeout 10 s). ``--parallel 1,8`` compares one at a time with the default.
+Names are spread at random (seeded), so the kinds mix in the order the sweep asks them. Then, for each --parallel
+value, one sweep as users run it: ``ansible-playbook ephemera.workspaces.expire -e limit=<expired>`` (the collection
+pinned to this checkout) with ``-e parallel=N`` (the activity asks and the releases, each up to N at once), every
+other option at its default (activity_timeout 10 s). A sweep releases the expired group that expired first and
+defers the others (beyond its limit), so each sweep of the site has 50 to release.
 
 Printed per sweep: the run's wall time and the sweep task's time, split from the journal's event times into the
 activity look (the asks, then the recording of the answers), the releases (archive, then delete; up to parallel at
-once) and the rest; the API requests fakepve received, by what they were for; how long the hanging
-connections were held; the CPU seconds of every process. The outcome is checked (every expired workspace
-archived and destroyed, its container gone; every live one still ready; the answering ones' activity recorded;
-the others' records untouched) and a wrong outcome exits non-zero. No time is asserted. The last line:
+once) and the rest; the API requests fakepve received, by what they were for; how long the hanging connections were
+held; the CPU seconds of this process and what it started (the cluster and the guests' sshd; not the runners and
+agents, which leave the sshd's tree). The outcome is checked (every released workspace archived and destroyed, its
+container gone; every live one still ready; the answering ones' activity recorded; the others' records untouched)
+and a wrong outcome exits non-zero. No time is asserted. The last line:
 
-    expire: 1000 workspaces, 50 expired, A s, B requests (parallel 8); parallel 32 C s, D requests, ratio A/C
+    expire: 1000 workspaces, 50 expired, A s, B requests; releases in parallel P: C s
+
+A is the whole run of the expire playbook, B the API requests it made and C the time from the first release's start
+to the last one's cleanup, for the first --parallel value; further values follow as ``parallel Q: A s, releases C s``.
 """
 
 import argparse
@@ -65,13 +70,22 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core import le
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, epoch  # noqa: E402 pylint: disable=wrong-import-position
 
 CREATE = os.path.join(ROOT, 'playbooks', 'create.yml')
+FORK = os.path.join(ROOT, 'playbooks', 'fork.yml')
 INVENTORY = os.path.join(ROOT, 'inventories', 'localpve')
-AGENTS = {'working': ['sh', '-c', 'sleep 3600'], 'done': ['sh', '-c', 'echo done']}
-# What each kind's agent says when asked.
+# A working agent writes a line every 10 s (what it wrote is progress: the sweep touches its lease only when it made
+# some since the last look); a done one has finished.
+AGENTS = {'working': ['sh', '-c', 'while :; do echo working; sleep 10; done'], 'done': ['sh', '-c', 'echo done']}
+# The agent of each kind of real workspace (an expired one's agent has finished), and what it says when asked.
+AGENT_OF = {'working': 'working', 'done': 'done', 'expired': 'done'}
 EXPECTED_ACTIVITY = {'working': 'active', 'done': 'idle'}
+REAL = tuple(AGENT_OF)
 ACTIVITY_TIMEOUT = 10
 SEED = 20240
 ADDRESS = re.compile(r'([^ @]+@)?127(\.[0-9]+){3}(:[0-9]+)?')
+# The guests' addresses: a range of their own, out of the /24s that pick_host gives clusters (127.64-250.x.x).
+GUEST_NET = '127.251'
+# Seconds the site has to stop: a thousand guests take minutes.
+STOP_TIMEOUT = 900
 
 
 class SilentListener:
@@ -124,55 +138,99 @@ class SilentListener:
         self.server.close()
 
 
-def plan(records, expired, answering, hanging):
-    """{name: kind} of the site: expired, working, done (answering), hanging, refusing; names spread at random."""
-    kinds = (['expired'] * expired + ['working'] * (answering - answering // 2) + ['done'] * (answering // 2)
-             + ['hanging'] * hanging)
-    kinds += ['refusing'] * (records - len(kinds))
+def plan(records, expired, idle, hanging, refusing):
+    """{name: kind} of the site: expired, done (idle), hanging, refusing, and working for the rest; names spread at
+    random."""
+    kinds = ['expired'] * expired + ['done'] * idle + ['hanging'] * hanging + ['refusing'] * refusing
+    kinds += ['working'] * (records - len(kinds))
     random.Random(SEED).shuffle(kinds)
     return {'ws-%04d' % n: kind for n, kind in enumerate(kinds)}
 
 
-def create_real(workdir, cluster, journal, repo, names, kinds, forks):
-    """The real workspaces, by the create playbook in one ansible-playbook run; its wall seconds."""
-    inventory = os.path.join(workdir, 'hosts.json')
+def groups_of(kinds, size, count):
+    """The expired names in ``count`` groups of ``size``: the one the first sweep releases first."""
+    expired = sorted(n for n, k in kinds.items() if k == 'expired')
+    return [expired[i * size:(i + 1) * size] for i in range(count)]
+
+
+def parents_of(kinds):
+    """{agent: name}: the first working and the first done workspace, made by the create playbook."""
+    return {agent: min(n for n, k in kinds.items() if k == agent) for agent in ('working', 'done')}
+
+
+def playbook(cluster, journal, argv, what):
+    """One ansible-playbook run against the cluster (its run), or sys.exit with its output."""
+    run = run_ansible(['ansible-playbook', '-i', INVENTORY] + argv,
+                      env={'LOCALPVE_STATE_DIR': cluster.info['state_dir'], 'EPHEMERA_JOURNAL': journal}, timeout=7200)
+    if not run.ok:
+        sys.exit('%s failed (rc %d):\n%s' % (what, run.returncode, run.output[-4000:]))
+    return run
+
+
+def make_parents(workdir, cluster, journal, repo, parents):
+    """The parents, {agent: name}, by the create playbook in one run; its wall seconds."""
+    inventory = os.path.join(workdir, 'parents.json')
     with open(inventory, 'w') as out:
-        json.dump({'workspaces': {'hosts': {n: {'workspace': n, 'agent': 'done' if kinds[n] == 'expired'
-                                                else kinds[n]} for n in names},
+        json.dump({'workspaces': {'hosts': {name: {'workspace': name, 'agent': agent}
+                                            for agent, name in parents.items()},
                                   'vars': {'ansible_connection': 'local',
                                            'ansible_python_interpreter': sys.executable}}}, out)
     extra = os.path.join(workdir, 'create-vars.json')
     with open(extra, 'w') as out:
         json.dump({'target': 'workspaces', 'repo': repo, 'purpose': 'Benchmark the expiry sweep',
                    'ephemera_agents': AGENTS}, out)
-    run = run_ansible(['ansible-playbook', '-i', INVENTORY, '-i', inventory, CREATE, '-e', '@' + extra,
-                       '--forks', str(forks)],
-                      env={'LOCALPVE_STATE_DIR': cluster.info['state_dir'], 'EPHEMERA_JOURNAL': journal}, timeout=3600)
-    if not run.ok:
-        sys.exit('the create playbook failed (rc %d):\n%s' % (run.returncode, run.output[-4000:]))
+    run = playbook(cluster, journal, ['-i', inventory, CREATE, '-e', '@' + extra, '--forks', '2'],
+                   'the create playbook')
     return run.seconds
 
 
-def prepare_journal(cluster, journal, kinds, refusing_net, hanging_at):
-    """Expire the expired ones (unsaved work in their checkout, a lease that ended an hour ago), then record the
-    simulated live ones. Returns {name: record} of every workspace as the sweep will find it."""
+def fork_children(workdir, cluster, journal, parent, children, batch):
+    """``children`` of ``parent`` by the fork playbook, ``batch`` a run; (runs, wall seconds)."""
+    seconds = 0.0
+    runs = 0
+    for first in range(0, len(children), batch):
+        chunk = children[first:first + batch]
+        extra = os.path.join(workdir, 'fork-vars.json')
+        with open(extra, 'w') as out:
+            json.dump({'workspace': parent, 'children': [{'name': name} for name in chunk],
+                       'ephemera_max_children': len(chunk)}, out)
+        print('... forking %s into %d children (%d of %d)' % (parent, len(chunk), first + len(chunk), len(children)),
+              file=sys.stderr, flush=True)
+        seconds += playbook(cluster, journal, [FORK, '-e', '@' + extra], 'the fork playbook').seconds
+        runs += 1
+    return runs, seconds
+
+
+def available_memory():
+    """MemAvailable of /proc/meminfo, in bytes."""
+    with open('/proc/meminfo') as src:
+        for line in src:
+            if line.startswith('MemAvailable:'):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def prepare_journal(cluster, journal, kinds, groups, refusing_net, hanging_at):
+    """Expire the expired ones (unsaved work in their checkout, a lease that ended an hour ago; group by group a
+    minute apart), then record the simulated live ones. Returns {name: record} of every workspace."""
     now = time.time()
     with Journal.open(journal, create=False) as jnl:
         real = {ws['name']: ws for ws in jnl.list_workspaces()}
         wrong = [(n, ws['status']) for n, ws in real.items() if ws['status'] != 'ready']
-        if wrong or len(real) != sum(1 for k in kinds.values() if k in ('expired', 'working', 'done')):
-            sys.exit('the create playbook did not make every real workspace ready: %s' % wrong)
-        for name, ws in sorted(real.items()):
-            if kinds[name] != 'expired':
-                continue
-            checkout = cluster.info['guest_root'].replace('{vmid}', str(ws['vmid'])) + \
-                (ws['params'].get('checkout_path') or '/workspace/repo')
-            with open(os.path.join(checkout, 'notes.txt'), 'w') as out:
-                out.write('unsaved work of %s\n' % name)
-            ended = leasing.new_lease(now - 7200, ttl=3600, idle_timeout=1800)
-            jnl.update_workspace(name, ws['generation'], lease=ended, lease_expires_at=ended['expires_at'])
-        # The simulated ones copy a real record: one whose agent is done, else any.
-        model = real[min(real, key=lambda n: (kinds[n] != 'done', n))]
+        if wrong or len(real) != sum(1 for k in kinds.values() if k in REAL):
+            sys.exit('the create and fork playbooks did not make every real workspace ready (%d of %d): %s'
+                     % (len(real) - len(wrong), sum(1 for k in kinds.values() if k in REAL), wrong[:20]))
+        for index, group in enumerate(groups):
+            for name in group:
+                ws = real[name]
+                checkout = cluster.info['guest_root'].replace('{vmid}', str(ws['vmid'])) + \
+                    (ws['params'].get('checkout_path') or '/workspace/repo')
+                with open(os.path.join(checkout, 'notes.txt'), 'w') as out:
+                    out.write('unsaved work of %s\n' % name)
+                ended = leasing.new_lease(now - 7200 - 60 * (len(groups) - index), ttl=3600, idle_timeout=1800)
+                jnl.update_workspace(name, ws['generation'], lease=ended, lease_expires_at=ended['expires_at'])
+        # The simulated ones copy a real record: one whose agent is done.
+        model = real[min(n for n in real if kinds[n] == 'done')]
         refusing = 0
         next_vmid = 200000
         for name, kind in sorted(kinds.items()):
@@ -192,6 +250,13 @@ def prepare_journal(cluster, journal, kinds, refusing_net, hanging_at):
                 lease_expires_at=fresh['expires_at'])
             next_vmid += 1
         return {ws['name']: ws for ws in jnl.list_workspaces()}
+
+
+def snapshot(journal):
+    """({name: record}, {name: its activity events}) of every workspace now."""
+    with Journal.open(journal, create=False) as jnl:
+        records = {ws['name']: ws for ws in jnl.list_workspaces()}
+        return records, {name: [e['action'] for e in jnl.events(name)].count('activity') for name in records}
 
 
 def sweep(cluster, journal, expired, parallel):
@@ -231,32 +296,43 @@ def vmid_of(path):
     return None
 
 
-def check(cluster, journal, kinds, before, result, hanging_held, repo_dir):
-    """The outcome, or sys.exit naming what is wrong."""
+def roles(kinds, groups, index):
+    """{name: what sweep ``index`` should do with it}: released (its group), deferred (a later group), gone (an
+    earlier group's, destroyed), or the kind of a live one."""
+    out = dict(kinds)
+    for at, group in enumerate(groups):
+        for name in group:
+            out[name] = 'released' if at == index else 'deferred' if at > index else 'gone'
+    return out
+
+
+def check(cluster, journal, role, before, result, hanging_held, repo_dir):
+    """The outcome of one sweep (``before``: snapshot() as the sweep began), or sys.exit naming what is wrong."""
     problems = []
     actions = {}
     for entry in result['entries']:
         actions.setdefault(entry['workspace'], []).append(entry)
-    wanted = {'expired': 'released', 'working': 'activity', 'done': 'activity', 'hanging': 'no_answer',
-              'refusing': 'no_answer'}
-    for name, kind in sorted(kinds.items()):
+    wanted = {'released': ['released'], 'deferred': ['deferred'], 'gone': [], 'working': ['activity'],
+              'done': ['activity'], 'hanging': ['no_answer'], 'refusing': ['no_answer']}
+    for name, what in sorted(role.items()):
         got = [e['action'] for e in actions.get(name, [])]
-        if got != [wanted[kind]]:
-            problems.append('%s (%s): %s, not [%s] %s' % (name, kind, got, wanted[kind],
-                                                          [e['detail'] for e in actions.get(name, [])]))
-        elif kind in EXPECTED_ACTIVITY and actions[name][0].get('activity') != EXPECTED_ACTIVITY[kind]:
-            problems.append('%s (%s): activity %s, not %s' % (name, kind, actions[name][0].get('activity'),
-                                                              EXPECTED_ACTIVITY[kind]))
+        if got != wanted[what]:
+            problems.append('%s (%s): %s, not %s %s' % (name, what, got, wanted[what],
+                                                        [e['detail'] for e in actions.get(name, [])]))
+        elif what in EXPECTED_ACTIVITY and actions[name][0].get('activity') != EXPECTED_ACTIVITY[what]:
+            problems.append('%s (%s): activity %s, not %s' % (name, what, actions[name][0].get('activity'),
+                                                              EXPECTED_ACTIVITY[what]))
     present = set(cluster.run(lambda: [ct.vmid for ct in cluster.pve.cts]))
     branches = subprocess.run(['git', '-C', repo_dir, 'branch', '--list', 'ephemera/*', '--format=%(refname:short)'],
                               check=True, capture_output=True, text=True).stdout.split()
     with Journal.open(journal, create=False) as jnl:
         after = {ws['name']: ws for ws in jnl.list_workspaces()}
-        events = {name: [e['action'] for e in jnl.events(name)] for name, kind in kinds.items()
-                  if kind in ('expired', 'working', 'done')}
-    for name, kind in sorted(kinds.items()):
-        ws, old = after[name], before[name]
-        if kind == 'expired':
+        events = {name: [e['action'] for e in jnl.events(name)] for name, what in role.items()
+                  if what in ('released', 'working', 'done')}
+    records, activities = before
+    for name, what in sorted(role.items()):
+        ws, old = after[name], records[name]
+        if what == 'released':
             trail = events[name]
             if ws['status'] != 'destroyed' or not (ws.get('cleanup') or {}).get('cleanup_completed_at'):
                 problems.append('%s: %s, cleanup %s after its release' % (name, ws['status'], ws.get('cleanup')))
@@ -267,76 +343,46 @@ def check(cluster, journal, kinds, before, result, hanging_held, repo_dir):
                 problems.append('%s: not expired, archived, then destroyed: %s' % (name, trail))
             if 'ephemera/' + name not in branches:
                 problems.append('%s: its unsaved work was not pushed to ephemera/%s' % (name, name))
+        elif what == 'gone':
+            if ws != old:
+                problems.append('%s: destroyed by an earlier sweep, its record changed' % name)
         elif ws['status'] != 'ready' or ws['desired_state'] != 'present':
-            problems.append('%s (%s): %s, desired %s' % (name, kind, ws['status'], ws['desired_state']))
-        elif kind in ('hanging', 'refusing') and ws != old:
+            problems.append('%s (%s): %s, desired %s' % (name, what, ws['status'], ws['desired_state']))
+        elif what in ('hanging', 'refusing', 'deferred') and ws != old:
             problems.append('%s (%s): its record changed, generation %s to %s'
-                            % (name, kind, old['generation'], ws['generation']))
-        elif kind in EXPECTED_ACTIVITY:
+                            % (name, what, old['generation'], ws['generation']))
+        elif what in EXPECTED_ACTIVITY:
             # The journal is written only when something changed: the activity, or the lease (working ones).
-            changed = old['activity'] != EXPECTED_ACTIVITY[kind] or kind == 'working'
-            if ws['activity'] != EXPECTED_ACTIVITY[kind] or ('activity' in events[name]) != changed:
+            changed = old['activity'] != EXPECTED_ACTIVITY[what] or what == 'working'
+            recorded = events[name].count('activity') > activities.get(name, 0)
+            if ws['activity'] != EXPECTED_ACTIVITY[what] or recorded != changed:
                 problems.append('%s (%s): activity %s recorded, events %s'
-                                % (name, kind, ws['activity'], events[name][-3:]))
+                                % (name, what, ws['activity'], events[name][-3:]))
             if ws['vmid'] not in present:
-                problems.append('%s (%s): its container %s is gone' % (name, kind, ws['vmid']))
+                problems.append('%s (%s): its container %s is gone' % (name, what, ws['vmid']))
             touched = ws['lease']['last_touched_at'] > old['lease']['last_touched_at']
-            if touched != (kind == 'working'):
-                problems.append('%s (%s): lease touched %s' % (name, kind, touched))
-    hanging = sum(1 for k in kinds.values() if k == 'hanging')
+            if touched != (what == 'working'):
+                problems.append('%s (%s): lease touched %s' % (name, what, touched))
+    hanging = sum(1 for k in role.values() if k == 'hanging')
     if len(hanging_held) != hanging:
         problems.append('the silent listener saw %d connections closed, not %d' % (len(hanging_held), hanging))
     if problems:
         sys.exit('the sweep\'s outcome is wrong (%d problems):\n  %s' % (len(problems), '\n  '.join(problems[:40])))
 
 
-def scenario(args, parallel):
-    """A site of its own (real workspaces, simulated ones, a silent listener) and one sweep at ``parallel``."""
-    kinds = plan(args.records, args.expired, args.answering, args.hanging)
-    workdir = tempfile.mkdtemp(prefix='ephemera-bench-expire-')
-    cluster = LocalCluster.start(os.path.join(workdir, 'cluster'), time_scale=0)
-    listener = None
-    try:
-        cluster.run(lambda: setattr(cluster.pve, 'max_requests', 10 ** 7))
-        net = pick_host().rsplit('.', 1)[0]
-        listener = SilentListener(net + '.2', 22)
-        repo = make_repo(workdir)
-        journal = os.path.join(workdir, 'journal.sqlite')
-        real = sorted(n for n, k in kinds.items() if k in ('expired', 'working', 'done'))
-        setup = create_real(workdir, cluster, journal, repo, real, kinds, args.forks)
-        before = prepare_journal(cluster, journal, kinds, net, (net + '.2', 22))
-        if len(before) != args.records:
-            sys.exit('the journal holds %d workspaces, not %d' % (len(before), args.records))
-        run, result, start, end, requests, cpu = sweep(cluster, journal, args.expired, parallel)
-        hanging_held = list(listener.held)
-        check(cluster, journal, kinds, before, result, hanging_held, os.path.join(workdir, 'repo'))
-        out = timing(kinds, journal, start, end)
-        out.update(parallel=parallel, setup=setup, wall=run.seconds, task=end - start, cpu=cpu,
-                   requests=split_requests(requests, before, kinds), held=hanging_held,
-                   reasons=reasons(result, kinds))
-        return out
-    finally:
-        if listener is not None:
-            listener.stop()
-        cluster.stop()
-        # The runners and agents started their own sessions in the guests: gone with the guests' files.
-        stop_leftovers(cluster.info['state_dir'])
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def timing(kinds, journal, start, end):
+def timing(role, journal, start, end):
     """The sweep task's time split at the journal's event times: the asks end when the first answer is recorded
     (the answers are recorded once every ask is done), the releases run from the first expired event to the last
     completed cleanup."""
     with Journal.open(journal, create=False) as jnl:
-        events = {name: [dict(e, at=epoch(e['at'])) for e in jnl.events(name)] for name, kind in kinds.items()
-                  if kind in ('expired', 'working', 'done')}
+        events = {name: [dict(e, at=epoch(e['at'])) for e in jnl.events(name)] for name, what in role.items()
+                  if what in ('released', 'working', 'done')}
     recorded = [e['at'] for name, trail in events.items() for e in trail
-                if kinds[name] != 'expired' and e['action'] == 'activity' and start <= e['at'] <= end]
-    began = {name: min(e['at'] for e in trail if e['action'] == 'expired')
-             for name, trail in events.items() if kinds[name] == 'expired'}
+                if role[name] != 'released' and e['action'] == 'activity' and start <= e['at'] <= end]
+    began = {name: min(e['at'] for e in trail if e['action'] == 'expired' and e['at'] >= start)
+             for name, trail in events.items() if role[name] == 'released'}
     completed = {name: max(e['at'] for e in trail if e['action'] == 'cleanup_completed')
-                 for name, trail in events.items() if kinds[name] == 'expired'}
+                 for name, trail in events.items() if role[name] == 'released'}
     release_start = min(began.values())
     asks_end = min(recorded) if recorded else release_start
     return {'asks': asks_end - start, 'recording': (max(recorded) if recorded else asks_end) - asks_end,
@@ -344,21 +390,88 @@ def timing(kinds, journal, start, end):
             'per_release': statistics.median(completed[n] - began[n] for n in began)}
 
 
-def split_requests(requests, before, kinds):
+def split_requests(requests, records, role):
     """The requests fakepve received during the sweep: for the released containers (their VMID in the path or in
     a task's UPID), for the live ones (the labels of those whose lease the activity touched), and the rest."""
     owner = {}
-    for name, kind in kinds.items():
-        owner[before[name]['vmid']] = 'released' if kind == 'expired' else 'labels'
+    for name, what in role.items():
+        owner[records[name]['vmid']] = 'released' if what == 'released' else 'labels'
     out = {'released': 0, 'labels': 0, 'other': 0, 'others': {}}
     for method, path, dummy in requests:
-        kind = owner.get(vmid_of(path), 'other')
-        out[kind] += 1
-        if kind == 'other':
-            what = '%s %s' % (method, re.sub(r'/api2/(json|extjs)', '', path))
-            out['others'][what] = out['others'].get(what, 0) + 1
+        what = owner.get(vmid_of(path), 'other')
+        out[what] += 1
+        if what == 'other':
+            call = '%s %s' % (method, re.sub(r'/api2/(json|extjs)', '', path))
+            out['others'][call] = out['others'].get(call, 0) + 1
     out['total'] = len(requests)
     return out
+
+
+def build_site(args, workdir, cluster, journal, repo, kinds, groups):
+    """The real workspaces (two parents by the create playbook, the rest their children by the fork playbook), then
+    the expired leases and the simulated records; {what: figure} of the building."""
+    parents = parents_of(kinds)
+    memory = available_memory()
+    load = os.getloadavg()
+    began = time.monotonic()
+    out = {'create': make_parents(workdir, cluster, journal, repo, parents), 'forks': 0, 'fork': 0.0}
+    for agent, parent in sorted(parents.items()):
+        children = sorted(n for n, k in kinds.items() if k in REAL and AGENT_OF[k] == agent and n != parent)
+        runs, seconds = fork_children(workdir, cluster, journal, parent, children, args.batch)
+        out['forks'] += runs
+        out['fork'] += seconds
+    out['seconds'] = time.monotonic() - began
+    out['memory'] = memory - available_memory()
+    out['guests'] = sum(1 for k in kinds.values() if k in REAL)
+    out['load'] = load
+    return out
+
+
+def scenario(args, values):
+    """One site (real workspaces, simulated ones, a silent listener), one sweep per ``values`` (parallel), the
+    report."""
+    kinds = plan(args.records, args.expired * len(values), args.idle, args.hanging, args.refusing)
+    groups = groups_of(kinds, args.expired, len(values))
+    workdir = tempfile.mkdtemp(prefix='ephemera-bench-expire-')
+    real = sum(1 for k in kinds.values() if k in REAL)
+    last = '%s.%d.250' % (GUEST_NET, (real + 20) // 240)
+    cluster = LocalCluster.start(os.path.join(workdir, 'cluster'), time_scale=0,
+                                 guest_range='%s.0.10-%s' % (GUEST_NET, last))
+    listener = None
+    try:
+        cluster.run(lambda: setattr(cluster.pve, 'max_requests', 10 ** 7))
+        net = pick_host().rsplit('.', 1)[0]
+        listener = SilentListener(net + '.2', 22)
+        repo = make_repo(workdir)
+        journal = os.path.join(workdir, 'journal.sqlite')
+        site = build_site(args, workdir, cluster, journal, repo, kinds, groups)
+        every = prepare_journal(cluster, journal, kinds, groups, net, (net + '.2', 22))
+        if len(every) != args.records:
+            sys.exit('the journal holds %d workspaces, not %d' % (len(every), args.records))
+        results = []
+        for index, parallel in enumerate(values):
+            print('... sweep %d of %d: parallel %d' % (index + 1, len(values), parallel), file=sys.stderr, flush=True)
+            role = roles(kinds, groups, index)
+            before = snapshot(journal)
+            listener.held = []
+            run, result, start, end, requests, cpu = sweep(cluster, journal, args.expired, parallel)
+            hanging_held = list(listener.held)
+            check(cluster, journal, role, before, result, hanging_held, os.path.join(workdir, 'repo'))
+            out = timing(role, journal, start, end)
+            out.update(parallel=parallel, wall=run.seconds, task=end - start, cpu=cpu,
+                       requests=split_requests(requests, before[0], role), held=hanging_held,
+                       reasons=reasons(result, kinds), live=sum(1 for w in role.values() if w in ('working', 'done')))
+            results.append(out)
+        # Printed before the site is taken down: a thousand guests take minutes to stop.
+        report(args, values, site, results)
+    finally:
+        if listener is not None:
+            listener.stop()
+        print('... stopping %d guests' % len(kinds), file=sys.stderr, flush=True)
+        cluster.stop(timeout=STOP_TIMEOUT)
+        # The runners and agents started their own sessions in the guests: gone with the guests' files.
+        stop_leftovers(cluster.info['state_dir'])
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def reasons(result, kinds):
@@ -377,62 +490,69 @@ def reasons(result, kinds):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     parser.add_argument('--records', type=int, default=1000, help='leased workspaces in the journal')
-    parser.add_argument('--expired', type=int, default=50, help='of which expired (real containers); the limit')
-    parser.add_argument('--answering', type=int, default=30, help='live ones with a real guest and runner')
-    parser.add_argument('--hanging', type=int, default=32, help='live ones whose address accepts and never answers')
-    parser.add_argument('--parallel', default='8,32', help='the sweeps\' parallel values, comma-separated')
-    parser.add_argument('--forks', type=int, default=10, help='forks of the create run that makes the real ones')
+    parser.add_argument('--expired', type=int, default=50,
+                        help='expired ones a sweep releases (its limit); as many more for each further --parallel')
+    parser.add_argument('--idle', type=int, default=150, help='live ones whose agent has finished (the rest work)')
+    parser.add_argument('--hanging', type=int, default=0, help='live records whose address accepts, never answers')
+    parser.add_argument('--refusing', type=int, default=0, help='live records whose address refuses')
+    parser.add_argument('--parallel', default='8', help='the sweeps\' parallel values, comma-separated')
+    parser.add_argument('--batch', type=int, default=100, help='children of one run of the fork playbook')
     args = parser.parse_args()
-    if args.expired + args.answering + args.hanging > args.records:
-        parser.error('--expired, --answering and --hanging add up to more than --records')
     values = [int(v) for v in args.parallel.split(',')]
-    load = os.getloadavg()
-    results = []
-    for parallel in values:
-        print('... parallel %d: building the site' % parallel, file=sys.stderr, flush=True)
-        results.append(scenario(args, parallel))
-    refusing = args.records - args.expired - args.answering - args.hanging
-    print('expire: one sweep (ansible-playbook ephemera.workspaces.expire -e limit=%d) over %d leased workspaces: '
-          '%d expired (real containers, archived and deleted), %d live with a real guest (%d agents working, %d '
-          'done), %d live whose address refuses, %d whose address accepts and never answers; activity_timeout %d s'
-          % (args.expired, args.records, args.expired, args.answering, args.answering - args.answering // 2,
-             args.answering // 2, refusing, args.hanging, ACTIVITY_TIMEOUT))
-    print('  %-9s %7s %7s %7s %10s %9s %7s %6s %9s %9s %7s %6s %5s' % (
-        'parallel', 'run', 'task', 'asks', 'recording', 'releases', 'each', 'rest', 'requests', 'releases', 'labels',
-        'other', 'cpu'))
+    working = args.records - args.expired * len(values) - args.idle - args.hanging - args.refusing
+    if working < 1 or args.idle < 1 or args.expired < 1:
+        parser.error('--records leaves no working workspace, or --idle or --expired is below 1: the site needs '
+                     'at least one of each (--expired once per --parallel value)')
+    scenario(args, values)
+
+
+def report(args, values, site, results):
+    """Print what the sweeps measured."""
+    working = args.records - args.expired * len(values) - args.idle - args.hanging - args.refusing
+    print('expire: sweeps (ansible-playbook ephemera.workspaces.expire -e limit=%d) over %d leased workspaces: '
+          '%d expired (real containers with unsaved work; %d a sweep), %d live with a real guest (%d agents working, '
+          '%d done), %d live whose address refuses, %d whose address accepts and never answers; activity_timeout %d s'
+          % (args.expired, args.records, args.expired * len(values), args.expired,
+             args.records - args.expired * len(values) - args.hanging - args.refusing, working, args.idle,
+             args.refusing, args.hanging, ACTIVITY_TIMEOUT))
+    print('  site: %d real guests, 2 by the create playbook (%.0f s), the rest by %d runs of the fork playbook '
+          '(%.0f s); %.0f s in all; they hold %.1f GiB of memory (MemAvailable before and after)'
+          % (site['guests'], site['create'], site['forks'], site['fork'], site['seconds'], site['memory'] / 2 ** 30))
+    print('  %-9s %5s %7s %7s %7s %10s %9s %7s %6s %9s %9s %7s %6s %5s' % (
+        'parallel', 'live', 'run', 'task', 'asks', 'recording', 'releases', 'each', 'rest', 'requests', 'releases',
+        'labels', 'other', 'cpu'))
     for r in results:
         rest = r['task'] - r['asks'] - r['recording'] - r['releases']
-        print('  %-9d %6.1fs %6.1fs %6.1fs %9.1fs %8.1fs %6.2fs %5.1fs %9d %9d %7d %6d %4.0fs' % (
-            r['parallel'], r['wall'], r['task'], r['asks'], r['recording'], r['releases'], r['per_release'], rest,
-            r['requests']['total'], r['requests']['released'], r['requests']['labels'], r['requests']['other'],
+        print('  %-9d %5d %6.1fs %6.1fs %6.1fs %9.1fs %8.1fs %6.2fs %5.1fs %9d %9d %7d %6d %4.0fs' % (
+            r['parallel'], r['live'], r['wall'], r['task'], r['asks'], r['recording'], r['releases'], r['per_release'],
+            rest, r['requests']['total'], r['requests']['released'], r['requests']['labels'], r['requests']['other'],
             r['cpu']))
-    print('  run: the ansible-playbook run; task: the sweep task; asks: from the task\'s start (module start-up '
-          'included) to the first answer recorded, every ask done; recording: the answers written (journal, labels of '
-          'the working ones); releases: the first release\'s start to the last cleanup completed (each: the median '
-          'one); rest: the candidates listed, the report. requests: fakepve\'s log during the run: all, for the '
-          'released containers, for the working ones\' labels, the rest (logins, version); cpu: every process\'s '
-          'CPU seconds during the run, this one\'s (the try-out cluster) and the guests\' included')
+    print('  live: the workspaces whose guest answered; run: the ansible-playbook run; task: the sweep task; asks: '
+          'from the task\'s start (module start-up included) to the first answer recorded, every ask done; '
+          'recording: the answers written (journal, labels of the working ones); releases: the first release\'s start '
+          'to the last cleanup completed (each: the median one); rest: the candidates listed, the report. requests: '
+          'fakepve\'s log during the run: all, for the released containers, for the working ones\' labels, the rest '
+          '(logins, version); cpu: the CPU seconds of this process (the try-out cluster) and what it started during '
+          'the run')
     for r in results:
         held = r['held']
-        print('  parallel %d: %d hanging addresses alone keep the asks >= %d s (%d x %d s); their connections '
-              'were held %.1f-%.1f s (median %.1f) until the client gave up; site built in %.0f s' % (
-                  r['parallel'], len(held), -(-len(held) // r['parallel']) * ACTIVITY_TIMEOUT,
-                  -(-len(held) // r['parallel']), ACTIVITY_TIMEOUT, min(held or [0]), max(held or [0]),
-                  statistics.median(held or [0]), r['setup']))
-        print('    requests besides the containers\': %s' % ', '.join(
-            '%d x %s' % (n, what) for what, n in sorted(r['requests']['others'].items())))
+        if held:
+            print('  parallel %d: %d hanging addresses alone keep the asks >= %d s (%d x %d s); their connections '
+                  'were held %.1f-%.1f s (median %.1f) until the client gave up' % (
+                      r['parallel'], len(held), -(-len(held) // r['parallel']) * ACTIVITY_TIMEOUT,
+                      -(-len(held) // r['parallel']), ACTIVITY_TIMEOUT, min(held), max(held), statistics.median(held)))
+        print('  parallel %d, requests besides the containers\': %s' % (r['parallel'], ', '.join(
+            '%d x %s' % (n, what) for what, n in sorted(r['requests']['others'].items()))))
         for kind, found in sorted(r['reasons'].items()):
             for detail, n in sorted(found.items()):
                 print('    no answer, %s: %d x %s' % (kind, n, detail))
-    print('  cores: %d, load average at start: %.2f %.2f %.2f, at the end: %.2f %.2f %.2f'
-          % ((os.cpu_count(),) + tuple(load) + tuple(os.getloadavg())))
+    print('  cores: %d, load average before the site was built: %.2f %.2f %.2f, after the sweeps: %.2f %.2f %.2f'
+          % ((os.cpu_count(),) + tuple(site['load']) + tuple(os.getloadavg())))
     base = results[0]
-    line = 'expire: %d workspaces, %d expired, %.1f s, %d requests' % (
-        args.records, args.expired, base['wall'], base['requests']['total'])
-    if len(results) > 1:
-        line += ' (parallel %d); ' % base['parallel'] + '; '.join(
-            'parallel %d %.1f s, %d requests, ratio %.2f'
-            % (r['parallel'], r['wall'], r['requests']['total'], base['wall'] / r['wall']) for r in results[1:])
+    line = 'expire: %d workspaces, %d expired, %.1f s, %d requests; releases in parallel %d: %.1f s' % (
+        args.records, args.expired, base['wall'], base['requests']['total'], base['parallel'], base['releases'])
+    line += ''.join('; parallel %d: %.1f s, releases %.1f s' % (r['parallel'], r['wall'], r['releases'])
+                    for r in results[1:])
     print(line)
 
 

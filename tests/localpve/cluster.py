@@ -166,9 +166,10 @@ class LocalCluster(FaultApi):
     def _op(self, name, **arguments):
         return self._loop.call(self.site.op(name, arguments))
 
-    def stop(self):
+    def stop(self, timeout=120):
+        """Stop it all; ``timeout`` seconds for the guests to stop (about a tenth of a second each)."""
         try:
-            self._loop.call(self.site.stop())
+            self._loop.call(self.site.stop(), timeout)
         finally:
             self._loop.close()
 

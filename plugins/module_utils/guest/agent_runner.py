@@ -113,29 +113,82 @@ def _start_time(pid):
         return None
 
 
+def _ticks():
+    return float(os.sysconf('SC_CLK_TCK')) if hasattr(os, 'sysconf') else 100.0
+
+
+def _stat(pid, ticks):
+    """``(ppid, CPU seconds)`` of process ``pid`` (its own and its reaped children's), or None when it is gone."""
+    try:
+        with open('/proc/%d/stat' % pid) as stat_file:
+            raw = stat_file.read()
+        fields = raw[raw.rfind(')') + 1:].split()
+        # After the name: state ppid ... utime(11) stime(12) cutime(13) cstime(14), counted from state = 0.
+        return int(fields[1]), sum(int(f) for f in fields[11:15]) / ticks
+    except (IOError, OSError, ValueError, IndexError):
+        return None
+
+
 def _proc_stats():
     """Each process's parent and CPU seconds (its own and its reaped children's): ``{pid: (ppid, seconds)}``."""
-    ticks = float(os.sysconf('SC_CLK_TCK')) if hasattr(os, 'sysconf') else 100.0
+    ticks = _ticks()
     found = {}
     try:
         pids = [int(p) for p in os.listdir('/proc') if p.isdigit()]
     except OSError:
         return found
     for pid in pids:
+        stat = _stat(pid, ticks)
+        if stat is not None:
+            found[pid] = stat
+    return found
+
+
+def _children(pid):
+    """The children of process ``pid`` as its threads' /proc/PID/task/TID/children list them: [] when it is gone,
+    None when this kernel does not list children (built without CONFIG_PROC_CHILDREN)."""
+    try:
+        tasks = os.listdir('/proc/%d/task' % pid)
+    except OSError:
+        return []
+    found = []
+    for tid in tasks:
         try:
-            with open('/proc/%d/stat' % pid) as stat_file:
-                raw = stat_file.read()
-            fields = raw[raw.rfind(')') + 1:].split()
-            # After the name: state ppid ... utime(11) stime(12) cutime(13) cstime(14), counted from state = 0.
-            found[pid] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / ticks)
-        except (IOError, OSError, ValueError, IndexError):
+            with open('/proc/%d/task/%s/children' % (pid, tid)) as src:
+                found.extend(int(each) for each in src.read().split())
+        except FileNotFoundError:
+            if os.path.isdir('/proc/%d/task/%s' % (pid, tid)):
+                return None
+        except (IOError, OSError, ValueError):
             continue
     return found
 
 
 def cpu_seconds(pid):
     """The CPU seconds of process ``pid`` and every live descendant (with the children each has reaped), or None
-    when it is gone."""
+    when it is gone. It walks down from ``pid`` and reads only those processes (a guest may run thousands of others:
+    a build, a test suite); on a kernel that does not list children, from one scan of /proc."""
+    ticks = _ticks()
+    if _stat(pid, ticks) is None:
+        return None
+    total, todo, seen = 0.0, [pid], set()
+    while todo:
+        each = todo.pop()
+        if each in seen:
+            continue
+        seen.add(each)
+        children = _children(each)
+        if children is None:
+            return _cpu_seconds_by_scan(pid)
+        stat = _stat(each, ticks)
+        if stat is not None:
+            total += stat[1]
+            todo.extend(children)
+    return total
+
+
+def _cpu_seconds_by_scan(pid):
+    """cpu_seconds from every process's parent, in one scan of /proc."""
     stats = _proc_stats()
     if pid not in stats:
         return None

@@ -378,3 +378,44 @@ def test_an_agent_that_retries_a_refused_key_is_stopped_at_once_with_the_auth_er
     assert time.monotonic() - started < 10
     assert stopped['agent']['error']['kind'] == 'auth' and stopped['activity'] == 'idle'
     assert 'stopped' in [e['type'] for e in stopped['agent']['events']]
+
+
+@pytest.fixture
+def process_tree():
+    """A real process tree: a parent whose child computed for 0.3 s of CPU and sleeps, and whose other child
+    sleeps; the parent's pid, killed afterwards with its children."""
+    code = ('import os, subprocess, sys, time\n'
+            'if os.fork() == 0:\n'
+            '    while time.process_time() < 0.3:\n'
+            '        pass\n'
+            '    time.sleep(60)\n'
+            '    os._exit(0)\n'
+            'subprocess.Popen(["sleep", "60"])\n'
+            'print("ready", flush=True)\n'
+            'time.sleep(60)\n')
+    proc = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout.readline() == 'ready\n'
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and agent_runner.cpu_seconds(proc.pid) < 0.3:
+        time.sleep(0.05)
+    yield proc.pid
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_cpu_seconds_walks_down_the_agents_own_processes_only(process_tree, monkeypatch):
+    """The agent's CPU time counts its live descendants, and is found without reading every process of the guest
+    (a guest may run thousands): the walk gives what a scan of /proc gives, and needs no scan."""
+    by_scan = agent_runner._cpu_seconds_by_scan(process_tree)
+    assert by_scan >= 0.3
+    monkeypatch.setattr(agent_runner, '_proc_stats', lambda: pytest.fail('the whole of /proc was scanned'))
+    walked = agent_runner.cpu_seconds(process_tree)
+    assert abs(walked - by_scan) < 0.05, (walked, by_scan)
+    assert agent_runner.cpu_seconds(2 ** 22 + 1) is None
+
+
+def test_cpu_seconds_scans_proc_where_the_kernel_lists_no_children(process_tree, monkeypatch):
+    """A kernel built without CONFIG_PROC_CHILDREN has no /proc/PID/task/TID/children: one scan of /proc instead."""
+    monkeypatch.setattr(agent_runner, '_children', lambda pid: None)
+    assert abs(agent_runner.cpu_seconds(process_tree) - agent_runner._cpu_seconds_by_scan(process_tree)) < 0.05
+    assert agent_runner.cpu_seconds(process_tree) >= 0.3

@@ -47,6 +47,7 @@ import json
 import os
 import random
 import re
+import resource
 import selectors
 import shutil
 import socket
@@ -263,10 +264,11 @@ def sweep(cluster, journal, expired, parallel):
     """One run of the expire playbook; (run, its sweep task's result, task start and end in epoch seconds)."""
     before = cluster.run(lambda: len(cluster.pve.requests))
     cpu = cpu_seconds()
+    reaped = controller_seconds()
     run = run_ansible(['ansible-playbook', '-i', INVENTORY, 'ephemera.workspaces.expire', '-e', 'limit=%d' % expired,
                        '-e', 'parallel=%d' % parallel],
                       env={'LOCALPVE_STATE_DIR': cluster.info['state_dir'], 'EPHEMERA_JOURNAL': journal}, timeout=3600)
-    cpu = cpu_seconds() - cpu
+    cpu = (cpu_seconds() - cpu, controller_seconds() - reaped)
     requests = cluster.run(lambda: list(cluster.pve.requests))[before:]
     if not run.ok:
         sys.exit('the expire playbook failed (rc %d):\n%s' % (run.returncode, run.output[-4000:]))
@@ -276,6 +278,13 @@ def sweep(cluster, journal, expired, parallel):
                 span = task['task']['duration']
                 return run, task['hosts']['localhost'], _epoch(span['start']), _epoch(span['end']), requests, cpu
     sys.exit('no sweep task in the run:\n%s' % run.output[-4000:])
+
+
+def controller_seconds():
+    """CPU seconds of the child processes this one reaped: over a sweep, the ansible-playbook run and its workers
+    (the controller); the guests' sshd run on."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _epoch(text):
@@ -518,22 +527,22 @@ def report(args, values, site, results):
     print('  site: %d real guests, 2 by the create playbook (%.0f s), the rest by %d runs of the fork playbook '
           '(%.0f s); %.0f s in all; they hold %.1f GiB of memory (MemAvailable before and after)'
           % (site['guests'], site['create'], site['forks'], site['fork'], site['seconds'], site['memory'] / 2 ** 30))
-    print('  %-9s %5s %7s %7s %7s %10s %9s %7s %6s %9s %9s %7s %6s %5s' % (
+    print('  %-9s %5s %7s %7s %7s %10s %9s %7s %6s %9s %9s %7s %6s %5s %5s' % (
         'parallel', 'live', 'run', 'task', 'asks', 'recording', 'releases', 'each', 'rest', 'requests', 'releases',
-        'labels', 'other', 'cpu'))
+        'labels', 'other', 'cpu', 'ctl'))
     for r in results:
         rest = r['task'] - r['asks'] - r['recording'] - r['releases']
-        print('  %-9d %5d %6.1fs %6.1fs %6.1fs %9.1fs %8.1fs %6.2fs %5.1fs %9d %9d %7d %6d %4.0fs' % (
+        print('  %-9d %5d %6.1fs %6.1fs %6.1fs %9.1fs %8.1fs %6.2fs %5.1fs %9d %9d %7d %6d %4.0fs %4.0fs' % (
             r['parallel'], r['live'], r['wall'], r['task'], r['asks'], r['recording'], r['releases'], r['per_release'],
             rest, r['requests']['total'], r['requests']['released'], r['requests']['labels'], r['requests']['other'],
-            r['cpu']))
+            r['cpu'][0], r['cpu'][1]))
     print('  live: the workspaces whose guest answered; run: the ansible-playbook run; task: the sweep task; asks: '
           'from the task\'s start (module start-up included) to the first answer recorded, every ask done; '
           'recording: the answers written (journal, labels of the working ones); releases: the first release\'s start '
           'to the last cleanup completed (each: the median one); rest: the candidates listed, the report. requests: '
           'fakepve\'s log during the run: all, for the released containers, for the working ones\' labels, the rest '
           '(logins, version); cpu: the CPU seconds of this process (the try-out cluster) and what it started during '
-          'the run')
+          'the run; ctl: of them, the controller\'s (the ansible-playbook run and its workers)')
     for r in results:
         held = r['held']
         if held:

@@ -171,20 +171,20 @@ def cpu_seconds(pid):
     ticks = _ticks()
     if _stat(pid, ticks) is None:
         return None
-    total, todo, seen = 0.0, [pid], set()
-    while todo:
-        each = todo.pop()
-        if each in seen:
-            continue
-        seen.add(each)
+
+    def listed(each):
         children = _children(each)
         if children is None:
-            return _cpu_seconds_by_scan(pid)
-        stat = _stat(each, ticks)
-        if stat is not None:
-            total += stat[1]
-            todo.extend(children)
-    return total
+            raise _Unlisted()
+        return children
+    try:
+        return _tree_seconds(pid, lambda each: _stat(each, ticks), listed)
+    except _Unlisted:
+        return _cpu_seconds_by_scan(pid)
+
+
+class _Unlisted(Exception):
+    """This kernel does not list a process's children."""
 
 
 def _cpu_seconds_by_scan(pid):
@@ -195,14 +195,22 @@ def _cpu_seconds_by_scan(pid):
     children = {}
     for each, (parent, dummy) in stats.items():
         children.setdefault(parent, []).append(each)
+    return _tree_seconds(pid, stats.get, lambda each: children.get(each, ()))
+
+
+def _tree_seconds(pid, stat_of, children_of):
+    """The CPU seconds of ``pid`` and its descendants: ``stat_of(each)`` is ``(ppid, seconds)`` or None for a process
+    gone meanwhile, ``children_of(each)`` its children."""
     total, todo, seen = 0.0, [pid], set()
     while todo:
         each = todo.pop()
         if each in seen:
             continue
         seen.add(each)
-        total += stats[each][1]
-        todo.extend(children.get(each, ()))
+        stat = stat_of(each)
+        if stat is not None:
+            total += stat[1]
+            todo.extend(children_of(each))
     return total
 
 

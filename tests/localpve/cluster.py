@@ -167,7 +167,7 @@ class LocalCluster(FaultApi):
         return self._loop.call(self.site.op(name, arguments))
 
     def stop(self, timeout=120):
-        """Stop it all; ``timeout`` seconds for the guests to stop (about a tenth of a second each)."""
+        """Stop it all; ``timeout`` seconds for the guests to stop (a thousand took about five minutes)."""
         try:
             self._loop.call(self.site.stop(), timeout)
         finally:

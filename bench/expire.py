@@ -265,13 +265,10 @@ def sweep(cluster, journal, expired, parallel):
     before = cluster.run(lambda: len(cluster.pve.requests))
     cpu = cpu_seconds()
     reaped = controller_seconds()
-    run = run_ansible(['ansible-playbook', '-i', INVENTORY, 'ephemera.workspaces.expire', '-e', 'limit=%d' % expired,
-                       '-e', 'parallel=%d' % parallel],
-                      env={'LOCALPVE_STATE_DIR': cluster.info['state_dir'], 'EPHEMERA_JOURNAL': journal}, timeout=3600)
+    run = playbook(cluster, journal, ['ephemera.workspaces.expire', '-e', 'limit=%d' % expired,
+                                      '-e', 'parallel=%d' % parallel], 'the expire playbook')
     cpu = (cpu_seconds() - cpu, controller_seconds() - reaped)
     requests = cluster.run(lambda: list(cluster.pve.requests))[before:]
-    if not run.ok:
-        sys.exit('the expire playbook failed (rc %d):\n%s' % (run.returncode, run.output[-4000:]))
     for play in run.data['plays']:
         for task in play['tasks']:
             if task['task']['name'] == 'Release what expired':

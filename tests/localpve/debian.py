@@ -320,7 +320,7 @@ class Roots:
             path = os.path.join(self.layers, name)
             if path not in used:
                 aside += self._set_aside(path)
-                LOG.info('layer %s removed: no container uses it', name)
+                LOG.info('layer %s set aside for removal: no container uses it', name)
         return aside
 
     def _set_aside(self, path):

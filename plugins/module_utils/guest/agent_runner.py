@@ -144,9 +144,13 @@ def _proc_stats():
     return found
 
 
+def _lists_children(pid):
+    """True when this kernel lists a process's children (/proc/PID/task/TID/children: CONFIG_PROC_CHILDREN)."""
+    return os.path.exists('/proc/%d/task/%d/children' % (pid, pid))
+
+
 def _children(pid):
-    """The children of process ``pid`` as its threads' /proc/PID/task/TID/children list them: [] when it is gone,
-    None when this kernel does not list children (built without CONFIG_PROC_CHILDREN)."""
+    """The children of process ``pid`` as its threads' /proc/PID/task/TID/children list them ([] when it is gone)."""
     try:
         tasks = os.listdir('/proc/%d/task' % pid)
     except OSError:
@@ -156,9 +160,6 @@ def _children(pid):
         try:
             with open('/proc/%d/task/%s/children' % (pid, tid)) as src:
                 found.extend(int(each) for each in src.read().split())
-        except FileNotFoundError:
-            if os.path.isdir('/proc/%d/task/%s' % (pid, tid)):
-                return None
         except (IOError, OSError, ValueError):
             continue
     return found
@@ -171,20 +172,9 @@ def cpu_seconds(pid):
     ticks = _ticks()
     if _stat(pid, ticks) is None:
         return None
-
-    def listed(each):
-        children = _children(each)
-        if children is None:
-            raise _Unlisted()
-        return children
-    try:
-        return _tree_seconds(pid, lambda each: _stat(each, ticks), listed)
-    except _Unlisted:
+    if not _lists_children(pid):
         return _cpu_seconds_by_scan(pid)
-
-
-class _Unlisted(Exception):
-    """This kernel does not list a process's children."""
+    return _tree_seconds(pid, lambda each: _stat(each, ticks), _children)
 
 
 def _cpu_seconds_by_scan(pid):

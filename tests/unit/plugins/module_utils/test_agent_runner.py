@@ -416,6 +416,7 @@ def test_cpu_seconds_walks_down_the_agents_own_processes_only(process_tree, monk
 
 def test_cpu_seconds_scans_proc_where_the_kernel_lists_no_children(process_tree, monkeypatch):
     """A kernel built without CONFIG_PROC_CHILDREN has no /proc/PID/task/TID/children: one scan of /proc instead."""
-    monkeypatch.setattr(agent_runner, '_children', lambda pid: None)
+    monkeypatch.setattr(agent_runner, '_lists_children', lambda pid: False)
+    monkeypatch.setattr(agent_runner, '_children', lambda pid: pytest.fail('a children list was read'))
     assert abs(agent_runner.cpu_seconds(process_tree) - agent_runner._cpu_seconds_by_scan(process_tree)) < 0.05
     assert agent_runner.cpu_seconds(process_tree) >= 0.3

@@ -28,12 +28,13 @@ other option at its default (activity_timeout 10 s). A sweep releases the expire
 defers the others (beyond its limit), so each sweep of the site has 50 to release.
 
 Printed per sweep: the run's wall time and the sweep task's time, split from the journal's event times into the
-activity look (the asks, then the recording of the answers), the releases (archive, then delete; up to parallel at
-once) and the rest; the API requests fakepve received, by what they were for; how long the hanging connections were
-held; the CPU seconds of this process and what it started (the cluster and the guests' sshd; not the runners and
-agents, which leave the sshd's tree). The outcome is checked (every released workspace archived and destroyed, its
-container gone; every live one still ready; the answering ones' activity recorded; the others' records untouched)
-and a wrong outcome exits non-zero. No time is asserted. The last line:
+activity look (the asks, each answer recorded by the thread that asked it while the other asks go on), the releases
+(archive, then delete; up to parallel at once) and the rest; the API requests fakepve received, by what they were
+for; how long the hanging connections were held; the CPU seconds of this process and what it started (the cluster
+and the guests' sshd; not the runners and agents, which leave the sshd's tree). The outcome is checked (every
+released workspace archived and destroyed, its container gone; every live one still ready; the answering ones'
+activity recorded; the others' records untouched) and a wrong outcome exits non-zero. No time is asserted. The last
+line:
 
     expire: 1000 workspaces, 50 expired, A s, B requests; releases in parallel P: C s
 
@@ -377,9 +378,9 @@ def check(cluster, journal, role, before, result, hanging_held, repo_dir):
 
 
 def timing(role, journal, start, end):
-    """The sweep task's time split at the journal's event times: the asks end when the first answer is recorded
-    (the answers are recorded once every ask is done), the releases run from the first expired event to the last
-    completed cleanup."""
+    """The sweep task's time split at the journal's event times: the activity look runs from the task's start to the
+    first release's start (each answer is recorded as its ask ends; an address that never answers holds the look
+    until activity_timeout), the releases from the first expired event to the last completed cleanup."""
     with Journal.open(journal, create=False) as jnl:
         events = {name: [dict(e, at=epoch(e['at'])) for e in jnl.events(name)] for name, what in role.items()
                   if what in ('released', 'working', 'done')}
@@ -390,8 +391,9 @@ def timing(role, journal, start, end):
     completed = {name: max(e['at'] for e in trail if e['action'] == 'cleanup_completed')
                  for name, trail in events.items() if role[name] == 'released'}
     release_start = min(began.values())
-    asks_end = min(recorded) if recorded else release_start
-    return {'asks': asks_end - start, 'recording': (max(recorded) if recorded else asks_end) - asks_end,
+    if recorded and max(recorded) > release_start:
+        sys.exit('an answer was recorded after the first release had started: the look and the releases overlap')
+    return {'look': release_start - start,
             'releases': max(completed.values()) - release_start,
             'per_release': statistics.median(completed[n] - began[n] for n in began)}
 
@@ -524,18 +526,18 @@ def report(args, values, site, results):
     print('  site: %d real guests, 2 by the create playbook (%.0f s), the rest by %d runs of the fork playbook '
           '(%.0f s); %.0f s in all; they hold %.1f GiB of memory (MemAvailable before and after)'
           % (site['guests'], site['create'], site['forks'], site['fork'], site['seconds'], site['memory'] / 2 ** 30))
-    print('  %-9s %5s %7s %7s %7s %10s %9s %7s %6s %9s %9s %7s %6s %5s %5s' % (
-        'parallel', 'live', 'run', 'task', 'asks', 'recording', 'releases', 'each', 'rest', 'requests', 'releases',
+    print('  %-9s %5s %7s %7s %7s %9s %7s %6s %9s %9s %7s %6s %5s %5s' % (
+        'parallel', 'live', 'run', 'task', 'look', 'releases', 'each', 'rest', 'requests', 'releases',
         'labels', 'other', 'cpu', 'ctl'))
     for r in results:
-        rest = r['task'] - r['asks'] - r['recording'] - r['releases']
-        print('  %-9d %5d %6.1fs %6.1fs %6.1fs %9.1fs %8.1fs %6.2fs %5.1fs %9d %9d %7d %6d %4.0fs %4.0fs' % (
-            r['parallel'], r['live'], r['wall'], r['task'], r['asks'], r['recording'], r['releases'], r['per_release'],
+        rest = r['task'] - r['look'] - r['releases']
+        print('  %-9d %5d %6.1fs %6.1fs %6.1fs %8.1fs %6.2fs %5.1fs %9d %9d %7d %6d %4.0fs %4.0fs' % (
+            r['parallel'], r['live'], r['wall'], r['task'], r['look'], r['releases'], r['per_release'],
             rest, r['requests']['total'], r['requests']['released'], r['requests']['labels'], r['requests']['other'],
             r['cpu'][0], r['cpu'][1]))
-    print('  live: the workspaces whose guest answered; run: the ansible-playbook run; task: the sweep task; asks: '
-          'from the task\'s start (module start-up included) to the first answer recorded, every ask done; '
-          'recording: the answers written (journal, labels of the working ones); releases: the first release\'s start '
+    print('  live: the workspaces whose guest answered; run: the ansible-playbook run; task: the sweep task; look: '
+          'from the task\'s start (module start-up included) to the first release\'s start (the asks, and each '
+          'answer written as its ask ends: journal, labels of the working ones); releases: the first release\'s start '
           'to the last cleanup completed (each: the median one); rest: the candidates listed, the report. requests: '
           'fakepve\'s log during the run: all, for the released containers, for the working ones\' labels, the rest '
           '(logins, version); cpu: the CPU seconds of this process (the try-out cluster) and what it started during '

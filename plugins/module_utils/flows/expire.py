@@ -8,8 +8,9 @@ confirmation that a deleted container is gone reads the cluster's list, in case 
 can run every few minutes:
 
 1. **Activity.** Each ready workspace whose lease still runs is asked for its agent's activity: one
-   SSH round trip to its runner, bounded by ``activity_timeout``, many at once. The answer is
-   recorded (``activity`` then shows what the agent does now, not what it did at its brief), and
+   SSH round trip to its runner, bounded by ``activity_timeout``, ``parallel`` at once. The answer is
+   recorded by the thread that asked, while the other asks go on (``activity`` then shows what the
+   agent does now, not what it did at its brief), and
    ``active`` or ``blocked`` touches the lease, as a heartbeat would (never past its ttl, never
    after it expired). A workspace that does not answer is left as it was.
 2. **Release.** At most ``limit`` workspaces whose lease expired (and not retained), or whose failed
@@ -20,6 +21,7 @@ can run every few minutes:
    cleanup completed. The record stays, with its identity, for audit.
 """
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -77,8 +79,12 @@ class ExpirySweep:
         self.entries = []
         self.changed = False
 
+    @staticmethod
+    def _entry(name, action, detail, **extra):
+        return dict(extra, workspace=name, action=action, detail=detail)
+
     def _add(self, name, action, detail, **extra):
-        self.entries.append(dict(extra, workspace=name, action=action, detail=detail))
+        self.entries.append(self._entry(name, action, detail, **extra))
 
     def run(self):
         self.look_at_activity()
@@ -104,37 +110,57 @@ class ExpirySweep:
     # ------------------------------------------------------------------ activity
 
     def look_at_activity(self):
-        """Ask every ready workspace whose lease runs for its agent's activity, many at once; record the answers."""
+        """Ask every ready workspace whose lease runs for its agent's activity, up to ``parallel`` at once, and record
+        each answer in the thread that asked, on a journal connection of that thread's own: the journal writes and
+        the label writes overlap the other asks. The entries keep the order of the journal's list."""
         now = self.clock()
         live = [ws for ws in self.journal.list_workspaces(status='ready')
                 if ws.get('lease') and ws['desired_state'] == 'present' and not leasing.is_expired(ws['lease'], now)
                 and not (ws.get('cleanup') or {}).get('retained') and self._here(ws)]
         if not live:
             return
-        with ThreadPoolExecutor(max_workers=max(1, min(self.params.get('parallel') or 8, len(live)))) as pool:
-            answers = list(pool.map(self._activity, live))
-        for ws, answer in zip(live, answers):
-            self._record_activity(ws['name'], answer)
+        width = max(1, min(self.params.get('parallel') or 8, len(live)))
+        if width == 1:
+            self.entries.extend(self._look(self.journal, ws) for ws in live)
+            return
+        own, opened, lock = threading.local(), [], threading.Lock()
+
+        def look(ws):
+            journal = getattr(own, 'journal', None)
+            if journal is None:
+                with lock:
+                    journal = own.journal = self.journal.reopen()
+                    opened.append(journal)
+            return self._look(journal, ws)
+        try:
+            with ThreadPoolExecutor(max_workers=width) as pool:
+                self.entries.extend(pool.map(look, live))
+        finally:
+            for journal in opened:
+                journal.close()
+
+    def _look(self, journal, ws):
+        """Ask one workspace's runner and record its answer on ``journal``; the sweep's entry for it."""
+        return self._record_activity(journal, ws['name'], self._activity(ws))
 
     def _activity(self, ws):
         """The runner's answer to a ping ({'activity': ..., 'agent': ...}), or {'error': ...}; one bounded round trip."""
         return agent_flow.ask(ws, key_file=self.params.get('ssh_private_key'),
                               timeout=self.params.get('activity_timeout') or 10)
 
-    def _record_activity(self, name, answer):
+    def _record_activity(self, journal, name, answer):
         activity = answer.get('activity')
         if activity not in agent_flow.ACTIVITIES:
-            self._add(name, 'no_answer', 'activity unknown: %s' % (answer.get('error') or 'the runner did not say'))
-            return
-        ws, touched = agent_flow.record(self.journal, name, answer, now=self.clock(), touch_lease=True,
+            return self._entry(name, 'no_answer', 'activity unknown: %s'
+                               % (answer.get('error') or 'the runner did not say'))
+        ws, touched = agent_flow.record(journal, name, answer, now=self.clock(), touch_lease=True,
                                         check_mode=self.check_mode)
         if touched:
-            lease_flow.write_labels(self.journal, self.provider, ws)
+            lease_flow.write_labels(journal, self.provider, ws)
         error = ((ws.get('facts') or {}).get('agent') or {}).get('error') if not self.check_mode else None
-        self._add(name, 'activity', '%s%s; expires at %s' % (
+        return self._entry(name, 'activity', '%s%s; expires at %s' % (
             activity, ' (stopped on %s)' % error.get('kind') if error else '',
-            leasing.format_time(leasing.compute_expires_at(self.journal.get_workspace(name)['lease']))),
-            activity=activity)
+            leasing.format_time(leasing.compute_expires_at(ws['lease']))), activity=activity)
 
     # ------------------------------------------------------------------ release
 

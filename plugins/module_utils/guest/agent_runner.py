@@ -66,6 +66,9 @@ ACTIVITIES = ('active', 'idle', 'blocked')
 START_GRACE = 0.5
 # Seconds a stopped agent has to end after TERM (then KILL), when a corrected brief replaces its brief.
 STOP_GRACE = 5.0
+# Seconds between the watch's looks at the agent: while its events or its activity move, and at most while they don't.
+WATCH_FAST = 0.2
+WATCH_SLOW = 1.0
 # Events the state keeps, and how many a ping carries.
 EVENTS_KEPT = 40
 EVENTS_PINGED = 10
@@ -851,11 +854,17 @@ def serve(args):
 
 
 def _watch(runner):
+    """Reap the agent and read its events: five times a second while they move, slowing to once a second while
+    nothing changes (an answer reads the stream itself, so it is never behind). A host of many containers runs
+    as many runners, most of them waiting: a thousand that looked five times a second took two cores."""
+    pause, last = WATCH_FAST, None
     while True:
         with runner.lock:
-            runner.read_stream()
-            runner.activity()
-        time.sleep(0.2)
+            moved = runner.read_stream()
+            activity = runner.activity()
+        pause = WATCH_FAST if moved or activity != last else min(WATCH_SLOW, pause * 2)
+        last = activity
+        time.sleep(pause)
 
 
 def _client(runner, conn):

@@ -359,8 +359,13 @@ def runner_source():
 
 
 def runner_call(guest, layout, ssh_user, request, timeout=10, point=True):
-    """Send one request to the runner; returns its answer (``alive`` False when it does not answer)."""
-    command = 'python3 %s call --socket %s --timeout %s -' % (q(layout.runner), q(layout.socket), int(timeout))
+    """Send one request to the runner; returns its answer (``alive`` False when it does not answer).
+
+    The client is the runner's own ``call``, started without the ``site`` module and isolated from the environment
+    (``-I -S``): it needs nothing but the standard library, and what a guest's site-packages run at every start is
+    a quarter of the call's CPU time with Debian 12's python3 (52 ms a call with ``site``, 40 ms without). The
+    expiry sweep makes one such call per live workspace."""
+    command = 'python3 -I -S %s call --socket %s --timeout %s -' % (q(layout.runner), q(layout.socket), int(timeout))
     try:
         result = guest.run(as_agent(layout, ssh_user, command), stdin=json.dumps(request), check=False,
                            timeout=timeout + 10, what='runner %s' % request.get('op'), point=point,

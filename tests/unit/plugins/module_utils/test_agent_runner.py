@@ -420,3 +420,65 @@ def test_cpu_seconds_scans_proc_where_the_kernel_lists_no_children(process_tree,
     monkeypatch.setattr(agent_runner, '_children', lambda pid: pytest.fail('a children list was read'))
     assert abs(agent_runner.cpu_seconds(process_tree) - agent_runner._cpu_seconds_by_scan(process_tree)) < 0.05
     assert agent_runner.cpu_seconds(process_tree) >= 0.3
+
+
+class ShellGuest:
+    """A guest that is this machine's shell: runs the command as SSH would give it to the guest's sh."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def run(self, command, stdin=None, check=True, timeout=None, what=None, point=True, max_output=None):
+        return subprocess.run(['sh', '-c', command], input=stdin, capture_output=True, text=True, timeout=timeout,
+                              env=self.env, check=False)
+
+
+def test_the_sweeps_call_answers_whatever_python_environment_the_guest_has(runner, tmp_path):
+    """The call the sweep makes on every live workspace runs the runner's own client isolated and without ``site``:
+    what the guest's Python environment adds at start-up (here a sitecustomize that writes and fails) is never run,
+    and never costs the call its answer."""
+    from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations
+    hooks = tmp_path / 'hooks'
+    hooks.mkdir()
+    ran = tmp_path / 'sitecustomize-ran'
+    (hooks / 'sitecustomize.py').write_text('open(%r, "w").write("ran")\nprint("{\\"ok\\": false}")\n'
+                                            'raise SystemExit(7)\n' % str(ran))
+    env = dict(os.environ, PYTHONPATH=str(hooks), PATH=os.environ.get('PATH', '/usr/bin:/bin'))
+    # The guest's python3 is the one on PATH, as it is in a guest; it must find no sitecustomize of its own either.
+    layout = type('Layout', (), {'runner': RUNNER, 'socket': str(tmp_path / 'runner.sock'), 'agent_user': 'agent'})
+    answer = operations.runner_call(ShellGuest(env), layout, 'agent', {'op': 'ping'}, timeout=10)
+    assert answer['ok'] is True and answer['alive'] is True and answer['activity'] == 'idle', answer
+    assert not ran.exists()
+    # The same environment does reach a python3 started without the flags: the hook is real.
+    subprocess.run(['python3', '-c', 'pass'], env=env, capture_output=True, check=False)
+    assert ran.read_text() == 'ran'
+
+
+def test_the_watch_looks_five_times_a_second_while_the_agent_moves_and_once_a_second_while_it_waits(monkeypatch):
+    """A thousand waiting runners on one host must not take its cores: the watch slows down while nothing changes
+    and is quick again as soon as the events or the activity move (the real runner is the tests' above)."""
+    import threading
+    looks = iter([(False, 'idle')] * 5 + [(True, 'active'), (False, 'active'), (False, 'idle'), (False, 'idle')])
+    pauses = []
+
+    class Quiet(Exception):
+        pass
+
+    class Runner:
+        lock = threading.Lock()
+
+        def read_stream(self):
+            self.look = next(looks)
+            return self.look[0]
+
+        def activity(self):
+            return self.look[1]
+
+    def sleep(seconds):
+        pauses.append(seconds)
+        if len(pauses) == 9:
+            raise Quiet()
+    monkeypatch.setattr(agent_runner.time, 'sleep', sleep)
+    with pytest.raises(Quiet):
+        agent_runner._watch(Runner())
+    assert pauses == [0.2, 0.4, 0.8, 1.0, 1.0, 0.2, 0.4, 0.2, 0.4]

@@ -41,7 +41,7 @@ help:
 	@echo "make bench-journal  8 processes x 200 fenced transitions: SQLite and PostgreSQL journals, tx/s"
 	@echo "make bench-journal-tasks  what a task pays to open the journal: SQLite against PostgreSQL, as AWX runs it"
 	@echo "make bench-expire  expiry sweeps over 1,000 live workspaces with real guests, 50 expired a sweep:"
-	@echo "                   times and API requests at parallel 8 and 32"
+	@echo "                   times and API requests at parallel 8 and 32 (PROVIDER=aws: on the AWS try-out cloud)"
 	@echo "make bench-template  a template build by step, and create-to-ready on debian vs default guests"
 	@echo "make bench-agent   the real agent CLIs: create to ready, first edit, idle, and the agents' share"
 	@echo "make bench-fork    one ready workspace forked into 4 children against 4 cold creates"
@@ -274,9 +274,9 @@ bench-reconcile: venv
 
 # Expiry sweeps over 1,000 leased workspaces, each a real guest (two made by the create playbook, the others forked
 # from them): 900 live (750 agents working, 150 done) and 100 expired, 50 released by each sweep (archived and
-# deleted); one sweep at parallel 8, one at 32: times, requests.
+# deleted); one sweep at parallel 8, one at 32: times, requests. PROVIDER=aws: the same on the AWS try-out cloud.
 bench-expire: venv
-	$(BIN)/python bench/expire.py --parallel 8,32
+	$(BIN)/python bench/expire.py --parallel 8,32 $(if $(PROVIDER),--provider $(PROVIDER))
 
 # The real claude-code, codex and opencode against a stand-in agent: create to ready, first edit and idle, by step.
 bench-agent: venv

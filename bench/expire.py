@@ -1,11 +1,17 @@
-"""How long does one expiry sweep over 1,000 live leased workspaces take, and what does it ask of the cluster?
+"""How long does one expiry sweep over 1,000 live leased workspaces take, and what does it ask of the provider?
 
-    .venv/bin/python bench/expire.py [--records 1000] [--expired 50] [--idle 150] [--hanging 0] [--refusing 0]
-                                     [--parallel 8] [--batch 100]
+    .venv/bin/python bench/expire.py [--provider proxmox] [--records 1000] [--expired 50] [--idle 150] [--hanging 0]
+                                     [--refusing 0] [--parallel 8] [--batch 100]
 
-One site on a try-out cluster (tests/localpve, inside this process so that fakepve's own request log can be read;
-time scale 0, so Proxmox tasks finish at once; guests on loopback addresses of a range of their own), every
-workspace in it real unless asked otherwise:
+One site, every workspace in it real unless asked otherwise, on the try-out place of --provider:
+
+- proxmox: a try-out cluster (tests/localpve) inside this process, so that fakepve's own request log can be read;
+  time scale 0, so Proxmox tasks finish at once; guests on loopback addresses of a range of their own.
+- aws: the AWS try-out cloud (tests/localcloud: moto behind its fault proxy, an sshd per running instance), its
+  private and public addresses on ranges of their own; the requests are counted by a logging rule at the proxy.
+  Instances are pending and shutting down for 0.2 s.
+
+On it:
 
 - Two parents made by the create playbook: containers with an sshd of their own, a checkout and a runner. One's agent
   works (a line every 10 s: its runner says active and sees progress, so the sweep touches its lease and rewrites its
@@ -17,7 +23,7 @@ workspace in it real unless asked otherwise:
   and their lease is replaced, through the Journal API, by one from core/lease.new_lease that started two hours ago
   (ttl 3600 s): expired an hour ago (the group for the first sweep a minute earlier than the next one's).
 - Optionally (--hanging, --refusing) live records that no guest answers for, each a copy of a real record under its
-  own name, VMID and address: at a listener of this process that accepts the connection and never says a word (a
+  own name, resource id and address: at a listener of this process that accepts the connection and never says a word (a
   guest whose sshd hangs: the activity_timeout bound ends the wait), or at a loopback address where nothing listens
   (a guest that is down: refused at once).
 
@@ -29,12 +35,12 @@ defers the others (beyond its limit), so each sweep of the site has 50 to releas
 
 Printed per sweep: the run's wall time and the sweep task's time, split from the journal's event times into the
 activity look (the asks, each answer recorded by the thread that asked it while the other asks go on), the releases
-(archive, then delete; up to parallel at once) and the rest; the API requests fakepve received, by what they were
-for; how long the hanging connections were held; the CPU seconds of this process and what it started (the cluster
-and the guests' sshd; not the runners and agents, which leave the sshd's tree). The outcome is checked (every
-released workspace archived and destroyed, its container gone; every live one still ready; the answering ones'
-activity recorded; the others' records untouched) and a wrong outcome exits non-zero. No time is asserted. The last
-line:
+(archive, then delete; up to parallel at once) and the rest; the API requests the provider received, by what they
+were for; how long the hanging connections were held; the CPU seconds of this process and what it started (the
+cluster, or the cloud's process, and the guests' sshd; not the runners and agents, which leave the sshd's tree). The
+outcome is checked (every released workspace archived and destroyed, its container or instance gone; every live one
+still ready; the answering ones' activity recorded; the others' records untouched) and a wrong outcome exits
+non-zero. No time is asserted. The last line:
 
     expire: 1000 workspaces, 50 expired, A s, B requests; releases in parallel P: C s
 
@@ -68,12 +74,14 @@ from tests.ansible_run import run_ansible  # noqa: E402 pylint: disable=wrong-im
 from tests.localpve import LocalCluster  # noqa: E402 pylint: disable=wrong-import-position
 from tests.localpve.cluster import pick_host  # noqa: E402 pylint: disable=wrong-import-position
 from tests.localpve.guests import stop_leftovers  # noqa: E402 pylint: disable=wrong-import-position
+from tests.localcloud.config import Options  # noqa: E402 pylint: disable=wrong-import-position
+from tests.localcloud.control import CloudClient  # noqa: E402 pylint: disable=wrong-import-position
+from tests.localcloud.process import down, up  # noqa: E402 pylint: disable=wrong-import-position
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import lease as leasing  # noqa: E402 pylint: disable=wrong-import-position
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal import Journal, epoch  # noqa: E402 pylint: disable=wrong-import-position
 
 CREATE = os.path.join(ROOT, 'playbooks', 'create.yml')
 FORK = os.path.join(ROOT, 'playbooks', 'fork.yml')
-INVENTORY = os.path.join(ROOT, 'inventories', 'localpve')
 # A working agent writes a line every 10 s (what it wrote is progress: the sweep touches its lease only when it made
 # some since the last look); a done one has finished.
 AGENTS = {'working': ['sh', '-c', 'while :; do echo working; sleep 10; done'], 'done': ['sh', '-c', 'echo done']}
@@ -84,8 +92,10 @@ REAL = tuple(AGENT_OF)
 ACTIVITY_TIMEOUT = 10
 SEED = 20240
 ADDRESS = re.compile(r'([^ @]+@)?127(\.[0-9]+){3}(:[0-9]+)?')
-# The guests' addresses: a range of their own, out of the /24s that pick_host gives clusters (127.64-250.x.x).
+# The guests' addresses: ranges of their own, out of the /24s that pick_host gives clusters (127.64-250.x.x): the
+# try-out cluster's, and the try-out cloud's private and public ones.
 GUEST_NET = '127.251'
+PRIVATE_NET, PUBLIC_NET = '127.252', '127.253'
 # Seconds the site has to stop: a thousand guests take minutes.
 STOP_TIMEOUT = 900
 
@@ -140,6 +150,94 @@ class SilentListener:
         self.server.close()
 
 
+def address_range(net, count):
+    """A range of ``count`` addresses and some to spare in the /16 ``net``, from ``net``.0.10 on."""
+    return '%s.0.10-%s.%d.250' % (net, net, (count + 20) // 240)
+
+
+class ProxmoxSite:
+    """A try-out cluster in this process (time scale 0); the requests are fakepve's own log."""
+
+    name, noun = 'proxmox', 'container'
+    inventory = os.path.join(ROOT, 'inventories', 'localpve')
+    unset = ()
+
+    def __init__(self, workdir, guests):
+        self.cluster = LocalCluster.start(os.path.join(workdir, 'cluster'), time_scale=0,
+                                          guest_range=address_range(GUEST_NET, guests))
+        self.cluster.run(lambda: setattr(self.cluster.pve, 'max_requests', 10 ** 7))
+        self.info = self.cluster.info
+        self.env = {'LOCALPVE_STATE_DIR': self.info['state_dir']}
+
+    def present(self):
+        """The resource ids that exist now."""
+        return set(self.cluster.run(lambda: [ct.vmid for ct in self.cluster.pve.cts]))
+
+    def requests(self):
+        """[(call, the resource id it is about, or None)] of every request so far."""
+        return [('%s %s' % (method, re.sub(r'/api2/(json|extjs)', '', path)), vmid_of(path))
+                for method, path, dummy in self.cluster.run(lambda: list(self.cluster.pve.requests))]
+
+    def root_of(self, ws):
+        """Where the files of the workspace's guest lie on this machine."""
+        return self.info['guest_root'].replace('{vmid}', str(ws['resource_id']))
+
+    @staticmethod
+    def fake_id(number):
+        return 200000 + number
+
+    def stop(self):
+        self.cluster.stop(timeout=STOP_TIMEOUT)
+        # The runners and agents started their own sessions in the guests: gone with the guests' files.
+        stop_leftovers(self.info['state_dir'])
+
+
+class AwsSite:
+    """The AWS try-out cloud in a process of its own (instances pending and shutting down for 0.2 s); the requests are
+    those a logging rule at its fault proxy saw, each with the instance it names."""
+
+    name, noun = 'aws', 'instance'
+    inventory = os.path.join(ROOT, 'inventories', 'localcloud')
+    unset = ('AWS_', 'EPHEMERA_', 'PROXMOX_')
+
+    def __init__(self, workdir, guests):
+        opts = Options(state_dir=os.path.join(workdir, 'cloud'), host=pick_host(), port=0, boot_secs=0.2,
+                       stop_secs=0.2, shutdown_secs=0.2, guest_range=address_range(PRIVATE_NET, guests),
+                       public_range=address_range(PUBLIC_NET, guests)).check()
+        self.state_dir = opts.state_dir
+        self.cloud = CloudClient(up(opts))
+        self.info = self.cloud.info
+        self.env = {'LOCALCLOUD_STATE_DIR': self.info['state_dir']}
+        self.log = self.cloud.proxy_add('log', '*', times=None)['id']
+        self.roots = {}
+
+    def _instances(self):
+        return [i for i in self.cloud.instances() if i['state'] not in ('shutting-down', 'terminated')]
+
+    def present(self):
+        return set(i['instance_id'] for i in self._instances())
+
+    def requests(self):
+        hits = next(r for r in self.cloud.proxy_rules() if r['id'] == self.log)['hits']
+        return [(hit['operation'], hit['instances'][0] if len(hit['instances']) == 1 else None) for hit in hits]
+
+    def root_of(self, ws):
+        if ws['resource_id'] not in self.roots:
+            self.roots.update((i['instance_id'], i['root']) for i in self._instances())
+        return self.roots[ws['resource_id']]
+
+    @staticmethod
+    def fake_id(number):
+        return 'i-0bench%011x' % number
+
+    def stop(self):
+        # Everything the cloud started goes with it, the guests' leftovers included.
+        down(self.state_dir, timeout=STOP_TIMEOUT)
+
+
+SITES = {'proxmox': ProxmoxSite, 'aws': AwsSite}
+
+
 def plan(records, expired, idle, hanging, refusing):
     """{name: kind} of the site: expired, done (idle), hanging, refusing, and working for the rest; names spread at
     random."""
@@ -160,16 +258,16 @@ def parents_of(kinds):
     return {agent: min(n for n, k in kinds.items() if k == agent) for agent in ('working', 'done')}
 
 
-def playbook(cluster, journal, argv, what):
-    """One ansible-playbook run against the cluster (its run), or sys.exit with its output."""
-    run = run_ansible(['ansible-playbook', '-i', INVENTORY] + argv,
-                      env={'LOCALPVE_STATE_DIR': cluster.info['state_dir'], 'EPHEMERA_JOURNAL': journal}, timeout=7200)
+def playbook(site, journal, argv, what):
+    """One ansible-playbook run against the site (its run), or sys.exit with its output."""
+    run = run_ansible(['ansible-playbook', '-i', site.inventory] + argv, env=dict(site.env, EPHEMERA_JOURNAL=journal),
+                      unset=site.unset, timeout=7200)
     if not run.ok:
         sys.exit('%s failed (rc %d):\n%s' % (what, run.returncode, run.output[-4000:]))
     return run
 
 
-def make_parents(workdir, cluster, journal, repo, parents):
+def make_parents(workdir, site, journal, repo, parents):
     """The parents, {agent: name}, by the create playbook in one run; its wall seconds."""
     inventory = os.path.join(workdir, 'parents.json')
     with open(inventory, 'w') as out:
@@ -181,12 +279,12 @@ def make_parents(workdir, cluster, journal, repo, parents):
     with open(extra, 'w') as out:
         json.dump({'target': 'workspaces', 'repo': repo, 'purpose': 'Benchmark the expiry sweep',
                    'ephemera_agents': AGENTS}, out)
-    run = playbook(cluster, journal, ['-i', inventory, CREATE, '-e', '@' + extra, '--forks', '2'],
+    run = playbook(site, journal, ['-i', inventory, CREATE, '-e', '@' + extra, '--forks', '2'],
                    'the create playbook')
     return run.seconds
 
 
-def fork_children(workdir, cluster, journal, parent, children, batch):
+def fork_children(workdir, site, journal, parent, children, batch):
     """``children`` of ``parent`` by the fork playbook, ``batch`` a run; (runs, wall seconds)."""
     seconds = 0.0
     runs = 0
@@ -198,7 +296,7 @@ def fork_children(workdir, cluster, journal, parent, children, batch):
                        'ephemera_max_children': len(chunk)}, out)
         print('... forking %s into %d children (%d of %d)' % (parent, len(chunk), first + len(chunk), len(children)),
               file=sys.stderr, flush=True)
-        seconds += playbook(cluster, journal, [FORK, '-e', '@' + extra], 'the fork playbook').seconds
+        seconds += playbook(site, journal, [FORK, '-e', '@' + extra], 'the fork playbook').seconds
         runs += 1
     return runs, seconds
 
@@ -212,7 +310,7 @@ def available_memory():
     return 0
 
 
-def prepare_journal(cluster, journal, kinds, groups, refusing_net, hanging_at):
+def prepare_journal(site, journal, kinds, groups, refusing_net, hanging_at):
     """Expire the expired ones (unsaved work in their checkout, a lease that ended an hour ago; group by group a
     minute apart), then record the simulated live ones. Returns {name: record} of every workspace."""
     now = time.time()
@@ -225,8 +323,7 @@ def prepare_journal(cluster, journal, kinds, groups, refusing_net, hanging_at):
         for index, group in enumerate(groups):
             for name in group:
                 ws = real[name]
-                checkout = cluster.info['guest_root'].replace('{vmid}', str(ws['vmid'])) + \
-                    (ws['params'].get('checkout_path') or '/workspace/repo')
+                checkout = site.root_of(ws) + (ws['params'].get('checkout_path') or '/workspace/repo')
                 with open(os.path.join(checkout, 'notes.txt'), 'w') as out:
                     out.write('unsaved work of %s\n' % name)
                 ended = leasing.new_lease(now - 7200 - 60 * (len(groups) - index), ttl=3600, idle_timeout=1800)
@@ -234,7 +331,7 @@ def prepare_journal(cluster, journal, kinds, groups, refusing_net, hanging_at):
         # The simulated ones copy a real record: one whose agent is done.
         model = real[min(n for n in real if kinds[n] == 'done')]
         refusing = 0
-        next_vmid = 200000
+        fakes = 0
         for name, kind in sorted(kinds.items()):
             if kind not in ('hanging', 'refusing'):
                 continue
@@ -246,11 +343,12 @@ def prepare_journal(cluster, journal, kinds, groups, refusing_net, hanging_at):
             fresh = leasing.new_lease(now)
             jnl.create_workspace(
                 name, status='ready', activity='active', desired_state='present', provider=model['provider'],
-                location=model['location'], resource_id=next_vmid, candidate_id=next_vmid, address=address,
+                location=model['location'], resource_id=site.fake_id(fakes), candidate_id=site.fake_id(fakes),
+                address=address,
                 repo=model['repo'], ref=model['ref'], purpose=model['purpose'], progress=model['progress'],
                 facts=model['facts'], params=dict(model['params'], ssh_port=port), lease=fresh,
                 lease_expires_at=fresh['expires_at'])
-            next_vmid += 1
+            fakes += 1
         return {ws['name']: ws for ws in jnl.list_workspaces()}
 
 
@@ -261,15 +359,16 @@ def snapshot(journal):
         return records, {name: [e['action'] for e in jnl.events(name)].count('activity') for name in records}
 
 
-def sweep(cluster, journal, expired, parallel):
-    """One run of the expire playbook; (run, its sweep task's result, task start and end in epoch seconds)."""
-    before = cluster.run(lambda: len(cluster.pve.requests))
+def sweep(site, journal, expired, parallel):
+    """One run of the expire playbook; (run, its sweep task's result, task start and end in epoch seconds, the
+    requests the provider received meanwhile, CPU seconds)."""
+    before = len(site.requests())
     cpu = cpu_seconds()
     reaped = controller_seconds()
-    run = playbook(cluster, journal, ['ephemera.workspaces.expire', '-e', 'limit=%d' % expired,
-                                      '-e', 'parallel=%d' % parallel], 'the expire playbook')
+    run = playbook(site, journal, ['ephemera.workspaces.expire', '-e', 'limit=%d' % expired,
+                                   '-e', 'parallel=%d' % parallel], 'the expire playbook')
     cpu = (cpu_seconds() - cpu, controller_seconds() - reaped)
-    requests = cluster.run(lambda: list(cluster.pve.requests))[before:]
+    requests = site.requests()[before:]
     for play in run.data['plays']:
         for task in play['tasks']:
             if task['task']['name'] == 'Release what expired':
@@ -313,7 +412,7 @@ def roles(kinds, groups, index):
     return out
 
 
-def check(cluster, journal, role, before, result, hanging_held, repo_dir):
+def check(site, journal, role, before, result, hanging_held, repo_dir):
     """The outcome of one sweep (``before``: snapshot() as the sweep began), or sys.exit naming what is wrong."""
     problems = []
     actions = {}
@@ -329,7 +428,7 @@ def check(cluster, journal, role, before, result, hanging_held, repo_dir):
         elif what in EXPECTED_ACTIVITY and actions[name][0].get('activity') != EXPECTED_ACTIVITY[what]:
             problems.append('%s (%s): activity %s, not %s' % (name, what, actions[name][0].get('activity'),
                                                               EXPECTED_ACTIVITY[what]))
-    present = set(cluster.run(lambda: [ct.vmid for ct in cluster.pve.cts]))
+    present = site.present()
     branches = subprocess.run(['git', '-C', repo_dir, 'branch', '--list', 'ephemera/*', '--format=%(refname:short)'],
                               check=True, capture_output=True, text=True).stdout.split()
     with Journal.open(journal, create=False) as jnl:
@@ -343,8 +442,8 @@ def check(cluster, journal, role, before, result, hanging_held, repo_dir):
             trail = events[name]
             if ws['status'] != 'destroyed' or not (ws.get('cleanup') or {}).get('cleanup_completed_at'):
                 problems.append('%s: %s, cleanup %s after its release' % (name, ws['status'], ws.get('cleanup')))
-            if ws['vmid'] in present:
-                problems.append('%s: its container %s is still there' % (name, ws['vmid']))
+            if ws['resource_id'] in present:
+                problems.append('%s: its %s %s is still there' % (name, site.noun, ws['resource_id']))
             if not ('expired' in trail and 'archived' in trail and 'destroyed' in trail
                     and trail.index('expired') < trail.index('archived') < trail.index('destroyed')):
                 problems.append('%s: not expired, archived, then destroyed: %s' % (name, trail))
@@ -365,8 +464,8 @@ def check(cluster, journal, role, before, result, hanging_held, repo_dir):
             if ws['activity'] != EXPECTED_ACTIVITY[what] or recorded != changed:
                 problems.append('%s (%s): activity %s recorded, events %s'
                                 % (name, what, ws['activity'], events[name][-3:]))
-            if ws['vmid'] not in present:
-                problems.append('%s (%s): its container %s is gone' % (name, what, ws['vmid']))
+            if ws['resource_id'] not in present:
+                problems.append('%s (%s): its %s %s is gone' % (name, what, site.noun, ws['resource_id']))
             touched = ws['lease']['last_touched_at'] > old['lease']['last_touched_at']
             if touched != (what == 'working'):
                 problems.append('%s (%s): lease touched %s' % (name, what, touched))
@@ -399,33 +498,33 @@ def timing(role, journal, start, end):
 
 
 def split_requests(requests, records, role):
-    """The requests fakepve received during the sweep: for the released containers (their VMID in the path or in
-    a task's UPID), for the live ones (the labels of those whose lease the activity touched), and the rest."""
+    """The requests the provider received during the sweep (``requests``: [(call, resource id)]): for the released
+    resources (a container's VMID in the path or in a task's UPID; the one instance a request names), for the live
+    ones (the labels of those whose lease the activity touched), and the rest."""
     owner = {}
     for name, what in role.items():
-        owner[records[name]['vmid']] = 'released' if what == 'released' else 'labels'
+        owner[records[name]['resource_id']] = 'released' if what == 'released' else 'labels'
     out = {'released': 0, 'labels': 0, 'other': 0, 'others': {}}
-    for method, path, dummy in requests:
-        what = owner.get(vmid_of(path), 'other')
+    for call, resource_id in requests:
+        what = owner.get(resource_id, 'other')
         out[what] += 1
         if what == 'other':
-            call = '%s %s' % (method, re.sub(r'/api2/(json|extjs)', '', path))
             out['others'][call] = out['others'].get(call, 0) + 1
     out['total'] = len(requests)
     return out
 
 
-def build_site(args, workdir, cluster, journal, repo, kinds, groups):
+def build_site(args, workdir, site, journal, repo, kinds, groups):
     """The real workspaces (two parents by the create playbook, the rest their children by the fork playbook), then
     the expired leases and the simulated records; {what: figure} of the building."""
     parents = parents_of(kinds)
     memory = available_memory()
     load = os.getloadavg()
     began = time.monotonic()
-    out = {'create': make_parents(workdir, cluster, journal, repo, parents), 'forks': 0, 'fork': 0.0}
+    out = {'create': make_parents(workdir, site, journal, repo, parents), 'forks': 0, 'fork': 0.0}
     for agent, parent in sorted(parents.items()):
         children = sorted(n for n, k in kinds.items() if k in REAL and AGENT_OF[k] == agent and n != parent)
-        runs, seconds = fork_children(workdir, cluster, journal, parent, children, args.batch)
+        runs, seconds = fork_children(workdir, site, journal, parent, children, args.batch)
         out['forks'] += runs
         out['fork'] += seconds
     out['seconds'] = time.monotonic() - began
@@ -441,19 +540,15 @@ def scenario(args, values):
     kinds = plan(args.records, args.expired * len(values), args.idle, args.hanging, args.refusing)
     groups = groups_of(kinds, args.expired, len(values))
     workdir = tempfile.mkdtemp(prefix='ephemera-bench-expire-')
-    real = sum(1 for k in kinds.values() if k in REAL)
-    last = '%s.%d.250' % (GUEST_NET, (real + 20) // 240)
-    cluster = LocalCluster.start(os.path.join(workdir, 'cluster'), time_scale=0,
-                                 guest_range='%s.0.10-%s' % (GUEST_NET, last))
+    site = SITES[args.provider](workdir, sum(1 for k in kinds.values() if k in REAL))
     listener = None
     try:
-        cluster.run(lambda: setattr(cluster.pve, 'max_requests', 10 ** 7))
         net = pick_host().rsplit('.', 1)[0]
         listener = SilentListener(net + '.2', 22)
         repo = make_repo(workdir)
         journal = os.path.join(workdir, 'journal.sqlite')
-        site = build_site(args, workdir, cluster, journal, repo, kinds, groups)
-        every = prepare_journal(cluster, journal, kinds, groups, net, (net + '.2', 22))
+        built = build_site(args, workdir, site, journal, repo, kinds, groups)
+        every = prepare_journal(site, journal, kinds, groups, net, (net + '.2', 22))
         if len(every) != args.records:
             sys.exit('the journal holds %d workspaces, not %d' % (len(every), args.records))
         results = []
@@ -462,23 +557,21 @@ def scenario(args, values):
             role = roles(kinds, groups, index)
             before = snapshot(journal)
             listener.held = []
-            run, result, start, end, requests, cpu = sweep(cluster, journal, args.expired, parallel)
+            run, result, start, end, requests, cpu = sweep(site, journal, args.expired, parallel)
             hanging_held = list(listener.held)
-            check(cluster, journal, role, before, result, hanging_held, os.path.join(workdir, 'repo'))
+            check(site, journal, role, before, result, hanging_held, os.path.join(workdir, 'repo'))
             out = timing(role, journal, start, end)
             out.update(parallel=parallel, wall=run.seconds, task=end - start, cpu=cpu,
                        requests=split_requests(requests, before[0], role), held=hanging_held,
                        reasons=reasons(result, kinds), live=sum(1 for w in role.values() if w in ('working', 'done')))
             results.append(out)
         # Printed before the site is taken down: a thousand guests take minutes to stop.
-        report(args, values, site, results)
+        report(args, values, built, results)
     finally:
         if listener is not None:
             listener.stop()
         print('... stopping %d guests' % len(kinds), file=sys.stderr, flush=True)
-        cluster.stop(timeout=STOP_TIMEOUT)
-        # The runners and agents started their own sessions in the guests: gone with the guests' files.
-        stop_leftovers(cluster.info['state_dir'])
+        site.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -497,6 +590,8 @@ def reasons(result, kinds):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+    parser.add_argument('--provider', choices=sorted(SITES), default='proxmox',
+                        help='the try-out place: the cluster (proxmox) or the AWS cloud (aws)')
     parser.add_argument('--records', type=int, default=1000, help='leased workspaces in the journal')
     parser.add_argument('--expired', type=int, default=50,
                         help='expired ones a sweep releases (its limit); as many more for each further --parallel')
@@ -517,10 +612,10 @@ def main():
 def report(args, values, site, results):
     """Print what the sweeps measured."""
     working = args.records - args.expired * len(values) - args.idle - args.hanging - args.refusing
-    print('expire: sweeps (ansible-playbook ephemera.workspaces.expire -e limit=%d) over %d leased workspaces: '
-          '%d expired (real containers with unsaved work; %d a sweep), %d live with a real guest (%d agents working, '
+    print('expire: sweeps (ansible-playbook ephemera.workspaces.expire -e limit=%d) over %d leased workspaces on %s: '
+          '%d expired (real guests with unsaved work; %d a sweep), %d live with a real guest (%d agents working, '
           '%d done), %d live whose address refuses, %d whose address accepts and never answers; activity_timeout %d s'
-          % (args.expired, args.records, args.expired * len(values), args.expired,
+          % (args.expired, args.records, args.provider, args.expired * len(values), args.expired,
              args.records - args.expired * len(values) - args.hanging - args.refusing, working, args.idle,
              args.refusing, args.hanging, ACTIVITY_TIMEOUT))
     print('  site: %d real guests, 2 by the create playbook (%.0f s), the rest by %d runs of the fork playbook '
@@ -537,11 +632,12 @@ def report(args, values, site, results):
             r['cpu'][0], r['cpu'][1]))
     print('  live: the workspaces whose guest answered; run: the ansible-playbook run; task: the sweep task; look: '
           'from the task\'s start (module start-up included) to the first release\'s start (the asks, and each '
-          'answer written as its ask ends: journal, labels of the working ones); releases: the first release\'s start '
-          'to the last cleanup completed (each: the median one); rest: the candidates listed, the report. requests: '
-          'fakepve\'s log during the run: all, for the released containers, for the working ones\' labels, the rest '
-          '(logins, version); cpu: the CPU seconds of this process (the try-out cluster) and what it started during '
-          'the run; ctl: of them, the controller\'s (the ansible-playbook run and its workers)')
+          'answer written as its ask ends: journal, labels of the working ones); releases: the first release\'s '
+          'start to the last cleanup completed (each: the median one); rest: the candidates listed, the report. '
+          'requests: the provider\'s during the run (fakepve\'s log, or the AWS proxy\'s): all, for the released '
+          'ones, for the working ones\' labels, the rest (logins, version, listings); cpu: the CPU seconds of this '
+          'process (the try-out cluster runs in it) and what it started during the run (the cloud\'s process, the '
+          'guests\' sshd); ctl: of them, the controller\'s (the ansible-playbook run and its workers)')
     for r in results:
         held = r['held']
         if held:
@@ -549,7 +645,7 @@ def report(args, values, site, results):
                   'were held %.1f-%.1f s (median %.1f) until the client gave up' % (
                       r['parallel'], len(held), -(-len(held) // r['parallel']) * ACTIVITY_TIMEOUT,
                       -(-len(held) // r['parallel']), ACTIVITY_TIMEOUT, min(held), max(held), statistics.median(held)))
-        print('  parallel %d, requests besides the containers\': %s' % (r['parallel'], ', '.join(
+        print('  parallel %d, requests besides the workspaces\': %s' % (r['parallel'], ', '.join(
             '%d x %s' % (n, what) for what, n in sorted(r['requests']['others'].items()))))
         for kind, found in sorted(r['reasons'].items()):
             for detail, n in sorted(found.items()):

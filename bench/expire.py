@@ -263,7 +263,8 @@ def playbook(site, journal, argv, what):
     run = run_ansible(['ansible-playbook', '-i', site.inventory] + argv, env=dict(site.env, EPHEMERA_JOURNAL=journal),
                       unset=site.unset, timeout=7200)
     if not run.ok:
-        sys.exit('%s failed (rc %d):\n%s' % (what, run.returncode, run.output[-4000:]))
+        # Every failed task's message first: the first failure is the cause, and a long run's tail no longer holds it.
+        sys.exit('%s failed: %s' % (what, run.explain()))
     return run
 
 
@@ -567,6 +568,13 @@ def scenario(args, values):
             results.append(out)
         # Printed before the site is taken down: a thousand guests take minutes to stop.
         report(args, values, built, results)
+    except BaseException:
+        # The site's own log goes with its directory: kept where the run can be looked into.
+        kept = os.path.join(tempfile.gettempdir(), 'ephemera-bench-expire-%s.log' % args.provider)
+        if site.info.get('log_file') and os.path.exists(site.info['log_file']):
+            shutil.copyfile(site.info['log_file'], kept)
+            print('... the %s log of this run: %s' % (args.provider, kept), file=sys.stderr, flush=True)
+        raise
     finally:
         if listener is not None:
             listener.stop()

@@ -9,7 +9,8 @@ import secrets
 from .clients import _client
 
 VPC_CIDR = '10.80.0.0/16'
-SUBNET_CIDR = '10.80.1.0/24'
+# A /20: room for a fleet of a thousand instances and more (a /24 holds 251: AWS keeps five of its addresses).
+SUBNET_CIDR = '10.80.16.0/20'
 IMAGE_NAME = 'ephemera-workspace-debian-12'
 IMAGE_PARAMETER = '/ephemera/workspaces/images/debian-12'
 KEY_NAME = 'workspaces'

@@ -65,6 +65,7 @@ LIBRARIES = ('boto3', 'botocore.config', 'botocore.exceptions')
 def _botocore():
     import botocore.config  # noqa: F401 (imported when the provider is used)
     import botocore.exceptions
+    import botocore.parsers  # noqa: F401 (its ResponseParserError: an answer that is not an EC2 answer)
     return botocore
 
 
@@ -106,6 +107,7 @@ class Ec2:
         self.retry_timeout = retry_timeout
         self.sleep = sleep
         self._errors = botocore.exceptions
+        self._garbled = botocore.parsers.ResponseParserError
         try:
             session = boto3.session.Session(profile_name=profile or None, aws_access_key_id=access_key or None,
                                             aws_secret_access_key=secret_key or None,
@@ -179,7 +181,7 @@ class Ec2:
                        % (action, self.where, exc, '; it may have been carried out' if acts else ''))
             err.transport = 'timeout' if isinstance(exc, errors.ReadTimeoutError) else 'reset'
             return err
-        if isinstance(exc, errors.ResponseParserError):
+        if isinstance(exc, self._garbled):
             kind = base.UnknownOutcome if acts else base.Transient
             err = kind('%s: %s answered with something that is not an EC2 answer (%s)%s.'
                        % (action, self.where, str(exc).splitlines()[0][:200], '; it may have been carried out' if acts

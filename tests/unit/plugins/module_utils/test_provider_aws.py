@@ -287,6 +287,45 @@ def test_endpoint_that_does_not_answer():
     assert time.monotonic() - started < 10
 
 
+def test_an_answer_that_is_not_an_ec2_answer_is_an_unknown_outcome_of_a_call_that_acts():
+    """A real botocore client against an endpoint that answers 200 with a page that is not EC2's XML (a proxy's or a
+    captive portal's): a call that acts may have been carried out, one that only reads is retried."""
+    import http.server
+    import threading
+
+    class Garbled(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get('Content-Length') or 0))
+            body = b'<html><body>not EC2</body'
+            self.send_response(200)
+            self.send_header('Content-Type', 'text/xml')
+            self.send_header('Content-Length', str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Garbled)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        ec2 = awsclient.Ec2(REGION, access_key='a', secret_key='b', retry_timeout=1, sleep=lambda s: None,
+                            endpoint_url='http://127.0.0.1:%d' % server.server_address[1])
+        with pytest.raises(base.UnknownOutcome) as lost:
+            ec2.call('run_instances', acts=True, ImageId='ami-0123456789abcdef0', MinCount=1, MaxCount=1)
+        assert 'is not an EC2 answer' in str(lost.value) and 'may have been carried out' in str(lost.value)
+        assert lost.value.transport == 'garbled'
+        with pytest.raises(base.Transient) as read:
+            ec2.call('describe_images', ImageIds=['ami-0123456789abcdef0'])
+        assert not isinstance(read.value, base.UnknownOutcome) and read.value.transport == 'garbled'
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_error_of_no_known_kind_is_raised_as_it_is():
+    assert Scripted([]).error(ValueError('something else'), 'RunInstances', True) is None
+
+
 def test_visibility_window(ec2, seeded):
     p = provider(ec2, seeded)
     # Within the window: a window of 30 s, so that a slow answer (a loaded machine) cannot take the handle past it.

@@ -59,7 +59,7 @@ IncompleteInventory = base.IncompleteInventory
 
 
 # The SDK this client imports when it is first used (and registry.preload before a run forks its workers).
-LIBRARIES = ('boto3', 'botocore.config', 'botocore.exceptions')
+LIBRARIES = ('boto3', 'botocore.config', 'botocore.exceptions', 'botocore.parsers')
 
 
 def _botocore():

@@ -66,8 +66,8 @@ def test_a_child_that_fails_undoes_the_fork_and_leaves_no_image(site, parent):
     finally:
         site.cloud.proxy_clear()
     assert not result.ok
-    assert 'is as it was' in result.output, result.output[-3000:]
-    assert 'InsufficientInstanceCapacity' in result.output
+    assert 'is as it was' in result.output, result.explain()
+    assert 'InsufficientInstanceCapacity' in result.output, result.explain()
     hits = {r['id']: len(r['hits']) for r in rules}
     assert hits[sent['id']] == 1 and hits[lost['id']] == 1, rules
     # The children are launched side by side: whichever launch was refused, neither child was briefed.

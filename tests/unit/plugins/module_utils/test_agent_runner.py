@@ -5,12 +5,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 import yaml
 
-from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import agent_runner
+from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import agent_runner, operations
 
 RUNNER = agent_runner.__file__
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
@@ -437,7 +438,6 @@ def test_the_sweeps_call_answers_whatever_python_environment_the_guest_has(runne
     """The call the sweep makes on every live workspace runs the runner's own client isolated and without ``site``:
     what the guest's Python environment adds at start-up (here a sitecustomize that writes and fails) is never run,
     and never costs the call its answer."""
-    from ansible_collections.ephemera.workspaces.plugins.module_utils.guest import operations
     hooks = tmp_path / 'hooks'
     hooks.mkdir()
     ran = tmp_path / 'sitecustomize-ran'
@@ -457,7 +457,6 @@ def test_the_sweeps_call_answers_whatever_python_environment_the_guest_has(runne
 def test_the_watch_looks_five_times_a_second_while_the_agent_moves_and_once_a_second_while_it_waits(monkeypatch):
     """A thousand waiting runners on one host must not take its cores: the watch slows down while nothing changes
     and is quick again as soon as the events or the activity move (the real runner is the tests' above)."""
-    import threading
     looks = iter([(False, 'idle')] * 5 + [(True, 'active'), (False, 'active'), (False, 'idle'), (False, 'idle')])
     pauses = []
 

@@ -37,7 +37,7 @@ help:
 	@echo "make faults        the crash-safety matrix (FAULTS_SIZE=full, the default, or ci as in make test)"
 	@echo "make faults-clouds its Hetzner, Compute Engine, Azure rows and every cloud's warm pool rows (FAULTS_SIZE=full or ci)"
 	@echo "make soak          500 seeded random fault schedules (SCHEDULES=N, FIRST_SEED=N, SOAK_JOBS=N)"
-	@echo "make soak-fleet    the same on every provider, journal in SQLite and in PostgreSQL (same variables)"
+	@echo "make soak-fleet    the same on every provider, journal in SQLite and in PostgreSQL (same variables; SEEDS=N,M)"
 	@echo "make bench-journal  8 processes x 200 fenced transitions: SQLite and PostgreSQL journals, tx/s"
 	@echo "make bench-journal-tasks  what a task pays to open the journal: SQLite against PostgreSQL, as AWX runs it"
 	@echo "make bench-expire  expiry sweeps over 1,000 live workspaces with real guests, 50 expired a sweep:"
@@ -178,11 +178,12 @@ soak: venv
 		--json build/soak.json
 
 # Random schedules on every provider's try-out place with the journal in SQLite and in PostgreSQL
-# (tests/faults/fleet.py); SOAK_JOBS places side by side. Hours at the default 500.
+# (tests/faults/fleet.py); SOAK_JOBS places side by side. Hours at the default 500. SEEDS=N,M: those seeds
+# instead (the regression seeds: SEEDS=1129,1298,1299).
 soak-fleet: venv
 	@mkdir -p build
 	time $(BIN)/python -m tests.faults soak-fleet --schedules $(SCHEDULES) --first-seed $(FIRST_SEED) \
-		--jobs $(SOAK_JOBS) --json build/soak-fleet.json
+		$(if $(SEEDS),--seeds $(SEEDS)) --jobs $(SOAK_JOBS) --json build/soak-fleet.json
 
 # PROVIDER=aws|hetzner|gcp|azure: the same job on the try-out cloud (scripts/demo.sh, docs/localcloud.md).
 # AGENT=claude-code|codex|opencode: which real agent CLI works in the workspace (docs/agents.md).

@@ -13,7 +13,7 @@
                                     Compute Engine and Azure fakes (hetzner-pools, gcp-pools, azure-pools,
                                     tests/faults/cloudpools.py); clouds: those seven side by side
     python -m tests.faults soak [--schedules 500] [--first-seed 1001] [--jobs N] [--json PATH]   schedules only
-    python -m tests.faults soak-fleet [--schedules 500] [--first-seed 1001] [--jobs 2] [--json PATH]
+    python -m tests.faults soak-fleet [--schedules 500] [--first-seed 1001 | --seeds N,M] [--jobs 2] [--json PATH]
                                     schedules on every provider, journal in SQLite and in PostgreSQL
                                     (tests/faults/fleet.py); seed N again: --schedules 1 --first-seed N
     python -m tests.faults replay --seed N                          one random schedule again, exactly
@@ -36,6 +36,7 @@ import time
 from tests.ansible_run import harness_config
 from tests.faults import report, schedules
 from tests.faults.builds import BuildMatrix
+from tests.faults.fleet import REGRESSION_SEEDS as FLEET_REGRESSION_SEEDS
 from tests.faults.matrix import SIZES, Matrix
 from tests.faults.site import FaultSite
 
@@ -66,6 +67,9 @@ def main(argv=None):
     fleet.add_argument('--schedules', type=int, default=500)
     fleet.add_argument('--first-seed', type=int, default=1001)
     fleet.add_argument('--jobs', type=int, default=2, help='places (a provider and a backend) run side by side')
+    fleet.add_argument('--seeds', type=lambda text: [int(s) for s in text.split(',') if s],
+                       help='these seeds (comma-separated) instead of --schedules from --first-seed, e.g. the '
+                            'regression seeds: ' + ','.join(str(s) for s in FLEET_REGRESSION_SEEDS))
     replay = sub.add_parser('replay', help='one random schedule, by its seed')
     replay.add_argument('--seed', type=int, required=True)
     part = sub.add_parser('soak-part', help=argparse.SUPPRESS)
@@ -83,7 +87,7 @@ def main(argv=None):
     if args.command == 'soak-fleet':
         from tests.faults.fleet import soak_fleet, summary_line
         cells = soak_fleet(args.schedules, args.first_seed, args.jobs, args.keep,
-                           log=lambda line: print(line, flush=True))
+                           log=lambda line: print(line, flush=True), seeds=args.seeds)
         code = finish(args, cells, [], started)
         print(summary_line(cells))
         return code

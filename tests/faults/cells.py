@@ -74,6 +74,13 @@ def status_of(site, name):
     return ws['status'] if ws else None
 
 
+def failure_of(site, name):
+    """The message of ``name``'s recorded failure ('' when it has none)."""
+    with site.journal() as journal:
+        ws = journal.get_workspace(name)
+    return str(((ws or {}).get('failure') or {}).get('message') or '')
+
+
 def converge(site, cell, name, wanted, make_op, first_reconcile=False):
     """Runs after the fault until ``name`` is ``wanted`` (at most MAX_RERUNS); sets reruns and converged."""
     for attempt in range(1, MAX_RERUNS + 1):

@@ -1,6 +1,6 @@
 """Seeded random fault schedules across the fleet: every provider, on both journal backends (make soak-fleet).
 
-    python -m tests.faults soak-fleet [--schedules 500] [--first-seed 1001] [--jobs 2] [--json PATH]
+    python -m tests.faults soak-fleet [--schedules 500] [--first-seed 1001 | --seeds N,M] [--jobs 2] [--json PATH]
 
 The places are every provider (the try-out cluster, and the AWS, Hetzner, Compute Engine and Azure try-out clouds,
 each in a process of its own) with its journal in SQLite and in PostgreSQL (one server for the run, a database per
@@ -31,6 +31,10 @@ from tests.faults.matrix import Matrix
 from tests.faults.pgsite import OnPostgres, PgFaultSite
 from tests.faults.site import FaultSite
 
+# Seeds that once did not converge, each run again with what fixed it: make soak-fleet SEEDS=1129,1298,1299.
+# 1129, 1298, 1299: Azure creates killed right after a member's PUT was recorded as dispatched; the schedules did not
+# know that such a create ends failed (Matrix.kill_ends), and the public IP's case searched for another name 32 times.
+REGRESSION_SEEDS = (1129, 1298, 1299)
 PROVIDERS = ('proxmox', 'aws', 'hetzner', 'gcp', 'azure')
 BACKENDS = ('sqlite', 'postgresql')
 PLACES = tuple((provider, backend) for provider in PROVIDERS for backend in BACKENDS)
@@ -109,10 +113,11 @@ def run_place(place, seeds, pg, keep, log):
     return cells
 
 
-def soak_fleet(schedules_count, first_seed, jobs, keep, log=print):
-    """Every seed on its place, ``jobs`` places at a time: the cells, in seed order."""
+def soak_fleet(schedules_count, first_seed, jobs, keep, log=print, seeds=None):
+    """Every seed on its place, ``jobs`` places at a time: the cells, in seed order. ``seeds``: these instead of
+    ``schedules_count`` from ``first_seed``."""
     from tests.pgserver import PgServer
-    seeds = list(range(first_seed, first_seed + schedules_count))
+    seeds = sorted(set(seeds)) if seeds else list(range(first_seed, first_seed + schedules_count))
     by_place = {}
     for seed in seeds:
         by_place.setdefault(place_of(seed), []).append(seed)

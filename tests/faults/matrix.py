@@ -193,6 +193,11 @@ class Matrix:
             work.append((cell, self._kill(cell, op, point, nth)))
         return work
 
+    def kill_ends(self, op, point):
+        """The status a workspace converges to after its ``op`` run was killed at ``point`` (None: not killed): ready
+        after a create, destroyed after a destroy (a provider whose rule ends a kill otherwise says so)."""
+        return 'ready' if op == 'create' else 'destroyed'
+
     def _kill(self, cell, op, point, nth):
         def go():
             if op == 'destroy' and not self._take_ready(cell):

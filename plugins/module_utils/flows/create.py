@@ -36,6 +36,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.flows.base imp
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.base import (
     Allocation,
     Conflict,
+    KeptAsDebt,
     Locked,
     NotFound,
     Provider,
@@ -321,6 +322,10 @@ class CreateFlow(RequestStep, WarmPoolSteps, Flow):
         attempts = 0
         while True:
             attempts += 1
+            if attempts > CLONE_ATTEMPTS and not taken:
+                raise CreateError('Gave up after %d clone attempts: no answer to them came back, and %s did not '
+                                  'show. Check that the provider\'s API answers, then run the create again: it looks '
+                                  'for the clone first.' % (CLONE_ATTEMPTS, self.provider.label(candidate)))
             if attempts > CLONE_ATTEMPTS:
                 lost = ', '.join(str(t) for t in sorted(taken))
                 raise CreateError('Gave up after %d clone attempts: other clients took every %s offered to us '
@@ -349,6 +354,10 @@ class CreateFlow(RequestStep, WarmPoolSteps, Flow):
                 self.sleep(spread.next_delay())
                 candidate = self._new_candidate(candidate, taken, 'already exists')
                 continue
+            except KeptAsDebt:
+                # An earlier run's request that the provider will not send again: looking and allocating again
+                # would only meet it again. The step fails with the provider's sentence.
+                raise
             except UnknownOutcome as err:
                 state = self._inspect_candidate(candidate)[0]
                 if state == 'ours':

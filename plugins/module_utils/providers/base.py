@@ -168,6 +168,11 @@ class UnknownOutcome(ProviderError):
     error_kind = UNKNOWN_OUTCOME
 
 
+class KeptAsDebt(UnknownOutcome):
+    """An earlier request of unknown outcome that the provider does not send again (what it may have made is kept as
+    cleanup debt): the step fails with this message, and nothing is sent in its place."""
+
+
 class TaskFailed(Refused):
     """A task ended with an error. ``task_id`` is its handle, ``log_tail`` the last lines of its log."""
     task_id = None

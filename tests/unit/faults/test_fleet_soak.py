@@ -38,3 +38,16 @@ def test_the_last_line_and_the_replay_of_a_failing_seed():
     main_seed = Cell('random schedules', 'seed', ['s3'])
     main_seed.seed = 4
     assert report.replay_command(main_seed) == 'python -m tests.faults replay --seed 4'
+
+
+def test_the_regression_seeds_run_on_azure_on_both_backends_and_expect_what_the_matrix_expects():
+    from tests.faults.azure import AzureMatrix
+    assert {fleet.place_of(seed) for seed in fleet.REGRESSION_SEEDS} == {('azure', 'sqlite'), ('azure', 'postgresql')}
+    azure = object.__new__(AzureMatrix)
+    # A create killed right after a member's PUT was recorded ends failed (the PUT is never sent again); any other
+    # kill, or none, converges to ready, and every destroy to destroyed.
+    for member in ('pip', 'nic', 'vm'):
+        assert azure.kill_ends('create', 'create.clone journal azure %s dispatched' % member) == 'failed'
+        assert azure.kill_ends('destroy', 'destroy.delete journal azure %s deleting' % member) == 'destroyed'
+    assert azure.kill_ends('create', 'create.clone journal azure pip id') == 'ready'
+    assert azure.kill_ends('create', None) == 'ready'

@@ -275,7 +275,7 @@ class WorkspaceSet:
                         'The PUT of %s %s was sent and its answer lost, and Azure has not shown it since (%d s). It '
                         'is not made again; it stays as cleanup debt: look for it in resource group %s before '
                         'destroying this workspace.' % (member, self.plan['names'][member], self.lost_window,
-                                                        self.plan['resource_group']), base.UnknownOutcome)
+                                                        self.plan['resource_group']), base.KeptAsDebt)
             if doc is None:
                 self.record['dispatched'][member] = self.clock()
                 self.save()
@@ -299,7 +299,7 @@ class WorkspaceSet:
                 doc = self.read(member) or self._look_again(member)
                 if doc is None:
                     raise self.debt('Azure answered the PUT of %s %s, and does not show it.'
-                                    % (member, self.plan['names'][member]), base.UnknownOutcome)
+                                    % (member, self.plan['names'][member]), base.KeptAsDebt)
             self._identity(member, doc)
             doc = self._settle(member, doc)
             ids[member] = doc['id']

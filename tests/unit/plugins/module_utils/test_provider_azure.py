@@ -447,7 +447,7 @@ def test_a_lost_network_put_followed_by_404_is_not_permission_to_put_again():
     with pytest.raises(base.UnknownOutcome):
         ws.create()
     double._put = real_put
-    with pytest.raises(base.UnknownOutcome) as err:
+    with pytest.raises(base.KeptAsDebt) as err:
         ws.create()
     assert 'not made again' in str(err.value) and ws.record['debt']
     assert double.puts().count('networkInterfaces') == 1

@@ -182,6 +182,39 @@ def test_clone_that_never_gets_an_id_gives_up_saying_which_were_taken_and_what_t
     assert ws(site, 'c6c')['failure']['step'] == 'clone' and ws(site, 'c6c')['vmid'] is None
 
 
+def test_clone_whose_answers_are_all_lost_gives_up_without_blaming_other_clients(site, monkeypatch):
+    create(site, 'c6d', ('request', 'vmid'))
+    sent = []
+
+    def lost(allocation):
+        sent.append(allocation.candidate)
+        raise base.UnknownOutcome('Connection reset by peer')
+    monkeypatch.setattr(site.provider, 'allocate', lost)
+    with pytest.raises(CreateError) as caught:
+        clone_pausing(site, 'c6d', [])
+    assert 'Gave up after 32 clone attempts: no answer to them came back, and CT 100 did not show' in str(caught.value)
+    assert 'other clients' not in str(caught.value) and sent == [100] * 32
+
+
+def test_clone_whose_earlier_request_the_provider_keeps_as_debt_fails_at_once_with_its_sentence(site, monkeypatch):
+    # An Azure set's PUT recorded as dispatched that Azure never showed (providers/azure/members.py): the provider
+    # will not send it again, so looking for the clone and allocating again would only meet the same debt.
+    create(site, 'c6e', ('request', 'vmid'))
+    asked = []
+    debt = 'The PUT of pip c6e-1-pip was sent and its answer lost, and Azure has not shown it since (10 s).'
+
+    def kept(allocation):
+        asked.append(allocation.candidate)
+        raise base.KeptAsDebt(debt)
+    monkeypatch.setattr(site.provider, 'allocate', kept)
+    with pytest.raises(base.KeptAsDebt):
+        clone_pausing(site, 'c6e', [])
+    assert asked == [100]
+    record = ws(site, 'c6e')
+    assert record['status'] == 'failed' and record['failure']['step'] == 'clone'
+    assert record['failure']['message'] == debt and actions(site, 'c6e').count('clone') == 1
+
+
 def test_clone_after_a_conflict_with_our_own_earlier_clone_adopts_it(site):
     create(site, 'c7', ('request', 'vmid'))
     # An earlier run recorded the marker nonce with its dispatch, and its clone went through.

@@ -182,8 +182,9 @@ soak: venv
 # instead (the regression seeds: SEEDS=1129,1298,1299).
 soak-fleet: venv
 	@mkdir -p build
-	time $(BIN)/python -m tests.faults soak-fleet --schedules $(SCHEDULES) --first-seed $(FIRST_SEED) \
-		$(if $(SEEDS),--seeds $(SEEDS)) --jobs $(SOAK_JOBS) --json build/soak-fleet.json
+	time $(BIN)/python -m tests.faults soak-fleet \
+		$(if $(SEEDS),--seeds $(SEEDS),--schedules $(SCHEDULES) --first-seed $(FIRST_SEED)) \
+		--jobs $(SOAK_JOBS) --json build/soak-fleet.json
 
 # PROVIDER=aws|hetzner|gcp|azure: the same job on the try-out cloud (scripts/demo.sh, docs/localcloud.md).
 # AGENT=claude-code|codex|opencode: which real agent CLI works in the workspace (docs/agents.md).

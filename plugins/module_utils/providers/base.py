@@ -32,6 +32,9 @@ transient      the request was surely not carried out: retrying later is safe
 unknown_outcome the request may or may not have been carried out: look before repeating it
 ============== ================================================================================
 
+An unknown outcome that the provider will not repeat at all (:class:`KeptAsDebt`) ends the step with the
+provider's sentence.
+
 A task that ended with an error is a refusal (:class:`TaskFailed`); one still running at the
 caller's deadline has an unknown outcome (:class:`TaskTimeout`): it goes on in the provider.
 """

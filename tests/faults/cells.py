@@ -68,17 +68,19 @@ class Cell:
                       if any(why.startswith(name + ':') for name in self.names)]
 
 
-def status_of(site, name):
+def _record(site, name):
     with site.journal() as journal:
-        ws = journal.get_workspace(name)
+        return journal.get_workspace(name)
+
+
+def status_of(site, name):
+    ws = _record(site, name)
     return ws['status'] if ws else None
 
 
 def failure_of(site, name):
     """The message of ``name``'s recorded failure ('' when it has none)."""
-    with site.journal() as journal:
-        ws = journal.get_workspace(name)
-    return str(((ws or {}).get('failure') or {}).get('message') or '')
+    return str(((_record(site, name) or {}).get('failure') or {}).get('message') or '')
 
 
 def converge(site, cell, name, wanted, make_op, first_reconcile=False):

@@ -78,7 +78,7 @@ def _phase(matrix, cell, plan, op, kill_key):
         handles.append(site.start_run([make_op(name)], kill=kill))
     killed = [site.finish(handle).killed for handle in handles]
     for (name, spec), was_killed in zip(plan, killed):
-        wanted = matrix.kill_ends(op, spec[kill_key][0]) if was_killed else matrix.kill_ends(op, None)
+        wanted = matrix.kill_ends(op, spec[kill_key][0] if was_killed else None)
         runs = 0
         while status_of(site, name) != wanted and runs < MAX_RERUNS:
             runs += 1

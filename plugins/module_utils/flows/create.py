@@ -322,11 +322,11 @@ class CreateFlow(RequestStep, WarmPoolSteps, Flow):
         attempts = 0
         while True:
             attempts += 1
-            if attempts > CLONE_ATTEMPTS and not taken:
-                raise CreateError('Gave up after %d clone attempts: no answer to them came back, and %s did not '
-                                  'show. Check that the provider\'s API answers, then run the create again: it looks '
-                                  'for the clone first.' % (CLONE_ATTEMPTS, self.provider.label(candidate)))
             if attempts > CLONE_ATTEMPTS:
+                if not taken:
+                    raise CreateError('Gave up after %d clone attempts: no answer to them came back, and %s did not '
+                                      'show. Check that the provider\'s API answers, then run the create again: it '
+                                      'looks for the clone first.' % (CLONE_ATTEMPTS, self.provider.label(candidate)))
                 lost = ', '.join(str(t) for t in sorted(taken))
                 raise CreateError('Gave up after %d clone attempts: other clients took every %s offered to us '
                                   'meanwhile (%s). Run the create again when fewer allocations are under way, or '

@@ -112,6 +112,10 @@ class AwsAdapter(cloud.Adapter):
         if call == 'RunInstances':
             # The launch request carries the workspace's name as its ephemera:workspace tag.
             return site.cloud.drop_response(call, match=name)
+        if call == 'CreateTags':
+            # The create's first CreateTags writes the marker, which names the workspace: armed before the run, it
+            # cannot miss a call that follows the launch by a few milliseconds.
+            return site.cloud.drop_response(call, match='* workspace=%s *' % name)
         # A later call of the create names the instance.
         return site.cloud.drop_response(call, match=resource_id) if resource_id else None
 

@@ -592,7 +592,9 @@ class CloudMatrix(Matrix):
         rule = adapter.lost_rule(site, op, call, name, resource_id)
         handle = site.start_run([make_op(name)])
         if rule is None:
-            # A later call of the create names the machine: armed once the run made it.
+            # A later call of the create that names only the machine: armed once the run made it. That can come too
+            # late for a call that follows the launch closely (the row then fails as not reached), so the adapters
+            # arm the create's calls before the run wherever the request names the workspace.
             resource_id = self._launched(name)
             rule = adapter.lost_rule(site, op, call, name, resource_id) if resource_id else None
         first = site.finish(handle)

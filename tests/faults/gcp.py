@@ -152,10 +152,12 @@ class GcpAdapter(cloud.Adapter):
             return self.arm(site, 'fail_delete', 'DELETE', r'/instances/%s$' % re.escape(resource_id),
                             message=ERROR_MESSAGE)
         verb = ACTING.match(call).group(1)
-        if resource_id is None or verb not in PATHS:
+        if verb not in PATHS:
             return None
         method, pattern = PATHS[verb]
-        return self.arm(site, 'drop', method, pattern % re.escape(resource_id))
+        # A create's later call names its instance, eph-<workspace>-<digest>: armed before the run.
+        named = re.escape(resource_id) if resource_id else 'eph-%s-[0-9a-f]+' % re.escape(slug(name))
+        return self.arm(site, 'drop', method, pattern % named)
 
     @staticmethod
     def arm(site, kind, method, pattern, **extra):

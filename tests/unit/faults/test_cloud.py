@@ -4,6 +4,7 @@ record holds, the rows' names, and the faults the Compute Engine adapter arms. T
 matrix itself (python -m tests.faults matrix --part aws|hetzner|gcp) and tests/integration/faults/test_aws_detectors.py
 and test_gcp_detectors.py run the same code on the try-out cloud."""
 
+import fnmatch
 import re
 
 import pytest
@@ -162,8 +163,14 @@ def test_the_gcp_faults_are_matched_to_the_instance_where_the_path_names_it():
     fake = Cloud(calls=[['GET', 'zones/z/instances/eph-a', {}]])
     site = Site(gcp.GcpAdapter(), fake)
     adapter = site.adapter
-    # A create's later call waits for the instance; a destroy's names it from the journal.
-    assert adapter.lost_rule(site, 'create', 'instances.setLabels', 'w1', None) is None
+    # A create's later call is armed before the run, by the instance name the provider derives from the workspace:
+    # armed once the instance showed, it could come after the call. A destroy's names the instance from the journal.
+    rule = adapter.lost_rule(site, 'create', 'instances.setLabels', 'w1', None)
+    provider = gcp_provider.GcpProvider.__new__(gcp_provider.GcpProvider)
+    for workspace, hit in (('w1', True), ('w10', False), ('w', False)):
+        path = 'zones/z/instances/%s/setLabels' % provider.candidate_for(workspace, '2026-12-07T14:00:00Z')
+        assert bool(re.search(rule['pattern'], path)) is hit, (workspace, rule)
+    assert not re.search(rule['pattern'], 'zones/z/instances/eph-w1-0123abcd/setMetadata')
     rule = adapter.lost_rule(site, 'destroy', 'instances.delete', 'w1', 'eph-a')
     assert fake.faults[-1] == {'kind': 'drop', 'method': 'DELETE', 'pattern': r'/instances/eph\-a$', 'times': 1}
     assert adapter.rule_hits(site, rule) == 0
@@ -177,6 +184,32 @@ def test_the_gcp_faults_are_matched_to_the_instance_where_the_path_names_it():
     adapter.lost_rule(site, 'create', 'instances.insert', 'Work_1', None)
     assert fake.faults[-1]['pattern'] == '/instances$' and fake.faults[-1]['match'] == '"eph-work-1-'
     assert not adapter.exclusive('instances.insert')
+
+
+class Ec2Control:
+    """A stand-in for the EC2 proxy's rules: a rule's match is a glob on any field value of a request."""
+
+    def __init__(self):
+        self.rules = []
+
+    def drop_response(self, operation, times=1, skip=0, match=None):
+        self.rules.append({'id': len(self.rules) + 1, 'operation': operation, 'match': match})
+        return self.rules[-1]
+
+
+def test_the_aws_create_s_createtags_is_armed_before_the_run_by_the_marker_s_workspace():
+    control = Ec2Control()
+    site = Site(aws.AwsAdapter(), control)
+    rule = site.adapter.lost_rule(site, 'create', 'CreateTags', 'l5', None)
+    assert rule is not None and rule['operation'] == 'CreateTags'
+    # The create's first CreateTags writes the marker that binds the instance id: its workspace field names it.
+    nonce = ownership.new_nonce()
+    for workspace, hit in (('l5', True), ('l50', False), ('xl5', False)):
+        marker = ownership.render_resource(SECRET, 'ctl', workspace, 'i-0123456789abcdef0', nonce)
+        assert fnmatch.fnmatchcase(marker, rule['match']) is hit, (workspace, marker)
+    # A destroy's call names the instance its record holds.
+    rule = site.adapter.lost_rule(site, 'destroy', 'TerminateInstances', 'l5', 'i-0abc')
+    assert rule['match'] == 'i-0abc'
 
 
 class Stub:

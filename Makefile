@@ -112,7 +112,7 @@ integration-long: venv
 # The integration tests of every shipped playbook (and the inventory and lookup plugins) on each ansible-core release
 # meta/runtime.yml claims other than the one requirements-test.txt pins (on which make test runs them all): each in a
 # venv of its own under build/ (scripts/core-venv.sh), which runs the playbooks and the modules; the other
-# collections (the JSON callback) still come from $(VENV). CI runs it after make test (.ci/run).
+# collections (the JSON callback) still come from $(VENV). CI runs it after make test on the oldest (.ci/run).
 # tests/unit/test_supported_cores.py checks that CORES is every minor release from the oldest claimed to the pinned.
 CORES ?= 2.17 2.18
 CORE_TESTS := tests/integration/create/test_happy.py tests/integration/create/test_lease.py \

@@ -3,9 +3,10 @@
     .venv/bin/python bench/step_cost.py [--tasks 20] [--repeat 3]
 
 One playbook of --tasks tasks, each a workspace_info of a journal not made yet (new_journal: a step that has nothing to do), run
-four ways in one sitting: ansible.builtin.debug (Ansible's own cost of a task), the collection's module through
+five ways in one sitting: ansible.builtin.debug (Ansible's own cost of a task), the collection's module through
 its action plugin (in the worker), the same without the preload (EPHEMERA_NO_PRELOAD=1: each worker imports the
-module's code itself, as before plugin_utils/in_process.py loaded it where the workers are forked from), and the
+module's code itself, as before plugin_utils/in_process.py loaded it where the workers are forked from), the same
+without the freeze (EPHEMERA_NO_FREEZE=1: the parent's objects stay in the garbage collector's sight), and the
 same module file started as a module process (a copy of it in a library directory under another name, so that no
 action plugin claims it); and a play without tasks (Ansible's start-up). Printed: the wall and CPU time of each
 playbook (medians of --repeat runs; CPU: ansible-playbook and everything it started), the cost of one task (the
@@ -72,6 +73,7 @@ def main():
         books = [('empty play', None, None), ('debug', 'ansible.builtin.debug', None),
                  ('in the worker', 'ephemera.workspaces.workspace_info', None),
                  ('no preload', 'ephemera.workspaces.workspace_info', {'EPHEMERA_NO_PRELOAD': '1'}),
+                 ('no freeze', 'ephemera.workspaces.workspace_info', {'EPHEMERA_NO_FREEZE': '1'}),
                  ('module process', 'workspace_info_as_module', None)]
         measured = {label: measure(playbook(workdir, label.replace(' ', '-'), action, args.tasks, journal),
                                    library, args.repeat, env) for label, action, env in books}
@@ -90,6 +92,9 @@ def main():
     print('preload: a task in the worker without it %.3f s CPU, with it %.3f s CPU, ratio %.1f' % (
         per_task['no preload'][1], per_task['in the worker'][1],
         per_task['no preload'][1] / max(per_task['in the worker'][1], 0.001)))
+    print('freeze: a task in the worker without it %.3f s CPU, with it %.3f s CPU, ratio %.2f' % (
+        per_task['no freeze'][1], per_task['in the worker'][1],
+        per_task['no freeze'][1] / max(per_task['in the worker'][1], 0.001)))
 
 
 if __name__ == '__main__':

@@ -19,6 +19,7 @@ collection up in one place, and the roles pass on only what is theirs. Options t
 """
 
 import contextlib
+import gc
 import importlib
 import os
 
@@ -228,6 +229,13 @@ class InProcessAction(ActionBase):
             module_file(cls.MODULE)
             registry.preload()
             journal.preload()
+        # What the process holds now (Ansible, the playbook, the inventory, the collection's code) lives as long as
+        # the run: out of the cyclic garbage collector's sight, a worker's collections no longer write into every
+        # object it inherited, which copied most of the parent's memory page by page into each forked worker (the
+        # practice the gc module's documentation gives for a process that forks without exec).
+        # EPHEMERA_NO_FREEZE=1 leaves it in sight: what bench/step_cost.py compares against.
+        if not os.environ.get('EPHEMERA_NO_FREEZE'):
+            gc.freeze()
 
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)

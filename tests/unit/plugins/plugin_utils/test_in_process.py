@@ -171,6 +171,46 @@ def test_the_cloud_sdks_that_ephemera_preload_names_are_loaded_before_the_fork_t
     assert "'hcloud'" in done.stdout and "'boto3'" not in done.stdout
 
 
+FREEZE = '''
+import gc, os, resource
+from ansible_collections.ephemera.workspaces.plugins.plugin_utils.in_process import InProcessAction
+before = gc.get_freeze_count()
+
+class ActionModule(InProcessAction):
+    MODULE = 'workspace_info'
+
+frozen = gc.get_freeze_count()
+# A forked worker's full collection: does it write into what it inherited (its pages copied one by one)?
+pid = os.fork()
+if pid == 0:
+    gc.collect()
+    os._exit(0)
+os.waitpid(pid, 0)
+print(before, frozen > 1000, resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt)
+'''
+
+
+def test_defining_an_action_plugin_takes_what_the_run_holds_out_of_the_garbage_collector_s_sight():
+    # The objects a run's main process holds when it forks its workers live as long as the run: frozen, a worker's
+    # collections no longer walk them, which wrote into each of them and so copied the parent's pages.
+    import subprocess
+    import sys
+
+    def faults(env):
+        done = subprocess.run([sys.executable, '-c', FREEZE], capture_output=True, text=True, timeout=120,
+                              check=True, env=env)
+        before, frozen, minflt = done.stdout.split()
+        assert before == '0', done.stdout + done.stderr
+        return frozen, int(minflt)
+
+    env = {k: v for k, v in os.environ.items() if k != 'EPHEMERA_NO_FREEZE'}
+    frozen, copied = faults(env)
+    kept, copied_without = faults(dict(env, EPHEMERA_NO_FREEZE='1'))
+    assert (frozen, kept) == ('True', 'False')
+    # The child's page faults: far fewer when its inherited objects are frozen.
+    assert copied * 2 < copied_without, (copied, copied_without)
+
+
 def test_a_variable_several_options_are_made_of_is_rendered_once_for_the_task(monkeypatch):
     import jinja2  # pylint: disable=import-outside-toplevel
     from ansible.parsing.dataloader import DataLoader  # pylint: disable=import-outside-toplevel

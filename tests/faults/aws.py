@@ -114,7 +114,7 @@ class AwsAdapter(cloud.Adapter):
             return site.cloud.drop_response(call, match=name)
         if call == 'CreateTags':
             # The create's first CreateTags writes the marker, which names the workspace: armed before the run, it
-            # cannot miss a call that follows the launch by a few milliseconds.
+            # cannot miss a call that follows the launch by less than a second.
             return site.cloud.drop_response(call, match='* workspace=%s *' % name)
         # A later call of the create names the instance.
         return site.cloud.drop_response(call, match=resource_id) if resource_id else None

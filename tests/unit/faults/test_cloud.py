@@ -1,8 +1,8 @@
 """The cloud parts' shared pieces (tests/faults/cloud.py) and what each adapter reads and arms: decisive points, the
 calls that act in a trace, whose machines are ours, leaks, foreign machines changed or named, creating requests no
-record holds, the rows' names, and the faults the Compute Engine adapter arms. The clouds are stand-ins here; the
-matrix itself (python -m tests.faults matrix --part aws|hetzner|gcp) and tests/integration/faults/test_aws_detectors.py
-and test_gcp_detectors.py run the same code on the try-out cloud."""
+record holds, the rows' names, and the faults the Compute Engine and EC2 adapters arm. The clouds are stand-ins
+here; the matrix itself (python -m tests.faults matrix --part aws|hetzner|gcp) and
+tests/integration/faults/test_aws_detectors.py and test_gcp_detectors.py run the same code on the try-out cloud."""
 
 import fnmatch
 import re

@@ -219,8 +219,10 @@ class Adapter:
         return False
 
     def lost_rule(self, site, op, call, name, resource_id):
-        """Arm the fault of the row (op, call) for workspace ``name``: a rule (for rule_hits), or None when it needs
-        ``resource_id``, which the run has not made yet (it is armed once the machine is there)."""
+        """Arm the fault of the row (op, call) for workspace ``name``, before its run: a rule (for rule_hits), or
+        None when no request of that call can be told to be this workspace's (the row is then not reached). A
+        destroy's calls name the machine its record holds (``resource_id``); a create's must name the workspace: a
+        rule armed once the machine showed came too late for a call that follows the launch closely."""
         raise NotImplementedError
 
     def rule_hits(self, site, rule):
@@ -591,12 +593,6 @@ class CloudMatrix(Matrix):
                 resource_id = journal.get_workspace(name)['resource_id']
         rule = adapter.lost_rule(site, op, call, name, resource_id)
         handle = site.start_run([make_op(name)])
-        if rule is None:
-            # A later call of the create that names only the machine: armed once the run made it. That can come too
-            # late for a call that follows the launch closely (the row then fails as not reached), so the adapters
-            # arm the create's calls before the run wherever the request names the workspace.
-            resource_id = self._launched(name)
-            rule = adapter.lost_rule(site, op, call, name, resource_id) if resource_id else None
         first = site.finish(handle)
         if not rule or not adapter.rule_hits(site, rule):
             cell.reached = False
@@ -608,16 +604,6 @@ class CloudMatrix(Matrix):
         else:
             converge(site, cell, name, wanted, make_op)
         cell.seconds = time.monotonic() - started
-
-    def _launched(self, name, timeout=60):
-        """The id of the machine made for workspace ``name`` (by its labels), once there is one."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for resource_id, item in self.site.items().items():
-                if item['workspace'] == name:
-                    return resource_id
-            time.sleep(0.2)
-        return None
 
     # -------------------------------------------------------------- all
 

@@ -149,23 +149,24 @@ print(len(before), len(after) == len(wanted), clouds)
 '''
 
 
+def fresh_interpreter(code, env):
+    """Run ``code`` in a new interpreter with ``env``: the finished process, its output and errors captured."""
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120, check=True,
+                          env=env)
+
+
 def test_defining_an_action_plugin_loads_its_module_and_the_default_provider_once_before_any_fork():
     # In a fresh interpreter: Ansible's strategy defines the action plugin's class in ansible-playbook's own
     # process, so what the class definition imports every forked worker inherits. No cloud SDK is among it.
-    import subprocess
-    import sys
     env = {k: v for k, v in os.environ.items() if k not in ('EPHEMERA_PRELOAD', 'EPHEMERA_PROVIDER')}
-    done = subprocess.run([sys.executable, '-c', PRELOAD], capture_output=True, text=True, timeout=120, check=True,
-                          env=env)
+    done = fresh_interpreter(PRELOAD, env)
     assert done.stdout.split() == ['0', 'True', '[]'], done.stdout + done.stderr
 
 
 def test_the_cloud_sdks_that_ephemera_preload_names_are_loaded_before_the_fork_too():
-    import subprocess
-    import sys
-    env = dict(os.environ, EPHEMERA_PRELOAD='gcp, Azure,nothing', EPHEMERA_PROVIDER='hetzner')
-    done = subprocess.run([sys.executable, '-c', PRELOAD], capture_output=True, text=True, timeout=120, check=True,
-                          env=env)
+    done = fresh_interpreter(PRELOAD, dict(os.environ, EPHEMERA_PRELOAD='gcp, Azure,nothing', EPHEMERA_PROVIDER='hetzner'))
     assert done.stdout.split()[:2] == ['0', 'True'], done.stdout + done.stderr
     assert "'google.cloud.compute_v1'" in done.stdout and "'azure.mgmt.compute'" in done.stdout
     assert "'hcloud'" in done.stdout and "'boto3'" not in done.stdout
@@ -193,12 +194,8 @@ print(before, frozen > 1000, resource.getrusage(resource.RUSAGE_CHILDREN).ru_min
 def test_defining_an_action_plugin_takes_what_the_run_holds_out_of_the_garbage_collector_s_sight():
     # The objects a run's main process holds when it forks its workers live as long as the run: frozen, a worker's
     # collections no longer walk them, which wrote into each of them and so copied the parent's pages.
-    import subprocess
-    import sys
-
     def faults(env):
-        done = subprocess.run([sys.executable, '-c', FREEZE], capture_output=True, text=True, timeout=120,
-                              check=True, env=env)
+        done = fresh_interpreter(FREEZE, env)
         before, frozen, minflt = done.stdout.split()
         assert before == '0', done.stdout + done.stderr
         return frozen, int(minflt)

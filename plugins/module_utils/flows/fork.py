@@ -114,6 +114,20 @@ def plan_children(parent, count=None, children=None, purpose=None, limit=MAX_CHI
     return plan
 
 
+def await_snapshot(provider, resource, name, timeout, sleep=time.sleep):
+    """True once snapshot ``name`` of ``resource`` is finished; False when it is neither finished nor on its way, or
+    still on its way after ``timeout`` seconds.
+
+    Each look asks whether the snapshot is on its way before asking whether it is finished. A snapshot goes from the
+    one to the other and never back, so one that finishes between the two questions is seen finished; asked the other
+    way round, it would be seen as neither, and a snapshot that was there would fail the fork."""
+    def probe(remaining):
+        if provider.snapshot_pending(resource, name):
+            return waiter.pending()
+        return waiter.done() if provider.snapshot_exists(resource, name) else waiter.failed()
+    return waiter.wait_for(probe, timeout, sleep=sleep, what='snapshot %s' % name).ok
+
+
 class ForkFlow(Flow):
     """The steps of one fork; ``params['name']`` is the parent. ``destroy_params`` are what the children's
     destruction needs (timeouts)."""
@@ -256,11 +270,7 @@ class ForkFlow(Flow):
         return StepResult(True, 'snapshot: %s of %s' % (name, self.provider.label(self.resource_id)), snapshot=name)
 
     def _wait_snapshot(self, resource, name):
-        def probe(remaining):
-            if self.provider.snapshot_exists(resource, name):
-                return waiter.done()
-            return waiter.pending() if self.provider.snapshot_pending(resource, name) else waiter.failed()
-        if not waiter.wait_for(probe, self.params['task_timeout'], what='snapshot %s' % name).ok:
+        if not await_snapshot(self.provider, resource, name, self.params['task_timeout'], sleep=self.sleep):
             raise ForkError('Snapshot %s of %s did not appear after its request\'s answer was lost. Run the fork '
                             'again: it looks for the snapshot first.' % (name, self.provider.label(resource.id)))
 

@@ -32,7 +32,7 @@ help:
 	@echo "make collection    build the collection tarball into build/ from the files git tracks only"
 	@echo "make unit | sanity | lint | integration    one part of 'make test' (integration-long: of test-long)"
 	@echo "make test-clouds   the cloud providers' integration tests alone (make test, test-long run them too)"
-	@echo "make test-cores    the playbook paths on the older ansible-core releases the collection supports (CORES=...)"
+	@echo "make test-cores    the playbook paths on the older ansible-core releases the collection supports (CORES=..., CORE_SET=ci: the part CI runs)"
 	@echo "make molecule      the Molecule scenarios of the create, destroy and archive roles (in make test-long)"
 	@echo "make faults        the crash-safety matrix (FAULTS_SIZE=full, the default, or ci as in make test)"
 	@echo "make faults-clouds its Hetzner, Compute Engine, Azure rows and every cloud's warm pool rows (FAULTS_SIZE=full or ci)"

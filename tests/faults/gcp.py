@@ -10,8 +10,8 @@ that completes a deletion (``gcp instances.get 404``).
 
 Lost answers: every call that acts in the traces, once: the fake acts and closes the connection before it answers.
 Each fault is matched to its own workspace's request: an insert by the instance name its body carries (``eph-<workspace>-``,
-the fake's ``match``), a call that names the instance (setLabels, stop, delete) by its path, armed once the run made
-the instance (a create's) or from the journal (a destroy's). And the deletion's operation DONE with an error (the fake's
+the fake's ``match``), a call that names the instance (setLabels, stop, delete) by its path, armed before the run by
+the name the provider derives from the workspace (a create's) or from the journal (a destroy's). And the deletion's operation DONE with an error (the fake's
 ``fail_delete``): the destroy fails with Compute Engine's message, the instance stays, the next destroy deletes it.
 
 A machine is an instance (a deleted one is gone from the fake); it is ours when its ``ephemera-marker`` metadata item

@@ -44,8 +44,10 @@ def guest_address(api, node, vmid):
     return None
 
 
-def ssh(info, address, timeout=1.0):
-    """A paramiko SSHClient logged in to the guest at address with the cluster's key."""
+def ssh(info, address, timeout=10.0):
+    """A paramiko SSHClient logged in to the guest at address with the cluster's key. The timeout bounds the TCP
+    connection, the banner, the key exchange and the login each: a refused connection fails at once whatever it is,
+    and on a loaded host the key exchange alone can take more than a second."""
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
     client.connect(address, port=info['ssh_port'], username=info['ssh_user'], key_filename=info['ssh_private_key'],

@@ -66,6 +66,8 @@ MAX_OUTPUT = 16 * 1024 * 1024
 # What one fetched file may hold unless the caller gives another cap, and how long reading it may take.
 MAX_FETCH = 1024 * 1024 * 1024
 FETCH_TIMEOUT = 600.0
+# paramiko's words for a connection whose key exchange had not finished when its timeout ran out.
+NO_SESSION = 'No existing session'
 
 
 class CommandResult:
@@ -209,6 +211,10 @@ class Guest:
                 raise SshAuthError('%s refused the key %s: %s. Check that the template carries the matching '
                                    'authorized key.' % (self.where, self.key_file or 'of the ssh-agent (%s=%s)' % (
                                        AGENT_ENV, os.environ.get(AGENT_ENV)), exc), address=self.host)
+            if str(exc) == NO_SESSION:
+                # paramiko stops waiting for the key exchange at the timeout and then finds no session.
+                raise SshUnavailable('%s: the SSH handshake did not finish within %g s (the guest, or this host, may '
+                                     'be overloaded)' % (self.where, self.connect_timeout), address=self.host)
             raise SshUnavailable('%s: SSH handshake failed: %s' % (self.where, exc), address=self.host)
         except (socket.error, EOFError) as exc:
             client.close()

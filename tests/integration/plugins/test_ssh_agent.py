@@ -6,6 +6,7 @@ import getpass
 import os
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -136,3 +137,30 @@ def test_the_connection_sends_each_message_at_once_and_a_closed_port_is_still_a_
     closed = free_port(guest['host'])
     with pytest.raises(SshUnavailable, match='cannot connect'):
         Guest(guest['host'], port=closed, user=guest['user'], key_file=guest['key']).connect()
+
+
+def test_a_guest_that_stalls_in_the_key_exchange_is_named_with_the_time_it_was_given():
+    """A guest that answers with its banner and then says nothing more, as an overloaded one does: the error says
+    the handshake did not finish in time, not paramiko's "No existing session"."""
+    host = pick_host()
+    with socket.socket() as listener:
+        listener.bind((host, 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+
+        def stalled():
+            conn = listener.accept()[0]
+            with conn:
+                conn.sendall(b'SSH-2.0-OpenSSH_9.2p1 stalled\r\n')
+                while conn.recv(4096):
+                    pass
+        server = threading.Thread(target=stalled, daemon=True)
+        server.start()
+        started = time.monotonic()
+        with pytest.raises(SshUnavailable) as stalled_error:
+            Guest(host, port=port, user='root', connect_timeout=1.5).connect()
+        waited = time.monotonic() - started
+        server.join(10)
+    assert 'the SSH handshake did not finish within 1.5 s' in str(stalled_error.value)
+    assert 'No existing session' not in str(stalled_error.value)
+    assert waited >= 1.5 and not server.is_alive()

@@ -1,6 +1,7 @@
 """SSH to a guest through an ssh-agent, as AWX hands over a Machine credential: a real sshd on a loopback address, a
 real ssh-agent process holding the key (ssh-add), and the collection's Guest with no key file. Without the agent, or
-with an agent that holds no key, the key check says what to do."""
+with an agent that holds no key, the key check says what to do. Beside them, the Guest's connection itself: Nagle's
+algorithm off, a closed port, and a guest that stalls in the key exchange, each with an error that says which."""
 
 import getpass
 import os

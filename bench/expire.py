@@ -187,9 +187,12 @@ class ProxmoxSite:
         return 200000 + number
 
     def stop(self):
-        self.cluster.stop(timeout=STOP_TIMEOUT)
-        # The runners and agents started their own sessions in the guests: gone with the guests' files.
-        stop_leftovers(self.info['state_dir'])
+        try:
+            self.cluster.stop(timeout=STOP_TIMEOUT)
+        finally:
+            # The runners and agents started their own sessions in the guests: gone with the guests' files, and
+            # stopped by their pid files even when the cluster's own stop ran out of time.
+            stop_leftovers(self.info['state_dir'])
 
 
 class AwsSite:

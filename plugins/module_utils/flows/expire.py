@@ -131,6 +131,9 @@ class ExpirySweep:
                 with lock:
                     journal = own.journal = self.journal.reopen()
                     opened.append(journal)
+                if self.provider is not None:
+                    # A label write that keeps state in the journal (Azure's sets) goes through this connection too.
+                    self.provider.use_journal(journal)
             return self._look(journal, ws)
         try:
             with ThreadPoolExecutor(max_workers=width) as pool:

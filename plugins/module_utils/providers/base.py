@@ -358,8 +358,9 @@ class Provider:
         raise NotImplementedError
 
     def use_journal(self, journal, claim=None, workspace=None):
-        """The journal a run works with, and the queue claim its writes for ``workspace`` carry: for a provider that
-        keeps state of its own in the journal (Azure's sets). Others keep none."""
+        """The journal a run works with in this thread, and the queue claim its writes for ``workspace`` carry: for a
+        provider that keeps state of its own in the journal (Azure's sets). Others keep none. Threads that share one
+        provider each give their own connection (a connection serves one thread at a time)."""
         return None
 
     def set_sweep(self, journal, params, counting=False, now=None):

@@ -122,8 +122,9 @@ def test_leases_on_the_cloud(site):
     finally:
         site.cloud.clear()
     assert (actions.get(work), actions[idle], actions[kept], actions[debt]) == (
-        'activity', 'released', 'retained', 'failed'), (report, records[work]['lease'], site.workspace(work)['lease'],
-                                                        time.time())
+        'activity', 'released', 'retained', 'failed'), '\n'.join(report + [
+            'lease of %s when the sweep began: %r; now: %r; time: %f'
+            % (work, records[work]['lease'], site.workspace(work)['lease'], time.time())])
     gone = site.workspace(idle)
     assert gone['status'] == 'destroyed' and left_on(site, kind, idle) == [] and site.debt(idle) == []
     assert gone['cleanup']['cleanup_completed_at'] is not None

@@ -17,6 +17,7 @@ on a delete handle ticks the set's deletion until it is gone.
 
 import copy
 import re
+import threading
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import ownership, waiter
@@ -105,28 +106,34 @@ class SetStore:
     by :meth:`use`), so that a run that lost its claim or was overtaken writes nothing. A write that fails raises
     (ProgressNotWritten; a lost claim as it came), which stops the work.
 
-    ``journal``: an open Journal; without one, ``opener()`` opens it when it is first needed."""
+    Each thread works with the journal it was given: a journal connection serves one thread at a time, and one
+    provider serves the threads of a sweep that releases side by side, each on a connection of its own. ``journal``:
+    an open Journal, for the thread that makes the store; a thread given none has ``opener()`` open one for it when
+    it first needs one (closed with the thread)."""
 
     def __init__(self, journal=None, opener=None):
-        self.journal = journal
         self.opener = opener
         self.claims = {}
         self._held = {}
+        self._thread = threading.local()
+        if journal is not None:
+            self._thread.journal = journal
 
     def use(self, journal, claim=None, workspace=None):
-        """Work with ``journal``; writes for ``workspace``'s sets carry ``claim``."""
+        """Work with ``journal`` in this thread; writes for ``workspace``'s sets carry ``claim``."""
         if journal is not None:
-            self.journal = journal
+            self._thread.journal = journal
         if workspace is not None:
             self.claims[workspace] = claim
 
     def _journal(self):
-        if self.journal is None:
+        journal = getattr(self._thread, 'journal', None)
+        if journal is None:
             if self.opener is None:
                 raise base.Refused('The Azure provider keeps each set\'s progress in the journal, and it was given '
                                    'none: give journal_path or journal_url.')
-            self.journal = self.opener()
-        return self.journal
+            journal = self._thread.journal = self.opener()
+        return journal
 
     @staticmethod
     def key(base_name):

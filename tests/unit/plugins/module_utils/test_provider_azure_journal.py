@@ -4,6 +4,7 @@ workspace's claim; a write that fails stops the work before the next request. Th
 playbooks, and on PostgreSQL, runs in tests/integration/azure/test_azure_playbooks.py."""
 
 import os
+import threading
 
 import pytest
 
@@ -223,3 +224,48 @@ def test_a_set_whose_member_carries_another_marker_is_not_given_and_nothing_is_w
         p.remark(member, 'az-claimer', 'cd' * 16, 'agent-az-claimer', {'state': 'provisioning'})
     assert journal.provider_state('azure/set/' + base_name) == before
     assert [c for c in p.arm.calls[made:] if c[0] != 'GET'] == []
+
+
+def test_threads_that_share_the_provider_each_write_through_their_own_journal_connection(journal):
+    """The expiry sweep releases side by side through one provider, each release in a thread with a connection of its
+    own (flows/expire.py); a connection serves one thread at a time. Each thread's set progress goes through the
+    connection that thread gave, even when another thread gave its own after it."""
+    p = make(journal)
+    used = {}
+
+    def spied(connection):
+        for method in ('provider_state', 'put_provider_state'):
+            def call(*args, _real=getattr(connection, method), **kwargs):
+                used.setdefault(id(connection), set()).add(threading.get_ident())
+                return _real(*args, **kwargs)
+            setattr(connection, method, call)
+        return connection
+
+    connections = [spied(journal.reopen()), spied(journal.reopen())]
+    bound, first_done = threading.Barrier(2), threading.Event()
+    made, failures = {}, []
+
+    def work(index):
+        try:
+            p.use_journal(connections[index], None, 'ws%d' % index)
+            bound.wait(10)
+            if index == 1:
+                first_done.wait(30)
+            made[index] = (threading.get_ident(), allocate(p, 'ws%d' % index))
+        except Exception as err:  # pylint: disable=broad-except
+            failures.append(err)
+        finally:
+            first_done.set()
+    threads = [threading.Thread(target=work, args=(index,)) for index in (0, 1)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        for connection in connections:
+            connection.close()
+    assert failures == [] and sorted(made) == [0, 1]
+    assert [used.get(id(c)) for c in connections] == [{made[0][0]}, {made[1][0]}]
+    assert sorted(k for k, v, g in journal.provider_states('azure/set/')) == sorted(
+        'azure/set/' + made[index][1] for index in (0, 1))

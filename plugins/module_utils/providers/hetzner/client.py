@@ -18,6 +18,7 @@ refused. Reads are retried on every transient answer.
 """
 
 import random
+import threading
 import time
 
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core import failpoint
@@ -120,13 +121,20 @@ class HCloud:
         base_client = self.client._client  # pylint: disable=protected-access
         # No retries of hcloud's own: this module decides which calls may be repeated (see the module's text).
         base_client._retry_max_retries = 0  # pylint: disable=protected-access
-        self._last_status = [None]
+        # The status of the last answer, per thread: threads of one sweep share this client (releases side by side),
+        # and each reads the status of its own answer.
+        self._answered = threading.local()
         base_client._session.hooks['response'].append(self._hook)  # pylint: disable=protected-access
         # Every answer is read up to CLOUD_ANSWER_MAX, never further (providers/answers.py).
         answers.bound_session(base_client._session, answers.CLOUD_ANSWER_MAX)  # pylint: disable=protected-access
 
     def _hook(self, response, *args, **kwargs):
-        self._last_status[0] = response.status_code
+        self._answered.status = response.status_code
+
+    @property
+    def _last_status(self):
+        """The HTTP status of this thread's last answer (None: none came since its last call began)."""
+        return getattr(self._answered, 'status', None)
 
     def error(self, exc, method, path, acts):
         """The seam's error for ``exc`` raised by a call, or None when it is not a failure of the call."""
@@ -138,11 +146,11 @@ class HCloud:
             err = kind('%s: %s (hetzner_endpoint or HCLOUD_ENDPOINT)%s.' % (
                 what, exc, '; it may have been carried out: look before repeating it' if acts else ''))
             err.transport = 'too_large'
-            err.status = self._last_status[0]
+            err.status = self._last_status
             err.code = ''
             return err
         if isinstance(exc, self._api_exception):
-            status = self._last_status[0]
+            status = self._last_status
             code = exc.code if isinstance(exc.code, str) else ''
             if status is None and isinstance(exc.code, int):
                 status = exc.code
@@ -184,7 +192,7 @@ class HCloud:
         attempts = 0
         while True:
             attempts += 1
-            self._last_status[0] = None
+            self._answered.status = None
             if acts:
                 renewal.check()  # a step that lost its claim acts no more
             try:

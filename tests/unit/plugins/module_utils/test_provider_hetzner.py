@@ -1,6 +1,7 @@
 """The Hetzner Cloud provider against the try-out cloud's Hetzner fake over loopback (one fake for the file), with
 hcloud itself making every request; the fake's answers parsed by hcloud's own models; the error table."""
 
+import threading
 import time
 
 import pytest
@@ -232,6 +233,51 @@ def test_delete_rejections_and_uncertain_answers_end_to_end(cloud, status, kind)
     assert isinstance(caught.value, base.UnknownOutcome) is (status in (422, 500))
     assert p.find(resource.id) is not None   # the rule acted on nothing
     p.wait(p.delete(p.find(resource.id)), 10)
+
+
+def test_threads_sharing_the_client_each_judge_their_own_answer(cloud):
+    """The expiry sweep releases side by side through one client. A delete refused with 403 stays refused (nothing
+    done) when another thread's request is answered 200 between the refusal's answer and its judgement."""
+    p = provider(cloud)
+    refused, other = created(p, 'refused-ws'), created(p, 'other-ws')
+    cloud.add_rule('error', 'DELETE', '/servers', status=403)
+    session = p.api.client._client._session  # pylint: disable=protected-access
+    refusal_seen, other_answered = threading.Event(), threading.Event()
+
+    def hold(response, *args, **kwargs):
+        # In the deleting thread only: its 403 is in, and the other thread's answer comes before it is judged.
+        if response.request.method == 'DELETE':
+            refusal_seen.set()
+            other_answered.wait(20)
+    outcome = {}
+
+    def delete():
+        try:
+            p.delete(refused)
+        except base.ProviderError as err:
+            outcome['error'] = err
+
+    def read():
+        refusal_seen.wait(20)
+        try:
+            outcome['found'] = p.find(other.id)
+        finally:
+            other_answered.set()
+    session.hooks['response'].append(hold)
+    threads = [threading.Thread(target=delete), threading.Thread(target=read)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    finally:
+        session.hooks['response'].remove(hold)
+        cloud.clear_rules()
+    assert outcome['found'] is not None and outcome['found'].id == other.id
+    assert type(outcome['error']) is base.Refused and outcome['error'].status == 403, outcome['error']
+    for resource in (refused, other):
+        assert p.find(resource.id) is not None   # the refusal acted on nothing
+        p.wait(p.delete(p.find(resource.id)), 10)
 
 
 def test_malformed_delete_action_is_uncertain(cloud):

@@ -669,11 +669,16 @@ class Journal(Workspaces, Intents, AddressLeases, Idempotency, ProviderState, Te
         if self.readonly:
             raise JournalError('The journal %s was opened read-only, for reading; nothing was written.' % self.path,
                                path=self.path)
+        started = time.monotonic()
         try:
             self._conn.execute('BEGIN IMMEDIATE' if exclusive or self.backend == 'sqlite' else 'BEGIN')
         except sqlite3.OperationalError as exc:
-            raise JournalError('The journal %s stayed busy for %d s (%s); another process holds it. Try again.'
-                               % (self.path, BUSY_TIMEOUT_MS // 1000, exc), path=self.path)
+            if 'locked' in str(exc) or 'busy' in str(exc):
+                raise JournalError('The journal %s stayed busy for %.1f s (%s); another process holds it. Try again.'
+                                   % (self.path, time.monotonic() - started, exc), path=self.path)
+            # Not the write lock: the connection could not begin at all. Said as it is, never as a wait.
+            raise JournalError('The journal %s could not begin a write (%s). Nothing was written; run again.'
+                               % (self.path, exc), path=self.path)
         try:
             if claim is not None:
                 # A step whose claim keeper lost the claim writes nothing more (core/renewal.py).

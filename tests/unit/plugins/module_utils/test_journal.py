@@ -8,6 +8,7 @@ itself (its mode, directory, WAL, damaged files) on SQLite only.
 import hashlib
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -406,6 +407,41 @@ def test_writer_killed_mid_transaction_leaves_a_consistent_journal(store):
         assert [e['action'] for e in j.events('ws1')] == ['create_workspace']
         # The dead writer's lock is gone: the next write goes through at once.
         assert j.update_workspace('ws1', 1, status='provisioning')['generation'] == 2
+
+
+def test_a_write_lock_held_elsewhere_is_named_with_the_time_waited(path):
+    """SQLite: a write that waits out its busy timeout says how long it waited, and writes nothing."""
+    with Journal.open(path) as j, Journal.open(path) as holder:
+        j.create_workspace('ws1')
+        j._conn.execute('PRAGMA busy_timeout = 300')
+        holder._conn.execute('BEGIN IMMEDIATE')
+        try:
+            started = time.monotonic()
+            with pytest.raises(JournalError) as err:
+                j.update_workspace('ws1', 1, status='ready')
+            assert time.monotonic() - started >= 0.3
+        finally:
+            holder._conn.execute('ROLLBACK')
+        waited = re.search(r'stayed busy for (\d+\.\d) s \(database is locked\); another process holds it',
+                           str(err.value))
+        assert waited and 0.3 <= float(waited.group(1)) < 30, str(err.value)
+        assert j.get_workspace('ws1')['status'] == 'requested' and not j._conn.in_transaction
+
+
+def test_a_write_that_cannot_begin_is_not_called_a_wait(path):
+    """SQLite: a connection that cannot begin a write at all (here: one left inside a transaction) is said as it is,
+    at once, and not as a busy journal waited for."""
+    with Journal.open(path) as j:
+        j.create_workspace('ws1')
+        j._conn.execute('BEGIN')
+        started = time.monotonic()
+        with pytest.raises(JournalError) as err:
+            j.update_workspace('ws1', 1, status='ready')
+        assert time.monotonic() - started < 5
+        j._conn.execute('ROLLBACK')
+        assert 'could not begin a write (cannot start a transaction within a transaction)' in str(err.value)
+        assert 'busy' not in str(err.value)
+        assert j.get_workspace('ws1')['status'] == 'requested'
 
 
 def _write_forever(store):

@@ -302,7 +302,9 @@ def test_an_approval_the_headless_agent_could_not_get_leaves_it_blocked(runner, 
 
 
 def test_a_refused_key_is_an_auth_error_and_the_same_brief_starts_the_agent_again(runner, streamed):
-    streamed({'first': [init(), {'sleep': 0.6},
+    # The refusal comes well after the runner's start watch (START_GRACE, 0.5 s), even on a loaded machine: the brief
+    # itself succeeds, and the error is the agent's, seen in its events.
+    streamed({'first': [init(), {'sleep': 2.0},
                         {'type': 'assistant', 'error': 'authentication_failed', 'message': {'content': [
                             {'type': 'text', 'text': 'Invalid API key \u00b7 Fix external API key'}]}},
                         result('Invalid API key', error=True), {'exit': 1}]})

@@ -274,7 +274,7 @@ def test_threads_sharing_the_client_each_judge_their_own_answer(cloud):
         session.hooks['response'].remove(hold)
         cloud.clear_rules()
     assert outcome['found'] is not None and outcome['found'].id == other.id
-    assert type(outcome['error']) is base.Refused and outcome['error'].status == 403, outcome['error']
+    assert isinstance(outcome['error'], base.Refused) and outcome['error'].status == 403, outcome['error']
     for resource in (refused, other):
         assert p.find(resource.id) is not None   # the refusal acted on nothing
         p.wait(p.delete(p.find(resource.id)), 10)

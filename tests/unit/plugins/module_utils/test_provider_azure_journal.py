@@ -13,6 +13,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.core.journal i
 from ansible_collections.ephemera.workspaces.plugins.module_utils.core.queue import Queue
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers import base
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.azure import provider as azprovider
+from tests.threads import side_by_side
 from tests.unit.plugins.module_utils.test_provider_azure import GROUP, OPTIONS, SUBNET, ArmDouble
 
 IMAGE = 'Debian:debian-12:12-gen2:latest'
@@ -256,16 +257,12 @@ def test_threads_that_share_the_provider_each_write_through_their_own_journal_co
             failures.append(err)
         finally:
             first_done.set()
-    threads = [threading.Thread(target=work, args=(index,)) for index in (0, 1)]
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
+        ended = side_by_side(lambda: work(0), lambda: work(1))
     finally:
         for connection in connections:
             connection.close()
-    assert failures == [] and sorted(made) == [0, 1]
+    assert ended and failures == [] and sorted(made) == [0, 1]
     assert [used.get(id(c)) for c in connections] == [{made[0][0]}, {made[1][0]}]
     assert sorted(k for k, v, g in journal.provider_states('azure/set/')) == sorted(
         'azure/set/' + made[index][1] for index in (0, 1))

@@ -11,6 +11,7 @@ from ansible_collections.ephemera.workspaces.plugins.module_utils.providers impo
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.registry import provider_class
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner import client as hclient
 from ansible_collections.ephemera.workspaces.plugins.module_utils.providers.hetzner import provider as hprovider
+from tests.threads import side_by_side
 
 hcloud = pytest.importorskip('hcloud')
 
@@ -264,16 +265,12 @@ def test_threads_sharing_the_client_each_judge_their_own_answer(cloud):
         finally:
             other_answered.set()
     session.hooks['response'].append(hold)
-    threads = [threading.Thread(target=delete), threading.Thread(target=read)]
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
+        ended = side_by_side(delete, read, timeout=30)
     finally:
         session.hooks['response'].remove(hold)
         cloud.clear_rules()
-    assert outcome['found'] is not None and outcome['found'].id == other.id
+    assert ended and outcome['found'] is not None and outcome['found'].id == other.id
     assert isinstance(outcome['error'], base.Refused) and outcome['error'].status == 403, outcome['error']
     for resource in (refused, other):
         assert p.find(resource.id) is not None   # the refusal acted on nothing
